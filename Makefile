@@ -1,0 +1,40 @@
+# The two contract targets: `make demo` and `make test`. Both set everything up first.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip install --disable-pip-version-check -q
+TORCH  := torch==2.13.0
+
+.PHONY: setup demo test lint schemas bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# torch first and exactly pinned: anything looser would pull a CUDA build from the registry.
+$(VENV)/.torch-installed: | $(PY)
+	$(PIP) $(TORCH)
+	@touch $@
+
+$(VENV)/.etlab-installed: pyproject.toml $(VENV)/.torch-installed
+	$(PIP) -e '.[dev]' $(TORCH)
+	@touch $@
+
+setup: $(VENV)/.etlab-installed
+
+demo: setup
+	$(PY) -m etlab.demo
+
+test: setup
+	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+lint: setup
+	$(PY) -m ruff check etlab tests bench
+
+schemas: setup
+	$(PY) -m etlab.schema._generate
+
+bench: setup
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

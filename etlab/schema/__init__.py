@@ -1,0 +1,25 @@
+"""The ExecuTorch 1.x file formats: typed models and (de)serializers.
+
+- `.pte` program (`program`): `deserialize_pte`, `serialize_pte`, `load_pte`
+- `.ptd` external data (`flat_tensor`): `deserialize_ptd`, `serialize_ptd`
+- `.etdp` run trace (`etdump`): `deserialize_etdump`, `serialize_etdump`
+- `.bpte` bundled program (`bundled_program`): `deserialize_bundled_program`, `serialize_bundled_program`
+
+Every loader treats its input as untrusted and raises `etlab.FormatError` naming the defect.
+"""
+
+from etlab.errors import FormatError
+from etlab.schema import bundled_program, etdump, flat_tensor, program
+from etlab.schema._files import load_file, read_bytes, write_atomic
+from etlab.schema.bundled_program import deserialize_bundled_program, serialize_bundled_program
+from etlab.schema.etdump import deserialize_etdump, serialize_etdump
+from etlab.schema.flat_tensor import PtdFile, deserialize_ptd, serialize_ptd
+from etlab.schema.program import PteFile, deserialize_pte, load_pte, serialize_pte
+from etlab.schema.scalar_type import ScalarType, dtype_to_scalar_type, scalar_type_to_dtype
+
+__all__ = [
+    "FormatError", "PtdFile", "PteFile", "ScalarType", "bundled_program", "deserialize_bundled_program",
+    "deserialize_etdump", "deserialize_ptd", "deserialize_pte", "dtype_to_scalar_type", "etdump", "flat_tensor",
+    "load_file", "load_pte", "program", "read_bytes", "scalar_type_to_dtype", "serialize_bundled_program",
+    "serialize_etdump", "serialize_ptd", "serialize_pte", "write_atomic",
+]

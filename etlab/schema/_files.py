@@ -1,0 +1,63 @@
+"""File access shared by every loader and writer: zero-copy reads, atomic writes."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from pathlib import Path
+
+from etlab.errors import FormatError
+
+
+def read_bytes(source, *, what: str | None = None) -> tuple[memoryview, str]:
+    """bytes-like or path -> (read-only view, name for error messages). Paths are memory-mapped."""
+    if isinstance(source, (bytes, bytearray, memoryview, mmap.mmap)):
+        return memoryview(source).cast("B"), what or f"<{len(source)} bytes>"
+    path = Path(source)
+    name = what or str(path)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return memoryview(b""), name
+            return memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)), name
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{name}: no such file") from None
+    except IsADirectoryError:
+        raise FormatError(f"{name}: is a directory, not a file") from None
+
+
+def write_atomic(path, data) -> Path:
+    """Writes all of `data` to `path` or nothing: a temp file in the same folder, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def load_file(source, *, what: str | None = None):
+    """Reads any of the four formats, chosen by its identifier. Returns the parsed model."""
+    from etlab.schema.bundled_program import deserialize_bundled_program
+    from etlab.schema.etdump import deserialize_etdump
+    from etlab.schema.flat_tensor import deserialize_ptd
+    from etlab.schema.program import deserialize_pte
+
+    view, name = read_bytes(source, what=what)
+    ident = bytes(view[4:8]) if len(view) >= 8 else b""
+    readers = {b"ET12": deserialize_pte, b"FT01": deserialize_ptd, b"BP08": deserialize_bundled_program}
+    if ident in readers:
+        return readers[ident](view, what=name)
+    if len(view) >= 12 and bytes(view[8:12]) == b"ED00":
+        return deserialize_etdump(view, what=name)
+    raise FormatError(f"{name}: not an ExecuTorch file (no ET12, FT01, BP08 or ED00 identifier)")

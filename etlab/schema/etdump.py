@@ -1,0 +1,135 @@
+"""The .etdp run trace (ETDump): typed model and (de)serialization.
+
+The file is a size-prefixed FlatBuffer (identifier ED00). Tensor values carry only metadata and
+an offset; their bytes live in a separate debug buffer file written next to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from etlab.schema._codec import TableCodec, make_enum
+
+ScalarType = make_enum("scalar_type.ScalarType")
+ValueType = make_enum("etdump.ValueType")
+
+
+@dataclass
+class Null:
+    pass
+
+
+@dataclass
+class Tensor:
+    scalar_type: ScalarType = ScalarType.FLOAT
+    sizes: list[int] | None = field(default_factory=list)
+    strides: list[int] | None = field(default_factory=list)
+    offset: int = 0
+
+
+@dataclass
+class Int:
+    int_val: int = 0
+
+
+@dataclass
+class Bool:
+    bool_val: bool = False
+
+
+@dataclass
+class Float:
+    float_val: float = 0.0
+
+
+@dataclass
+class Double:
+    double_val: float = 0.0
+
+
+@dataclass
+class String:
+    string_val: str | None = None
+
+
+@dataclass
+class TensorList:
+    tensors: list[Tensor] | None = field(default_factory=list)
+
+
+@dataclass
+class Value:
+    val: ValueType = ValueType.Null
+    tensor: Tensor | None = None
+    tensor_list: TensorList | None = None
+    int_value: Int | None = None
+    float_value: Float | None = None
+    double_value: Double | None = None
+    bool_value: Bool | None = None
+    output: Bool | None = None
+
+
+@dataclass
+class DebugEvent:
+    chain_index: int = 0
+    instruction_id: int = -1
+    debug_entry: Value | None = None
+    delegate_debug_id_int: int = -1
+    delegate_debug_id_str: str | None = None
+    name: str | None = None
+
+
+@dataclass
+class AllocationEvent:
+    allocator_id: int = 0
+    allocation_size: int = 0
+
+
+@dataclass
+class ProfileEvent:
+    name: str | None = None
+    chain_index: int = 0
+    instruction_id: int = -1
+    delegate_debug_id_int: int = -1
+    delegate_debug_id_str: str | None = None
+    delegate_debug_metadata: bytes | memoryview | None = None
+    start_time: int = 0
+    end_time: int = 0
+
+
+@dataclass
+class Event:
+    profile_event: ProfileEvent | None = None
+    allocation_event: AllocationEvent | None = None
+    debug_event: DebugEvent | None = None
+
+
+@dataclass
+class Allocator:
+    name: str | None = None
+
+
+@dataclass
+class RunData:
+    name: str | None = None
+    bundled_input_index: int = -1
+    allocators: list[Allocator] | None = field(default_factory=list)
+    events: list[Event] | None = field(default_factory=list)
+
+
+@dataclass
+class ETDump:
+    version: int = 0
+    run_data: list[RunData] | None = field(default_factory=list)
+
+
+_CODEC = TableCodec("etdump", {name: cls for name, cls in globals().items() if isinstance(cls, type)})
+
+
+def deserialize_etdump(data, *, what: str = "etdump") -> ETDump:
+    """Parses a size-prefixed .etdp buffer (bytes/memoryview/mmap)."""
+    return _CODEC.decode(data, what=what, size_prefixed=True)
+
+
+def serialize_etdump(etdump: ETDump) -> bytes:
+    return _CODEC.encode(etdump, size_prefixed=True)

@@ -1,0 +1,386 @@
+"""The .pte program: typed model and (de)serialization, ExecuTorch 1.x wire format.
+
+File layout: a FlatBuffer (identifier ET12) whose first 8 bytes are followed by an optional
+extended header (magic ``eh00``), then zero padding, then data segments. Segment offsets in
+`Program.segments` are relative to the header's `segment_base_offset`.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from etlab.errors import FormatError
+from etlab.schema._codec import TableCodec, make_enum
+
+ScalarType = make_enum("scalar_type.ScalarType")
+TensorShapeDynamism = make_enum("program.TensorShapeDynamism")
+TensorDataLocation = make_enum("program.TensorDataLocation")
+DeviceType = make_enum("program.DeviceType")
+DataLocation = make_enum("program.DataLocation")
+
+
+@dataclass
+class ContainerMetadata:
+    encoded_inp_str: str | None = None
+    encoded_out_str: str | None = None
+
+
+@dataclass
+class Null:
+    pass
+
+
+@dataclass
+class AllocationDetails:
+    memory_id: int = 0
+    memory_offset_low: int = 0
+    memory_offset_high: int = 0
+
+    @property
+    def memory_offset(self) -> int:
+        return self.memory_offset_low | (self.memory_offset_high << 32)
+
+
+@dataclass
+class ExtraTensorInfo:
+    mutable_data_segments_idx: int = 0
+    fully_qualified_name: str | None = None
+    location: TensorDataLocation = TensorDataLocation.SEGMENT
+    device_type: DeviceType = DeviceType.CPU
+    device_index: int = 0
+
+
+@dataclass
+class Tensor:
+    scalar_type: ScalarType = ScalarType.FLOAT
+    storage_offset: int = 0
+    sizes: list[int] | None = field(default_factory=list)
+    dim_order: list[int] | None = field(default_factory=list)
+    requires_grad: bool = False
+    data_buffer_idx: int = 0
+    allocation_info: AllocationDetails | None = None
+    layout: int = 0
+    shape_dynamism: TensorShapeDynamism = TensorShapeDynamism.STATIC
+    extra_tensor_info: ExtraTensorInfo | None = None
+
+
+@dataclass
+class Int:
+    int_val: int = 0
+
+
+@dataclass
+class Bool:
+    bool_val: bool = False
+
+
+@dataclass
+class Double:
+    double_val: float = 0.0
+
+
+@dataclass
+class String:
+    string_val: str | None = None
+
+
+@dataclass
+class IntList:
+    items: list[int] | None = field(default_factory=list)
+
+
+@dataclass
+class DoubleList:
+    items: list[float] | None = field(default_factory=list)
+
+
+@dataclass
+class BoolList:
+    items: list[bool] | None = field(default_factory=list)
+
+
+@dataclass
+class TensorList:
+    items: list[int] | None = field(default_factory=list)
+
+
+@dataclass
+class OptionalTensorList:
+    items: list[int] | None = field(default_factory=list)
+
+
+KernelTypes = Null | Int | Bool | Double | Tensor | String | IntList | DoubleList | BoolList | TensorList | OptionalTensorList
+
+
+@dataclass
+class EValue:
+    val: KernelTypes | None = None
+
+
+@dataclass
+class Operator:
+    name: str | None = None
+    overload: str | None = None
+
+
+@dataclass
+class KernelCall:
+    op_index: int = 0
+    args: list[int] | None = field(default_factory=list)
+
+
+@dataclass
+class DelegateCall:
+    delegate_index: int = 0
+    args: list[int] | None = field(default_factory=list)
+
+
+@dataclass
+class MoveCall:
+    move_from: int = 0
+    move_to: int = 0
+
+
+@dataclass
+class JumpFalseCall:
+    cond_value_index: int = 0
+    destination_instruction: int = 0
+
+
+@dataclass
+class FreeCall:
+    value_index: int = 0
+
+
+InstructionArguments = KernelCall | DelegateCall | MoveCall | JumpFalseCall | FreeCall
+
+
+@dataclass
+class Instruction:
+    instr_args: InstructionArguments | None = None
+
+
+@dataclass
+class Frame:
+    filename: str | None = None
+    lineno: int = 0
+    name: str | None = None
+    context: str | None = None
+
+
+@dataclass
+class FrameList:
+    items: list[Frame] | None = field(default_factory=list)
+
+
+@dataclass
+class BackendDelegateDataReference:
+    location: DataLocation = DataLocation.INLINE
+    index: int = 0
+
+
+@dataclass
+class CompileSpec:
+    key: str | None = None
+    value: bytes | memoryview | None = b""
+
+
+@dataclass
+class BackendDelegate:
+    id: str | None = None
+    processed: BackendDelegateDataReference | None = None
+    compile_specs: list[CompileSpec] | None = field(default_factory=list)
+
+
+@dataclass
+class Chain:
+    inputs: list[int] | None = field(default_factory=list)
+    outputs: list[int] | None = field(default_factory=list)
+    instructions: list[Instruction] | None = field(default_factory=list)
+    stacktrace: list[FrameList] | None = None
+
+
+@dataclass
+class NonConstBufferDevice:
+    buffer_idx: int = 0
+    device_type: DeviceType = DeviceType.CPU
+    device_index: int = 0
+
+
+@dataclass
+class ExecutionPlan:
+    name: str | None = None
+    container_meta_type: ContainerMetadata | None = None
+    values: list[EValue] | None = field(default_factory=list)
+    inputs: list[int] | None = field(default_factory=list)
+    outputs: list[int] | None = field(default_factory=list)
+    chains: list[Chain] | None = field(default_factory=list)
+    operators: list[Operator] | None = field(default_factory=list)
+    delegates: list[BackendDelegate] | None = field(default_factory=list)
+    non_const_buffer_sizes: list[int] | None = field(default_factory=list)
+    non_const_buffer_device: list[NonConstBufferDevice] | None = None
+
+
+@dataclass
+class Buffer:
+    storage: bytes | memoryview | None = b""
+
+
+@dataclass
+class BackendDelegateInlineData:
+    data: bytes | memoryview | None = b""
+
+
+@dataclass
+class DataSegment:
+    offset: int = 0
+    size: int = 0
+
+
+@dataclass
+class SubsegmentOffsets:
+    segment_index: int = 0
+    offsets: list[int] | None = field(default_factory=list)
+
+
+@dataclass
+class NamedData:
+    key: str | None = None
+    segment_index: int = 0
+
+
+@dataclass
+class Program:
+    version: int = 0
+    execution_plan: list[ExecutionPlan] | None = field(default_factory=list)
+    constant_buffer: list[Buffer] | None = field(default_factory=list)
+    backend_delegate_data: list[BackendDelegateInlineData] | None = field(default_factory=list)
+    segments: list[DataSegment] | None = field(default_factory=list)
+    constant_segment: SubsegmentOffsets | None = None
+    mutable_data_segments: list[SubsegmentOffsets] | None = None
+    named_data: list[NamedData] | None = None
+
+
+_CODEC = TableCodec("program", {name: cls for name, cls in globals().items() if isinstance(cls, type)})
+
+
+# -- the file container ---------------------------------------------------------------------------
+
+_EH = struct.Struct("<4sIQQQ")  # magic, header length, program_size, segment_base_offset, segment_data_size
+EH_MAGIC = b"eh00"
+SCHEMA_ALIGNMENT = 16  # the largest force_align in program.fbs; the header is padded to it
+
+
+@dataclass
+class ExtendedHeader:
+    """The ``eh00`` header: where the FlatBuffer ends and where the segments begin."""
+
+    program_size: int
+    segment_base_offset: int
+    segment_data_size: int
+    length: int = _EH.size
+
+
+@dataclass
+class PteFile:
+    """A whole .pte: the program plus the raw bytes of each entry of `program.segments`."""
+
+    program: Program
+    segments: list[memoryview | bytes] = field(default_factory=list)
+    header: ExtendedHeader | None = None
+
+    def segment_bytes(self, index: int) -> memoryview | bytes:
+        return self.segments[index]
+
+
+def read_extended_header(data, what: str = "program") -> ExtendedHeader | None:
+    """Returns the ``eh00`` header of a .pte buffer, or None if it has none."""
+    if len(data) < 8 + _EH.size or bytes(data[8:12]) != EH_MAGIC:
+        return None
+    magic, length, program_size, base, size = _EH.unpack_from(data, 8)
+    if length < _EH.size:
+        raise FormatError(f"{what}: extended header claims {length} bytes, at least {_EH.size} needed")
+    return ExtendedHeader(program_size, base, size, length)
+
+
+def deserialize_pte(data, *, what: str = "program") -> PteFile:
+    """Parses a .pte from bytes, a memoryview or an mmap; segment bytes are zero-copy views.
+
+    Raises FormatError (naming `what`, typically the file path) on any defect.
+    """
+    view = memoryview(data).cast("B")
+    if len(view) < 8:
+        raise FormatError(f"{what}: {len(view)} bytes is too short for a .pte file")
+    if bytes(view[4:6]) != b"ET":
+        raise FormatError(f"{what}: not a .pte file (identifier {bytes(view[4:8])!r}, expected b'ET12')")
+    if bytes(view[4:8]) != b"ET12":
+        raise FormatError(f"{what}: unsupported .pte version {bytes(view[4:8])!r}; this reader handles b'ET12'")
+    header = read_extended_header(view, what)
+    flat = view
+    if header is not None:
+        if not (8 + _EH.size <= header.program_size <= len(view)):
+            raise FormatError(f"{what}: extended header program_size {header.program_size} is outside the "
+                              f"file ({len(view)} bytes)")
+        flat = view[: header.program_size]
+    program = _CODEC.decode(flat, what=what)
+    segments: list[memoryview] = []
+    for i, seg in enumerate(program.segments or ()):
+        if header is None:
+            raise FormatError(f"{what}: program lists {len(program.segments)} segments but has no extended header")
+        start = header.segment_base_offset + seg.offset
+        if header.segment_base_offset < header.program_size or start + seg.size > len(view) or seg.size < 0:
+            raise FormatError(f"{what}: segment {i} (offset {seg.offset}, size {seg.size}) lies outside the file "
+                              f"({len(view)} bytes, segments start at {header.segment_base_offset})")
+        segments.append(view[start : start + seg.size])
+    return PteFile(program, segments, header)
+
+
+def _align(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def serialize_pte(program: Program, segments=(), *, segment_alignment: int = 4096) -> bytes:
+    """Writes a .pte. `segments` are the raw bytes of each data segment, in `program.segments` order.
+
+    `program.segments` is rewritten with the laid-out offsets and sizes (each segment aligned to
+    `segment_alignment`). Without segments no extended header is written, as upstream does.
+    """
+    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
+        raise ValueError(f"segment_alignment must be a power of two, got {segment_alignment}")
+    segments = list(segments)
+    layout, end = [], 0
+    for data in segments:
+        off = _align(end, segment_alignment)
+        layout.append(DataSegment(offset=off, size=len(data)))
+        end = off + len(data)
+    program.segments = layout
+    flat = _CODEC.encode(program)
+    if not segments:
+        return flat
+    header_len = _align(_EH.size, SCHEMA_ALIGNMENT)
+    program_size = len(flat) + header_len
+    base = _align(program_size, segment_alignment)
+    header = _EH.pack(EH_MAGIC, _EH.size, program_size, base, end).ljust(header_len, b"\0")
+    root = struct.unpack_from("<I", flat, 0)[0]
+    out = bytearray(base + end)
+    out[0:4] = struct.pack("<I", root + header_len)
+    out[4:8] = flat[4:8]
+    out[8 : 8 + header_len] = header
+    out[8 + header_len : program_size] = flat[8:]
+    for seg, data in zip(layout, segments):
+        out[base + seg.offset : base + seg.offset + seg.size] = data
+    return bytes(out)
+
+
+def reserialize_pte(pte: PteFile, *, segment_alignment: int = 4096) -> bytes:
+    """Writes a parsed .pte back out (segments in their original order)."""
+    return serialize_pte(pte.program, pte.segments, segment_alignment=segment_alignment)
+
+
+def load_pte(path) -> PteFile:
+    """Memory-maps a .pte file and parses it; segments are views into the mapping."""
+    from etlab.schema._files import read_bytes
+
+    view, name = read_bytes(path)
+    return deserialize_pte(view, what=name)
