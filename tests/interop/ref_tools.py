@@ -16,6 +16,9 @@ JSON of every field upstream sees (rules in ``canon``), so our own parser can be
 compared field by field.  Top-level keys per kind:
 
   pte : kind, file, file_identifier, extended_header, program, segments, restored
+        ("program" is the flatbuffer as stored; "restored" holds the fields that
+        deserialize_pte_binary rewrites when it folds segments back in; "segments" is
+        one {nbytes, sha256} per Program.segments entry, null if no extended header)
   bpte: kind, file, file_identifier, bundled_program
   etdp: kind, file, size_prefix, file_identifier, etdump
   ptd : kind, file, file_identifier, header, flat_tensor, buffers, named_data
@@ -82,10 +85,7 @@ _FIELD_RENAMES: dict = {}
 # etdump_schema_flatcc.fbs: enum ValueType : byte { Null, Int, Bool, Float, Double,
 # Tensor, TensorList, String }
 _ETDUMP_VALUE_TYPE = {
-    n: i
-    for i, n in enumerate(
-        ["Null", "Int", "Bool", "Float", "Double", "Tensor", "TensorList", "String"]
-    )
+    n: i for i, n in enumerate(["Null", "Int", "Bool", "Float", "Double", "Tensor", "TensorList", "String"])
 }
 
 
@@ -150,9 +150,7 @@ def canon(v, *, union: bool = False, as_bytes: bool = False):
             ):
                 out[name] = _ETDUMP_VALUE_TYPE[val]
                 continue
-            out[name] = canon(
-                val, union=_is_union_field(hint), as_bytes=_is_bytes_field(hint)
-            )
+            out[name] = canon(val, union=_is_union_field(hint), as_bytes=_is_bytes_field(hint))
         return out
     if isinstance(v, (bytes, bytearray, memoryview)):
         return digest(v)
@@ -197,10 +195,13 @@ def dump_pte(data: bytes) -> dict:
     # Raw view: the flatbuffer exactly as stored (this is the first step of
     # deserialize_pte_binary, before it folds segments back into the Program).
     raw = _flatbuffer_to_program(data[:program_size])
+    # Raw bytes of each Program.segments entry, located as the runtime does: extended
+    # header's segment_base_offset + DataSegment.offset, DataSegment.size bytes.  Without
+    # an extended header the segment data cannot be located: entries are null.
     segments = []
     for s in raw.segments or []:
         start = base + s.offset
-        segments.append(digest(data[start : start + s.size]))
+        segments.append(digest(data[start : start + s.size]) if eh else None)
     # Restored view: what deserialize_pte_binary hands back after moving segment data
     # into constant_buffer / backend_delegate_data / mutable_data / named_data.  Only the
     # fields it changes are reported (everything else equals "program").
@@ -434,9 +435,7 @@ def cmd_inspect_events(a) -> None:
     from executorch.devtools import Inspector
 
     t0 = time.perf_counter()
-    ins = Inspector(
-        etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer
-    )
+    ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer)
     blocks = []
     n = 0
     for b in ins.event_blocks:
@@ -446,9 +445,7 @@ def cmd_inspect_events(a) -> None:
             events.append(
                 {
                     "name": e.name,
-                    "perf_data": None
-                    if e.perf_data is None
-                    else [_canon_float(float(x)) for x in e.perf_data.raw],
+                    "perf_data": None if e.perf_data is None else [_canon_float(float(x)) for x in e.perf_data.raw],
                     "instruction_id": e._instruction_id,
                     "delegate_debug_identifier": _plain(e.delegate_debug_identifier),
                     "debug_handles": _plain(e.debug_handles),
@@ -483,9 +480,7 @@ def cmd_inspect_events(a) -> None:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     d = sub.add_parser("dump", help="canonical JSON of a file via upstream parsers")
     d.add_argument("kind", choices=sorted(_DUMPERS))
