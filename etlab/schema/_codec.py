@@ -26,7 +26,8 @@ from etlab.schema._generated.layouts import LAYOUTS
 _GEN = "etlab.schema._generated"
 _SIZE = {"?": 1, "b": 1, "B": 1, "h": 2, "H": 2, "i": 4, "I": 4, "q": 8, "Q": 8, "f": 4, "d": 8}
 _NP = {c: np.dtype(c).newbyteorder("<") if c != "?" else np.dtype(np.bool_) for c in _SIZE}
-_U16, _U32, _I32 = struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<i")
+_U8, _U16, _U32, _I32 = struct.Struct("<B"), struct.Struct("<H"), struct.Struct("<I"), struct.Struct("<i")
+_SCALAR = {c: struct.Struct("<" + c) for c in _SIZE}
 MAX_DEPTH = 64
 
 
@@ -44,6 +45,11 @@ def _scalar_info(kind: str, typ) -> str:
 def make_enum(qualified: str) -> type[enum.IntEnum]:
     """The IntEnum for a schema enum ("program.TensorShapeDynamism"), built from the layouts."""
     return enum.IntEnum(qualified.rsplit(".", 1)[1], LAYOUTS["enums"][qualified]["values"])
+
+
+@cache
+def _enum_values(qualified: str) -> frozenset[int]:
+    return frozenset(LAYOUTS["enums"][qualified]["values"].values())
 
 
 class _Verifier:
@@ -92,12 +98,25 @@ class _Verifier:
 
         for name, slot, kind, typ, _align, _default in LAYOUTS["tables"][self.ns][tname]:
             voff = field(slot)
+            fctx = f"{tname}.{name}"
+            if kind == "union":
+                # The reader fetches a union's type tag even when its value is absent.
+                tag_off = field(slot - 1)
+                if tag_off and tag_off + 1 > t_size:
+                    self.fail(f"{fctx} type tag at offset {pos + tag_off} overruns its table")
+                tag = self.read(_U8, pos + tag_off, fctx) if tag_off else 0
+                members = LAYOUTS["unions"][typ]
+                if tag > len(members):
+                    self.fail(f"{fctx} has union tag {tag}, but {typ} has {len(members)} members")
             if not voff:
                 continue
-            fctx = f"{tname}.{name}"
             width = _SIZE[_scalar_info(kind, typ)] if kind in ("scalar", "enum") else 4
             if voff + width > t_size:
                 self.fail(f"{fctx} at offset {pos + voff} overruns its table")
+            if kind == "enum":
+                # Checked here, not while building models, so that a bad file fails before any
+                # object is allocated (peak memory of a failing parse stays near the file size).
+                self.enum(typ, self.read(_SCALAR[_scalar_info(kind, typ)], pos + voff, fctx), fctx)
             if kind in ("scalar", "enum"):
                 continue
             target = pos + voff + self.read(_U32, pos + voff, fctx)
@@ -106,15 +125,14 @@ class _Verifier:
             elif kind == "table":
                 self.table(target, typ, depth + 1)
             elif kind == "union":
-                tag_off = field(slot - 1)
-                tag = self.read(struct.Struct("<B"), pos + tag_off, fctx) if tag_off else 0
-                members = LAYOUTS["unions"][typ]
-                if tag > len(members):
-                    self.fail(f"{fctx} has union tag {tag}, but {typ} has {len(members)} members")
                 if tag:
                     self.table(target, members[tag - 1], depth + 1)
             else:
                 self.vector(target, typ, fctx, depth)
+
+    def enum(self, typ: str, value: int, ctx: str):
+        if value not in _enum_values(typ):
+            self.fail(f"{ctx} has value {value}, which is not a {typ}")
 
     def string(self, pos: int, ctx: str):
         length = self.read(_U32, pos, ctx)
@@ -122,7 +140,7 @@ class _Verifier:
             self.fail(f"{ctx}: string of {length} bytes at offset {pos} runs past the end of the buffer")
         self.spend(1, length, ctx)
         try:
-            bytes(self.buf[pos + 4 : pos + 4 + length]).decode("utf-8")
+            str(self.buf[pos + 4 : pos + 4 + length], "utf-8")  # decodes in place, no bytes copy
         except UnicodeDecodeError as e:
             self.fail(f"{ctx}: string at offset {pos} is not UTF-8 ({e.reason})")
 
@@ -133,7 +151,7 @@ class _Verifier:
         if pos + 4 + length * width > self.n:
             self.fail(f"{ctx}: vector of {length} elements at offset {pos} runs past the end of the buffer")
         if ekind in ("scalar", "enum"):
-            self.spend(0, length * width, ctx)
+            self.spend(0, length * width, ctx)  # (no schema has enum vectors; _model checks them if one does)
             return
         for j in range(length):
             at = pos + 4 + 4 * j

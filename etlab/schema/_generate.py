@@ -40,71 +40,78 @@ def _tokens(text: str) -> list[str]:
 
 def parse_fbs(text: str) -> dict:
     """Parses the subset of the FlatBuffers IDL our schemas use (tables, enums, unions)."""
-    toks, i = _tokens(text), 0
+    toks, pos = _tokens(text), 0
     out: dict = {"namespace": None, "enums": {}, "unions": {}, "tables": {}, "identifier": None, "root": None}
 
-    def take(expected: str | None = None) -> str:
-        nonlocal i
-        tok = toks[i]
-        if expected is not None and tok != expected:
-            raise SyntaxError(f"expected {expected!r}, got {tok!r} near token {i}")
-        i += 1
+    def take(*expected: str) -> str:
+        """Consumes one token (checked against `expected` if given) and any punctuation in `expected[1:]`."""
+        nonlocal pos
+        tok = toks[pos]
+        if expected and expected[0] and tok != expected[0]:
+            raise SyntaxError(f"expected {expected[0]!r}, got {tok!r} near token {pos}")
+        pos += 1
+        for punct in expected[1:]:
+            if toks[pos] != punct:
+                raise SyntaxError(f"expected {punct!r} after {tok!r}, got {toks[pos]!r}")
+            pos += 1
         return tok
 
-    while i < len(toks):
+    def peek_take(tok: str) -> bool:
+        nonlocal pos
+        if toks[pos] == tok:
+            pos += 1
+            return True
+        return False
+
+    def names_until_brace() -> list[str]:
+        items = []
+        while toks[pos] != "}":
+            items.append(take())
+            peek_take(",")
+        take("}")
+        return items
+
+    while pos < len(toks):
         kw = take()
         if kw in ("include", "file_extension"):
-            take(); take(";")
+            take("", ";")
         elif kw == "namespace":
-            out["namespace"] = take(); take(";")
+            out["namespace"] = take("", ";")
         elif kw == "file_identifier":
-            out["identifier"] = take().strip('"'); take(";")
+            out["identifier"] = take("", ";").strip('"')
         elif kw == "root_type":
-            out["root"] = take(); take(";")
+            out["root"] = take("", ";")
         elif kw == "enum":
-            name = take(); take(":"); base = take(); take("{")
+            name = take("", ":")
+            base = take("", "{")
             values, nxt = {}, 0
-            while toks[i] != "}":
+            while toks[pos] != "}":
                 member = take()
-                if toks[i] == "=":
-                    take("="); nxt = int(take())
+                if peek_take("="):
+                    nxt = int(take())
                 values[member] = nxt
                 nxt += 1
-                if toks[i] == ",":
-                    take(",")
+                peek_take(",")
             take("}")
             out["enums"][name] = {"base": SCALARS[base], "values": values}
         elif kw == "union":
-            name = take(); take("{")
-            members = []
-            while toks[i] != "}":
-                members.append(take())
-                if toks[i] == ",":
-                    take(",")
-            take("}")
-            out["unions"][name] = members
+            name = take("", "{")
+            out["unions"][name] = names_until_brace()
         elif kw == "table":
-            name = take(); take("{")
+            name = take("", "{")
             fields = []
-            while toks[i] != "}":
-                fname = take(); take(":")
-                vector = toks[i] == "["
-                if vector:
-                    take("[")
-                ftype = take()
-                if vector:
-                    take("]")
-                default, align = None, None
-                if toks[i] == "=":
-                    take("="); default = take()
-                if toks[i] == "(":
-                    take("(")
-                    while toks[i] != ")":
-                        attr = take()
-                        if attr == "force_align":
-                            take(":"); align = int(take())
-                        if toks[i] == ",":
-                            take(",")
+            while toks[pos] != "}":
+                fname = take("", ":")
+                vector = peek_take("[")
+                ftype = take("", "]") if vector else take()
+                default = take() if peek_take("=") else None
+                align = None
+                if peek_take("("):
+                    while toks[pos] != ")":
+                        if take() == "force_align":
+                            take(":")
+                            align = int(take())
+                        peek_take(",")
                     take(")")
                 take(";")
                 fields.append((fname, vector, ftype, default, align))
@@ -132,7 +139,7 @@ def build_layouts(parsed: dict[str, dict]) -> dict:
         if p["root"]:
             layouts["roots"][ns] = (p["root"], p["identifier"])
 
-        def resolve(t: str) -> tuple[str, object]:
+        def resolve(t: str, p: dict = p) -> tuple[str, object]:
             if t in SCALARS:
                 return "scalar", SCALARS[t]
             if t == "string":

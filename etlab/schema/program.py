@@ -110,7 +110,9 @@ class OptionalTensorList:
     items: list[int] | None = field(default_factory=list)
 
 
-KernelTypes = Null | Int | Bool | Double | Tensor | String | IntList | DoubleList | BoolList | TensorList | OptionalTensorList
+KernelTypes = (
+    Null | Int | Bool | Double | Tensor | String | IntList | DoubleList | BoolList | TensorList | OptionalTensorList
+)
 
 
 @dataclass
@@ -268,6 +270,7 @@ _CODEC = TableCodec("program", {name: cls for name, cls in globals().items() if 
 # -- the file container ---------------------------------------------------------------------------
 
 _EH = struct.Struct("<4sIQQQ")  # magic, header length, program_size, segment_base_offset, segment_data_size
+_EH_MIN_LENGTH = 24  # headers before segment_data_size existed end after segment_base_offset
 EH_MAGIC = b"eh00"
 SCHEMA_ALIGNMENT = 16  # the largest force_align in program.fbs; the header is padded to it
 
@@ -298,10 +301,36 @@ def read_extended_header(data, what: str = "program") -> ExtendedHeader | None:
     """Returns the ``eh00`` header of a .pte buffer, or None if it has none."""
     if len(data) < 8 + _EH.size or bytes(data[8:12]) != EH_MAGIC:
         return None
-    magic, length, program_size, base, size = _EH.unpack_from(data, 8)
+    _magic, length, program_size, base, size = _EH.unpack_from(data, 8)
+    if length < _EH_MIN_LENGTH:
+        raise FormatError(f"{what}: extended header claims {length} bytes, at least {_EH_MIN_LENGTH} needed")
     if length < _EH.size:
-        raise FormatError(f"{what}: extended header claims {length} bytes, at least {_EH.size} needed")
+        size = 0  # upstream's older 24-byte header has no segment_data_size; it still reads them
     return ExtendedHeader(program_size, base, size, length)
+
+
+def _check_segment_refs(program: Program, segments: list, what: str) -> None:
+    """Byte offsets into segments, and named-data segment indices, are in range.
+
+    A missing segment counts as empty: upstream writes `constant_segment` offsets [0] naming a
+    segment it never emits when a program has no constants, and its runtime accepts that.
+    """
+    n = len(segments)
+
+    def subsegments(sub: SubsegmentOffsets, ctx: str) -> None:
+        size = len(segments[sub.segment_index]) if sub.segment_index < n else 0
+        for j, off in enumerate(sub.offsets or ()):
+            if off > size:
+                raise FormatError(f"{what}: {ctx} offset {j} ({off}) lies past the end of segment "
+                                  f"{sub.segment_index} ({size} bytes, {n} segments in the file)")
+
+    if program.constant_segment is not None:
+        subsegments(program.constant_segment, "constant_segment")
+    for i, sub in enumerate(program.mutable_data_segments or ()):
+        subsegments(sub, f"mutable_data_segments[{i}]")
+    for nd in program.named_data or ():
+        if nd.segment_index >= n:
+            raise FormatError(f"{what}: named data {nd.key!r} refers to segment {nd.segment_index}, but there are {n}")
 
 
 def deserialize_pte(data, *, what: str = "program") -> PteFile:
@@ -319,20 +348,28 @@ def deserialize_pte(data, *, what: str = "program") -> PteFile:
     header = read_extended_header(view, what)
     flat = view
     if header is not None:
-        if not (8 + _EH.size <= header.program_size <= len(view)):
+        if not (8 + _EH_MIN_LENGTH <= header.program_size <= len(view)):
             raise FormatError(f"{what}: extended header program_size {header.program_size} is outside the "
                               f"file ({len(view)} bytes)")
+        if header.segment_data_size and header.segment_base_offset + header.segment_data_size > len(view):
+            raise FormatError(f"{what}: extended header places {header.segment_data_size} bytes of segment data at "
+                              f"offset {header.segment_base_offset}, past the end of the file ({len(view)} bytes; "
+                              "truncated?)")
         flat = view[: header.program_size]
     program = _CODEC.decode(flat, what=what)
     segments: list[memoryview] = []
     for i, seg in enumerate(program.segments or ()):
         if header is None:
+            if seg.size == 0:  # upstream writes an empty placeholder segment when constants are external
+                segments.append(view[0:0])
+                continue
             raise FormatError(f"{what}: program lists {len(program.segments)} segments but has no extended header")
         start = header.segment_base_offset + seg.offset
-        if header.segment_base_offset < header.program_size or start + seg.size > len(view) or seg.size < 0:
+        if header.segment_base_offset < header.program_size or start + seg.size > len(view):
             raise FormatError(f"{what}: segment {i} (offset {seg.offset}, size {seg.size}) lies outside the file "
                               f"({len(view)} bytes, segments start at {header.segment_base_offset})")
         segments.append(view[start : start + seg.size])
+    _check_segment_refs(program, segments, what)
     return PteFile(program, segments, header)
 
 
