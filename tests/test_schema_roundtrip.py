@@ -32,11 +32,12 @@ def small_program() -> pte.Program:
             pte.Instruction(pte.DelegateCall(0, [0])),
         ])],
         operators=[pte.Operator("aten::add", "out")],
-        delegates=[pte.BackendDelegate("TestBackend", pte.BackendDelegateDataReference(pte.DataLocation.SEGMENT, 1),
+        delegates=[pte.BackendDelegate("TestBackend", pte.BackendDelegateDataReference(pte.DataLocation.INLINE, 0),
                                        [pte.CompileSpec("k", b"\x01\x02")])],
         non_const_buffer_sizes=[0, 128],
     )
     return pte.Program(version=0, execution_plan=[plan], constant_buffer=[pte.Buffer(b"")],
+                       backend_delegate_data=[pte.BackendDelegateInlineData(b"blob")],
                        constant_segment=pte.SubsegmentOffsets(0, [0, 0]))
 
 
@@ -124,3 +125,12 @@ def test_unknown_enum_value_is_a_format_error():
     prog.execution_plan[0].values[0].val.scalar_type = 99  # not a ScalarType
     with pytest.raises(FormatError, match=r"Tensor.scalar_type has value 99"):
         pte.deserialize_pte(pte.serialize_pte(prog), what="bad.pte")
+
+
+def test_delegate_data_reference_out_of_range_is_a_format_error():
+    prog = small_program()
+    prog.execution_plan[0].delegates[0].processed = pte.BackendDelegateDataReference(pte.DataLocation.SEGMENT, 3)
+    blob = pte.serialize_pte(prog, [b"a", b"b"])
+    with pytest.raises(FormatError, match=r"bad.pte: delegate 'TestBackend' of method 'forward' refers to segments "
+                                          r"index 3, but there are 2"):
+        pte.deserialize_pte(blob, what="bad.pte")

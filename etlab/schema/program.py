@@ -331,6 +331,16 @@ def _check_segment_refs(program: Program, segments: list, what: str) -> None:
     for nd in program.named_data or ():
         if nd.segment_index >= n:
             raise FormatError(f"{what}: named data {nd.key!r} refers to segment {nd.segment_index}, but there are {n}")
+    inline = len(program.backend_delegate_data or ())
+    for plan in program.execution_plan or ():
+        for d in plan.delegates or ():
+            ref = d.processed
+            if ref is None:
+                raise FormatError(f"{what}: delegate {d.id!r} of method {plan.name!r} has no processed data reference")
+            limit, where = (n, "segments") if ref.location == DataLocation.SEGMENT else (inline, "inline blobs")
+            if ref.index >= limit:
+                raise FormatError(f"{what}: delegate {d.id!r} of method {plan.name!r} refers to {where} "
+                                  f"index {ref.index}, but there are {limit}")
 
 
 def deserialize_pte(data, *, what: str = "program") -> PteFile:
