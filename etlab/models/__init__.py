@@ -1,5 +1,6 @@
 """Model zoo: deterministic ``(module, example_inputs)`` factories for export tests."""
 
+from etlab.models._export import MethodAsForward, export_zoo
 from etlab.models.zoo import (
     DYNAMIC_SHAPES,
     METHOD_INPUTS,
@@ -18,6 +19,8 @@ __all__ = [
     "DYNAMIC_SHAPES",
     "METHOD_INPUTS",
     "ZOO",
+    "MethodAsForward",
+    "export_zoo",
     "make_cnn",
     "make_cond",
     "make_dynamic_batch",

@@ -1,0 +1,108 @@
+"""Program-wide data shared by all methods: constant tensors (segment or .ptd) and delegate blobs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from etlab.compiler._tensor_spec import TensorSpec, align
+from etlab.schema import dtype_to_scalar_type
+from etlab.schema import flat_tensor as FT
+
+DEFAULT_EXTERNAL_FILE = "_default_external_constant"  # upstream's name for the .ptd of external constants
+
+
+@dataclass
+class ConstantValue:
+    buffer_index: int
+    external_name: str | None = None
+
+
+def tensor_bytes(t: torch.Tensor, dim_order: tuple[int, ...] | list[int]) -> memoryview:
+    """A tensor's contents laid out in `dim_order` (contiguous when the order is 0..n-1)."""
+    t = t.detach()
+    if list(dim_order) != sorted(dim_order):
+        t = t.permute(*dim_order)
+    t = t.contiguous().reshape(-1)
+    if t.dtype == torch.bool:
+        t = t.to(torch.uint8)
+    return memoryview(t.view(torch.uint8).numpy())
+
+
+@dataclass
+class ConstantStore:
+    """Deduplicated constants. Buffer index 0 is reserved (the empty buffer); data_buffer_idx >= 1."""
+
+    alignment: int = 16
+    external: bool | Callable[[TensorSpec], bool] = False
+    buffers: list[memoryview] = field(default_factory=list)
+    external_data: dict[str, tuple[memoryview, FT.TensorLayout]] = field(default_factory=dict)
+    _index: dict[tuple, ConstantValue] = field(default_factory=dict)
+
+    def _is_external(self, spec: TensorSpec) -> bool:
+        if callable(self.external):
+            return bool(self.external(spec))
+        return bool(self.external) and spec.fqn is not None
+
+    def lookup(self, spec: TensorSpec) -> ConstantValue:
+        t = spec.data
+        if t is None:
+            raise ValueError(f"constant {spec.name} has no data")
+        key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype,
+               tuple(spec.dim_order), self._is_external(spec))
+        value = self._index.get(key)
+        if value is not None:
+            return value
+        data = tensor_bytes(t, spec.dim_order)
+        if self._is_external(spec):
+            name = spec.fqn or spec.name
+            layout = FT.TensorLayout(scalar_type=FT.ScalarType(int(dtype_to_scalar_type(t.dtype))),
+                                     sizes=list(spec.shape), dim_order=list(spec.dim_order))
+            self.external_data[name] = (data, layout)
+            value = ConstantValue(len(self.external_data) - 1, external_name=name)
+        else:
+            self.buffers.append(data)
+            value = ConstantValue(len(self.buffers))
+        self._index[key] = value
+        return value
+
+    def segment(self) -> tuple[bytes | None, list[int]]:
+        """The constant segment's bytes and its offsets table ([0] for the reserved buffer, then one per buffer)."""
+        offsets, end = [0], 0
+        for data in self.buffers:
+            off = align(end, self.alignment)
+            offsets.append(off)
+            end = off + data.nbytes
+        if not self.buffers:
+            return None, offsets
+        out = bytearray(end)
+        for off, data in zip(offsets[1:], self.buffers):
+            out[off : off + data.nbytes] = data
+        return bytes(out), offsets
+
+    def ptd(self) -> bytes | None:
+        """The .ptd file holding external constants, or None when there are none."""
+        if not self.external_data:
+            return None
+        named = [FT.NamedData(key=name, segment_index=i, tensor_layout=layout)
+                 for i, (name, (_, layout)) in enumerate(self.external_data.items())]
+        segments = [bytes(data) for data, _ in self.external_data.values()]
+        return FT.serialize_ptd(FT.FlatTensor(version=0, named_data=named), segments,
+                                segment_alignment=max(self.alignment, 16))
+
+
+@dataclass
+class DelegateStore:
+    """Delegate payloads, deduplicated by content."""
+
+    blobs: list[bytes] = field(default_factory=list)
+    _index: dict[bytes, int] = field(default_factory=dict)
+
+    def add(self, data: bytes) -> int:
+        data = bytes(data)
+        if data not in self._index:
+            self._index[data] = len(self.blobs)
+            self.blobs.append(data)
+        return self._index[data]

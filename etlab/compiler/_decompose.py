@@ -1,0 +1,328 @@
+"""Core-ATen decomposition, in place and per node.
+
+`ExportedProgram.run_decompositions()` re-traces the whole program; here only the nodes whose op is
+not already an edge op are decomposed. Each such node's op runs once on its fake input values under
+a recording dispatch mode (composite ops decompose on the way down; ops with an entry in torch's
+core decomposition table are expanded there); the recorded calls are spliced into the graph in
+place of the node. Static-shape recordings are cached per (op, argument metadata), so a model with
+16 identical conv blocks records once.
+
+When a decomposition cannot be expressed this way (it bakes a symbolic size we cannot name, or
+creates a tensor out of nowhere) `NeedsRetrace` is raised and the caller falls back to
+`run_decompositions` for the whole program.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+
+import torch
+from torch._ops import HigherOrderOperator, OpOverload
+from torch.fx import GraphModule, Node
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from etlab.compiler._config import EdgeCompileConfig
+from etlab.compiler._graph import call, getitem, inherit_meta, is_static
+
+aten = torch.ops.aten
+
+
+class NeedsRetrace(Exception):
+    """A node cannot be decomposed in place; the whole program must go through run_decompositions."""
+
+
+@functools.cache
+def core_decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions, get_decompositions
+
+    table = dict(core_aten_decompositions())
+    # Not in torch's core table yet, but the runtime has kernels for what it decomposes into.
+    table.update(get_decompositions([aten.linalg_vector_norm.default]))
+    return table
+
+
+def is_view_copy(op) -> bool:
+    return isinstance(op, OpOverload) and torch.Tag.view_copy in op.tags
+
+
+def is_edge_op(op, config: EdgeCompileConfig) -> bool:
+    """Whether `op` may appear in an edge graph as-is."""
+    if not isinstance(op, OpOverload):
+        return True  # getitem, higher-order ops and the like are handled by their own passes
+    if op.namespace != "aten":
+        return True  # custom ops (torch.library) are registered by their authors
+    return torch.Tag.core in op.tags or is_view_copy(op) or op in config._core_aten_ops_exception_list
+
+
+def _keep(op, config: EdgeCompileConfig) -> bool:
+    return is_edge_op(op, config) or op in config._preserve_ops
+
+
+# -- hand-written rules: faster than recording, and they pick the ops the runtime kernels expect -----------
+
+
+def _batch_norm(node: Node, fake_mode) -> bool:
+    x, weight, bias, mean, var, training, momentum, eps = node.args[:8]
+    if training or mean is None or var is None:
+        return False
+    graph = node.graph
+    args = (x, weight, bias, mean, var, momentum, eps)
+    target = aten._native_batch_norm_legit_no_training.default
+    out_val = node.meta["val"]
+    with fake_mode:  # the saved mean/rstd outputs are empty when not training
+        val = (out_val, torch.empty(0, dtype=out_val.dtype), torch.empty(0, dtype=out_val.dtype))
+    with graph.inserting_before(node):
+        bn = call(graph, target, args, like=node, val=val)
+        out = getitem(graph, bn, 0, val=bn.meta["val"][0])
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return True
+
+
+def _dropout(node: Node, fake_mode) -> bool:
+    x, _p, train = [*node.args, None, None][:3]
+    train = node.kwargs.get("train", train)
+    if train:
+        return False
+    node.replace_all_uses_with(x)
+    node.graph.erase_node(node)
+    return True
+
+
+def _item(node: Node, fake_mode) -> bool:
+    node.target = aten._local_scalar_dense.default  # same value; keeps the unbacked symbol export bound
+    return True
+
+
+RULES = {
+    aten.item.default: _item,
+    aten.batch_norm.default: _batch_norm,
+    aten.dropout.default: _dropout,
+    aten.feature_dropout.default: _dropout,
+    aten.alpha_dropout.default: _dropout,
+}
+
+
+def fake_call(target, args, kwargs, fake_mode):
+    """Runs `target` on the fake values of node arguments: the new node's meta['val']."""
+    def val(a):
+        return a.meta["val"] if isinstance(a, Node) else a
+
+    with fake_mode:
+        return target(*tree_map(val, tuple(args)), **tree_map(val, dict(kwargs)))
+
+
+# -- recording ---------------------------------------------------------------------------------------------
+
+
+class _Recorder(TorchDispatchMode):
+    """Records the edge-op calls a decomposition makes, expanding non-edge ops via the core table."""
+
+    def __init__(self, config: EdgeCompileConfig):
+        super().__init__()
+        self.config = config
+        self.calls: list[tuple[OpOverload, tuple, dict, object]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if not _keep(func, self.config):
+            decomp = core_decompositions().get(func)
+            if decomp is not None:
+                with self:
+                    out = decomp(*args, **kwargs)
+                if out is not NotImplemented:
+                    return out
+            if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
+                with self:
+                    return func.decompose(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if any(isinstance(o, torch.Tensor) for o in tree_flatten(out)[0]):
+            self.calls.append((func, args, kwargs, out))  # prim.device, sym_size, ...: plain values
+        return out
+
+
+@dataclass
+class _Ref:
+    """A tensor in a recording: input `index` (kind 'in') or element `index` of call `call`'s output."""
+
+    kind: str
+    call: int
+    index: int
+
+
+@dataclass
+class _Recording:
+    calls: list  # (func, args with _Ref, kwargs with _Ref, out metadata)
+    result: object  # _Ref or tuple of _Ref
+
+
+def _signature(node: Node):
+    """Hashable metadata of a node's op and arguments, or None when shapes are symbolic."""
+    inputs: dict[int, int] = {}
+
+    def key(a):
+        if isinstance(a, Node):
+            v = a.meta.get("val")
+            if not isinstance(v, torch.Tensor) or not is_static(v):
+                raise _Uncacheable
+            slot = inputs.setdefault(id(a), len(inputs))
+            return ("T", slot, tuple(v.shape), tuple(v.stride()), v.dtype, v.storage_offset())
+        if isinstance(a, (list, tuple)):
+            return (type(a).__name__, *map(key, a))
+        if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise _Uncacheable
+        hash(a)
+        return (type(a).__name__, a)
+
+    try:
+        return (node.target, key(tuple(node.args)), key(tuple(sorted(node.kwargs.items()))))
+    except (_Uncacheable, TypeError):
+        return None
+
+
+class _Uncacheable(Exception):
+    pass
+
+
+_CACHE: dict = {}
+_CACHE_LIMIT = 4096
+
+
+def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recording, list[Node]]:
+    """Runs node's op under the recorder; returns the recording and the input nodes it refers to."""
+    input_nodes: list[Node] = []
+    refs: dict[int, _Ref] = {}
+
+    def to_val(a):
+        if isinstance(a, Node):
+            v = a.meta["val"]
+            if isinstance(v, torch.Tensor) and id(v) not in refs:
+                refs[id(v)] = _Ref("in", -1, len(input_nodes))
+                input_nodes.append(a)
+            return v
+        return a
+
+    args = tree_map(to_val, tuple(node.args))
+    kwargs = tree_map(to_val, dict(node.kwargs))
+    recorder = _Recorder(config)
+    with fake_mode, recorder:
+        result = node.target(*args, **kwargs)
+
+    def to_ref(x):
+        if isinstance(x, torch.Tensor):
+            ref = refs.get(id(x))
+            if ref is None:
+                raise NeedsRetrace(f"decomposition of {node.target} uses a tensor it did not receive")
+            return ref
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic size")
+        return x
+
+    calls = []
+    for i, (func, cargs, ckwargs, out) in enumerate(recorder.calls):
+        calls.append((func, tree_map(to_ref, cargs), tree_map(to_ref, ckwargs), out))
+        if isinstance(out, torch.Tensor):
+            refs[id(out)] = _Ref("out", i, -1)
+        elif isinstance(out, (tuple, list)):
+            for j, o in enumerate(out):
+                if isinstance(o, torch.Tensor):
+                    refs.setdefault(id(o), _Ref("out", i, j))
+    return _Recording(calls, tree_map(to_ref, result)), input_nodes
+
+
+def _meta_of(out):
+    """A picklable-free description of a fake output, to rebuild it in another fake mode."""
+    if isinstance(out, torch.Tensor):
+        return ("T", tuple(out.shape), tuple(out.stride()), out.dtype, out.storage_offset())
+    if isinstance(out, (tuple, list)):
+        return tuple(_meta_of(o) for o in out)
+    return out
+
+
+def _rebuild(meta, fake_mode):
+    if isinstance(meta, tuple) and meta and meta[0] == "T":
+        _, shape, stride, dtype, offset = meta
+        with fake_mode:
+            base = torch.empty_strided(shape, stride, dtype=dtype)
+            return base.as_strided(shape, stride, offset) if offset else base
+    if isinstance(meta, tuple):
+        return tuple(_rebuild(m, fake_mode) for m in meta)
+    return meta
+
+
+def _splice(node: Node, rec: _Recording, input_nodes: list[Node], outs: list) -> None:
+    """Replaces `node` by the recorded calls. `outs[i]` is the fake output value of call i."""
+    graph = node.graph
+    made: list[Node] = []
+    elems: dict[tuple[int, int], Node] = {}
+
+    def resolve(x):
+        if isinstance(x, _Ref):
+            if x.kind == "in":
+                return input_nodes[x.index]
+            if x.index < 0:
+                return made[x.call]
+            key = (x.call, x.index)
+            if key not in elems:
+                elems[key] = getitem(graph, made[x.call], x.index, val=outs[x.call][x.index])
+            return elems[key]
+        return x
+
+    with graph.inserting_before(node):
+        for i, (func, args, kwargs, _) in enumerate(rec.calls):
+            made.append(call(graph, func, tree_map(resolve, args), tree_map(resolve, kwargs), like=node, val=outs[i]))
+        result = tree_map(resolve, rec.result)
+    if isinstance(result, Node):
+        node.replace_all_uses_with(result)
+    else:
+        for user in list(node.users):
+            if user.target is not operator.getitem:
+                raise NeedsRetrace(f"{node.target} returns several values but {user} does not index them")
+            user.replace_all_uses_with(result[user.args[1]])
+            graph.erase_node(user)
+    graph.erase_node(node)
+
+
+def decompose_node(node: Node, fake_mode, config: EdgeCompileConfig) -> None:
+    rule = RULES.get(node.target)
+    if rule is not None and rule(node, fake_mode):
+        return
+    if node.meta.get("unbacked_bindings"):
+        # Re-running the op would mint new data-dependent symbols; let torch re-trace instead.
+        raise NeedsRetrace(f"{node.target} produces a data-dependent size")
+    sig = _signature(node)
+    cached = _CACHE.get(sig) if sig is not None else None
+    if cached is not None:
+        rec = cached
+        input_nodes = _input_nodes(node)
+        outs = [_rebuild(meta, fake_mode) for (_, _, _, meta) in rec.calls]
+    else:
+        rec, input_nodes = _record(node, fake_mode, config)
+        outs = [out for (_, _, _, out) in rec.calls]
+        if sig is not None and len(_CACHE) < _CACHE_LIMIT:
+            _CACHE[sig] = _Recording([(f, a, k, _meta_of(o)) for (f, a, k, o) in rec.calls], rec.result)
+    _splice(node, rec, input_nodes, outs)
+
+
+def _input_nodes(node: Node) -> list[Node]:
+    """Tensor-valued argument nodes in first-use order (the order _record numbers them)."""
+    seen: dict[int, Node] = {}
+    for a in tree_flatten((tuple(node.args), dict(node.kwargs)))[0]:
+        if isinstance(a, Node) and isinstance(a.meta.get("val"), torch.Tensor):
+            seen.setdefault(id(a.meta["val"]), a)
+    return list(seen.values())
+
+
+def decompose(gm: GraphModule, fake_mode, config: EdgeCompileConfig) -> None:
+    """Decomposes, in place, every node of gm (not its submodules) whose op is not an edge op."""
+    for node in list(gm.graph.nodes):
+        if node.op != "call_function" or isinstance(node.target, HigherOrderOperator):
+            continue
+        if isinstance(node.target, OpOverload) and not _keep(node.target, config):
+            decompose_node(node, fake_mode, config)
+
+
+__all__ = ["NeedsRetrace", "decompose", "decompose_node", "fake_call", "inherit_meta", "is_edge_op"]

@@ -1,0 +1,72 @@
+"""Small FX helpers shared by the compiler passes: node creation with inherited metadata, submodule walks."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterator
+
+import torch
+from torch.fx import GraphModule, Node
+
+# Metadata a node created by a pass inherits from the node it replaces.
+INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn", "debug_handle", "from_node")
+
+
+def inherit_meta(new: Node, old: Node, val=None) -> Node:
+    for key in INHERITED_META:
+        if key in old.meta:
+            new.meta[key] = old.meta[key]
+    if val is not None:
+        new.meta["val"] = val
+    return new
+
+
+def call(graph: torch.fx.Graph, target, args, kwargs=None, *, like: Node, val=None) -> Node:
+    """A new call_function node (inserted at the graph's current insert point) with `like`'s metadata."""
+    node = graph.call_function(target, tuple(args), dict(kwargs or {}))
+    return inherit_meta(node, like, val)
+
+
+def getitem(graph: torch.fx.Graph, source: Node, index: int, *, val=None) -> Node:
+    return call(graph, operator.getitem, (source, index), like=source, val=val)
+
+
+def submodules_of(node: Node, root: torch.nn.Module) -> list[GraphModule]:
+    """The GraphModules a control-flow node calls (its get_attr arguments)."""
+    subs = []
+    for arg in node.args:
+        if isinstance(arg, Node) and arg.op == "get_attr":
+            mod = getattr(root, arg.target, None)
+            if isinstance(mod, GraphModule):
+                subs.append(mod)
+    return subs
+
+
+def all_graph_modules(gm: GraphModule) -> Iterator[GraphModule]:
+    """gm and every GraphModule nested under it (control-flow branches), outermost first."""
+    yield gm
+    for _, mod in gm.named_children():
+        if isinstance(mod, GraphModule):
+            yield from all_graph_modules(mod)
+
+
+def fake_mode_of(gm: GraphModule):
+    """The FakeTensorMode of an exported graph (from its placeholder values), or None."""
+    from torch._guards import detect_fake_mode
+
+    vals = [n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder"]
+    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
+
+
+def is_static(val) -> bool:
+    """True when a tensor value's shape has no symbols."""
+    return all(isinstance(s, int) for s in val.shape)
+
+
+def tensor_vals(val) -> list[torch.Tensor]:
+    """The tensors in a node value (a tensor, or a tuple/list of them)."""
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (tuple, list)):
+        return [v for v in val if isinstance(v, torch.Tensor)]
+    return []

@@ -1,0 +1,97 @@
+"""What a delegated partition becomes in the graph: a `LoweredBackendModule` held as a submodule,
+called through the `executorch_call_delegate` operator.
+
+    call_function(executorch_call_delegate, (get_attr lowered_module_0, *inputs)) -> tuple of outputs
+
+The emitter turns each such call into a `DelegateCall` whose args are the input value indices
+followed by the output value indices, and the module into a `BackendDelegate` entry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch._C import DispatchKey
+from torch._ops import HigherOrderOperator
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+
+@dataclass(frozen=True)
+class CompileSpec:
+    """A backend option: a key and opaque bytes, stored verbatim in the .pte."""
+
+    key: str
+    value: bytes
+
+
+class LoweredBackendModule(torch.nn.Module):
+    """A partition after `BackendDetails.preprocess`: the backend's bytes plus the original graph.
+
+    `original_module` (the partition as an ExportedProgram) keeps the delegated graph runnable in
+    eager mode and inspectable by the devtools; `debug_handle_map` maps the backend's own
+    identifiers to the debug handles of the original nodes they came from.
+    """
+
+    def __init__(self, backend_id: str, processed_bytes: bytes, compile_specs: list[CompileSpec],
+                 original_module: torch.export.ExportedProgram, debug_handle_map: dict | None = None):
+        super().__init__()
+        self.backend_id = backend_id
+        self.processed_bytes = bytes(processed_bytes)
+        self.compile_specs = list(compile_specs)
+        self.original_module = original_module
+        self.debug_handle_map = debug_handle_map or {}
+
+    def forward(self, *args):
+        return executorch_call_delegate(self, *args)
+
+    def eager_module(self) -> torch.nn.Module:
+        """`original_module` as a runnable module, built on first use (unlifting a program is slow)."""
+        cached = self.__dict__.get("_eager_module")
+        if cached is None:
+            cached = self.original_module.module()
+            # Kept out of nn.Module's registry so it is neither a submodule nor in any state_dict.
+            object.__setattr__(self, "_eager_module", cached)
+        return cached
+
+
+@dataclass
+class DelegateCallInfo:
+    """Metadata the emitter records per DelegateCall, for the ETRecord and Inspector."""
+
+    backend_id: str
+    delegate_index: int
+    debug_handle_map: dict = field(default_factory=dict)
+
+
+class _ExecutorchCallDelegate(HigherOrderOperator):
+    def __init__(self):
+        super().__init__("executorch_call_delegate")
+
+    def __call__(self, lowered_module, *args):
+        return super().__call__(lowered_module, *args)
+
+
+executorch_call_delegate = _ExecutorchCallDelegate()
+
+
+def _run_original(lowered_module: LoweredBackendModule, *args):
+    out = lowered_module.eager_module()(*args)
+    return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+@executorch_call_delegate.py_impl(DispatchKey.CompositeExplicitAutograd)
+def _call_delegate_eager(lowered_module, *args):
+    return _run_original(lowered_module, *args)
+
+
+@executorch_call_delegate.py_impl(DispatchKey.Autograd)
+def _call_delegate_autograd(lowered_module, *args):
+    with torch._C._AutoDispatchBelowAutograd():
+        return executorch_call_delegate(lowered_module, *args)
+
+
+@executorch_call_delegate.py_impl(FakeTensorMode)
+def _call_delegate_fake(mode, lowered_module, *args):
+    with mode:
+        return _run_original(lowered_module, *args)

@@ -1,0 +1,234 @@
+"""Memory planning: lifetimes of every planned tensor, then offsets in one arena per memory id.
+
+Steps are positions in emission order (control-flow branches inline, true branch first). Tensors
+sharing storage (a view and its base, a cond result and what each branch returns) are planned as
+one block living from the first member's definition to the last member's use. Algorithms:
+
+- "naive": every block gets its own bytes (the upper bound).
+- "greedy": best-fit reuse — blocks, largest first, go into the tightest gap left by blocks whose
+  lifetimes overlap theirs; a few orderings are tried and the smallest arena kept.
+- a callable `algo(blocks, mem_id) -> arena_size` that sets each block's `offset`.
+
+Subclass MemoryPlanningPass and set `spec.mem_id` per node in `run` (then call the parent) to place
+tensors in several arenas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch.export.graph_signature import ExportGraphSignature, InputKind
+from torch.fx import GraphModule, Node
+
+from etlab.compiler._graph import submodules_of
+from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
+
+
+@dataclass(eq=False)
+class Block:
+    """Storage shared by one or more specs: planned as a unit."""
+
+    specs: list[TensorSpec]
+    size: int
+    start: int
+    end: int
+    mem_id: int
+    offset: int | None = None
+
+
+@dataclass
+class MemoryPlan:
+    """The outcome for one method: arena sizes (index 0 reserved) and the per-step lower bounds."""
+
+    buffer_sizes: list[int] = field(default_factory=lambda: [0])
+    lower_bounds: list[int] = field(default_factory=lambda: [0])
+    blocks: list[Block] = field(default_factory=list)
+    num_steps: int = 0
+
+
+def linearize(gm: GraphModule) -> Iterator[Node]:
+    """Nodes in emission order, control-flow branches inlined before their cond node."""
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.higher_order.cond:
+            for branch in submodules_of(node, gm):
+                yield from linearize(branch)
+        yield node
+
+
+def _specs_of(value) -> list[TensorSpec]:
+    if isinstance(value, TensorSpec):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [s for v in value for s in _specs_of(v)]
+    return []
+
+
+def _node_specs(node: Node) -> list[TensorSpec]:
+    return _specs_of(node.meta.get("spec"))
+
+
+def compute_lifetimes(gm: GraphModule) -> tuple[list[TensorSpec], int]:
+    """Sets spec.lifetime for every spec of the method; returns (specs in first-seen order, steps)."""
+    order = list(linearize(gm))
+    specs: dict[int, TensorSpec] = {}
+    last = len(order) - 1
+    for step, node in enumerate(order):
+        for spec in _node_specs(node):
+            if id(spec) not in specs:
+                specs[id(spec)] = spec
+                spec.lifetime = [step, step]
+        for arg in node.all_input_nodes:
+            for spec in _node_specs(arg):
+                if id(spec) in specs:
+                    spec.lifetime[1] = max(spec.lifetime[1], step)
+    top_inputs = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node in top_inputs:
+        for spec in _node_specs(node):
+            spec.lifetime[0] = 0
+            if node.meta.get("mutable_buffer") is not None:
+                spec.lifetime[1] = last  # state persists across calls
+    for spec in _specs_of([a.meta.get("spec") for a in gm.graph.output_node().all_input_nodes]):
+        spec.lifetime[1] = last
+    return list(specs.values()), len(order)
+
+
+def _blocks(specs: list[TensorSpec]) -> list[Block]:
+    groups: dict[int, Block] = {}
+    for spec in specs:
+        root = spec.root()
+        block = groups.get(id(root))
+        if block is None:
+            block = groups[id(root)] = Block([], 0, spec.lifetime[0], spec.lifetime[1], root.mem_id)
+        block.specs.append(spec)
+        block.size = max(block.size, spec.allocated_memory)
+        block.start, block.end = min(block.start, spec.lifetime[0]), max(block.end, spec.lifetime[1])
+    return [b for b in groups.values() if b.mem_id is not None and not any(s.const for s in b.specs)]
+
+
+def lower_bound(blocks: list[Block], num_steps: int) -> int:
+    """Max over steps of the bytes live at that step: no plan can use less."""
+    delta = [0] * (num_steps + 2)
+    for b in blocks:
+        delta[b.start] += b.size
+        delta[b.end + 1] -= b.size
+    best = live = 0
+    for d in delta:
+        live += d
+        best = max(best, live)
+    return best
+
+
+def naive(blocks: list[Block], mem_id: int) -> int:
+    offset = 0
+    for b in blocks:
+        b.offset = offset
+        offset += align(b.size)
+    return offset
+
+
+def _best_fit(blocks: list[Block]) -> int:
+    placed: list[Block] = []
+    top = 0
+    for b in blocks:
+        overlapping = sorted((p for p in placed if p.start <= b.end and b.start <= p.end), key=lambda p: p.offset)
+        best, best_gap, cursor = None, None, 0
+        for p in overlapping:
+            gap = p.offset - cursor
+            if gap >= b.size and (best_gap is None or gap < best_gap):
+                best, best_gap = cursor, gap
+            cursor = max(cursor, p.offset + p.size)
+        b.offset = best if best is not None else cursor
+        placed.append(b)
+        top = max(top, b.offset + b.size)
+    return top
+
+
+def greedy(blocks: list[Block], mem_id: int) -> int:
+    orders = [
+        lambda b: (-b.size, b.start),
+        lambda b: (b.start, -b.size),
+        lambda b: (-(b.end - b.start), -b.size),
+        lambda b: (-b.size * (b.end - b.start + 1), b.start),
+    ]
+    best_size, best_offsets = None, None
+    for key in orders:
+        size = _best_fit(sorted(blocks, key=key))
+        if best_size is None or size < best_size:
+            best_size, best_offsets = size, [b.offset for b in blocks]
+    for b, off in zip(blocks, best_offsets or []):
+        b.offset = off
+    return best_size or 0
+
+
+ALGORITHMS: dict[str, Callable[[list[Block], int], int]] = {"naive": naive, "greedy": greedy}
+
+
+class MemoryPlanningPass:
+    """Plans every non-constant tensor of a method into arenas (memory ids >= 1).
+
+    alloc_graph_input / alloc_graph_output: plan user inputs / outputs too (otherwise the caller
+    provides their memory at run time).
+    """
+
+    def __init__(self, memory_planning_algo: str | Callable = "greedy", alloc_graph_input: bool = True,
+                 alloc_graph_output: bool = True, alignment: int = ALIGNMENT):
+        if isinstance(memory_planning_algo, str) and memory_planning_algo not in ALGORITHMS:
+            raise ValueError(f"memory_planning_algo must be one of {sorted(ALGORITHMS)} or a callable, "
+                             f"got {memory_planning_algo!r}")
+        if alignment != ALIGNMENT:
+            raise ValueError(f"only {ALIGNMENT}-byte alignment is supported, got {alignment}")
+        self.memory_planning_algo = memory_planning_algo
+        self.alloc_graph_input = alloc_graph_input
+        self.alloc_graph_output = alloc_graph_output
+        self._graph_signature: ExportGraphSignature | None = None
+
+    def __call__(self, graph_module: GraphModule):
+        return self.call(graph_module)
+
+    def call(self, graph_module: GraphModule):
+        return self.run(graph_module, self._graph_signature)
+
+    def run(self, graph_module: GraphModule, graph_signature: ExportGraphSignature | None = None) -> MemoryPlan:
+        """Sets mem_id/mem_offset on every planned spec; stores and returns the MemoryPlan."""
+        self._mark_unplanned_io(graph_module)
+        specs, steps = compute_lifetimes(graph_module)
+        blocks = _blocks(specs)
+        algo = self.memory_planning_algo
+        algo = ALGORITHMS[algo] if isinstance(algo, str) else algo
+        plan = MemoryPlan(num_steps=steps, blocks=blocks)
+        mem_ids = sorted({b.mem_id for b in blocks})
+        n_arenas = max(mem_ids, default=0)
+        plan.buffer_sizes = [0] * (n_arenas + 1)
+        plan.lower_bounds = [0] * (n_arenas + 1)
+        for mem_id in mem_ids:
+            if mem_id < 1:
+                raise ValueError(f"memory id {mem_id} is reserved; planned tensors use ids >= 1")
+            arena = [b for b in blocks if b.mem_id == mem_id]
+            size = algo(arena, mem_id)
+            for b in arena:
+                if b.offset is None or b.offset % ALIGNMENT:
+                    raise ValueError(f"memory planning algorithm left block of {b.specs[0]} at offset {b.offset}")
+                for spec in b.specs:
+                    spec.mem_id, spec.mem_offset = mem_id, b.offset
+                size = max(size, b.offset + b.size)
+            plan.buffer_sizes[mem_id] = align(size)
+            plan.lower_bounds[mem_id] = lower_bound(arena, steps)
+        graph_module.meta["memory_plan"] = plan
+        return plan
+
+    def _mark_unplanned_io(self, gm: GraphModule) -> None:
+        if not self.alloc_graph_input:
+            for node in gm.graph.nodes:
+                if node.op == "placeholder" and node.meta.get("input_kind") == InputKind.USER_INPUT:
+                    for spec in _node_specs(node):
+                        spec.mem_id = None
+        if not self.alloc_graph_output:
+            n_mut = gm.meta.get("num_mutation_outputs", 0)
+            outs = gm.graph.output_node().args[0]
+            outs = outs if isinstance(outs, (tuple, list)) else [outs]
+            for o in list(outs)[n_mut:]:
+                if isinstance(o, Node):
+                    for spec in _node_specs(o):
+                        spec.root().mem_id = None

@@ -1,0 +1,125 @@
+"""Edge-dialect checks: allowed ops, dtypes the runtime kernels support, bounded shapes, tensor outputs.
+
+Every failure is a CompileError naming the op and the user's source line.
+"""
+
+from __future__ import annotations
+
+import operator
+
+import sympy
+import torch
+from torch._ops import HigherOrderOperator, OpOverload
+from torch.fx import GraphModule, Node
+
+from etlab.compiler._config import EdgeCompileConfig
+from etlab.compiler._decompose import is_edge_op
+from etlab.compiler._errors import CompileError, op_name
+from etlab.compiler._graph import tensor_vals
+
+# Element types every portable kernel is built for.
+_REAL = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float64}
+_FLOAT = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
+SUPPORTED_DTYPES = frozenset(_REAL | _FLOAT | {torch.bool})
+
+# Ops whose kernels only compute in floating point (every tensor they see is floating).
+_FLOAT_ONLY = {"convolution", "_native_batch_norm_legit_no_training", "native_layer_norm", "_softmax",
+               "_log_softmax", "gelu", "sin", "cos", "tan", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
+               "erf", "native_group_norm", "avg_pool2d", "upsample_bilinear2d", "upsample_nearest2d"}
+# Ops whose index argument must be integral; (op name, argument position).
+_INDEX_ARGS = {("embedding", 1), ("index_select", 2), ("gather", 2), ("index_copy", 2)}
+
+_CONTROL_FLOW_OK = {"cond", "executorch_call_delegate"}
+_SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
+            operator.neg, operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge}
+
+
+def _check_op(node: Node, config: EdgeCompileConfig) -> None:
+    target = node.target
+    if target is operator.getitem or target in _SYM_OPS:
+        return
+    if isinstance(target, HigherOrderOperator):
+        if target.name() not in _CONTROL_FLOW_OK:
+            raise CompileError.at(node, "this control-flow operator is not supported (only torch.cond)")
+        return
+    if not isinstance(target, OpOverload):
+        raise CompileError.at(node, f"call to {op_name(target)} cannot run on the runtime (not an operator)")
+    if not is_edge_op(target, config):
+        raise CompileError.at(node, "is not a core ATen operator and has no core decomposition; pass it in "
+                                    "EdgeCompileConfig(_core_aten_ops_exception_list=[...]) if the runtime has a "
+                                    "kernel for it, or register a custom op")
+
+
+def _check_dtypes(node: Node) -> None:
+    target = node.target
+    if not isinstance(target, OpOverload) or target.namespace not in ("aten", "dim_order_ops"):
+        return
+    name = target._schema.name.split("::")[-1]
+    vals = tensor_vals(node.meta.get("val"))
+    for i, a in enumerate(node.args):
+        if isinstance(a, Node):
+            for v in tensor_vals(a.meta.get("val")):
+                if (name, i) in _INDEX_ARGS:
+                    if v.dtype not in (torch.int32, torch.int64):
+                        raise CompileError.at(node, f"index argument {i} has dtype {v.dtype}; the runtime kernel "
+                                                    "takes int32 or int64 indices")
+                else:
+                    vals.append(v)
+    for v in vals:
+        if v.dtype not in SUPPORTED_DTYPES:
+            raise CompileError.at(node, f"dtype {v.dtype} is not supported by the runtime kernels "
+                                        f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))})")
+        if name in _FLOAT_ONLY and v.dtype not in _FLOAT:
+            raise CompileError.at(node, f"the runtime kernel computes in floating point only, got {v.dtype}")
+
+
+def upper_bound(expr, range_constraints: dict) -> int | None:
+    """Largest value a symbolic size can take under export's range constraints (None if unbounded)."""
+    if isinstance(expr, int):
+        return expr
+    if isinstance(expr, torch.SymInt):
+        if expr.node.is_constant():
+            return int(expr)
+        expr = expr.node.expr
+    from torch.utils._sympy.numbers import int_oo
+    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
+
+    ranges = {s: ValueRanges(r.lower, r.upper) if hasattr(r, "lower") else r for s, r in range_constraints.items()}
+    bound = bound_sympy(sympy.sympify(expr), ranges).upper
+    if bound in (sympy.oo, int_oo) or not getattr(bound, "is_number", False):
+        return None
+    try:
+        value = int(bound)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+    return None if value >= 2**62 else value
+
+
+def _check_bounded(node: Node, range_constraints: dict) -> None:
+    for v in tensor_vals(node.meta.get("val")):
+        for d, s in enumerate(v.shape):
+            if not isinstance(s, int) and upper_bound(s, range_constraints) is None:
+                raise CompileError.at(node, f"output dimension {d} ({s}) depends on data and has no upper bound; "
+                                            "bound it with torch._check(size <= N) so memory can be planned")
+
+
+def verify_graph(gm: GraphModule, config: EdgeCompileConfig, range_constraints: dict) -> None:
+    for node in gm.graph.nodes:
+        if node.op != "call_function":
+            continue
+        if config._check_ir_validity:
+            _check_op(node, config)
+            _check_dtypes(node)
+        _check_bounded(node, range_constraints)
+
+
+def verify_outputs(gm: GraphModule, first_user_output: int) -> None:
+    out_node = gm.graph.output_node()
+    outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else [out_node.args[0]]
+    for i, o in enumerate(list(outs)[first_user_output:]):
+        val = o.meta.get("val") if isinstance(o, Node) else o
+        if not isinstance(val, torch.Tensor):
+            what = type(val).__name__ if not isinstance(o, Node) else f"{type(val).__name__} value"
+            raise CompileError.at(o, f"method output {i} is a {what}; only tensors can be returned") \
+                if isinstance(o, Node) else CompileError(f"method output {i} is a {what} ({o!r}); only tensors can "
+                                                         "be returned", op="output")
