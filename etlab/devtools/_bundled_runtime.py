@@ -1,0 +1,194 @@
+"""Bundled programs at run time: run a `.bpte`'s test cases and report how the outputs differ.
+
+    program = load_bundled_program("model.bpte")
+    method = program.load_method("forward")
+    report = verify_method_outputs(method, 0, rtol=1e-5, atol=1e-6)
+    print(report)             # per output: max abs diff, mismatching elements, shape/dtype problems
+    report.raise_if_failed()  # BundledVerificationError with the same text
+
+`load_bundled_input(method, index)` returns test case `index`'s inputs for `method.execute`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from etlab.runtime import Method, Program, Runtime
+from etlab.schema import bundled_program as B
+from etlab.schema.scalar_type import scalar_type_to_dtype
+
+
+class BundledVerificationError(AssertionError):
+    """A method's outputs differ from a bundled test case's expected outputs."""
+
+
+def load_bundled_program(source, **load_kwargs) -> Program:
+    """Loads a `.bpte` (path, bytes or binary file); `load_kwargs` go to `Runtime.load_program`."""
+    program = Runtime.get().load_program(source, **load_kwargs)
+    if program.bundled is None:
+        raise ValueError(f"{source!r} is a plain program, not a bundled program (.bpte)")
+    return program
+
+
+def _value(v: B.Value, what: str) -> Any:
+    val = v.val
+    if isinstance(val, B.Tensor):
+        dtype = scalar_type_to_dtype(val.scalar_type)
+        sizes = list(val.sizes or [])
+        data = bytes(val.data or b"")
+        flat = torch.frombuffer(bytearray(data), dtype=dtype) if data else torch.empty(0, dtype=dtype)
+        if flat.numel() != math.prod(sizes):
+            raise ValueError(f"{what}: tensor data holds {flat.numel()} elements, sizes {sizes} need "
+                             f"{math.prod(sizes)}")
+        order = list(val.dim_order or range(len(sizes)))
+        # Stored in dim order: reshape in that order, then permute back to logical dimensions.
+        stored = flat.reshape([sizes[d] for d in order])
+        return stored.permute([order.index(d) for d in range(len(sizes))])
+    if isinstance(val, B.Int):
+        return val.int_val
+    if isinstance(val, B.Bool):
+        return val.bool_val
+    if isinstance(val, B.Double):
+        return val.double_val
+    raise ValueError(f"{what}: unsupported bundled value {type(val).__name__}")
+
+
+def _test_case(method: Method, index: int) -> B.BundledMethodTestCase:
+    bundled = getattr(method.program, "bundled", None)
+    if bundled is None:
+        raise ValueError(f"method {method.name!r} does not come from a bundled program (.bpte)")
+    suites = [s for s in bundled.method_test_suites or [] if s.method_name == method.name]
+    if not suites:
+        raise ValueError(f"the bundled program has no test suite for method {method.name!r}")
+    cases = suites[0].test_cases or []
+    if not 0 <= index < len(cases):
+        raise IndexError(f"method {method.name!r} has {len(cases)} bundled test cases; {index} is out of range")
+    return cases[index]
+
+
+def bundled_test_case_count(method: Method) -> int:
+    bundled = getattr(method.program, "bundled", None)
+    suites = [s for s in (bundled.method_test_suites if bundled else None) or [] if s.method_name == method.name]
+    return len(suites[0].test_cases or []) if suites else 0
+
+
+def load_bundled_input(method: Method, index: int) -> list:
+    """The inputs of bundled test case `index` of `method` (fresh tensors and Python scalars)."""
+    case = _test_case(method, index)
+    return [_value(v, f"test case {index} input {k}") for k, v in enumerate(case.inputs or [])]
+
+
+def expected_outputs(method: Method, index: int) -> list:
+    case = _test_case(method, index)
+    return [_value(v, f"test case {index} expected output {k}") for k, v in enumerate(case.expected_outputs or [])]
+
+
+@dataclass
+class OutputCheck:
+    """How one output compares with its expected value."""
+
+    index: int
+    ok: bool
+    max_abs_diff: float | None = None
+    mismatched: int = 0  # elements outside rtol/atol
+    numel: int = 0
+    problem: str | None = None  # shape, dtype, kind or count mismatch
+
+    def describe(self) -> str:
+        if self.problem is not None:
+            return f"output {self.index}: {self.problem}"
+        status = "ok" if self.ok else "MISMATCH"
+        diff = "n/a" if self.max_abs_diff is None else f"{self.max_abs_diff:.3g}"
+        return (f"output {self.index}: {status}, max abs diff {diff}, "
+                f"{self.mismatched}/{self.numel} elements outside tolerance")
+
+
+@dataclass
+class BundledVerification:
+    """The result of checking one bundled test case."""
+
+    method: str
+    test_case: int
+    rtol: float
+    atol: float
+    outputs: list[OutputCheck] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return all(o.ok for o in self.outputs)
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+    def __str__(self) -> str:
+        head = (f"method {self.method!r}, bundled test case {self.test_case} (rtol={self.rtol}, atol={self.atol}): "
+                f"{'passed' if self.ok else 'FAILED'}")
+        return "\n".join([head, *("  " + o.describe() for o in self.outputs)])
+
+    def raise_if_failed(self) -> None:
+        if not self.ok:
+            raise BundledVerificationError(str(self))
+
+
+def compare_output(index: int, actual: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+    if isinstance(expected, torch.Tensor):
+        if not isinstance(actual, torch.Tensor):
+            return OutputCheck(index, False, problem=f"expected a tensor, got {type(actual).__name__}")
+        if actual.dtype != expected.dtype:
+            return OutputCheck(index, False, numel=expected.numel(),
+                               problem=f"dtype {actual.dtype} != expected {expected.dtype}")
+        if actual.shape != expected.shape:
+            return OutputCheck(index, False, numel=expected.numel(),
+                               problem=f"shape {list(actual.shape)} != expected {list(expected.shape)}")
+        if expected.numel() == 0:
+            return OutputCheck(index, True, 0.0, 0, 0)
+        if expected.is_floating_point() or expected.is_complex():
+            close = torch.isclose(actual, expected, rtol=rtol, atol=atol, equal_nan=True)
+            diff = (actual.double() - expected.double()).abs().nan_to_num(0.0).max().item()
+        else:
+            close = actual == expected
+            diff = (actual.long() - expected.long()).abs().max().item() if expected.dtype != torch.bool else \
+                float((actual != expected).any())
+        mismatched = int((~close).sum())
+        return OutputCheck(index, mismatched == 0, float(diff), mismatched, expected.numel())
+    if isinstance(expected, float) and isinstance(actual, (int, float)):
+        diff = abs(actual - expected)
+        ok = diff <= atol + rtol * abs(expected) or (math.isnan(actual) and math.isnan(expected))
+        return OutputCheck(index, ok, diff, int(not ok), 1)
+    ok = actual == expected and type(actual) is type(expected)
+    return OutputCheck(index, ok, None, int(not ok), 1,
+                       None if ok else f"value {actual!r} != expected {expected!r}")
+
+
+def verify_method_outputs(method: Method, index: int, rtol: float = 1e-5, atol: float = 1e-8, *,
+                          outputs: list | None = None) -> BundledVerification:
+    """Runs bundled test case `index` on `method` (unless `outputs` are given) and compares the outputs
+    with the expected ones. Returns the report; `report.raise_if_failed()` turns a failure into an error."""
+    expected = expected_outputs(method, index)
+    if outputs is None:
+        outputs = method.execute(load_bundled_input(method, index), bundled_input_index=index)
+    report = BundledVerification(method.name, index, rtol, atol)
+    for k in range(max(len(outputs), len(expected))):
+        if k >= len(expected):
+            report.outputs.append(OutputCheck(k, False, problem="output has no expected value"))
+        elif k >= len(outputs):
+            report.outputs.append(OutputCheck(k, False, problem="expected output is missing"))
+        else:
+            report.outputs.append(compare_output(k, outputs[k], expected[k], rtol, atol))
+    return report
+
+
+def verify_bundled_program(program: Program, rtol: float = 1e-5, atol: float = 1e-8) -> list[BundledVerification]:
+    """Runs every bundled test case of every method of `program`; one report per case."""
+    if program.bundled is None:
+        raise ValueError("the program was not loaded from a bundled program (.bpte)")
+    reports = []
+    for suite in program.bundled.method_test_suites or []:
+        method = program.load_method(suite.method_name)
+        for index in range(len(suite.test_cases or [])):
+            reports.append(verify_method_outputs(method, index, rtol, atol))
+    return reports

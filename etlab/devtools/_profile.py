@@ -1,0 +1,102 @@
+"""Profiling and debugging in one call: export, compile with an ETRecord, run with an ETDump
+that keeps every intermediate output, and hand back the Inspector that joins them."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from etlab.schema import program as P
+from etlab.schema import scalar_type_to_dtype
+
+_DEBUG_ALIGNMENT = 64  # the runtime's debug buffer places each tensor on a 64-byte boundary
+_DEBUG_HEADROOM = 2  # delegates may log intermediates of their own on top of the method's values
+
+
+def _debug_buffer_size(program: P.Program, method_name: str, iterations: int) -> int:
+    """Bytes to keep every non-constant tensor of the method once per run, with headroom."""
+    plan = next(p for p in program.execution_plan or [] if p.name == method_name)
+    per_run = 0
+    for v in plan.values or []:
+        t = v.val
+        if isinstance(t, P.Tensor) and t.data_buffer_idx == 0:
+            nbytes = math.prod(t.sizes or []) * scalar_type_to_dtype(t.scalar_type).itemsize
+            per_run += -(-nbytes // _DEBUG_ALIGNMENT) * _DEBUG_ALIGNMENT
+    return per_run * _DEBUG_HEADROOM * iterations + (64 << 10)
+
+
+def _as_inputs(inputs) -> tuple:
+    if isinstance(inputs, torch.Tensor):
+        return (inputs,)
+    if not isinstance(inputs, Sequence) or isinstance(inputs, (str, bytes)):
+        raise TypeError(f"inputs must be a tuple or list of the model's inputs, got {type(inputs).__name__}")
+    return tuple(inputs)
+
+
+def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_name: str = "forward",
+            partitioner=None, workdir: str | os.PathLike | None = None, debug_buffer_size: int | None = None,
+            progress: bool = True):
+    """Exports `model` on `inputs`, compiles it with an ETRecord, runs it `iterations` times with
+    ETDump on, and returns an `etlab.inspector.Inspector` over the result.
+
+    debug: also record every intermediate output (the debug buffer), for `calculate_numeric_gap`
+    and the events' debug_data. partitioner: a partitioner or list of them (delegation with
+    `to_edge_transform_and_lower`). workdir: where model.pte, model.etrecord, run.etdp and
+    run.bin go (default: a new temporary directory, left in place for the Inspector to read).
+    debug_buffer_size: bytes for intermediates (default: enough for every tensor of every run).
+    method_name: the method of an exported program to run (a module exports as "forward").
+    """
+    from etlab.compiler import to_edge, to_edge_transform_and_lower
+    from etlab.etrecord import ETRecord
+    from etlab.inspector import Inspector
+    from etlab.runtime import Runtime
+
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise ValueError(f"iterations must be a positive int, got {iterations!r}")
+    if debug_buffer_size is not None and (not isinstance(debug_buffer_size, int) or debug_buffer_size < 0):
+        raise ValueError(f"debug_buffer_size must be a non-negative int or None, got {debug_buffer_size!r}")
+    args = _as_inputs(inputs)
+    if isinstance(model, torch.export.ExportedProgram):
+        exported = model
+    elif isinstance(model, torch.nn.Module):
+        exported = torch.export.export(model, args)
+    else:
+        raise TypeError(f"model must be a torch.nn.Module or an ExportedProgram, got {type(model).__name__}")
+
+    if partitioner is None:
+        edge = to_edge(exported, generate_etrecord=True)
+    else:
+        edge = to_edge_transform_and_lower(exported, partitioner=partitioner, generate_etrecord=True)
+    et = edge.to_executorch()
+    if method_name not in et.methods:
+        raise ValueError(f"method_name {method_name!r} is not a method of the program; "
+                         f"methods are {sorted(et.methods)}")
+
+    out = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="etlab-profile-"))
+    if out.exists() and not out.is_dir():
+        raise NotADirectoryError(f"workdir {os.fspath(out)!r} exists and is not a directory")
+    out.mkdir(parents=True, exist_ok=True)
+    pte_path, etrecord_path = out / "model.pte", out / "model.etrecord"
+    etdump_path, debug_path = out / "run.etdp", out / "run.bin"
+    et.write_to_file(pte_path)
+    # The run's inputs are the representative inputs: the numeric gap re-runs the graph on them.
+    ETRecord.from_sources(et.get_etrecord(), representative_inputs=list(args)).save(etrecord_path)
+
+    if debug:
+        size = debug_buffer_size if debug_buffer_size is not None else _debug_buffer_size(
+            et.executorch_program, method_name, iterations)
+    else:
+        size = 0
+    program = Runtime.get().load_program(et.buffer, enable_etdump=True, debug_buffer_size=size)
+    method = program.load_method(method_name)
+    for _ in tqdm(range(iterations), desc=f"profile {method_name}", unit="run", disable=not progress):
+        method.execute(list(args))
+    program.write_etdump_result_to_file(etdump_path, debug_path if debug else None)
+    return Inspector(etdump_path=etdump_path, etrecord=str(etrecord_path),
+                     debug_buffer_path=debug_path if debug else None)

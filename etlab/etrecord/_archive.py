@@ -1,0 +1,124 @@
+"""The ETRecord zip: writing it atomically and reading it defensively.
+
+Two entries: `etrecord.json` (maps, programs, tensor index) and `tensors.bin` (raw tensor bytes).
+Reading checks, before decompressing anything: entry names (no absolute paths, no `..`, only the
+two names an ETRecord has), no duplicates or encryption, and that the declared uncompressed sizes
+stay under a bound relative to the file's size and under a hard cap (zip bombs). Python's zipfile
+never inflates an entry past its declared size and checks every entry's CRC, so a corrupt or
+lying entry fails here with a FormatError naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import zipfile
+
+from etlab.errors import FormatError
+from etlab.schema import write_atomic
+
+MANIFEST = "etrecord.json"  # everything but the tensor bytes: maps, programs, tensor index
+TENSOR_BLOB = "tensors.bin"
+UPSTREAM_IDENTIFIER = "ETRECORD_V0"
+
+# Uncompressed bytes allowed: this many times the file size (our JSON shrinks ~50x with LZMA, the
+# tensor bytes not at all), at least the floor, never more than the hard cap.
+MAX_EXPANSION = 100
+EXPANSION_FLOOR = 64 << 20
+HARD_CAP = 8 << 30
+_PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
+
+
+def write_archive(path, manifest: bytes, blob: bytes) -> None:
+    """Writes the two entries; a path is written atomically, a binary file as is.
+
+    The JSON is LZMA-compressed: its programs repeat each other (the ATen and edge graphs share
+    stack traces and module paths) at distances beyond deflate's 32 KiB window. The tensor bytes
+    are stored as they are: weights do not compress."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data, method in ((MANIFEST, manifest, zipfile.ZIP_LZMA), (TENSOR_BLOB, blob, zipfile.ZIP_STORED)):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = method
+            zf.writestr(info, data)
+    if isinstance(path, (str, os.PathLike)):
+        write_atomic(path, buf.getvalue())
+    elif hasattr(path, "write"):
+        path.write(buf.getvalue())
+    else:
+        raise TypeError(f"ETRecord.save: expected a path or a binary file, got {type(path).__name__}")
+
+
+def _check_name(name: str, where: str) -> None:
+    if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or "\\" in name or \
+            any(part in ("..", ".") for part in name.split("/")):
+        raise FormatError(f"{where}: entry {name!r} has an absolute or parent-relative path")
+    if name not in (MANIFEST, TENSOR_BLOB):
+        raise FormatError(f"{where}: unexpected entry {name!r} (an ETRecord holds {MANIFEST} and {TENSOR_BLOB})")
+
+
+def read_archive(source) -> tuple[dict[str, bytes], str]:
+    """All entries of an ETRecord zip, checked. `source`: a path, bytes or a binary file."""
+    if isinstance(source, (str, os.PathLike)):
+        where = os.fspath(source)
+        with open(source, "rb") as f:  # a missing file is a FileNotFoundError, not a FormatError
+            data = f.read()
+    elif isinstance(source, (bytes, bytearray, memoryview)):
+        where, data = "<ETRecord bytes>", bytes(source)
+    elif hasattr(source, "read"):
+        where, data = getattr(source, "name", "<ETRecord file>"), source.read()
+    else:
+        raise TypeError(f"parse_etrecord: expected a path, bytes or a binary file, got {type(source).__name__}")
+    if not data.startswith(b"PK"):
+        hint = " (it is a pickle, which etlab never loads)" if data[:2] in _PICKLE_MAGIC else ""
+        raise FormatError(f"{where}: not an ETRecord: not a zip file{hint}")
+    try:
+        zf = zipfile.ZipFile(io.BytesIO(data))
+        infos = zf.infolist()
+    except Exception as e:  # zipfile raises many kinds on a damaged central directory
+        raise FormatError(f"{where}: not a readable zip file ({type(e).__name__}: {e})") from None
+    if any(info.filename == UPSTREAM_IDENTIFIER for info in infos):
+        raise FormatError(f"{where}: an upstream ExecuTorch ETRecord; etlab reads only its own ETRecords (upstream's "
+                          "hold pickled tensors), so regenerate it with etlab's compiler")
+    budget = min(HARD_CAP, max(EXPANSION_FLOOR, MAX_EXPANSION * len(data)))
+    total, seen = 0, set()
+    for info in infos:
+        _check_name(info.filename, where)
+        if info.filename in seen:
+            raise FormatError(f"{where}: entry {info.filename!r} appears twice")
+        seen.add(info.filename)
+        if info.flag_bits & 0x1:
+            raise FormatError(f"{where}: entry {info.filename!r} is encrypted")
+        if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED, zipfile.ZIP_LZMA):
+            raise FormatError(f"{where}: entry {info.filename!r} uses unsupported compression {info.compress_type}")
+        total += info.file_size
+        if total > budget:
+            raise FormatError(f"{where}: entries expand to more than {budget} bytes ({info.filename!r} declares "
+                              f"{info.file_size}); refusing a possible zip bomb")
+    if MANIFEST not in seen:
+        raise FormatError(f"{where}: not an etlab ETRecord: {MANIFEST} is missing")
+    out = {}
+    for info in infos:
+        try:
+            out[info.filename] = zf.read(info)
+        except Exception as e:
+            raise FormatError(f"{where}: entry {info.filename!r} is corrupt ({type(e).__name__}: {e})") from None
+        if len(out[info.filename]) != info.file_size:
+            raise FormatError(f"{where}: entry {info.filename!r} is shorter than it declares")
+    return out, where
+
+
+def load_json(entries: dict[str, bytes], name: str, where: str):
+    data = entries[name]
+    if data[:2] in _PICKLE_MAGIC:
+        raise FormatError(f"{where}: entry {name!r} is a pickle, not JSON; etlab never loads pickles")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise FormatError(f"{where}: entry {name!r} is not valid JSON ({e})") from None
+
+
+def dump_json(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")

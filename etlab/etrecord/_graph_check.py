@@ -1,0 +1,192 @@
+"""Makes a torch.export JSON program from a file safe to hand to torch's deserializer.
+
+torch's deserializer trusts its input in ways a file from elsewhere must not be trusted:
+- symbolic-shape expressions go through `sympy.sympify`, which evaluates Python;
+- `guards_code` is compiled into a function when the program is unlifted;
+- a node's target may name any attribute of `torch`, `math` or `operator`;
+- custom objects are unpickled.
+
+- node, argument and parameter names become Python identifiers and attribute paths in the code
+  torch.fx generates (and compiles) for the graph;
+
+So before deserializing, every expression must be a plain sympy expression over shape symbols,
+every name a plain (dotted) identifier, guards and non-essential metadata are dropped, every
+target must be a registered operator (`torch.ops.<namespace>.<op>.<overload>`, a higher-order
+operator) or one of a fixed set of Python scalar functions, and custom objects are refused.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import torch
+
+from etlab.errors import FormatError
+
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_OP_TARGET = re.compile(rf"torch\.ops\.({_IDENT})\.({_IDENT})(?:\.({_IDENT}))?")
+# Python callables torch.export puts in graphs for symbolic integer arithmetic.
+SCALAR_TARGETS = frozenset({
+    *(f"_operator.{n}" for n in ("getitem", "add", "sub", "mul", "floordiv", "truediv", "mod", "pow", "neg",
+                                 "pos", "abs", "eq", "ne", "lt", "le", "gt", "ge", "and_", "or_", "xor", "not_",
+                                 "invert", "lshift", "rshift")),
+    *(f"math.{n}" for n in ("ceil", "floor", "trunc", "sqrt")),
+    *(f"torch.{n}" for n in ("sym_int", "sym_float", "sym_max", "sym_min", "sym_not", "sym_ite", "sym_sqrt",
+                             "sym_sum", "_sym_sqrt")),
+})
+# Node metadata worth keeping; the rest (source_fn_stack, from_node, custom) is dropped.
+KEPT_METADATA = ("stack_trace", "nn_module_stack", "torch_fn")
+
+# sympy's srepr/str vocabulary for shape expressions; anything else in an expression is refused.
+_EXPR_NAMES = frozenset({
+    "Symbol", "Integer", "Float", "Rational", "Add", "Mul", "Pow", "Max", "Min", "Abs", "Mod", "floor", "ceiling",
+    "Eq", "Ne", "Lt", "Le", "Gt", "Ge", "StrictLessThan", "StrictGreaterThan", "LessThan", "GreaterThan",
+    "Equality", "Unequality", "And", "Or", "Not", "Piecewise", "ExprCondPair", "oo", "zoo", "nan", "Infinity",
+    "NegativeInfinity", "int_oo", "IntInfinity", "NegativeIntInfinity", "true", "false", "True", "False",
+    "BooleanTrue", "BooleanFalse", "Half", "One", "Zero", "NegativeOne", "sqrt",
+    "FloorDiv", "ModularIndexing", "Where", "PythonMod", "CleanDiv", "CeilToInt", "FloorToInt", "CeilDiv",
+    "LShift", "RShift", "PowByNatural", "FloatPow", "FloatTrueDiv", "IntTrueDiv",
+    "IsNonOverlappingAndDenseIndicator", "TruncToFloat", "TruncToInt", "RoundToInt", "RoundDecimal", "ToFloat",
+    "Identity",
+    # assumptions given as keywords in Symbol(...)
+    "positive", "negative", "integer", "real", "nonnegative", "nonpositive", "finite", "commutative", "zero",
+    "nonzero", "even", "odd",
+})
+_SYMBOL_NAME = re.compile(r"[a-z]{1,4}\d{1,9}")
+_EXPR_TOKEN = re.compile(r"\s+|(?P<name>[A-Za-z_][A-Za-z0-9_]*)|(?P<num>\d+(?:\.\d*)?(?:[eE][+-]?\d+)?)"
+                         r"|'(?P<str>[A-Za-z0-9_]*)'|(?P<op>\*\*|//|==|!=|<=|>=|[-+*/%(),<>=~&|])")
+_MAX_EXPR = 4096
+_SAFE_NAME = re.compile(r"[A-Za-z0-9_]+(?:\.[A-Za-z0-9_]+)*")
+_SAFE_SPEC_TEXT = re.compile(r"[A-Za-z0-9_. \-]*")
+# graph tables keyed by value / symbol names
+_NAME_KEYED = frozenset({"tensor_values", "sym_int_values", "sym_bool_values", "sym_float_values",
+                         "custom_obj_values", "range_constraints", "treespec_namedtuple_fields"})
+# characters Python (or str.splitlines) treats as line breaks, other than "\n": kept out of metadata
+_LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+
+
+def check_name(value, where: str, what: str) -> None:
+    if isinstance(value, str) and value and not _SAFE_NAME.fullmatch(value):
+        raise FormatError(f"{where}: {what} {value[:80]!r} is not a plain (dotted) identifier")
+
+
+def _check_spec(text, where: str, depth: int = 0) -> None:
+    """A pytree spec (JSON, with JSON strings nested as contexts) holding only plain names."""
+    if depth > 32:
+        raise FormatError(f"{where}: a pytree spec is nested too deeply")
+    try:
+        data = json.loads(text)
+    except (ValueError, TypeError, RecursionError):
+        raise FormatError(f"{where}: a pytree spec is not valid JSON") from None
+    stack = [data]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+            stack.extend(item.keys())
+        elif isinstance(item, str):
+            if item[:1] in ("[", "{") or item == "null":
+                _check_spec(item, where, depth + 1)
+            elif not _SAFE_SPEC_TEXT.fullmatch(item):
+                raise FormatError(f"{where}: a pytree spec holds text {item[:80]!r} that is not a plain name")
+
+
+def check_expr(expr: str, where: str) -> None:
+    """Refuses anything but names, numbers and operators of a shape expression."""
+    if not isinstance(expr, str) or len(expr) > _MAX_EXPR:
+        raise FormatError(f"{where}: a symbolic expression is not a string of at most {_MAX_EXPR} characters")
+    pos, depth = 0, 0
+    while pos < len(expr):
+        m = _EXPR_TOKEN.match(expr, pos)
+        if m is None:
+            raise FormatError(f"{where}: symbolic expression {expr[:80]!r} has an unexpected character at {pos}")
+        name, text, op = m.group("name"), m.group("str"), m.group("op")
+        if name is not None and name not in _EXPR_NAMES and not _SYMBOL_NAME.fullmatch(name):
+            raise FormatError(f"{where}: symbolic expression {expr[:80]!r} uses unknown name {name!r}")
+        if text is not None and not _SYMBOL_NAME.fullmatch(text):
+            raise FormatError(f"{where}: symbolic expression {expr[:80]!r} names symbol {text!r}")
+        if op == "(":
+            depth += 1
+            if depth > 64:
+                raise FormatError(f"{where}: symbolic expression nested too deeply")
+        elif op == ")":
+            depth -= 1
+        pos = m.end()
+
+
+def check_target(target, where: str) -> None:
+    if not isinstance(target, str):
+        raise FormatError(f"{where}: a node target is not a string")
+    if target in SCALAR_TARGETS:
+        return
+    m = _OP_TARGET.fullmatch(target)
+    if m is None or any(part.startswith("__") for part in m.groups() if part):
+        raise FormatError(f"{where}: unknown operator {target!r}")
+    if resolve_operator(target) is None:
+        raise FormatError(f"{where}: unknown operator {target!r} (not registered in this process)")
+
+
+def resolve_operator(target: str):
+    """The OpOverload or HigherOrderOperator `torch.ops.<ns>.<op>[.<overload>]` names, or None."""
+    m = _OP_TARGET.fullmatch(target)
+    if m is None:
+        return None
+    ns, op, overload = m.groups()
+    try:
+        if ns == "higher_order":
+            found = getattr(torch.ops.higher_order, op) if overload is None else None
+            return found if isinstance(found, torch._ops.HigherOrderOperator) else None
+        if overload is None:
+            return None
+        packet = getattr(getattr(torch.ops, ns), op)
+        found = getattr(packet, overload)
+    except (AttributeError, RuntimeError):
+        return None
+    return found if isinstance(found, torch._ops.OpOverload) else None
+
+
+def sanitize_program(doc, where: str) -> None:
+    """Checks (and trims, in place) one torch.export JSON program; raises FormatError if unsafe."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("graph_module"), dict):
+        raise FormatError(f"{where}: not a torch.export program (no graph_module)")
+    doc["guards_code"] = []
+    doc["graph_module"]["metadata"] = {}
+    _walk(doc, where, 0)
+
+
+def _walk(obj, where: str, depth: int) -> None:
+    if depth > 200:
+        raise FormatError(f"{where}: the program is nested too deeply")
+    if isinstance(obj, list):
+        for item in obj:
+            _walk(item, where, depth + 1)
+        return
+    if not isinstance(obj, dict):
+        return
+    if "as_custom_obj" in obj or obj.get("custom_obj_values"):
+        raise FormatError(f"{where}: the program holds a custom (script) object, which an ETRecord cannot load")
+    if "expr_str" in obj:
+        check_expr(obj["expr_str"], where)
+    if "as_operator" in obj and obj["as_operator"] is not None:
+        check_target(obj["as_operator"], where)
+    if "target" in obj and "inputs" in obj and "outputs" in obj:  # a node
+        check_target(obj["target"], f"{where}: node {obj.get('name')!r}")
+        meta = obj.get("metadata")
+        if isinstance(meta, dict):
+            obj["metadata"] = {k: _LINE_BREAKS.sub(" ", v) for k, v in meta.items()
+                               if k in KEPT_METADATA and isinstance(v, str)}
+    for key, value in obj.items():
+        if key in ("name", "as_name", "fqn") or key.endswith("_name"):
+            check_name(value, where, key)
+        elif key == "forward_arg_names" and isinstance(value, list):
+            for arg in value:
+                check_name(arg, where, "forward argument name")
+        elif key in _NAME_KEYED and isinstance(value, dict):
+            for name in value:
+                check_name(name, where, f"{key} key")
+        elif key in ("in_spec", "out_spec") and isinstance(value, str):
+            _check_spec(value, where)
+        _walk(value, where, depth + 1)

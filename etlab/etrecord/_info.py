@@ -1,0 +1,194 @@
+"""From recorded graphs and debug maps to the Inspector's `MethodInfo`; the AOT intermediate outputs.
+
+Ops: every call_function node with a debug handle (getitem excepted: it only unpacks results), in
+the method's graph, its control-flow branches and the original graphs of its lowered modules.
+
+AOT intermediate outputs: the edge graph run by a torch.fx Interpreter on the recorded inputs,
+each node's result kept under `(debug handle,)`. torch.cond branches and lowered modules' original
+graphs are run by the same interpreter, so the nodes inside them are captured too; a delegate
+call's results are also kept under the (deduplicated) handles of all its nodes, which is how the
+runtime reports a DELEGATE_CALL's outputs.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Iterable
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind, OutputKind
+from torch.fx import GraphModule, Interpreter, Node
+from torch.utils import _pytree as pytree
+
+from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.etrecord._graphs import graph_modules, lowered_modules
+from etlab.etrecord._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
+
+MAIN_CHAIN = 0  # etlab's emitter puts a whole method (cond branches inlined) in one chain
+
+
+def unique_handles(handles) -> DebugHandle:
+    """Handles in first-seen order without repeats (a decomposed op's nodes share one handle)."""
+    if isinstance(handles, int):
+        return (handles,)
+    return tuple(dict.fromkeys(int(h) for h in handles))
+
+
+def op_type(target) -> str:
+    if isinstance(target, torch._ops.OpOverload):
+        return str(target)  # "aten.linear.default"
+    if isinstance(target, torch._ops.HigherOrderOperator):
+        return target.name()
+    return getattr(target, "__name__", str(target))
+
+
+def module_hierarchy(stack) -> dict[str, tuple[str, str]] | None:
+    if not stack:
+        return None
+    out = {}
+    for key, val in stack.items():
+        path, ty = val if isinstance(val, (tuple, list)) and len(val) == 2 else (str(val), "")
+        if isinstance(ty, type):
+            ty = f"{ty.__module__}.{ty.__qualname__}"
+        out[str(key)] = (str(path), str(ty))
+    return out
+
+
+def _handle_list(handle) -> list[int]:
+    return [handle] if isinstance(handle, int) else [int(h) for h in handle]
+
+
+def collect_ops(ep: ExportedProgram) -> dict[int, list[OpInfo]]:
+    """Debug handle -> the nodes carrying it, across branches and lowered modules."""
+    ops: dict[int, list[OpInfo]] = {}
+    for program in _programs_under(ep):
+        for gm in graph_modules(program.graph_module).values():
+            for node in gm.graph.nodes:
+                handle = node.meta.get("debug_handle")
+                if node.op != "call_function" or handle is None or node.target is operator.getitem:
+                    continue
+                info = OpInfo(node.name, op_type(node.target), node.meta.get("stack_trace"),
+                              module_hierarchy(node.meta.get("nn_module_stack")))
+                for h in _handle_list(handle):
+                    ops.setdefault(h, []).append(info)
+    return ops
+
+
+def _programs_under(ep: ExportedProgram) -> Iterable[ExportedProgram]:
+    yield ep
+    for _, _, lowered in lowered_modules(ep.graph_module):
+        yield from _programs_under(lowered.original_module)
+
+
+def ops_to_json(ops: dict[int, list[OpInfo]]) -> list:
+    return [[h, [[o.name, o.op_type, o.stack_trace,
+                  [[k, p, t] for k, (p, t) in o.module_hierarchy.items()] if o.module_hierarchy is not None else None]
+                 for o in infos]] for h, infos in ops.items()]
+
+
+def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
+    from etlab.errors import FormatError
+
+    ops: dict[int, list[OpInfo]] = {}
+    try:
+        for handle, infos in data:
+            if type(handle) is not int:
+                raise TypeError("handle")
+            for name, kind, trace, hierarchy in infos:
+                if not isinstance(name, str) or not isinstance(kind, str) or not isinstance(trace, (str, type(None))):
+                    raise TypeError("op")
+                mh = None if hierarchy is None else {str(k): (str(p), str(t)) for k, p, t in hierarchy}
+                ops.setdefault(handle, []).append(OpInfo(name, kind, trace, mh))
+    except (TypeError, ValueError):
+        raise FormatError(f"{where}: the ops table is malformed") from None
+    return ops
+
+
+def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_outs: dict | None,
+                ops: dict[int, list[OpInfo]], reference_outputs=None, aot=None) -> MethodInfo:
+    handles = {(MAIN_CHAIN, int(i)): unique_handles(h) for i, h in (debug_handle_map or {}).items()}
+    num_outs = {int(i): int(n) for i, n in (num_outs or {}).items()}
+    outputs = {key: num_outs.get(key[1], 1) for key in handles}
+    outputs.update({(MAIN_CHAIN, i): n for i, n in num_outs.items()})
+    delegates = {}
+    for i, entry in (delegate_map or {}).items():
+        dmap = entry.get("delegate_map") or {}
+        delegates[(MAIN_CHAIN, int(i))] = DelegateInfo(str(entry.get("name")),
+                                                       {k: unique_handles(v) for k, v in dmap.items()})
+    return MethodInfo(instruction_debug_handles=handles, instruction_num_outputs=outputs, delegates=delegates,
+                      ops=ops, reference_outputs=reference_outputs, aot_intermediate_outputs=aot)
+
+
+# -- AOT intermediate outputs ---------------------------------------------------------------------------
+
+
+def _snapshot(value):
+    # Edge graphs are functional (no node writes another's output), so results need no copy.
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, (tuple, list)):
+        return [_snapshot(v) for v in value]
+    return value
+
+
+class _Capture(Interpreter):
+    def __init__(self, gm: GraphModule, captured: dict):
+        super().__init__(gm, garbage_collect_values=True)
+        self.captured = captured
+
+    def run_node(self, n: Node):
+        if n.op == "call_function" and n.target is torch.ops.higher_order.cond:
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            pred, true_gm, false_gm, operands = args
+            branch = true_gm if bool(pred) else false_gm
+            result = _Capture(branch, self.captured).run(*operands)
+        elif n.op == "call_function" and n.target is executorch_call_delegate:
+            args, _ = self.fetch_args_kwargs_from_env(n)
+            lowered: LoweredBackendModule = args[0]
+            result = tuple(run_program(lowered.original_module, list(args[1:]), {}, self.captured))
+            inner = [m.meta["debug_handle"] for m in lowered.original_module.graph.nodes
+                     if m.op == "call_function" and m.meta.get("debug_handle") is not None]
+            if inner:
+                key = unique_handles([h for handle in inner for h in _handle_list(handle)])
+                self.captured[key] = _snapshot(result[0] if len(result) == 1 else list(result))
+            return result
+        else:
+            result = super().run_node(n)
+        handle = n.meta.get("debug_handle")
+        if n.op == "call_function" and handle is not None and n.target is not operator.getitem:
+            self.captured[unique_handles(handle)] = _snapshot(result)
+        return result
+
+
+def run_program(ep: ExportedProgram, args, kwargs, captured: dict) -> list:
+    """Runs a program's graph on user inputs; returns its user outputs, filling `captured`."""
+    flat = iter(pytree.tree_flatten((tuple(args), dict(kwargs or {})))[0])
+    inputs = []
+    for spec in ep.graph_signature.input_specs:
+        if spec.kind == InputKind.USER_INPUT:
+            try:
+                inputs.append(next(flat))
+            except StopIteration:
+                raise ValueError("fewer inputs than the recorded program takes") from None
+        elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER) and spec.target in ep.state_dict:
+            inputs.append(ep.state_dict[spec.target])
+        else:
+            inputs.append(ep.constants[spec.target])
+    with torch.no_grad():
+        outs = _Capture(ep.graph_module, captured).run(*inputs)
+    outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+    return [o for o, s in zip(outs, ep.graph_signature.output_specs) if s.kind == OutputKind.USER_OUTPUT]
+
+
+def intermediate_outputs(ep: ExportedProgram, inputs) -> dict[DebugHandle, object]:
+    """{(debug handle, ...): output} of every recorded node when `ep` runs on `inputs`.
+
+    `inputs`: a list/tuple of positional inputs, or an (args, kwargs) pair as in `ep.example_inputs`."""
+    if isinstance(inputs, tuple) and len(inputs) == 2 and isinstance(inputs[0], tuple) and isinstance(inputs[1], dict):
+        args, kwargs = inputs
+    else:
+        args, kwargs = tuple(inputs), {}
+    captured: dict[DebugHandle, object] = {}
+    run_program(ep, args, kwargs, captured)
+    return captured
