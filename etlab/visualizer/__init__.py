@@ -1,0 +1,41 @@
+"""Notebook views of a program and its runs; every view also exports to one offline HTML file.
+
+- `GraphView(program_or_inspector, graph="edge"|"aten"|"runtime"|[kinds])`: the graph grouped by
+  nn.Module (collapsible), delegates outlined by backend, overlays (p50 latency, numeric gap,
+  output bytes), node details, search; a list of kinds compares graphs synced by debug handle.
+- `MemoryTimeline(program_manager)`: planned tensors per memory id over instruction steps, the
+  live bytes with the lower bound and the arena size.
+- `DelegationView`, `NumericGapView`, `ProfileView`: tables and charts that click through to the graph.
+- `show(inspector, program=None)` -> `Dashboard`: all of them in tabs; `.save_html(path)`.
+- `inspector_html`, `event_block_html`, `delegation_info_html`, `repr_mimebundle`: rich reprs.
+- `report_main(argv)`: `etlab report --etdump P --etrecord R -o report.html`.
+"""
+
+from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
+from etlab.visualizer._cli import report_main
+from etlab.visualizer._dashboard import Dashboard, show
+from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
+from etlab.visualizer._graph_view import GraphView
+from etlab.visualizer._memory_view import MemoryTimeline
+from etlab.visualizer._reprs import delegation_info_html, event_block_html, inspector_html, repr_mimebundle
+from etlab.visualizer._table import TableView
+
+__all__ = [
+    "Dashboard",
+    "DelegationView",
+    "GraphGroup",
+    "GraphModel",
+    "GraphNode",
+    "GraphView",
+    "MemoryTimeline",
+    "NumericGapView",
+    "ProfileView",
+    "TableView",
+    "build_graph_model",
+    "delegation_info_html",
+    "event_block_html",
+    "inspector_html",
+    "report_main",
+    "repr_mimebundle",
+    "show",
+]

@@ -1,0 +1,43 @@
+"""`etlab report --etdump P [--etrecord R] [--debug-buffer B] -o report.html`: the full dashboard as
+one offline HTML file. Wire as a subcommand calling `report_main(argv)`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def report_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    parser = parser or argparse.ArgumentParser(prog="etlab report", description=__doc__)
+    parser.add_argument("--etdump", required=True, help="the run's .etdp file")
+    parser.add_argument("--etrecord", help="the program's ETRecord (graphs, module hierarchy, source lines)")
+    parser.add_argument("--debug-buffer", "--debug_buffer", dest="debug_buffer",
+                        help="the debug buffer holding intermediate outputs (numeric gap)")
+    parser.add_argument("--method", default="forward")
+    parser.add_argument("--title", default=None)
+    parser.add_argument("-o", "--output", default="report.html", help="where to write the HTML (default report.html)")
+    return parser
+
+
+def report_main(argv: list[str] | None = None) -> int:
+    """Reads the files, builds the dashboard and writes it; returns the exit code (2 on bad input)."""
+    args = report_parser().parse_args(argv)
+    from etlab.errors import FormatError
+    from etlab.inspector import Inspector
+    from etlab.visualizer._dashboard import Dashboard
+
+    try:
+        ins = Inspector(etdump_path=args.etdump, etrecord=args.etrecord, debug_buffer_path=args.debug_buffer)
+        dash = Dashboard(ins, method=args.method)
+        path = dash.save_html(args.output, title=args.title or f"etlab report: {args.etdump}")
+    except (FormatError, FileNotFoundError, ValueError, TypeError, RuntimeError) as e:
+        print(f"etlab report: error: {e}", file=sys.stderr)
+        return 2
+    for key, why in dash.missing.items():
+        print(f"etlab report: no {key} view: {why}", file=sys.stderr)
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(report_main())

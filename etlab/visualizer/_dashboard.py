@@ -1,0 +1,153 @@
+"""The dashboard: every view of a run in tabs (`show(inspector)`), and the same as one offline HTML report."""
+
+from __future__ import annotations
+
+import html
+import os
+
+import ipywidgets as widgets
+from torch.fx import GraphModule
+
+from etlab.visualizer import _html
+from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
+from etlab.visualizer._graph_view import GraphView
+from etlab.visualizer._memory_view import MemoryTimeline
+from etlab.visualizer._reprs import inspector_summary_html
+from etlab.visualizer._sources import ProgramSources, resolve_sources
+
+
+class _PlannedProgram:
+    """The little of an ExecutorchProgramManager memory_plan_dataframe needs, over a recorded planned graph."""
+
+    def __init__(self, planned, method: str):
+        self._planned, self.methods, self.buffer = planned, {method}, None
+        gm = planned if isinstance(planned, GraphModule) else planned.graph_module
+        plan = gm.meta.get("memory_plan")
+        self.memory_plans = {method: plan} if plan is not None else {}
+
+    def exported_program(self, method_name: str = "forward"):
+        return self._planned
+
+
+def _memory_source(sources):
+    if sources.manager is not None:
+        return sources.manager
+    if sources.runtime is not None:
+        return _PlannedProgram(sources.runtime, sources.method)
+    return None
+
+
+# Tabs of the report page (the focus glue in _html.page opens the graph tab through etlabShowTab).
+_GLUE = """<script>
+window.etlabShowTab = function (name) {
+  document.querySelectorAll('.etlab-tabs > button').forEach(function (b) {
+    b.classList.toggle('active', b.dataset.tab === name); });
+  document.querySelectorAll('.etlab-tab').forEach(function (t) {
+    t.style.display = t.dataset.tab === name ? '' : 'none'; });
+  if (window.Plotly) document.querySelectorAll('.etlab-tab[data-tab="' + name + '"] .js-plotly-plot')
+    .forEach(function (p) {  // drawn while hidden at a default width: take the tab's width
+      requestAnimationFrame(function () { window.Plotly.relayout(p, { autosize: true, width: null }); }); });
+  window.dispatchEvent(new Event('resize'));
+};
+</script>"""
+
+_TAB_CSS = """<style>
+.etlab-tabs { display: flex; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 10px; }
+.etlab-tabs > button { border: 1px solid #ccc; border-bottom: none; background: #f4f6f9; padding: 6px 14px;
+  cursor: pointer; border-radius: 5px 5px 0 0; font: inherit; }
+.etlab-tabs > button.active { background: #fff; font-weight: 600; position: relative; top: 1px; }
+</style>"""
+
+
+class Dashboard(widgets.Tab):
+    """Tabs: Summary, Graph (compare mode when several graphs are known), Memory, Delegation,
+    Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`)."""
+
+    def __init__(self, inspector, program=None, *, method: str = "forward", **kwargs):
+        try:
+            sources = resolve_sources(program if program is not None else inspector, method, inspector)
+        except ValueError:  # an Inspector without ETRecord: timings only
+            sources = ProgramSources(method=method)
+        sources.inspector = inspector
+        self.inspector = inspector
+        self.views: dict[str, object] = {}
+        self.missing: dict[str, str] = {}
+        kinds = sources.available()
+        self.views["summary"] = widgets.HTML(inspector_summary_html(inspector))
+        if kinds:
+            self.views["graph"] = GraphView(program if program is not None else inspector,
+                                            graph=kinds if len(kinds) > 1 else kinds[0], inspector=inspector,
+                                            method=method, overlay="latency")
+        else:
+            self.missing["graph"] = "no graph: give the Inspector an ETRecord (or pass the program)"
+        memory = _memory_source(sources)
+        try:
+            if memory is None:
+                raise ValueError("no planned program: pass the ExecutorchProgramManager or an ETRecord that records it")
+            self.views["memory"] = MemoryTimeline(memory, method)
+        except (ValueError, TypeError, KeyError) as e:
+            self.missing["memory"] = str(e)
+        if sources.edge is not None:
+            self.views["delegation"] = DelegationView(sources.edge, method, show_graph=False)
+        else:
+            self.missing["delegation"] = "no edge graph"
+        self.views["gap"] = NumericGapView(inspector, show_graph=False)
+        self.views["profile"] = ProfileView(inspector, program, method)
+        titles = {"summary": "Summary", "graph": "Graph", "memory": "Memory", "delegation": "Delegation",
+                  "gap": "Numeric gap", "profile": "Profile"}
+        super().__init__(children=list(self.views.values()), **kwargs)
+        for i, key in enumerate(self.views):
+            self.set_title(i, titles[key])
+        self._titles = titles
+        self._link_views()
+
+    def _link_views(self) -> None:
+        graph = self.views.get("graph")
+        if graph is None:
+            return
+        keys = list(self.views)
+
+        def focus(change):
+            target = (change["new"] or {}).get("row", {}).get("focus")
+            if target:
+                try:
+                    graph.focus(target.get("name"), handles=target.get("handles"), kind=target.get("kind"))
+                    self.selected_index = keys.index("graph")
+                except KeyError:
+                    pass
+
+        for key in ("delegation", "gap", "profile"):
+            table = getattr(self.views.get(key), "table", None)
+            if table is not None:
+                table.observe(focus, names="clicked")
+
+    def page(self, title: str = "etlab report") -> str:
+        """The dashboard as one offline HTML document."""
+        buttons, frags = [], []
+        for i, (key, view) in enumerate(self.views.items()):
+            buttons.append(f'<button data-tab="{key}" class="{"active" if i == 0 else ""}" '
+                           f'onclick="etlabShowTab(\'{key}\')">{self._titles[key]}</button>')
+            if key == "summary":
+                parts = [_html.Fragment(view.value)]
+            elif hasattr(view, "html_fragments"):
+                parts = view.html_fragments()
+            else:
+                parts = [view.html_fragment()]
+            style = "" if i == 0 else ' style="display:none"'
+            frags.append(_html.Fragment(f'<section class="etlab-tab" data-tab="{key}"{style}>'))
+            frags.extend(parts)
+            frags.append(_html.Fragment("</section>"))
+        if self.missing:
+            notes = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in self.missing.items())
+            frags.append(_html.Fragment(f"<details class='etlab-note'><summary>not shown</summary><ul>{notes}</ul>"
+                                        "</details>"))
+        frags.insert(0, _html.Fragment(f'<nav class="etlab-tabs">{"".join(buttons)}</nav>', scripts=[_GLUE]))
+        return _html.page(title, frags, extra_head=_TAB_CSS)
+
+    def save_html(self, path: str | os.PathLike, title: str = "etlab report") -> os.PathLike:
+        return _html.write_page(path, self.page(title))
+
+
+def show(inspector, program=None, *, method: str = "forward") -> Dashboard:
+    """The tabbed dashboard of every view of an Inspector (and its program, when given)."""
+    return Dashboard(inspector, program, method=method)

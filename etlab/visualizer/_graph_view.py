@@ -1,0 +1,120 @@
+"""GraphView: the program's graph(s) in a notebook widget (anywidget + static/graph_view.js)."""
+
+from __future__ import annotations
+
+import os
+
+import anywidget
+import traitlets
+
+from etlab.visualizer import _html
+from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
+from etlab.visualizer._profile_data import annotate, numeric_gaps, op_timings, time_unit
+from etlab.visualizer._sources import ProgramSources, resolve_sources
+
+OVERLAYS = ("none", "latency", "gap", "bytes")
+TITLES = {"aten": "ATen", "edge": "Edge (lowered)", "runtime": "Runtime (planned)"}
+
+
+def graph_models(sources: ProgramSources, kinds: list[str], *, gap_distance: str = "MSE") -> list[GraphModel]:
+    """The GraphModels of the requested kinds, with timings and gaps when there is an Inspector."""
+    models = []
+    for kind in kinds:
+        program = sources.graph(kind)
+        handles_of = aten_handles_of(sources.edge) if kind == "aten" and sources.edge is not None \
+            and sources.edge is not sources.aten else None
+        models.append(build_graph_model(program, kind, title=TITLES[kind], method=sources.method,
+                                        handles_of=handles_of))
+    ins = sources.inspector
+    if ins is not None:
+        timings = op_timings(ins, sources.instruction_handles())
+        gaps = numeric_gaps(ins, gap_distance)
+        for m in models:
+            annotate(m, timings, gaps, unit=time_unit(ins), gap_metric=gap_distance if gaps else "")
+    return models
+
+
+def _kinds(graph) -> list[str]:
+    kinds = [graph] if isinstance(graph, str) else list(graph)
+    if not kinds:
+        raise ValueError("graph: give at least one of " + ", ".join(GRAPH_KINDS))
+    for k in kinds:
+        if k not in GRAPH_KINDS:
+            raise ValueError(f"graph must be one of {GRAPH_KINDS} (or a list of them for compare mode), got {k!r}")
+    return kinds
+
+
+class GraphView(anywidget.AnyWidget):
+    """The graph of a program: nodes grouped by nn.Module (collapsible), delegated partitions
+    outlined in their backend's color, an overlay (p50 latency, numeric gap, output bytes), a
+    details panel for the clicked node, and search.
+
+        GraphView(et_program_manager)                       # the Edge graph, delegates expanded
+        GraphView(inspector, overlay="latency")              # graphs from the Inspector's ETRecord
+        GraphView(manager, inspector=ins, graph=["aten", "edge", "runtime"])   # compare mode
+
+    Compare mode (a list of graph kinds) shows the graphs side by side; selecting a node
+    highlights the nodes sharing its debug handles in the others. `selected` holds the last
+    clicked node; `focus(name)` selects one from Python. `save_html(path)` writes it offline.
+    """
+
+    _esm = traitlets.Unicode(_html.graph_module_source()).tag(sync=True)
+    graphs = traitlets.List(traitlets.Dict()).tag(sync=True)
+    overlay = traitlets.Unicode("none").tag(sync=True)
+    focus_target = traitlets.Dict(default_value={}).tag(sync=True)
+    selected = traitlets.Dict(default_value={}).tag(sync=True)
+    options = traitlets.Dict(default_value={}).tag(sync=True)
+
+    def __init__(self, program_or_inspector, graph="edge", *, inspector=None, method: str = "forward",
+                 overlay: str = "none", gap_distance: str = "MSE", height: int = 560,
+                 collapse_threshold: int = 400, **kwargs):
+        kinds = _kinds(graph)
+        if overlay not in OVERLAYS:
+            raise ValueError(f"overlay must be one of {OVERLAYS}, got {overlay!r}")
+        sources = resolve_sources(program_or_inspector, method, inspector)
+        if inspector is not None:
+            sources.inspector = inspector
+        self.models = graph_models(sources, kinds, gap_distance=gap_distance)
+        super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay,
+                         options={"height": int(height), "collapse_threshold": int(collapse_threshold)}, **kwargs)
+
+    @classmethod
+    def from_models(cls, models: list[GraphModel], *, overlay: str = "none", height: int = 560,
+                    collapse_threshold: int = 400) -> GraphView:
+        """A view of GraphModels built elsewhere (e.g. a synthetic graph)."""
+        view = cls.__new__(cls)
+        view.models = list(models)
+        anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay,
+                                     options={"height": int(height), "collapse_threshold": int(collapse_threshold)})
+        return view
+
+    @property
+    def model(self) -> GraphModel:
+        """The (first) graph shown."""
+        return self.models[0]
+
+    def focus(self, name: str | None = None, *, handles: list[int] | None = None, kind: str | None = None) -> None:
+        """Selects a node by name (or the first node with one of `handles`) and centers on it."""
+        if name is None and not handles:
+            raise ValueError("focus: give a node name or debug handles")
+        found = any((name is not None and any(n.name == name for n in m.nodes)) or
+                    (handles and any(set(handles) & set(n.handles) for n in m.nodes)) for m in self.models
+                    if kind is None or m.kind == kind)
+        if not found:
+            raise KeyError(f"focus: no node {name!r}{f' with handles {handles}' if handles else ''} in "
+                           f"{[m.kind for m in self.models]}")
+        self.focus_target = {"name": name, "handles": list(handles or []), "kind": kind}
+
+    def state(self) -> dict:
+        """The widget traits a standalone page renders from."""
+        return {"graphs": self.graphs, "overlay": self.overlay, "focus_target": self.focus_target or None,
+                "selected": {}, "options": self.options}
+
+    def html_fragment(self) -> _html.Fragment:
+        return _html.anywidget_fragment(_html.graph_module_source(), self.state(), what="GraphView",
+                                        expose="etlabGraphView")
+
+    def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
+        """Writes the view as a standalone offline HTML file (assets inlined)."""
+        title = title or " / ".join(m.title for m in self.models)
+        return _html.write_page(path, _html.page(title, [self.html_fragment()]))

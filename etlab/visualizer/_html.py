@@ -1,0 +1,145 @@
+"""Standalone, offline HTML: every view's assets inlined (no network), written atomically.
+
+A custom-JS view (anywidget) runs in the page through the same ES module as in the notebook,
+given a small in-page stand-in for the widget model. Plotly views inline plotly.js once.
+"""
+
+from __future__ import annotations
+
+import html
+import itertools
+import json
+import os
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+
+from etlab.schema import write_atomic
+
+_ids = itertools.count(1)
+
+
+def new_id(prefix: str) -> str:
+    return f"etlab-{prefix}-{next(_ids)}"
+
+
+@cache
+def static_text(name: str) -> str:
+    """A file of etlab/visualizer/static as text."""
+    return resources.files("etlab.visualizer").joinpath("static", name).read_text(encoding="utf-8")
+
+
+def json_for_script(data) -> str:
+    """JSON safe inside a <script> element ('</' cannot close it)."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str).replace("</", "<\\/")
+
+
+def script_safe(code: str, what: str) -> str:
+    if "</script" in code.lower():
+        raise ValueError(f"{what}: script text contains '</script' and cannot be inlined")
+    return code
+
+
+@cache
+def graph_module_source() -> str:
+    """The GraphView ES module with the vendored ELK bundle prepended as a string constant."""
+    elk = static_text("elk.bundled.js")
+    return f"const ELK_SOURCE = {json_for_script(elk)};\n" + static_text("graph_view.js")
+
+
+# A stand-in for the anywidget model inside a standalone page: get/set/on/off/save_changes.
+MODEL_SHIM = """
+function etlabModel(state) {
+  const handlers = {};
+  return {
+    get: (k) => state[k],
+    set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
+    on: (ev, f) => { (handlers[ev] = handlers[ev] || []).push(f); },
+    off: (ev, f) => { handlers[ev] = (handlers[ev] || []).filter((g) => g !== f); },
+    save_changes: () => {},
+  };
+}
+"""
+
+
+@dataclass
+class Fragment:
+    """A piece of a page: body HTML and the scripts it needs (`needs_plotly`: plotly.js in <head>)."""
+
+    body: str
+    scripts: list[str] = field(default_factory=list)
+    needs_plotly: bool = False
+
+
+def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id: str | None = None,
+                       expose: str | None = None) -> Fragment:
+    """Renders an anywidget ES module into a div with `state` as its model's traits.
+
+    expose: a window property under which the page keeps {model, el} (dashboard glue uses it).
+    """
+    eid = element_id or new_id("view")
+    expose_js = f"window[{json.dumps(expose)}] = {{ model, el }};" if expose else ""
+    code = (f"{script_safe(module_source, what)}\n{MODEL_SHIM}\n"
+            f"const model = etlabModel({json_for_script(state)});\n"
+            f"const el = document.getElementById({json.dumps(eid)});\n"
+            f"render({{ model, el }});\n{expose_js}\n")
+    return Fragment(body=f'<div id="{eid}" class="etlab-view"></div>',
+                    scripts=[f'<script type="module">\n{code}</script>'])
+
+
+def plotly_fragment(fig, *, element_id: str | None = None, height: int | None = None) -> Fragment:
+    import plotly.io as pio
+
+    eid = element_id or new_id("plot")
+    div = pio.to_html(fig, full_html=False, include_plotlyjs=False, div_id=eid,
+                      default_height=f"{height}px" if height else "100%",
+                      config={"displaylogo": False, "responsive": True})
+    return Fragment(body=div, needs_plotly=True)
+
+
+@cache
+def plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return script_safe(get_plotlyjs(), "plotly.js")
+
+
+PAGE_CSS = """
+body { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px; color: #222; }
+h1 { font-size: 18px; margin: 0 0 10px 0; }
+.etlab-note { color: #666; margin: 4px 0 10px 0; }
+table.etlab-table { border-collapse: collapse; font-size: 12px; }
+table.etlab-table th, table.etlab-table td { border-bottom: 1px solid #eee; padding: 3px 8px; text-align: left; }
+table.etlab-table th { background: #f6f7f9; cursor: pointer; position: sticky; top: 0; }
+table.etlab-table tr.clickable { cursor: pointer; }
+table.etlab-table tr.clickable:hover { background: #eef4ff; }
+.etlab-scroll { max-height: 420px; overflow: auto; border: 1px solid #eee; }
+"""
+
+
+# A table row / chart point sends "etlab:focus"; the page's graph (and its tab) shows that node.
+FOCUS_GLUE = """<script>
+document.addEventListener('etlab:focus', function (e) {
+  var g = window.etlabGraphView;
+  if (!g || !e.detail) return;
+  if (window.etlabShowTab && document.querySelector('.etlab-tab[data-tab="graph"]')) window.etlabShowTab('graph');
+  g.model.set('focus_target', Object.assign({}, e.detail));
+});
+</script>"""
+
+
+def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
+    """A complete HTML document holding the fragments, with every asset inline."""
+    head_scripts = f"<script>{plotly_js()}</script>" if any(f.needs_plotly for f in fragments) else ""
+    body = "\n".join(f.body for f in fragments)
+    scripts = "\n".join(s for f in fragments for s in f.scripts)
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{html.escape(title)}</title><style>{PAGE_CSS}</style>{extra_head}{head_scripts}</head>\n"
+            f"<body>\n<h1>{html.escape(title)}</h1>\n{body}\n{FOCUS_GLUE}\n{scripts}\n</body></html>\n")
+
+
+def write_page(path: str | os.PathLike, text: str) -> os.PathLike:
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"save_html: path must be a str or os.PathLike, got {type(path).__name__}")
+    return write_atomic(path, text.encode("utf-8"))

@@ -1,0 +1,133 @@
+"""MemoryTimeline: the memory plan of a method, one panel per memory id (plotly).
+
+Top of each panel: x = instruction step, y = arena offset, one rectangle per planned tensor
+lifetime (hover: tensor, producing op, shape, size, source line). Below: the live bytes per step
+with the lower bound (the most bytes live at once) and the arena size.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import ipywidgets as widgets
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from etlab.visualizer import _html
+
+TENSOR_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
+
+
+def _plan_frame(program_manager, method: str) -> pd.DataFrame:
+    from etlab.devtools._memory_trace import memory_plan_dataframe  # devtools has no public __init__ yet
+
+    if isinstance(program_manager, pd.DataFrame):
+        return program_manager
+    return memory_plan_dataframe(program_manager, method)
+
+
+def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
+    from etlab.devtools._memory_trace import live_bytes_per_step
+
+    return live_bytes_per_step(df, mem_id)
+
+
+def memory_figure(df: pd.DataFrame, *, title: str = "", lower_bounds: list[int] | None = None) -> go.Figure:
+    """The timeline figure of a memory_plan_dataframe() table (one bar per planned tensor)."""
+    mem_ids = sorted(int(m) for m in df["mem_id"].unique()) if len(df) else []
+    buffer_sizes = list(df.attrs.get("buffer_sizes") or [])
+    rows = max(len(mem_ids), 1) * 2
+    titles = []
+    for m in mem_ids:
+        arena = buffer_sizes[m] if m < len(buffer_sizes) else None
+        titles += [f"memory id {m}: planned tensors" + (f" (arena {arena:,} bytes)" if arena is not None else ""),
+                   f"memory id {m}: live bytes"]
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
+                        row_heights=[0.7, 0.3] * max(len(mem_ids), 1), subplot_titles=titles or ["no planned tensors"])
+    fig.update_annotations(x=0, xanchor="left")  # subplot titles left, clear of the legend
+    for i, m in enumerate(mem_ids):
+        part = df[df["mem_id"] == m]
+        first, last = part["first_step"].to_numpy(), part["last_step"].to_numpy()
+        width = last - first + 1
+        hover = [
+            f"<b>{r.tensor}</b><br>op: {r.producing_op}<br>{r.dtype} {list(r.shape)} · {r.size:,} bytes<br>"
+            f"offset {r.offset:,} · steps {r.first_step}–{r.last_step}"
+            + (f"<br>module: {r.module}" if r.module else "") + (f"<br>{r.source}" if r.source else "")
+            for r in part.itertuples(index=False)
+        ]
+        colors = [TENSOR_COLORS[zlib.crc32(str(r).encode()) % len(TENSOR_COLORS)] for r in part["storage"]]
+        fig.add_trace(go.Bar(
+            x=first + width / 2, y=part["size"].clip(lower=1), base=part["offset"], width=width,
+            name=f"mem {m} tensors",
+            marker={"color": colors, "line": {"color": "rgba(0,0,0,.45)", "width": 0.6}}, opacity=0.85,
+            hovertext=hover, hoverinfo="text", customdata=part["tensor"], showlegend=False,
+            meta={"etlab": "tensors", "mem_id": m},
+        ), row=2 * i + 1, col=1)
+        live = _live_bytes(df, m)
+        arena = buffer_sizes[m] if m < len(buffer_sizes) else None
+        bound = (lower_bounds[m] if lower_bounds and m < len(lower_bounds) else None) or \
+            int(live.max() if len(live) else 0)
+        fig.add_trace(go.Scatter(x=live.index, y=live.values, mode="lines", line={"shape": "hv", "color": "#4c78a8"},
+                                 name="live bytes", showlegend=i == 0, legendgroup="live",
+                                 hovertemplate="step %{x}: %{y:,} bytes live<extra></extra>"), row=2 * i + 2, col=1)
+        n = max(len(live), 1)
+        fig.add_trace(go.Scatter(x=[0, n - 1], y=[bound, bound], mode="lines",
+                                 line={"dash": "dash", "color": "#54a24b"},
+                                 name="lower bound", showlegend=i == 0, legendgroup="bound",
+                                 hovertemplate=f"lower bound {bound:,} bytes<extra></extra>"), row=2 * i + 2, col=1)
+        if arena is not None:
+            fig.add_trace(go.Scatter(x=[0, n - 1], y=[arena, arena], mode="lines",
+                                     line={"dash": "dot", "color": "#e45756"},
+                                     name="arena size", showlegend=i == 0, legendgroup="arena",
+                                     hovertemplate=f"arena {arena:,} bytes<extra></extra>"), row=2 * i + 2, col=1)
+            fig.add_hline(y=arena, line={"dash": "dot", "color": "#e45756", "width": 1}, row=2 * i + 1, col=1)
+        fig.update_yaxes(title_text="offset (bytes)", row=2 * i + 1, col=1)
+        fig.update_yaxes(title_text="bytes", rangemode="tozero", row=2 * i + 2, col=1)
+        fig.update_xaxes(title_text="instruction step", row=2 * i + 2, col=1)
+        fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
+    fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)), bargap=0,
+                      margin={"l": 70, "r": 20, "t": 90, "b": 40}, hovermode="closest", template="plotly_white",
+                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom"})
+    return fig
+
+
+class MemoryTimeline(widgets.VBox):
+    """The memory plan of one method of an ExecutorchProgramManager (or a memory_plan_dataframe()).
+
+    `.data` is the table (one row per planned tensor), `.figure` the plotly figure;
+    `save_html(path)` writes it as a standalone offline page.
+    """
+
+    def __init__(self, program_manager, method: str = "forward", **kwargs):
+        self.data = _plan_frame(program_manager, method)
+        plan = (getattr(program_manager, "memory_plans", None) or {}).get(method)
+        self.lower_bounds = list(plan.lower_bounds) if plan is not None else None
+        self.method = method
+        self.figure = memory_figure(self.data, title=f"memory plan of {method!r}", lower_bounds=self.lower_bounds)
+        super().__init__([go.FigureWidget(self.figure)], **kwargs)
+
+    @property
+    def num_tensors(self) -> int:
+        return len(self.data)
+
+    def summary(self) -> pd.DataFrame:
+        """Per memory id: tensors, arena bytes, lower bound, and how much of the arena the bound is."""
+        rows = []
+        sizes = list(self.data.attrs.get("buffer_sizes") or [])
+        for m in sorted(int(x) for x in self.data["mem_id"].unique()):
+            bound = (self.lower_bounds[m] if self.lower_bounds and m < len(self.lower_bounds) else
+                     int(_live_bytes(self.data, m).max()))
+            arena = sizes[m] if m < len(sizes) else None
+            rows.append({"mem_id": m, "tensors": int((self.data["mem_id"] == m).sum()), "arena_bytes": arena,
+                         "lower_bound": bound, "efficiency": bound / arena if arena else None})
+        return pd.DataFrame(rows)
+
+    def html_fragment(self) -> _html.Fragment:
+        frag = _html.plotly_fragment(self.figure, element_id=_html.new_id("memory"))
+        frag.body = f'<div data-etlab-view="memory" data-tensors="{self.num_tensors}">{frag.body}</div>'
+        return frag
+
+    def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
+        return _html.write_page(path, _html.page(title or f"Memory plan of {self.method!r}", [self.html_fragment()]))

@@ -1,0 +1,53 @@
+"""TableView: a sortable, filterable table widget (anywidget + static/table_view.js)."""
+
+from __future__ import annotations
+
+import math
+
+import anywidget
+import traitlets
+
+from etlab.visualizer import _html
+
+
+def _clean(v):
+    """JSON-safe cell values (NaN/inf -> None, numpy scalars -> Python)."""
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict)):
+        try:
+            v = v.item()
+        except (ValueError, AttributeError):
+            v = str(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, (list, tuple)):
+        return [_clean(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _clean(x) for k, x in v.items()}
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return str(v)
+
+
+class TableView(anywidget.AnyWidget):
+    """Rows with sortable columns and a filter box; a click sets `clicked` (and, in a page,
+    sends the row's `focus` to the graph)."""
+
+    _esm = traitlets.Unicode(_html.static_text("table_view.js")).tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    columns = traitlets.List(traitlets.Dict()).tag(sync=True)
+    rows = traitlets.List(traitlets.Dict()).tag(sync=True)
+    height = traitlets.Int(360).tag(sync=True)
+    clicked = traitlets.Dict(default_value={}).tag(sync=True)
+
+    def __init__(self, columns: list[tuple[str, str, bool]], rows: list[dict], *, title: str = "",
+                 height: int = 360, **kwargs):
+        """columns: (key, label, numeric) triples; rows: dicts (a `focus` key makes a row clickable)."""
+        cols = [{"key": k, "label": label, "numeric": bool(num)} for k, label, num in columns]
+        super().__init__(columns=cols, rows=[_clean(r) for r in rows], title=title, height=height, **kwargs)
+
+    def state(self) -> dict:
+        return {"columns": self.columns, "rows": self.rows, "title": self.title, "height": self.height,
+                "clicked": {}}
+
+    def html_fragment(self) -> _html.Fragment:
+        return _html.anywidget_fragment(_html.static_text("table_view.js"), self.state(), what="TableView")

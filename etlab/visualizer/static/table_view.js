@@ -1,0 +1,131 @@
+// TableView: a sortable, filterable table. Traits read: columns [{key, label, numeric}], rows
+// [{...}], title, height. A click on a row sets `clicked` (the row) and dispatches a bubbling
+// "etlab:focus" DOM event with the row's `focus` ({name, handles, kind}) for page-level glue.
+
+const CSS = `
+.etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; }
+.etlab-tv .bar { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
+.etlab-tv .bar input { width: 240px; padding: 3px 6px; }
+.etlab-tv .bar .count { color: #666; }
+.etlab-tv .scroll { overflow: auto; border: 1px solid #e4e4e4; }
+.etlab-tv table { border-collapse: collapse; min-width: 40%; }
+.etlab-tv th { position: sticky; top: 0; background: #f4f6f9; text-align: left; padding: 4px 8px; cursor: pointer;
+  border-bottom: 1px solid #ddd; white-space: nowrap; }
+.etlab-tv td { padding: 3px 8px; border-bottom: 1px solid #f0f0f0; max-width: 420px; overflow: hidden;
+  text-overflow: ellipsis; white-space: nowrap; }
+.etlab-tv td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.etlab-tv tr.row:hover { background: #eef4ff; }
+.etlab-tv tr.row.focusable { cursor: pointer; }
+.etlab-tv tr.row.selected { background: #dce9ff; }
+`;
+
+function fmt(v, numeric) {
+  if (v == null || v === "") return "";
+  if (numeric && typeof v === "number") {
+    if (v === 0) return "0";
+    const a = Math.abs(v);
+    return a >= 1e5 || a < 1e-3 ? v.toExponential(3) : Number.isInteger(v) ? String(v) : v.toPrecision(5);
+  }
+  return Array.isArray(v) ? v.join(", ") : String(v);
+}
+
+function render({ model, el }) {
+  if (!el.querySelector("style[data-etlab-tv]")) {
+    const st = document.createElement("style");
+    st.setAttribute("data-etlab-tv", "");
+    st.textContent = CSS;
+    el.appendChild(st);
+  }
+  const root = document.createElement("div");
+  root.className = "etlab-tv";
+  root.setAttribute("data-etlab-view", "table");
+  el.appendChild(root);
+  let sortKey = null, sortDir = 1, filter = "", selected = null;
+
+  function draw() {
+    const columns = model.get("columns") || [];
+    const rows = model.get("rows") || [];
+    root.textContent = "";
+    const bar = document.createElement("div");
+    bar.className = "bar";
+    const title = document.createElement("b");
+    title.textContent = model.get("title") || "";
+    const input = document.createElement("input");
+    input.type = "search";
+    input.placeholder = "filter rows";
+    input.value = filter;
+    input.setAttribute("data-role", "filter");
+    const count = document.createElement("span");
+    count.className = "count";
+    bar.append(title, input, count);
+    const scroll = document.createElement("div");
+    scroll.className = "scroll";
+    scroll.style.maxHeight = (model.get("height") || 360) + "px";
+    const table = document.createElement("table");
+    const thead = document.createElement("thead");
+    const hr = document.createElement("tr");
+    for (const c of columns) {
+      const th = document.createElement("th");
+      th.textContent = c.label + (sortKey === c.key ? (sortDir > 0 ? " ▲" : " ▼") : "");
+      th.setAttribute("data-key", c.key);
+      th.addEventListener("click", () => {
+        sortDir = sortKey === c.key ? -sortDir : (c.numeric ? -1 : 1);
+        sortKey = c.key;
+        draw();
+      });
+      hr.append(th);
+    }
+    thead.append(hr);
+    const tbody = document.createElement("tbody");
+    table.append(thead, tbody);
+    scroll.append(table);
+    root.append(bar, scroll);
+
+    const fill = () => {
+      const q = filter.trim().toLowerCase();
+      let shown = rows.map((r, i) => [r, i]);
+      if (q) shown = shown.filter(([r]) => columns.some((c) => fmt(r[c.key], false).toLowerCase().includes(q)));
+      if (sortKey) {
+        shown.sort(([a], [b]) => {
+          const x = a[sortKey], y = b[sortKey];
+          if (x == null) return 1;
+          if (y == null) return -1;
+          return (x < y ? -1 : x > y ? 1 : 0) * sortDir;
+        });
+      }
+      tbody.textContent = "";
+      for (const [r, i] of shown) {
+        const tr = document.createElement("tr");
+        tr.className = "row" + (r.focus ? " focusable" : "") + (i === selected ? " selected" : "");
+        tr.setAttribute("data-row", String(i));
+        for (const c of columns) {
+          const td = document.createElement("td");
+          if (c.numeric) td.className = "num";
+          td.textContent = fmt(r[c.key], c.numeric);
+          td.title = fmt(r[c.key], false);
+          tr.append(td);
+        }
+        tr.addEventListener("click", () => {
+          selected = i;
+          for (const other of tbody.querySelectorAll("tr.selected")) other.classList.remove("selected");
+          tr.classList.add("selected");
+          model.set("clicked", { index: i, row: r });
+          model.save_changes();
+          if (r.focus) el.dispatchEvent(new CustomEvent("etlab:focus", { bubbles: true, detail: r.focus }));
+        });
+        tbody.append(tr);
+      }
+      count.textContent = `${shown.length} of ${rows.length} rows`;
+    };
+    input.addEventListener("input", () => { filter = input.value; fill(); });
+    fill();
+  }
+
+  draw();
+  const redraw = () => draw();
+  model.on("change:rows", redraw);
+  model.on("change:columns", redraw);
+  return () => { model.off("change:rows", redraw); model.off("change:columns", redraw); };
+}
+
+export default { render };

@@ -1,0 +1,33 @@
+"""notebooks/01-04 run top to bottom in a real kernel (ipykernel of this Python), and are stored
+without outputs."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("0*.ipynb"))
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
+
+
+def test_the_four_notebooks_are_there():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, tmp_path):
+    nb = nbformat.read(path, as_version=4)
+    assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code"), \
+        f"{path.name}: outputs must be stripped"
+    # the python3 kernel spec of ipykernel runs sys.executable: the same venv as the tests
+    assert NATIVE_KERNEL_NAME == "python3", sys.executable
+    client = NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    assert not errors
