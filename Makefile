@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup demo test lint schemas bench clean
+.PHONY: setup browser demo test lint schemas bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -21,10 +21,17 @@ $(VENV)/.etlab-installed: pyproject.toml $(VENV)/.torch-installed
 
 setup: $(VENV)/.etlab-installed
 
+# Headless Chromium for the browser tests (Debian's package; playwright only drives it).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "installing Debian chromium for the browser tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	  || { echo "could not install chromium: run 'apt-get install chromium' as root" >&2; exit 1; }; }
+
 demo: setup
 	$(PY) -m etlab.demo
 
-test: setup
+test: setup browser
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
 lint: setup

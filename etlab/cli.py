@@ -1,4 +1,9 @@
-"""The `etlab` command line. Subcommands: `info` (what is inside a .pte/.ptd/.bpte/.etdp)."""
+"""The `etlab` command line.
+
+    etlab info FILE                      what is inside a .pte / .ptd / .bpte / .etdp
+    etlab inspect --etdump P [...]       the Inspector's table (table, csv, tsv, json; --chrome-trace)
+    etlab report --etdump P [...] -o F   the whole dashboard as one offline HTML file
+"""
 
 from __future__ import annotations
 
@@ -43,12 +48,28 @@ def _info(args) -> int:
     return 0
 
 
+# Subcommands with their own parsers: the rest of the command line goes to them untouched.
+_DELEGATED = {
+    "inspect": ("etlab.inspector._cli", "inspect_main", "the Inspector's table for an ETDump (+ ETRecord)"),
+    "report": ("etlab.visualizer._cli", "report_main", "write the dashboard as an offline HTML report"),
+}
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="etlab", description=__doc__)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _DELEGATED:
+        import importlib
+
+        module, func, _ = _DELEGATED[argv[0]]
+        return getattr(importlib.import_module(module), func)(argv[1:])
+    parser = argparse.ArgumentParser(prog="etlab", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="summarize an ExecuTorch file (.pte, .ptd, .bpte, .etdp)")
     info.add_argument("path")
     info.set_defaults(run=_info)
+    for name, (_, _, help_text) in _DELEGATED.items():
+        sub.add_parser(name, help=help_text, add_help=False)
     args = parser.parse_args(argv)
     try:
         return args.run(args)
