@@ -1,0 +1,169 @@
+"""Inspector benchmark: load + to_dataframe, etlab vs upstream ExecuTorch's Inspector on the same
+files in one run, and etlab on a 1e6-event ETDump.
+
+    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m]
+
+Upstream-written dumps (zoo models exported and run by upstream 1.5.1 through
+../shared/reference/et_ref.py) and the synthetic 1e6-event dump are cached under
+~/.cache/etlab/bench. "load + to_dataframe" is `Inspector(etdump_path, debug_buffer_path)` then
+`.to_dataframe()`, timed in-process on both sides (upstream's own timing from `et_ref.py
+inspect`, imports excluded). Medians. Writes the `## inspector` section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import ET_REF, REPO, median, reference_python, run_ref, write_section
+
+from etlab.etdump import read_etdump
+from etlab.inspector import Inspector
+from etlab.schema import write_atomic
+
+CACHE = Path(os.environ.get("ETLAB_BENCH_CACHE", Path.home() / ".cache" / "etlab" / "bench"))
+ZOO = REPO / "etlab" / "models" / "zoo.py"
+SYNTH_RUNS, SYNTH_OPS = 1000, 498   # 1000 runs x (2 * 498 ops + 3 delegate events + Method::execute) = 1e6
+UPSTREAM_CASES = [  # (model, iterations, with debug buffer)
+    ("mlp", 2, True), ("cnn", 2, True), ("transformer", 2, True),
+    ("cnn", 100, False), ("transformer", 100, False),
+]
+
+
+def upstream_dump(ref: str, model: str, iters: int, debug: bool) -> Path:
+    """run.etdp (+ run.bin) written by upstream's runtime for a zoo model, cached."""
+    key = hashlib.sha256(ZOO.read_bytes() + ET_REF.read_bytes()).hexdigest()[:12]
+    d = CACHE / f"upstream-{model}-x{iters}{'-dbg' if debug else ''}-{key}"
+    if (d / "run.etdp").is_file():
+        return d
+    CACHE.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=CACHE))
+    try:
+        print(f"[bench] exporting and running {model} x{iters} with upstream ...", file=sys.stderr, flush=True)
+        run_ref(ref, ET_REF, "export", f"{ZOO}:make_{model}", "--out", tmp)
+        extra = ["--debug-buffer", tmp / "run.bin", "--debug-buffer-size", str(16 << 20)] if debug else []
+        run_ref(ref, ET_REF, "run", tmp / "model.pte", "--inputs", tmp / "inputs.pt", "--etdump", tmp / "run.etdp",
+             "--iters", str(iters), *extra)
+        os.replace(tmp, d)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return d
+
+
+def synthetic_1m() -> Path:
+    from etlab.etdump._synthetic import synthetic_etdump
+    from etlab.schema import serialize_etdump
+
+    path = CACHE / f"synthetic-{SYNTH_RUNS}x{SYNTH_OPS}-v1.etdp"
+    if not path.is_file():
+        print("[bench] building the 1e6-event ETDump (a few minutes, cached) ...", file=sys.stderr, flush=True)
+        write_atomic(path, serialize_etdump(synthetic_etdump(SYNTH_RUNS, SYNTH_OPS, delegate=True)))
+        gc.collect()
+    return path
+
+
+def time_ours(etdp: Path, buf: Path | None, repeats: int) -> tuple[float, int]:
+    times, rows = [], 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        df = Inspector(etdump_path=etdp, debug_buffer_path=buf).to_dataframe()
+        times.append(time.perf_counter() - t)
+        rows = len(df)
+        del df
+    return median(times), rows
+
+
+def time_upstream(ref: str, etdp: Path, buf: Path | None, repeats: int, timeout: float = 900) -> tuple[float, int]:
+    times, rows = [], 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for _ in range(repeats):
+            out = Path(tmp) / "df.json"
+            args = [ET_REF, "inspect", etdp, "--json", out] + (["--debug-buffer", buf] if buf else [])
+            run_ref(ref, *args, timeout=timeout)
+            got = json.loads(out.read_text())
+            times.append(got["seconds"])
+            rows = len(got["rows"])
+    return median(times), rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=15, help="timed repetitions per case for etlab (upstream: 3)")
+    ap.add_argument("--upstream-1m", action="store_true", help="also time upstream on the 1e6-event dump (slow)")
+    a = ap.parse_args(argv)
+    ref = reference_python()
+    if ref is None:
+        sys.exit("bench/inspector.py: the upstream reference python (../shared/reference/setup.sh) is unavailable")
+    lines = ["| upstream-written file | events | rows | etlab (ms) | upstream (ms) | speed-up |",
+             "|---|---:|---:|---:|---:|---:|"]
+    ratios = []
+    for model, iters, debug in UPSTREAM_CASES:
+        d = upstream_dump(ref, model, iters, debug)
+        etdp, buf = d / "run.etdp", (d / "run.bin" if debug else None)
+        n_events = len(read_etdump(etdp))
+        ours, rows = time_ours(etdp, buf, a.repeats)
+        theirs, their_rows = time_upstream(ref, etdp, buf, 3)
+        if rows != their_rows:
+            raise RuntimeError(f"{etdp}: etlab shows {rows} rows, upstream {their_rows}")
+        ratios.append(theirs / ours)
+        label = f"{model}, {iters} iterations{' + debug buffer' if debug else ''}"
+        lines.append(f"| {label} | {n_events} | {rows} | {ours * 1e3:.2f} | {theirs * 1e3:.1f} "
+                     f"| {theirs / ours:.0f}x |")
+        print(lines[-1], file=sys.stderr, flush=True)
+
+    big = synthetic_1m()
+    n_big = len(read_etdump(big))
+    gc.collect()
+    big_times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        ins = Inspector(etdump_path=big)
+        df = ins.to_dataframe()
+        big_times.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        _ = ins.event_blocks
+        blocks_s = time.perf_counter() - t
+        big_rows = len(df)
+        del ins, df, _
+    big_s = median(big_times)
+    upstream_big = "not run (use --upstream-1m)"
+    if a.upstream_1m:
+        try:
+            s, _rows = time_upstream(ref, big, None, 1, timeout=1800)
+            upstream_big = f"{s:.1f} s ({s / big_s:.0f}x slower)"
+        except subprocess.TimeoutExpired:
+            upstream_big = "did not finish within 30 min"
+    load = os.getloadavg()[0]
+    text = "\n".join([
+        "## inspector",
+        "",
+        f"`bench/inspector.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {load:.1f} "
+        "when it ran (other jobs share the machine: absolute times are noisy, ratios less so). "
+        "Load + to_dataframe: `Inspector(etdump_path, debug_buffer_path)` then `.to_dataframe()`, in-process "
+        f"on both sides; medians of {a.repeats} (etlab) and 3 (upstream 1.5.1, timed by `et_ref.py inspect`).",
+        "",
+        *lines,
+        "",
+        f"Speed-up over upstream: median {median(ratios):.0f}x, min {min(ratios):.0f}x (target >= 20x).",
+        "",
+        f"Synthetic dump, {n_big:,} events ({SYNTH_RUNS} runs, {big.stat().st_size / 1e6:.0f} MB, "
+        f"{big_rows} rows): load + to_dataframe **{big_s:.2f} s** (median of 3; target < 5 s); "
+        f"building the Event objects (`event_blocks`) afterwards {blocks_s:.2f} s. Upstream: {upstream_big}.",
+        "",
+    ])
+    write_section("inspector", text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

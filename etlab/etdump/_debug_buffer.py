@@ -1,0 +1,136 @@
+"""Intermediate and output tensors recorded in the debug buffer, as torch tensors.
+
+An ETDump debug event stores only a tensor's metadata (scalar type, sizes, strides) and a byte
+offset; the bytes live in a separate debug-buffer file. Tensors are zero-copy views of that file
+(memory-mapped copy-on-write, so writing to a tensor never touches the file). Every offset is
+bounds-checked against the buffer's length; a tensor reaching past the end raises `FormatError`
+naming the buffer file. Without a buffer, tensors come back on the "meta" device: shape and
+dtype are right, and any attempt to read values fails loudly instead of showing made-up zeros.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from etlab.errors import FormatError
+from etlab.etdump._reader import ETDumpColumns
+from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
+
+# Quantized and bit types hold plain integers in memory; read them as such.
+_STORAGE = {ScalarType.QINT8: torch.int8, ScalarType.QUINT8: torch.uint8, ScalarType.QINT32: torch.int32,
+            ScalarType.BITS16: torch.uint16}
+_VT_INT, _VT_BOOL, _VT_FLOAT, _VT_DOUBLE, _VT_TENSOR, _VT_TENSOR_LIST = 1, 2, 3, 4, 5, 6
+
+
+@dataclass
+class DebugBuffer:
+    """The bytes of a debug-buffer file (or bytes-like) and its name for error messages."""
+
+    data: memoryview | bytes
+    what: str
+    writable: bool
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def load_debug_buffer(source) -> DebugBuffer:
+    """A debug buffer from a path (memory-mapped) or bytes-like (used as is)."""
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        view = memoryview(source).cast("B")
+        return DebugBuffer(view, f"<debug buffer of {len(view)} bytes>", not view.readonly)
+    path = Path(source)
+    try:
+        with open(path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return DebugBuffer(memoryview(bytearray()), str(path), True)
+            # Copy-on-write: tensors may be written to without changing the file.
+            return DebugBuffer(memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)), str(path), True)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{path}: no such file (debug buffer)") from None
+    except IsADirectoryError:
+        raise FormatError(f"{path}: is a directory, not a debug-buffer file") from None
+
+
+def _dtype_of(st: ScalarType) -> torch.dtype:
+    if st in _STORAGE:
+        return _STORAGE[st]
+    if st in (ScalarType.QUINT4X2, ScalarType.QUINT2X4):
+        return torch.uint8  # packed sub-byte elements: expose the raw bytes' element type
+    return scalar_type_to_dtype(st)
+
+
+_DTYPES = {int(st): _dtype_of(st) for st in ScalarType}
+_ITEMSIZE = {k: torch.empty((), dtype=d).element_size() for k, d in _DTYPES.items()}
+
+
+def tensor_from_debug_buffer(buffer: DebugBuffer | None, scalar_type: int, sizes: list[int],
+                             strides: list[int] | None, offset: int, ctx: str) -> torch.Tensor:
+    """One recorded tensor: a view of the buffer with the recorded strides, bounds-checked."""
+    dtype = _DTYPES[scalar_type]
+    what = buffer.what if buffer is not None else "debug buffer"
+    if any(s < 0 for s in sizes):
+        raise FormatError(f"{what}: {ctx} has negative sizes {sizes}")
+    contiguous = not strides or len(strides) != len(sizes)
+    if not contiguous and any(s < 0 for s in strides):
+        raise FormatError(f"{what}: {ctx} has negative strides {strides}")
+    numel = math.prod(sizes)
+    if numel == 0:
+        return torch.empty(sizes, dtype=dtype)
+    if buffer is None or offset == -1:  # no buffer, or the runtime did not keep this tensor's data
+        return torch.empty(sizes, dtype=dtype, device="meta")
+    extent = numel if contiguous else 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+    nbytes = extent * _ITEMSIZE[scalar_type]
+    if offset < 0 or offset + nbytes > len(buffer):
+        raise FormatError(f"{what}: {ctx} needs bytes [{offset}, {offset + nbytes}) but the debug buffer "
+                          f"holds {len(buffer)} bytes")
+    if buffer.writable:
+        flat = torch.frombuffer(buffer.data, dtype=dtype, count=extent, offset=offset)
+    else:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # read-only input: the tensor shares it
+            flat = torch.frombuffer(buffer.data, dtype=dtype, count=extent, offset=offset)
+    return flat.view(sizes) if contiguous else flat.as_strided(sizes, strides)
+
+
+def debug_value(columns: ETDumpColumns, row: int, buffer: DebugBuffer | None):
+    """The debug_entry of the `row`-th debug event as a Python value: a tensor, a list of tensors,
+    an int/float/bool, or None."""
+    v = columns.values
+    ctx = f"debug event {row}"
+    if v is None or not v.present[row]:
+        return None
+    kind = int(v.val[row])
+    t = v.tensors
+
+    def tensor(i: int) -> torch.Tensor:
+        return tensor_from_debug_buffer(buffer, int(t.scalar_type[i]), t.shape(i), t.stride(i), int(t.offset[i]),
+                                        f"{ctx} (tensor of {columns.what})")
+
+    if kind == _VT_TENSOR:
+        if v.tensor[row] < 0:
+            raise FormatError(f"{columns.what}: {ctx} is a Tensor value without a tensor")
+        return tensor(int(v.tensor[row]))
+    if kind == _VT_TENSOR_LIST:
+        if not v.has_tensor_list[row]:
+            raise FormatError(f"{columns.what}: {ctx} is a TensorList value without a tensor_list")
+        return [tensor(i) for i in v.tensor_list[row] or ()]
+    if kind in (_VT_INT, _VT_BOOL, _VT_FLOAT, _VT_DOUBLE):
+        return v.scalar[row]
+    return None
+
+
+def debug_rows_of(columns: ETDumpColumns) -> np.ndarray:
+    """Map event row -> debug row (-1 for events that are not debug events)."""
+    out = np.full(len(columns), -1, dtype=np.int64)
+    out[columns.has_debug] = np.arange(int(columns.has_debug.sum()))
+    return out

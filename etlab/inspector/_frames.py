@@ -1,0 +1,135 @@
+"""Event tables as pandas DataFrames, for display, TSV and the CLI.
+
+Columns follow upstream's Inspector: event_block_name, event_name, raw, p10/p50/p90/avg/min/max
+(with the time unit when include_units), op_types, delegate_debug_identifier, stack_traces,
+module_hierarchy, is_delegated_op, delegate_backend_name, debug_data, start_time. Unlike upstream,
+op_types stay complete lists in the data; only printing abbreviates long ones.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+from typing import IO
+
+import numpy as np
+import pandas as pd
+
+from etlab.inspector._events import OPERATOR_CALL, EventBlock
+
+STAT_NAMES = ("p10", "p50", "p90", "avg", "min", "max")
+# Hidden when printing: bulky or only useful programmatically. Per-run lists (raw times, start
+# times) make a printed grid unreadable; the dataframe keeps them.
+HIDDEN_WHEN_PRINTING = ("raw", "start_time", "delegate_debug_identifier", "stack_traces", "module_hierarchy",
+                        "debug_data")
+
+
+def stat_columns(include_units: bool, unit: str) -> list[str]:
+    return [f"{s} ({unit})" if include_units else s for s in STAT_NAMES]
+
+
+def perf_stats(durations: np.ndarray) -> np.ndarray:
+    """(6, m) p10, p50, p90, avg, min, max over the runs (axis 0); NaN for events without timings."""
+    m = durations.shape[1]
+    if durations.shape[0] == 0 or m == 0:
+        return np.full((6, m), np.nan)
+    pct = np.percentile(durations, [10, 50, 90], axis=0)
+    return np.vstack([pct, durations.mean(axis=0), durations.min(axis=0), durations.max(axis=0)])
+
+
+def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFrame:
+    names = stat_columns(include_units, unit)
+    stats = cols.pop("stats")
+    ordered = {"event_block_name": cols["event_block_name"], "event_name": cols["event_name"], "raw": cols["raw"]}
+    for i, n in enumerate(names):
+        ordered[n] = stats[i]
+    for k in ("op_types", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "is_delegated_op",
+              "delegate_backend_name", "debug_data", "start_time"):
+        ordered[k] = cols[k]
+    return pd.DataFrame(ordered)
+
+
+def events_to_dataframe(block: EventBlock, include_units: bool, include_delegate_debug_data: bool) -> pd.DataFrame:
+    """Slow path for hand-built or inspected EventBlocks: one row per Event object."""
+    ev = block.events
+    stats = np.full((6, len(ev)), np.nan)
+    for j, e in enumerate(ev):
+        if e.perf_data is not None:
+            p = e.perf_data
+            stats[:, j] = [p.p10, p.p50, p.p90, p.avg, p.min, p.max]
+    cols = {
+        "event_block_name": [block.name] * len(ev),
+        "event_name": [e.name for e in ev],
+        "raw": [None if e.perf_data is None else list(e.perf_data.raw) for e in ev],
+        "stats": stats,
+        "op_types": [list(e.op_types) for e in ev],
+        "delegate_debug_identifier": [e.delegate_debug_identifier for e in ev],
+        "stack_traces": [dict(e.stack_traces) for e in ev],
+        "module_hierarchy": [dict(e.module_hierarchy) for e in ev],
+        "is_delegated_op": [e.is_delegated_op for e in ev],
+        "delegate_backend_name": [e.delegate_backend_name for e in ev],
+        "debug_data": [list(e.debug_data) for e in ev],
+        "start_time": [None if e.start_time is None else list(e.start_time) for e in ev],
+    }
+    df = frame_from_columns(cols, include_units, block.target_time_scale.value)
+    if include_delegate_debug_data:
+        df = add_delegate_columns(df, [e.delegate_debug_metadatas for e in ev])
+    return df
+
+
+def add_delegate_columns(df: pd.DataFrame, metadatas: list) -> pd.DataFrame:
+    """Adds the delegate metadata: parsed dicts spread into columns, raw lists in one column."""
+    records = []
+    for md in metadatas:
+        if isinstance(md, dict):
+            records.append(md)
+        elif md is not None and len(md) > 0:
+            records.append({"delegate_debug_metadata": md})
+        else:
+            records.append({})
+    if not any(records):
+        return df
+    extra = pd.DataFrame.from_records(records, index=df.index)
+    return pd.concat([df, extra], axis=1)
+
+
+def printable(df: pd.DataFrame) -> pd.DataFrame:
+    """The frame as printed: bulky columns and OPERATOR_CALL rows left out, long op lists shortened."""
+    out = df.drop(columns=[c for c in HIDDEN_WHEN_PRINTING if c in df.columns])
+    out = out[~out["event_name"].astype(str).str.contains(OPERATOR_CALL, regex=False)].reset_index(drop=True)
+    if "op_types" in out.columns:
+        out["op_types"] = [_short_list(v) for v in out["op_types"]]
+    return out
+
+
+def _short_list(v):
+    if isinstance(v, list) and len(v) >= 5:
+        return f"['{v[0]}', '{v[1]}' ... '{v[-1]}'] ({len(v)} total)"
+    return v
+
+
+def _notebook_shell():
+    """The IPython shell when running in a notebook kernel (which renders HTML), else None."""
+    ipython = sys.modules.get("IPython")
+    if ipython is None:
+        return None
+    shell = ipython.get_ipython()
+    return shell if shell is not None and getattr(shell, "kernel", None) is not None else None
+
+
+def display_or_print(df: pd.DataFrame, file: IO[str] | None = None) -> None:
+    """An HTML table in a notebook, a text grid (tabulate) elsewhere."""
+    if file is None and _notebook_shell() is not None:
+        from IPython.display import HTML, display
+
+        display(HTML(df.to_html(index=False, escape=True)))
+        return
+    from tabulate import tabulate
+
+    print(tabulate(df, headers="keys", tablefmt="fancy_grid", showindex=False), file=file or sys.stdout)
+
+
+def tsv_text(df: pd.DataFrame) -> str:
+    buf = io.StringIO()
+    df.to_csv(buf, sep="\t")
+    return buf.getvalue()

@@ -1,0 +1,301 @@
+"""The Inspector: what ran (ETDump, debug buffer) joined with what was compiled (ETRecord)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import IO, Any
+
+import numpy as np
+import pandas as pd
+
+from etlab.etdump import DebugBuffer, debug_rows_of, debug_value, load_debug_buffer, read_etdump
+from etlab.inspector import _frames
+from etlab.inspector._events import (
+    FRAMEWORK_EVENT_NAMES,
+    OPERATOR_CALL,
+    Event,
+    EventBlock,
+    PerfData,
+    TimeScale,
+    time_scale,
+    time_scale_factor,
+)
+from etlab.inspector._grouping import BlockTable, group_events
+from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
+from etlab.schema import write_atomic
+
+
+class Inspector:
+    """Profiling and debugging data of a program run, from its ETDump (and optionally its ETRecord).
+
+    Events are read into columns and grouped once; `to_dataframe()` works on those columns, and
+    `event_blocks` (Event objects) are built on first access. Works with an ETDump alone (names,
+    timings, intermediate outputs) and with files written by upstream ExecuTorch.
+    """
+
+    def __init__(
+        self,
+        etdump_path: str | os.PathLike | None = None,
+        etdump_data: bytes | memoryview | None = None,
+        etrecord: Any = None,
+        source_time_scale: TimeScale | str = TimeScale.NS,
+        target_time_scale: TimeScale | str = TimeScale.MS,
+        debug_buffer_path: str | os.PathLike | bytes | None = None,
+        delegate_metadata_parser: Callable[[list[bytes]], Any] | None = None,
+        delegate_time_scale_converter: Callable[[int | str, int | float], int | float] | None = None,
+        enable_module_hierarchy: bool = False,
+    ) -> None:
+        """
+        Args:
+            etdump_path / etdump_data: the .etdp file, by path or as bytes (exactly one).
+            etrecord: a path to an ETRecord, a `ProgramInfo`, or an object with `program_info()`.
+            source_time_scale: unit of the runtime's clock (the default clock counts ns).
+            target_time_scale: unit of perf_data and the dataframe's timing columns.
+            debug_buffer_path: file holding the intermediate tensors the ETDump points into.
+            delegate_metadata_parser: turns an event's per-run delegate metadata (bytes) into a
+                dict or list shown by `to_dataframe(include_delegate_debug_data=True)`.
+            delegate_time_scale_converter: (event name, delegate clock value) -> target units,
+                for delegates whose clock differs from the runtime's.
+            enable_module_hierarchy: accepted for compatibility; module hierarchy is attached
+                whenever the ETRecord provides it.
+        """
+        if (etdump_path is None) == (etdump_data is None):
+            raise ValueError("Inspector: give exactly one of etdump_path and etdump_data")
+        self._source_time_scale = time_scale(source_time_scale, "source_time_scale")
+        self._target_time_scale = time_scale(target_time_scale, "target_time_scale")
+        if (self._source_time_scale == TimeScale.CYCLES) != (self._target_time_scale == TimeScale.CYCLES):
+            raise ValueError("Inspector: cycles can only be converted to cycles; make both time scales CYCLES")
+        self._columns = read_etdump(etdump_path if etdump_path is not None else etdump_data)
+        self._buffer: DebugBuffer | None = None if debug_buffer_path is None else load_debug_buffer(debug_buffer_path)
+        self._delegate_metadata_parser = delegate_metadata_parser
+        self._delegate_time_scale_converter = delegate_time_scale_converter
+        self._enable_module_hierarchy = enable_module_hierarchy
+        self._scale = time_scale_factor(self._source_time_scale, self._target_time_scale)
+        self._tables: list[BlockTable] = group_events(self._columns, self._scale, delegate_time_scale_converter)
+        self._debug_row = debug_rows_of(self._columns)
+        self._debug_values: dict[int, Any] = {}
+        self._program: ProgramInfo | None = resolve_program_info(etrecord)
+        self._joins: list[JoinedColumns | None] = [self._join(t) for t in self._tables]
+        self._event_blocks: list[EventBlock] | None = None
+
+    # -- ETRecord join ---------------------------------------------------------------------------
+
+    def _join(self, t: BlockTable) -> JoinedColumns | None:
+        method = self._program.method_for_block(t.name) if self._program is not None else None
+        if method is None:
+            return None
+        return join_block(method, t.names, t.chain_index, t.instruction_id, t.delegate_id, t.is_delegated)
+
+    def _reference_output(self, t: BlockTable):
+        method = self._program.method_for_block(t.name) if self._program is not None else None
+        refs = method.reference_outputs if method is not None else None
+        if refs is None or t.bundled_input_index < 0 or t.bundled_input_index >= len(refs):
+            return None
+        return refs[t.bundled_input_index]
+
+    # -- event objects -------------------------------------------------------------------------
+
+    @property
+    def event_blocks(self) -> list[EventBlock]:
+        """The event blocks, as Event objects (built on first access)."""
+        if self._event_blocks is None:
+            self._event_blocks = [self._make_block(t, j) for t, j in zip(self._tables, self._joins)]
+        return self._event_blocks
+
+    def _debug_data(self, rows) -> list:
+        out = []
+        for r in rows.tolist():
+            v = self._debug_values.get(r, self)
+            if v is self:  # several events (a kernel and its OPERATOR_CALL) share one debug event
+                v = self._debug_values[r] = debug_value(self._columns, int(self._debug_row[r]), self._buffer)
+            out.append(v)
+        return out
+
+    def _make_block(self, t: BlockTable, join: JoinedColumns | None) -> EventBlock:
+        c = self._columns
+        raw = t.durations.T.tolist()
+        starts = c.start_time[t.rows].T.tolist()
+        meta_any = (c.metadata_len[t.rows] > 0).any(axis=0) & t.has_perf
+        events = []
+        for j in range(len(t)):
+            perf = t.has_perf[j]
+            metas = [c.metadata(int(r)) or b"" for r in t.rows[:, j]] if meta_any[j] else []
+            e = Event(
+                name=t.names[j], perf_data=PerfData(raw[j]) if perf else None,
+                delegate_debug_identifier=t.delegate_id[j], is_delegated_op=bool(t.is_delegated[j]),
+                debug_data=self._debug_data(t.debug_rows[j]), instruction_id=int(t.instruction_id[j]),
+                chain_index=int(t.chain_index[j]), start_time=starts[j] if perf else None,
+                raw_delegate_debug_metadatas=metas, delegate_metadata_parser=self._delegate_metadata_parser,
+            )
+            if join is not None:
+                e.debug_handles, e.num_outputs = join.debug_handles[j], join.num_outputs[j]
+                e.op_types, e.stack_traces = join.op_types[j], join.stack_traces[j]
+                e.module_hierarchy, e.delegate_backend_name = join.module_hierarchy[j], join.backend_names[j]
+            events.append(e)
+        return EventBlock(
+            name=t.name or "", events=events, source_time_scale=self._source_time_scale,
+            target_time_scale=self._target_time_scale, bundled_input_index=t.bundled_input_index,
+            run_output=self._debug_data(t.output_rows), reference_output=self._reference_output(t),
+            num_runs=len(t.runs),
+        )
+
+    # -- tables ----------------------------------------------------------------------------------
+
+    def to_dataframe(self, include_units: bool = True, include_delegate_debug_data: bool = False) -> pd.DataFrame:
+        """One row per event of every block (columns: see etlab.inspector._frames)."""
+        c = self._columns
+        cols: dict[str, list] = {k: [] for k in (
+            "event_block_name", "event_name", "raw", "op_types", "delegate_debug_identifier", "stack_traces",
+            "module_hierarchy", "is_delegated_op", "delegate_backend_name", "debug_data", "start_time")}
+        stats, metadatas = [], []
+        for t, join in zip(self._tables, self._joins):
+            m, perf = len(t), t.has_perf
+            cols["event_block_name"] += [t.name or ""] * m
+            cols["event_name"] += t.names
+            raw = t.durations.T.tolist()
+            starts = c.start_time[t.rows].T.tolist()
+            if perf.all():
+                cols["raw"] += raw
+                cols["start_time"] += starts
+            else:
+                cols["raw"] += [r if p else None for r, p in zip(raw, perf.tolist())]
+                cols["start_time"] += [s if p else None for s, p in zip(starts, perf.tolist())]
+            stats.append(_frames.perf_stats(t.durations))
+            cols["delegate_debug_identifier"] += t.delegate_id
+            cols["is_delegated_op"] += t.is_delegated.tolist()
+            cols["debug_data"] += [self._debug_data(rows) if len(rows) else [] for rows in t.debug_rows]
+            if join is None:
+                cols["op_types"] += [[] for _ in range(m)]
+                cols["stack_traces"] += [{} for _ in range(m)]
+                cols["module_hierarchy"] += [{} for _ in range(m)]
+                cols["delegate_backend_name"] += [None] * m
+            else:
+                cols["op_types"] += join.op_types
+                cols["stack_traces"] += join.stack_traces
+                cols["module_hierarchy"] += join.module_hierarchy
+                cols["delegate_backend_name"] += join.backend_names
+            if include_delegate_debug_data:
+                metadatas += self._block_metadatas(t)
+        cols["stats"] = np.hstack(stats) if stats else np.zeros((6, 0))
+        df = _frames.frame_from_columns(cols, include_units, self._target_time_scale.value)
+        if include_delegate_debug_data:
+            df = _frames.add_delegate_columns(df, metadatas)
+        return df
+
+    def _block_metadatas(self, t: BlockTable) -> list:
+        c = self._columns
+        has = (c.metadata_len[t.rows] > 0).any(axis=0) & t.has_perf
+        out: list = [[] for _ in range(len(t))]
+        for j in np.flatnonzero(has).tolist():
+            metas = [c.metadata(int(r)) or b"" for r in t.rows[:, j]]
+            parser = self._delegate_metadata_parser
+            out[j] = parser(metas) if parser is not None and t.is_delegated[j] else metas
+        return out
+
+    def _prepare_dataframe(self, include_units: bool = True, include_delegate_debug_data: bool = False):
+        return _frames.printable(self.to_dataframe(include_units, include_delegate_debug_data))
+
+    def print_data_tabular(self, file: IO[str] | None = None, include_units: bool = True,
+                           include_delegate_debug_data: bool = False) -> None:
+        """Prints the events (OPERATOR_CALL rows and bulky columns left out): an HTML table in a
+        notebook, a text grid elsewhere or when `file` is given."""
+        _frames.display_or_print(self._prepare_dataframe(include_units, include_delegate_debug_data), file)
+
+    def save_data_to_tsv(self, file: str | os.PathLike | IO[str], include_units: bool = True,
+                         include_delegate_debug_data: bool = False) -> None:
+        """Writes the printed table as TSV, to a path (atomically) or an open text file."""
+        text = _frames.tsv_text(self._prepare_dataframe(include_units, include_delegate_debug_data))
+        if isinstance(file, (str, os.PathLike)):
+            write_atomic(file, text.encode())
+        else:
+            file.write(text)
+
+    # -- queries --------------------------------------------------------------------------------
+
+    def find_total_for_module(self, module_name: str) -> float:
+        """Sum of the average time of every event (OPERATOR_CALL excluded) running an op of the
+        module `module_name` (an nn_module_stack key or module path, e.g. "layers.0"). Needs an ETRecord."""
+        if self._program is None:
+            raise ValueError("find_total_for_module needs the module hierarchy: create the Inspector with an etrecord")
+        total = 0.0
+        for t, join in zip(self._tables, self._joins):
+            if join is None:
+                continue
+            avg = t.durations.mean(axis=0) if len(t.runs) else np.full(len(t), np.nan)
+            for j, hier in enumerate(join.module_hierarchy):
+                if t.names[j] == OPERATOR_CALL or not t.has_perf[j]:
+                    continue
+                if any(in_module(h, module_name) for h in hier.values()):
+                    total += float(avg[j])
+        return total
+
+    def get_op_list(self, event_block: str | None = None, show_delegated_ops: bool = True) -> dict[str, list[Event]]:
+        """op type -> events running it, over one block (by name) or all. Without an ETRecord the
+        op type is read from the kernel event's name ("native_call_addmm.out" -> "addmm.out")."""
+        ops: dict[str, list[Event]] = {}
+        for block in self.event_blocks:
+            if event_block is not None and block.name != event_block:
+                continue
+            for e in block.events:
+                if e.name == OPERATOR_CALL or e.name in FRAMEWORK_EVENT_NAMES:
+                    continue
+                if e.is_delegated_op and not show_delegated_ops:
+                    continue
+                types = e.op_types or ([e.name[len("native_call_"):]] if e.name.startswith("native_call_") else [])
+                for op in dict.fromkeys(types):
+                    ops.setdefault(op, []).append(e)
+        return ops
+
+    def get_exported_program(self, graph: str | None = None):
+        """A graph recorded in the ETRecord (default: the edge-dialect program); None without one."""
+        if self._program is None:
+            return None
+        key = graph or "edge_dialect_exported_program"
+        return self._program.graphs.get(key)
+
+    @property
+    def allocations(self) -> pd.DataFrame:
+        """Memory allocation events: run index, run name, allocator (id and name), size in bytes."""
+        c = self._columns
+        rows = np.flatnonzero(c.has_allocation)
+        runs = c.run[rows]
+        names = []
+        for r, a in zip(runs.tolist(), c.allocator_id[rows].tolist()):
+            alloc = c.runs[r].allocator_names or []
+            names.append(alloc[a] if 0 <= a < len(alloc) else None)
+        return pd.DataFrame({
+            "run": runs, "run_name": [c.runs[r].name for r in runs.tolist()], "allocator_id": c.allocator_id[rows],
+            "allocator_name": names, "allocation_size": c.allocation_size[rows],
+        })
+
+    # -- timeline and numerics -----------------------------------------------------------------
+
+    def to_chrome_trace(self, path: str | os.PathLike | None = None) -> dict:
+        """The runtime timeline as Chrome trace JSON (open in Perfetto or chrome://tracing): one
+        track per run, each profile event a complete ("X") event, delegate events nested in
+        their DELEGATE_CALL. Written atomically to `path` when given; returned either way."""
+        from etlab.inspector._chrome_trace import chrome_trace, write_chrome_trace
+
+        trace = chrome_trace(self._columns, self._source_time_scale, self._target_time_scale,
+                             self._delegate_time_scale_converter)
+        if path is not None:
+            write_chrome_trace(trace, path)
+        return trace
+
+    def calculate_numeric_gap(self, distance: str | Callable = "MSE") -> pd.DataFrame:
+        """Per matched intermediate output: AOT ops, runtime ops, both values and their gap.
+
+        Runtime intermediates come from the debug buffer; AOT intermediates from the ETRecord
+        (`MethodInfo.aot_intermediate_outputs`). They are matched by debug handle, many-to-one
+        where a delegate or fused op covers several graph nodes. `distance` is "MSE", "L1",
+        "SNR" or a function (aot, runtime) -> float.
+        """
+        from etlab.inspector._numeric import numeric_gap
+
+        return numeric_gap(self, distance)
+
+    def __repr__(self) -> str:
+        n = sum(len(t) for t in self._tables)
+        return (f"Inspector({self._columns.what!r}: {len(self._tables)} event blocks, {n} events, "
+                f"{'with' if self._program else 'without'} ETRecord)")
