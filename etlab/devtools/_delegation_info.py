@@ -1,8 +1,13 @@
 """How much of a lowered graph runs in backends: counts per operator and per backend, and a
 printout of the graph with every lowered module's own graph shown in place.
 
-Operator types come from node names with the numeric suffix removed (`relu_1` -> `relu`), as
-upstream's `get_delegation_info` does, so the two tables line up on the same graph.
+Operator types are what upstream's `get_delegation_info` reports: it strips the numeric suffix
+from node names, and upstream names every edge-dialect node after its operator
+(`aten_convolution_default`, `aten_add_tensor`, `getitem`). etlab keeps export's node names
+(`conv2d`'s decomposition is named `convolution_default`, an undecomposed add stays `add`), so
+the type is derived from the node's operator the way upstream's names are, and the two tables
+line up on the same model. Like upstream, `getitem` nodes (picking one output of a multi-output
+op or delegate call) are counted as non-delegated nodes.
 """
 
 from __future__ import annotations
@@ -86,9 +91,17 @@ def _as_graph_module(graph_module, what: str = "graph_module") -> GraphModule:
                     f"got {type(graph_module).__name__}")
 
 
-def op_type_of(node_name: str) -> str:
-    """`aten_relu_default_3` -> `aten_relu_default`: the node name without its numeric suffix."""
-    return re.sub(r"_\d+$", "", node_name)
+def op_type_of(node: Node) -> str:
+    """Upstream's operator type of a call_function node: `aten.convolution.default` ->
+    `aten_convolution_default`, `aten.add.Tensor` -> `aten_add_tensor`, `operator.getitem` -> `getitem`.
+
+    That is torch.fx's name for a node of that target (snake case, Python identifier) without a
+    numeric suffix, as upstream's edge graphs name their nodes.
+    """
+    if not isinstance(node, Node):
+        raise TypeError(f"op_type_of takes a torch.fx Node, got {type(node).__name__}")
+    name = re.sub(r"(?<=[a-z])([A-Z])", r"_\1", _target_name(node)).lower()
+    return re.sub(r"_\d+$", "", re.sub(r"[^0-9a-zA-Z_]+", "_", name))
 
 
 def _lowered_module_of(gm: GraphModule, node: Node) -> LoweredBackendModule | None:
@@ -104,7 +117,7 @@ def _lowered_module_of(gm: GraphModule, node: Node) -> LoweredBackendModule | No
 
 def _is_call_delegate(node: Node) -> bool:
     return node.op == "call_function" and (
-        node.target is executorch_call_delegate or op_type_of(node.name) == _CALL_DELEGATE_TYPE
+        node.target is executorch_call_delegate or getattr(node.target, "__name__", None) == _CALL_DELEGATE_TYPE
     )
 
 
@@ -120,15 +133,16 @@ def lowered_modules(graph_module) -> Iterator[tuple[str, LoweredBackendModule]]:
 def get_delegation_info(graph_module) -> DelegationInfo:
     """Counts delegated subgraphs and nodes of a lowered graph (e.g. after `to_backend`).
 
-    Non-delegated nodes: the graph's call_function nodes except the delegate calls themselves.
-    Delegated nodes: the call_function nodes of each lowered module's `original_module` graph.
+    Non-delegated nodes: the graph's call_function nodes except the delegate calls themselves
+    (`getitem` included, as upstream counts it). Delegated nodes: the call_function nodes of each
+    lowered module's `original_module` graph. Operator types: see `op_type_of`.
     """
     gm = _as_graph_module(graph_module)
     by_op: dict[str, DelegationBreakdown] = {}
     by_backend: dict[str, BackendBreakdown] = {}
 
-    def count(name: str, delegated: bool) -> None:
-        op_type = op_type_of(name)
+    def count(node: Node, delegated: bool) -> None:
+        op_type = op_type_of(node)
         b = by_op.setdefault(op_type, DelegationBreakdown(op_type))
         if delegated:
             b.delegated += 1
@@ -138,7 +152,7 @@ def get_delegation_info(graph_module) -> DelegationInfo:
     num_subgraphs = 0
     for node in gm.graph.nodes:
         if node.op == "call_function" and not _is_call_delegate(node):
-            count(node.name, delegated=False)
+            count(node, delegated=False)
         lowered = _lowered_module_of(gm, node)
         if lowered is None:
             continue
@@ -147,7 +161,7 @@ def get_delegation_info(graph_module) -> DelegationInfo:
         backend.num_subgraphs += 1
         for inner in lowered.original_module.graph.nodes:
             if inner.op == "call_function":
-                count(inner.name, delegated=True)
+                count(inner, delegated=True)
                 backend.num_nodes += 1
     return DelegationInfo(
         num_delegated_subgraphs=num_subgraphs,

@@ -1,8 +1,17 @@
 """The memory plan of a compiled method as a table and as a Chrome trace.
 
-Steps are the memory planner's: positions of the planned graph's nodes in emission order
-(control-flow branches inlined), the same steps `TensorSpec.lifetime` counts. A tensor is live
-from the step that defines it to the last step that reads it, both included.
+Steps are runtime instructions: step i is the method's i-th instruction (chain 0, as the emitter
+writes it). A tensor lives from the instruction that writes it to the last instruction that
+reads it, both included; what is alive before the first instruction (inputs) starts at step 0,
+and outputs (and mutable state) live to the last instruction.
+
+The planner counts its own steps (`TensorSpec.lifetime`): every node of the planned graph,
+placeholders included. Nodes that run no instruction (placeholders, `getitem`, views whose
+memory is planned) are mapped to the latest instruction at or before them, so lifetimes keep
+their order and no two tensors that overlap for the planner stop overlapping here. The peak of
+live bytes (`memory_lower_bound`) therefore equals the planner's `MemoryPlan.lower_bounds`,
+with one exception: an input that is never read is freed by the planner before the first
+instruction, while here nothing is earlier than instruction 0, so it counts there too.
 
 Tensors that share storage (a view and its base) are one block for the planner: the live-bytes
 helpers count such a block once, over the union of its members' lifetimes.
@@ -11,6 +20,7 @@ helpers count such a block once, over the union of its members' lifetimes.
 from __future__ import annotations
 
 import json
+import operator
 import os
 from dataclasses import asdict, dataclass, fields
 
@@ -20,6 +30,7 @@ from torch._ops import OpOverload
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import ExecutorchProgramManager
+from etlab.compiler._graph import submodules_of
 from etlab.compiler._memory_planning import _specs_of, linearize
 from etlab.compiler._tensor_spec import TensorSpec, align
 from etlab.schema import write_atomic
@@ -35,8 +46,8 @@ class PlannedTensor:
     mem_id: int
     offset: int
     size: int  # bytes of its data (the arena slot is this rounded up to the planner's alignment)
-    first_step: int
-    last_step: int
+    first_step: int  # instruction that writes it (0 for what exists before the first instruction)
+    last_step: int  # last instruction that reads it
     producing_op: str  # operator of the defining node ("placeholder" for inputs)
     debug_handle: int | None
     dtype: str
@@ -63,11 +74,16 @@ _TORCH_DIR = os.path.dirname(torch.__file__)
 
 
 def _source_line(node: Node) -> str:
-    """The innermost stack-trace frame in the user's code (torch's own frames skipped)."""
-    lines = (node.meta.get("stack_trace") or "").strip().splitlines()
-    frames = [ln.strip() for ln in lines if ln.strip().startswith("File ")]
-    user = [f for f in frames if _TORCH_DIR not in f]
-    return (user or frames or [""])[-1]
+    """The innermost stack-trace frame in the user's code (torch's own frames skipped), with its
+    line of code: 'File "/m/model.py", line 12, in forward: x = self.fc(x)'."""
+    lines = [ln.strip() for ln in (node.meta.get("stack_trace") or "").strip().splitlines()]
+    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
+    user = [i for i in frames if _TORCH_DIR not in lines[i]]
+    if not (user or frames):
+        return ""
+    i = (user or frames)[-1]
+    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
+    return f"{lines[i]}: {code}" if code else lines[i]
 
 
 def _planned_graph(program_manager, method_name: str) -> GraphModule:
@@ -82,9 +98,66 @@ def _planned_graph(program_manager, method_name: str) -> GraphModule:
     return program_manager.exported_program(method_name).graph_module
 
 
+# --- planner steps -> runtime instructions ------------------------------------------------------
+
+
+def _runs_no_instruction(node: Node) -> bool:
+    """Nodes the emitter (etlab/compiler/_emit.py) turns into no instruction."""
+    if node.op != "call_function" or node.target is operator.getitem:
+        return True
+    if node.meta.get("et_view"):  # a view of planned or constant memory is only a value
+        spec = node.meta.get("spec")
+        root = spec.root() if isinstance(spec, TensorSpec) else None
+        return root is not None and not spec.dynamic and (
+            root.const or (root.mem_id is not None and root.mem_offset is not None))
+    return False
+
+
+def _emit_order(gm: GraphModule, instructions: list[str], index_of: dict[Node, int]) -> None:
+    """Appends gm's instructions as the emitter orders them; index_of: node -> its (last) instruction.
+
+    A cond is: jump to the false branch, true branch, moves of its results, jump past the false
+    branch, false branch, moves; the cond node itself is mapped to its last instruction.
+    """
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target is torch.ops.higher_order.cond:
+            n_out = len(_specs_of(node.meta.get("spec")))
+            instructions.append(f"{node.name}: jump to false branch")
+            for k, branch in enumerate(submodules_of(node, gm)):
+                _emit_order(branch, instructions, index_of)
+                instructions.extend(f"{node.name}: move result {i}" for i in range(n_out))
+                if k == 0:
+                    instructions.append(f"{node.name}: jump past false branch")
+            index_of[node] = len(instructions) - 1
+        elif not _runs_no_instruction(node):
+            index_of[node] = len(instructions)
+            instructions.append(f"{node.name} ({_producing_op(node)})")
+
+
+@dataclass
+class InstructionSteps:
+    """How the planner's steps map onto a method's runtime instructions."""
+
+    instructions: list[str]  # per instruction: "node (operator)", in execution order
+    step_to_instruction: list[int]  # per planner step: the latest instruction at or before it, -1 before any
+
+
+def instruction_steps(gm: GraphModule) -> InstructionSteps:
+    """The runtime instructions of a planned graph, and where each planner step falls among them."""
+    instructions: list[str] = []
+    index_of: dict[Node, int] = {}
+    _emit_order(gm, instructions, index_of)
+    latest, per_step = -1, []
+    for node in linearize(gm):  # the planner's steps: same order as the instructions (a cond after its branches)
+        latest = index_of.get(node, latest)
+        per_step.append(latest)
+    return InstructionSteps(instructions, per_step)
+
+
 def planned_tensors(program_manager, method_name: str = "forward") -> list[PlannedTensor]:
     """Every tensor of the method that memory planning placed in an arena, in definition order."""
     gm = _planned_graph(program_manager, method_name)
+    to_instruction = instruction_steps(gm).step_to_instruction
     names: dict[int, str] = {}  # id(spec) -> name of the node that first carries it
     out: list[PlannedTensor] = []
     pending: list[tuple[TensorSpec, PlannedTensor]] = []
@@ -103,9 +176,10 @@ def planned_tensors(program_manager, method_name: str = "forward") -> list[Plann
                 raise ValueError(f"{method_name}: tensor {name!r} has no memory offset; was the program "
                                  "memory-planned (to_executorch())?")
             handle = node.meta.get("debug_handle")
+            first, last = (max(to_instruction[s], 0) for s in spec.lifetime)
             t = PlannedTensor(
                 tensor=name, mem_id=int(spec.mem_id), offset=int(spec.mem_offset), size=int(spec.nbytes),
-                first_step=int(spec.lifetime[0]), last_step=int(spec.lifetime[1]), producing_op=_producing_op(node),
+                first_step=first, last_step=last, producing_op=_producing_op(node),
                 debug_handle=int(handle) if isinstance(handle, int) else None,
                 dtype=str(spec.dtype).replace("torch.", ""), shape=tuple(int(d) for d in spec.shape),
                 storage="", module=_module_path(node), source=_source_line(node),
@@ -121,26 +195,22 @@ def memory_plan_dataframe(program_manager, method_name: str = "forward") -> pd.D
     """One row per planned tensor of a method.
 
     Columns: tensor, mem_id, offset, size, first_step, last_step, producing_op, debug_handle,
-    then dtype, shape, storage, module, source. `df.attrs` holds `method`, `num_steps` and
-    `buffer_sizes` (arena bytes per memory id, index 0 unused).
+    then dtype, shape, storage, module, source. Steps are runtime instruction indices (see the
+    module doc). `df.attrs` holds `method`, `num_steps` (instructions), `instructions` (what each
+    runs, "node (operator)") and `buffer_sizes` (arena bytes per memory id, index 0 unused).
     """
     tensors = planned_tensors(program_manager, method_name)
+    instructions = instruction_steps(_planned_graph(program_manager, method_name)).instructions
     cols = [f.name for f in fields(PlannedTensor)]
     df = pd.DataFrame([asdict(t) for t in tensors], columns=cols)
     df = df.astype({"mem_id": "int64", "offset": "int64", "size": "int64", "first_step": "int64",
                     "last_step": "int64", "debug_handle": "Int64"})
     df.attrs["method"] = method_name
-    df.attrs["num_steps"] = _num_steps(program_manager, method_name)
+    df.attrs["num_steps"] = len(instructions)
+    df.attrs["instructions"] = instructions
     plan = program_manager.memory_plans.get(method_name)
     df.attrs["buffer_sizes"] = list(plan.buffer_sizes) if plan is not None else []
     return df
-
-
-def _num_steps(program_manager, method_name: str) -> int:
-    plan = program_manager.memory_plans.get(method_name)
-    if plan is not None and plan.num_steps:
-        return int(plan.num_steps)
-    return sum(1 for _ in linearize(_planned_graph(program_manager, method_name)))
 
 
 def _as_plan_frame(plan, method_name: str) -> pd.DataFrame:
@@ -162,11 +232,12 @@ def _blocks(df: pd.DataFrame, aligned: bool) -> pd.DataFrame:
 
 def live_bytes_per_step(plan, mem_id: int | None = None, *, aligned: bool = True,
                         method_name: str = "forward") -> pd.Series:
-    """Bytes live at each step (a Series indexed by step, 0 .. num_steps-1).
+    """Bytes live during each instruction (a Series indexed by step, 0 .. num_steps-1).
 
     plan: a `memory_plan_dataframe()` table or an ExecutorchProgramManager (then `method_name`).
     mem_id: one arena, or None for all together. aligned: count each block's slot as the planner
-    does (its size rounded up to 16 bytes), so the maximum matches `MemoryPlan.lower_bounds`.
+    does (its size rounded up to 16 bytes), so the maximum matches `MemoryPlan.lower_bounds`
+    (see the module doc for the one exception).
     """
     df = _as_plan_frame(plan, method_name)
     if mem_id is not None:
@@ -188,7 +259,7 @@ def live_bytes_per_step(plan, mem_id: int | None = None, *, aligned: bool = True
 
 
 def memory_lower_bound(plan, mem_id: int | None = None, *, aligned: bool = True, method_name: str = "forward") -> int:
-    """The most bytes live at any one step: no plan of these lifetimes can use less."""
+    """The most bytes live during any one instruction: no plan of these lifetimes can use less."""
     live = live_bytes_per_step(plan, mem_id, aligned=aligned, method_name=method_name)
     return int(live.max()) if len(live) else 0
 
@@ -253,7 +324,7 @@ def memory_trace_events(plan, enable_memory_offsets: bool = True, method_name: s
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"method": df.attrs.get("method", method_name), "time_unit": "planner step (1 step = 1 us)",
+        "otherData": {"method": df.attrs.get("method", method_name), "time_unit": "instruction (1 instruction = 1 us)",
                       "num_steps": int(df.attrs.get("num_steps") or 0), "buffer_sizes": buffer_sizes,
                       "rows": "offset" if enable_memory_offsets else "lane"},
     }
@@ -264,8 +335,8 @@ def generate_memory_trace(program_manager, chrome_trace_filename: str | os.PathL
                           ommit_metadata: bool = False) -> dict:
     """Writes the method's memory plan as Chrome-trace JSON (Perfetto, chrome://tracing), atomically.
 
-    One process per memory id; each planned tensor is a complete event from its first step
-    (`ts`) for its lifetime in steps (`dur = last - first + 1`), with args size, offset,
+    One process per memory id; each planned tensor is a complete event from the instruction that
+    writes it (`ts`) for its lifetime in instructions (`dur = last - first + 1`), with args size, offset,
     producing_op, debug_handle (and dtype, shape, storage, fqn, source). With
     enable_memory_offsets the rows (threads) are placed by offset, top to bottom, so the trace
     reads as the arena over time; otherwise tensors are packed into as few rows as possible.

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import html
 import math
 import os
+from dataclasses import dataclass, field
 
 import ipywidgets as widgets
 import plotly.graph_objects as go
+from torch.fx import GraphModule
 
 from etlab.visualizer import _html
-from etlab.visualizer._graph_model import build_graph_model
 from etlab.visualizer._graph_view import GraphView
-from etlab.visualizer._profile_data import OpTiming, execute_timings, leaf_timings, numeric_gaps, op_timings, time_unit
+from etlab.visualizer._profile_data import (
+    OpTiming,
+    execute_timings,
+    kind_colors,
+    numeric_gaps,
+    op_kind,
+    op_timings,
+    time_unit,
+    timings_counted_once,
+)
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
 
@@ -41,46 +52,74 @@ def _fragments(title: str, parts: list) -> list[_html.Fragment]:
 # --- delegation ----------------------------------------------------------------------------------
 
 
+GETITEM = "getitem"
+
+
 class DelegationView(widgets.VBox):
     """How much of the program each backend took: a summary per backend, the operator table
-    (delegated / not delegated occurrences) and the lowered graph; a row click selects the op in the graph."""
+    (upstream's columns: op_type, occurrences in delegated / non-delegated graphs) and the lowered
+    graph; a row click selects the op in the graph.
+
+    `getitem` nodes only pick one output of a multi-output op or delegate call (no kernel runs):
+    get_delegation_info counts them as upstream does, this view lists them apart.
+    """
 
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
-        from etlab.devtools._delegation_info import get_delegation_info, op_type_of  # no public devtools API yet
+        from etlab.devtools._delegation_info import (  # no public devtools API yet
+            OCCURRENCES_IN_DELEGATED_GRAPHS,
+            OCCURRENCES_IN_NON_DELEGATED_GRAPHS,
+            get_delegation_info,
+            lowered_modules,
+            op_type_of,
+        )
 
         sources = resolve_sources(program, method)
         edge = sources.graph("edge")
         self.info = get_delegation_info(edge)
         self.graph = GraphView(edge, "edge", method=method) if show_graph else None
+        gm = edge if isinstance(edge, GraphModule) else edge.graph_module
         first_node: dict[str, str] = {}  # op type -> the first edge node of it (what a row click selects)
-        nodes = self.graph.model.nodes if self.graph else build_graph_model(edge, "edge", method=method).nodes
-        for n in nodes:
-            first_node.setdefault(op_type_of(n.name), n.name)
+        for g in [gm] + [lowered.original_module.graph_module for _, lowered in lowered_modules(gm)]:
+            for node in g.graph.nodes:
+                if node.op == "call_function":
+                    first_node.setdefault(op_type_of(node), node.name)
         self.summary_rows = [
             {"backend": b.backend_id, "subgraphs": b.num_subgraphs, "delegated_nodes": b.num_nodes}
             for b in sorted(self.info.delegation_by_backend.values(), key=lambda b: b.backend_id)
         ]
-        df = self.info.get_operator_delegation_dataframe()
+        by_op = self.info.delegation_by_operator
+        self.getitems = by_op[GETITEM].non_delegated + by_op[GETITEM].delegated if GETITEM in by_op else 0
         rows = []
-        for r in df.itertuples(index=False):
-            row = {"op_type": r[0], "delegated": int(r[1]), "non_delegated": int(r[2])}
-            if r[0] in first_node:
-                row["focus"] = {"name": first_node[r[0]], "kind": "edge"}
+        for b in sorted(by_op.values(), key=lambda b: b.op_type):
+            if b.op_type == GETITEM:
+                continue
+            row = {"op_type": b.op_type, "delegated": b.delegated, "non_delegated": b.non_delegated}
+            if b.op_type in first_node:
+                row["focus"] = {"name": first_node[b.op_type], "kind": "edge"}
             rows.append(row)
-        self.table = TableView([("op_type", "operator", False), ("delegated", "delegated", True),
-                                ("non_delegated", "not delegated", True)], rows,
-                               title="Operators (click a row to show it in the graph)", height=260)
+        self.total = {"op_type": "Total", "delegated": sum(r["delegated"] for r in rows),
+                      "non_delegated": sum(r["non_delegated"] for r in rows)}
+        rows.append(self.total)
+        self.table = TableView([("op_type", "op_type", False), ("delegated", OCCURRENCES_IN_DELEGATED_GRAPHS, True),
+                                ("non_delegated", OCCURRENCES_IN_NON_DELEGATED_GRAPHS, True)], rows,
+                               title="Operators (click a row to show it in the graph)", height=300)
         _link_table_to_graph(self.table, self.graph)
         self.summary = widgets.HTML(self._summary_html())
         super().__init__([self.summary, self.table] + ([self.graph] if self.graph else []), **kwargs)
 
     def _summary_html(self) -> str:
-        i = self.info
-        lines = "".join(f"<tr><td>{r['backend']}</td><td>{r['subgraphs']}</td><td>{r['delegated_nodes']}</td></tr>"
+        delegated = self.total["delegated"]
+        ops = delegated + self.total["non_delegated"]
+        share = f" ({delegated / ops:.0%})" if ops else ""
+        lines = "".join(f"<tr><td>{html.escape(r['backend'])}</td><td>{r['subgraphs']}</td>"
+                        f"<td>{r['delegated_nodes']}</td></tr>"
                         for r in self.summary_rows) or "<tr><td colspan=3>no delegated partitions</td></tr>"
-        return (f"<div data-etlab-view='delegation'><p class='etlab-note'>{i.num_delegated_subgraphs} delegated "
-                f"subgraph(s), {i.num_delegated_nodes} delegated node(s), {i.num_non_delegated_nodes} not delegated"
-                f"</p><table class='etlab-table'><tr><th>backend</th><th>subgraphs</th><th>delegated nodes</th></tr>"
+        getitem = (f" Not counted as operators: {self.getitems} <code>getitem</code> node(s), which pick one "
+                   "output of a multi-output op or delegate call and run no kernel (get_delegation_info counts "
+                   "them, as upstream does)." if self.getitems else "")
+        return (f"<div data-etlab-view='delegation'><p class='etlab-note'>{self.info.num_delegated_subgraphs} "
+                f"delegated subgraph(s): {delegated} of {ops} operators delegated{share}.{getitem}</p>"
+                f"<table class='etlab-table'><tr><th>backend</th><th>subgraphs</th><th>delegated operators</th></tr>"
                 f"{lines}</table></div>")
 
     def html_fragments(self) -> list[_html.Fragment]:
@@ -92,6 +131,9 @@ class DelegationView(widgets.VBox):
 
 
 # --- numeric gap ------------------------------------------------------------------------------------
+
+
+NO_GAP_NOTE = "No numeric gap: the Inspector needs an ETRecord with AOT intermediates and a debug buffer."
 
 
 class NumericGapView(widgets.VBox):
@@ -126,34 +168,52 @@ class NumericGapView(widgets.VBox):
         self.slider = widgets.FloatLogSlider(value=self.threshold, base=10, min=-12, max=6, step=0.25,
                                              description="threshold", readout_format=".1e")
         self.slider.observe(self._on_threshold, names="value")
-        note = widgets.HTML("<p class='etlab-note'>No numeric gap: the Inspector needs an ETRecord with AOT "
-                            "intermediates and a debug buffer.</p>") if not self.rows else widgets.HTML("")
-        super().__init__([note, self.slider, self.fig_widget, self.table] + ([self.graph] if self.graph else []),
+        self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>")
+        super().__init__([self.note, self.slider, self.fig_widget, self.table] + ([self.graph] if self.graph else []),
                          **kwargs)
 
     def above_threshold(self) -> list:
         return [r for r in self.rows if r.gap > self.threshold]
 
+    def summary_text(self) -> str:
+        """One line: how many matched outputs are exact, above the threshold, and the largest gap."""
+        if not self.rows:
+            return NO_GAP_NOTE
+        exact = sum(1 for r in self.rows if r.gap == 0)
+        above = len(self.above_threshold())
+        largest = max((r for r in self.rows if math.isfinite(r.gap)), key=lambda r: r.gap, default=None)
+        text = (f"{len(self.rows)} matched intermediate outputs ({self.distance}): {exact} exact (gap 0), "
+                f"{above} above the threshold {self.threshold:.1e}")
+        if largest is not None and largest.gap > 0:
+            text += f"; largest gap {largest.gap:.3e} at {', '.join(largest.aot_ops)}"
+        return text + "."
+
     def _figure(self) -> go.Figure:
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
         floor = min([*positive, self.threshold]) / 100  # exact matches (gap 0) sit on this floor, drawn as ▽
+        top = max([*positive, self.threshold])
         gaps = [max(r.gap, floor) if math.isfinite(r.gap) else None for r in self.rows]
         colors = ["#e45756" if r.gap > self.threshold else "#4c78a8" for r in self.rows]
         symbols = ["triangle-down" if r.gap == 0 else "circle" for r in self.rows]
         fig = go.Figure(go.Scatter(
             x=[r.order for r in self.rows], y=gaps, mode="markers+lines", line={"color": "#c8d0da", "width": 1},
             marker={"color": colors, "size": 8, "symbol": symbols},
-            customdata=[[r.aot_ops[-1] if r.aot_ops else "", list(r.handles)]
-                                                             for r in self.rows],
-            hovertext=[f"<b>{', '.join(r.aot_ops)}</b><br>gap {r.gap:.3e}{' (exact)' if r.gap == 0 else ''}"
-                       f"<br>{r.source}"
-                       for r in self.rows],
+            customdata=[[r.aot_ops[-1] if r.aot_ops else "", list(r.handles)] for r in self.rows],
+            hovertext=[f"<b>#{r.order} {', '.join(r.aot_ops)}</b><br>gap {r.gap:.3e}"
+                       f"{' (exact)' if r.gap == 0 else ''}<br>{r.source}" for r in self.rows],
             hoverinfo="text", name="gap"))
         fig.add_hline(y=self.threshold, line={"dash": "dash", "color": "#e45756"},
                       annotation_text=f"threshold {self.threshold:.1e}", annotation_position="top left")
-        fig.update_yaxes(type="log", title_text=f"gap ({self.distance})")
+        # decades up to the largest gap, and the floor labeled for what it is: no gap at all
+        decades = [10.0 ** k for k in range(math.floor(math.log10(floor)) + 1, math.ceil(math.log10(top)) + 1)]
+        decades = decades[::max(1, len(decades) // 8)]
+        exact = any(r.gap == 0 for r in self.rows)
+        fig.update_yaxes(type="log", title_text=f"gap ({self.distance})",
+                         tickvals=[floor, *decades] if exact else decades,
+                         ticktext=(["0 (exact)"] if exact else []) + [f"{v:.0e}" for v in decades],
+                         range=[math.log10(floor) - 0.5, math.log10(top) + 0.5])
         fig.update_xaxes(title_text="op (execution order)", tickformat="d", dtick=1 if len(self.rows) <= 30 else None)
-        fig.update_layout(height=340, template="plotly_white", margin={"l": 70, "r": 20, "t": 30, "b": 40},
+        fig.update_layout(height=340, template="plotly_white", margin={"l": 80, "r": 20, "t": 30, "b": 40},
                           title="numeric gap per op")
         return fig
 
@@ -162,8 +222,11 @@ class NumericGapView(widgets.VBox):
         fig = self._figure()
         with self.fig_widget.batch_update():
             self.fig_widget.data[0].marker.color = fig.data[0].marker.color
+            self.fig_widget.data[0].y = fig.data[0].y
+            self.fig_widget.layout.yaxis = fig.layout.yaxis
             self.fig_widget.layout.shapes = fig.layout.shapes
             self.fig_widget.layout.annotations = fig.layout.annotations
+        self.note.value = f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"
 
     def _on_point(self, trace, points, state) -> None:
         for i in points.point_inds[:1]:
@@ -182,10 +245,8 @@ class NumericGapView(widgets.VBox):
             "if(!d||!d.on)return;d.on('plotly_click',function(e){const p=e.points[0];if(!p||!p.customdata)return;"
             "d.dispatchEvent(new CustomEvent('etlab:focus',{bubbles:true,detail:{name:p.customdata[0],"
             "handles:p.customdata[1],kind:'edge'}}));});})();</script>")
-        parts = [plot, self.table] + ([self.graph] if self.graph else [])
-        if not self.rows:
-            parts.insert(0, _html.Fragment("<p class='etlab-note'>No numeric gap: the Inspector needs an ETRecord "
-                                           "with AOT intermediates and a debug buffer.</p>"))
+        parts = [_html.Fragment(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"), plot, self.table]
+        parts += [self.graph] if self.graph else []
         return _fragments("Numeric gap", parts)
 
     def save_html(self, path: str | os.PathLike, title: str = "Numeric gap") -> os.PathLike:
@@ -195,9 +256,25 @@ class NumericGapView(widgets.VBox):
 # --- profile ---------------------------------------------------------------------------------------
 
 
-def _module_rollup(timings: list[OpTiming]) -> tuple[list[str], list[str], list[str], list[float]]:
-    """Sunburst ids/labels/parents/values: module path levels, then the events (value: avg time)."""
-    ids, labels, parents, values = ["model"], ["model"], [""], [0.0]
+@dataclass
+class ModuleRollup:
+    """Treemap data: module boxes (full path labels), then one leaf per timed event (value: p50)."""
+
+    ids: list[str] = field(default_factory=lambda: ["model"])
+    labels: list[str] = field(default_factory=lambda: ["model"])
+    parents: list[str] = field(default_factory=lambda: [""])
+    values: list[float] = field(default_factory=lambda: [0.0])
+    colors: list[str] = field(default_factory=lambda: [MODULE_FILL])
+    hover: list[str] = field(default_factory=lambda: ["whole model"])
+
+
+MODULE_FILL = "#eef1f5"
+
+
+def module_rollup(timings: list[OpTiming], colors: dict[str, str], unit: str) -> ModuleRollup:
+    """p50 per event summed up the module tree. p50, not avg: a few warm-up or preempted runs
+    would otherwise decide which module looks slow."""
+    r = ModuleRollup()
     index = {"model": 0}
     for t in timings:
         parent = "model"
@@ -205,33 +282,44 @@ def _module_rollup(timings: list[OpTiming]) -> tuple[list[str], list[str], list[
         for depth in range(len(path)):
             mid = "model/" + ".".join(path[:depth + 1])
             if mid not in index:
-                index[mid] = len(ids)
-                ids.append(mid)
-                labels.append(path[depth])
-                parents.append(parent)
-                values.append(0.0)
+                index[mid] = len(r.ids)
+                module = ".".join(path[:depth + 1])
+                r.ids.append(mid)
+                r.labels.append(module)
+                r.parents.append(parent)
+                r.values.append(0.0)
+                r.colors.append(MODULE_FILL)
+                r.hover.append(module)
             parent = mid
-        leaf = f"{parent}#{t.index}"
-        index[leaf] = len(ids)
-        ids.append(leaf)
-        labels.append(t.name)
-        parents.append(parent)
-        values.append(t.avg)
+        kind = op_kind(t)
+        r.ids.append(f"{parent}#{t.index}")
+        r.labels.append(kind)
+        r.parents.append(parent)
+        r.values.append(t.p50)
+        r.colors.append(colors[kind])
+        r.hover.append(f"{t.name} ({', '.join(t.op_types)})<br>{t.module}<br>p50 {t.p50:.4g} {unit} · "
+                       f"avg {t.avg:.4g} · max {t.max:.4g}" + (f"<br>{t.source}" if t.source else ""))
         node = parent
         while node:  # "total" branch values: every ancestor sums its events
-            values[index[node]] += t.avg
-            node = parents[index[node]]
-    return ids, labels, parents, values
+            r.values[index[node]] += t.p50
+            node = r.parents[index[node]]
+    return r
+
+
+def _kind_key(colors: dict[str, str]) -> str:
+    """A one-line color key for a chart title."""
+    return " ".join(f"<span style='color:{c}'>■</span> {k}" for k, c in colors.items())
 
 
 class ProfileView(widgets.VBox):
-    """Where the time goes: a sortable, filterable op table, a rollup by module (sunburst) and the
-    per-run timeline."""
+    """Where the time goes: a sortable, filterable op table, a rollup of p50 by module (treemap,
+    colored by op kind) and the per-run timeline."""
 
     def __init__(self, inspector, program=None, method: str = "forward", **kwargs):
         handles = resolve_sources(program, method).instruction_handles() if program is not None else None
         self.unit = time_unit(inspector)
         self.timings = execute_timings(op_timings(inspector, handles))
+        self.kind_colors = kind_colors(timings_counted_once(self.timings))
         u = self.unit
         self.table = TableView(
             [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
@@ -248,30 +336,42 @@ class ProfileView(widgets.VBox):
                          **kwargs)
 
     def _rollup(self) -> go.Figure:
-        ids, labels, parents, values = _module_rollup(leaf_timings(self.timings))
-        fig = go.Figure(go.Sunburst(ids=ids, labels=labels, parents=parents, values=values, branchvalues="total",
-                                    hovertemplate=f"%{{label}}: %{{value:.4g}} {self.unit}<extra></extra>",
-                                    maxdepth=4))
-        fig.update_layout(height=420, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                          title=f"average time by module ({self.unit})")
+        r = module_rollup(timings_counted_once(self.timings), self.kind_colors, self.unit)
+        fig = go.Figure(go.Treemap(
+            ids=r.ids, labels=r.labels, parents=r.parents, values=r.values, branchvalues="total",
+            marker={"colors": r.colors, "line": {"color": "#fff", "width": 1}}, customdata=r.hover,
+            texttemplate="%{label}<br>%{value:.3g} " + self.unit, tiling={"pad": 2},
+            pathbar={"visible": True}, hovertemplate=f"%{{customdata}}<br><b>%{{value:.4g}} {self.unit}</b>"
+                                                     "<extra></extra>"))
+        fig.update_layout(height=520, margin={"l": 10, "r": 10, "t": 60, "b": 10},
+                          title={"text": f"p50 time by module ({self.unit}; the median run, not the average, so "
+                                         f"warm-up runs do not dominate)<br><sup>{_kind_key(self.kind_colors)}"
+                                         "</sup>", "font": {"size": 14}})
         return fig
 
     def _timeline(self) -> go.Figure:
+        """Each run's events from the run's start, colored by op kind. The x range fits a typical
+        run; slower runs (warm-up, a busy machine) run off the right edge with their total in the label."""
         fig = go.Figure()
-        leaves = leaf_timings(self.timings)
-        runs = max((len(t.start) for t in leaves), default=0)
-        for r in range(runs):
-            ts = [t for t in leaves if r < len(t.start) and r < len(t.raw)]
+        timed = timings_counted_once(self.timings)
+        runs = max((len(t.start) for t in timed), default=0)
+        ends = [max((t.start[r] + t.raw[r] for t in timed if r < len(t.start) and r < len(t.raw)), default=0.0)
+                for r in range(runs)]
+        labels = [f"run {r} · {ends[r]:.3g} {self.unit}" for r in range(runs)]
+        for kind, color in self.kind_colors.items():
+            ts = [(r, t) for t in timed if op_kind(t) == kind for r in range(min(len(t.start), len(t.raw)))]
             fig.add_trace(go.Bar(
-                orientation="h", y=[f"run {r}"] * len(ts), x=[t.raw[r] for t in ts], base=[t.start[r] for t in ts],
-                hovertext=[f"<b>{t.name}</b> {', '.join(t.op_types)}<br>{t.raw[r]:.4g} {self.unit}" for t in ts],
-                hoverinfo="text",
-                marker={"color": ["#e45756" if t.is_delegated or t.backend else "#4c78a8" for t in ts],
-                                          "line": {"color": "#fff", "width": 0.5}}, showlegend=False))
-        fig.update_layout(barmode="overlay", height=140 + 40 * runs, template="plotly_white",
-                          title=f"per-run timeline ({self.unit} from run start; red: delegated)",
-                          margin={"l": 60, "r": 20, "t": 40, "b": 40})
-        fig.update_xaxes(title_text=self.unit)
+                orientation="h", y=[labels[r] for r, _ in ts], x=[t.raw[r] for r, t in ts],
+                base=[t.start[r] for r, t in ts], name=kind, marker={"color": color, "line": {"width": 0}},
+                hovertext=[f"<b>{t.name}</b> {', '.join(t.op_types)}<br>{t.module}<br>run {r}: {t.raw[r]:.4g} "
+                           f"{self.unit} at {t.start[r]:.4g}" for r, t in ts], hoverinfo="text"))
+        typical = sorted(ends)[len(ends) // 2] if ends else 0.0
+        fig.update_layout(barmode="overlay", height=160 + 26 * runs, template="plotly_white",
+                          title=f"per-run timeline ({self.unit} from run start; drag or double-click to zoom out)",
+                          margin={"l": 130, "r": 20, "t": 80, "b": 40},
+                          legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+        fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=labels)
+        fig.update_xaxes(title_text=self.unit, range=[0, typical * 1.6] if typical > 0 else None)
         return fig
 
     def html_fragments(self) -> list[_html.Fragment]:

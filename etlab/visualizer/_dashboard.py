@@ -60,7 +60,7 @@ _TAB_CSS = """<style>
 
 
 class Dashboard(widgets.Tab):
-    """Tabs: Summary, Graph (compare mode when several graphs are known), Memory, Delegation,
+    """Tabs: Summary, Graph (compare mode when several graphs are known; the first two shown), Memory, Delegation,
     Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`)."""
 
     def __init__(self, inspector, program=None, *, method: str = "forward", **kwargs):
@@ -75,9 +75,11 @@ class Dashboard(widgets.Tab):
         kinds = sources.available()
         self.views["summary"] = widgets.HTML(inspector_summary_html(inspector))
         if kinds:
+            # two panes at most to start with (ATen and Edge when all three are known): three side by
+            # side with the details panel leave each too narrow to read; the toolbar adds the third
             self.views["graph"] = GraphView(program if program is not None else inspector,
                                             graph=kinds if len(kinds) > 1 else kinds[0], inspector=inspector,
-                                            method=method, overlay="latency")
+                                            method=method, overlay="latency", shown=kinds[:2])
         else:
             self.missing["graph"] = "no graph: give the Inspector an ETRecord (or pass the program)"
         memory = _memory_source(sources)

@@ -44,6 +44,16 @@ def _kinds(graph) -> list[str]:
     return kinds
 
 
+def _options(kinds: list[str], height: int, collapse_threshold: int, shown: list[str] | None) -> dict:
+    """The view's `options` trait (see graph_view.js)."""
+    if shown is not None and (not shown or any(k not in kinds for k in shown)):
+        raise ValueError(f"shown must be a non-empty list of the graphs asked for ({kinds}), got {shown!r}")
+    options = {"height": int(height), "collapse_threshold": int(collapse_threshold)}
+    if shown is not None:
+        options["shown"] = list(shown)
+    return options
+
+
 class GraphView(anywidget.AnyWidget):
     """The graph of a program: nodes grouped by nn.Module (collapsible), delegated partitions
     outlined in their backend's color, an overlay (p50 latency, numeric gap, output bytes), a
@@ -54,8 +64,9 @@ class GraphView(anywidget.AnyWidget):
         GraphView(manager, inspector=ins, graph=["aten", "edge", "runtime"])   # compare mode
 
     Compare mode (a list of graph kinds) shows the graphs side by side; selecting a node
-    highlights the nodes sharing its debug handles in the others. `selected` holds the last
-    clicked node; `focus(name)` selects one from Python. `save_html(path)` writes it offline.
+    highlights the nodes sharing its debug handles in the others. `shown`: the kinds whose panes
+    start visible (default all; a toolbar checkbox per graph toggles its pane). `selected` holds
+    the last clicked node; `focus(name)` selects one from Python. `save_html(path)` writes it offline.
     """
 
     _esm = traitlets.Unicode(_html.graph_module_source()).tag(sync=True)
@@ -67,25 +78,25 @@ class GraphView(anywidget.AnyWidget):
 
     def __init__(self, program_or_inspector, graph="edge", *, inspector=None, method: str = "forward",
                  overlay: str = "none", gap_distance: str = "MSE", height: int = 560,
-                 collapse_threshold: int = 400, **kwargs):
+                 collapse_threshold: int = 400, shown: list[str] | None = None, **kwargs):
         kinds = _kinds(graph)
         if overlay not in OVERLAYS:
             raise ValueError(f"overlay must be one of {OVERLAYS}, got {overlay!r}")
+        options = _options(kinds, height, collapse_threshold, shown)
         sources = resolve_sources(program_or_inspector, method, inspector)
         if inspector is not None:
             sources.inspector = inspector
         self.models = graph_models(sources, kinds, gap_distance=gap_distance)
-        super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay,
-                         options={"height": int(height), "collapse_threshold": int(collapse_threshold)}, **kwargs)
+        super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay, options=options, **kwargs)
 
     @classmethod
     def from_models(cls, models: list[GraphModel], *, overlay: str = "none", height: int = 560,
-                    collapse_threshold: int = 400) -> GraphView:
+                    collapse_threshold: int = 400, shown: list[str] | None = None) -> GraphView:
         """A view of GraphModels built elsewhere (e.g. a synthetic graph)."""
         view = cls.__new__(cls)
         view.models = list(models)
-        anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay,
-                                     options={"height": int(height), "collapse_threshold": int(collapse_threshold)})
+        options = _options([m.kind for m in models], height, collapse_threshold, shown)
+        anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay, options=options)
         return view
 
     @property

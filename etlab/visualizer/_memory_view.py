@@ -1,7 +1,8 @@
 """MemoryTimeline: the memory plan of a method, one panel per memory id (plotly).
 
-Top of each panel: x = instruction step, y = arena offset, one rectangle per planned tensor
-lifetime (hover: tensor, producing op, shape, size, source line). Below: the live bytes per step
+Top of each panel: x = runtime instruction, y = arena offset, one rectangle per planned tensor
+from the instruction that writes it to the last one that reads it (hover: tensor, producing op,
+shape, size, those instructions, source line). Below: the live bytes during each instruction
 with the lower bound (the most bytes live at once) and the arena size.
 """
 
@@ -34,16 +35,28 @@ def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
     return live_bytes_per_step(df, mem_id)
 
 
-def memory_figure(df: pd.DataFrame, *, title: str = "", lower_bounds: list[int] | None = None) -> go.Figure:
-    """The timeline figure of a memory_plan_dataframe() table (one bar per planned tensor)."""
+def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
+    """The timeline figure of a memory_plan_dataframe() table (one bar per planned tensor).
+
+    The lower bound drawn is the peak of the live-bytes curve on the same axis (what
+    `memory_lower_bound` returns), so the two never disagree on the chart.
+    """
     mem_ids = sorted(int(m) for m in df["mem_id"].unique()) if len(df) else []
     buffer_sizes = list(df.attrs.get("buffer_sizes") or [])
+    instructions = list(df.attrs.get("instructions") or [])
+
+    def at(step: int) -> str:
+        return f"{step}: {instructions[step]}" if step < len(instructions) else str(step)
+
     rows = max(len(mem_ids), 1) * 2
     titles = []
+    lives = {m: _live_bytes(df, m) for m in mem_ids}
     for m in mem_ids:
         arena = buffer_sizes[m] if m < len(buffer_sizes) else None
+        bound = int(lives[m].max()) if len(lives[m]) else 0
+        used = f" = {bound / arena:.0%} of the arena" if arena else ""
         titles += [f"memory id {m}: planned tensors" + (f" (arena {arena:,} bytes)" if arena is not None else ""),
-                   f"memory id {m}: live bytes"]
+                   f"memory id {m}: live bytes (peak, the lower bound: {bound:,} bytes{used})"]
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
                         row_heights=[0.7, 0.3] * max(len(mem_ids), 1), subplot_titles=titles or ["no planned tensors"])
     fig.update_annotations(x=0, xanchor="left")  # subplot titles left, clear of the legend
@@ -52,8 +65,10 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", lower_bounds: list[int] 
         first, last = part["first_step"].to_numpy(), part["last_step"].to_numpy()
         width = last - first + 1
         hover = [
-            f"<b>{r.tensor}</b><br>op: {r.producing_op}<br>{r.dtype} {list(r.shape)} · {r.size:,} bytes<br>"
-            f"offset {r.offset:,} · steps {r.first_step}–{r.last_step}"
+            f"<b>{r.tensor}</b><br>op: {r.producing_op}<br>{r.dtype} {list(r.shape)} · {r.size:,} bytes · "
+            f"offset {r.offset:,}<br>"
+            + ("input, before instruction 0" if r.producing_op == "placeholder" else f"written by {at(r.first_step)}")
+            + f"<br>last read by {at(r.last_step)}"
             + (f"<br>module: {r.module}" if r.module else "") + (f"<br>{r.source}" if r.source else "")
             for r in part.itertuples(index=False)
         ]
@@ -65,27 +80,31 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", lower_bounds: list[int] 
             hovertext=hover, hoverinfo="text", customdata=part["tensor"], showlegend=False,
             meta={"etlab": "tensors", "mem_id": m},
         ), row=2 * i + 1, col=1)
-        live = _live_bytes(df, m)
+        live = lives[m]
         arena = buffer_sizes[m] if m < len(buffer_sizes) else None
-        bound = (lower_bounds[m] if lower_bounds and m < len(lower_bounds) else None) or \
-            int(live.max() if len(live) else 0)
-        fig.add_trace(go.Scatter(x=live.index, y=live.values, mode="lines", line={"shape": "hv", "color": "#4c78a8"},
-                                 name="live bytes", showlegend=i == 0, legendgroup="live",
-                                 hovertemplate="step %{x}: %{y:,} bytes live<extra></extra>"), row=2 * i + 2, col=1)
+        bound = int(live.max()) if len(live) else 0
+        # steps drawn as [i, i + 1): a point at each edge so the step curve covers the bars' extent
+        xs = [x for step in live.index for x in (step, step + 1)]
+        ys = [int(v) for v in live.values for _ in range(2)]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", line={"color": "#4c78a8"}, name="live bytes",
+                                 showlegend=i == 0, legendgroup="live",
+                                 hovertext=[f"instruction {at(step)}<br>{v:,} bytes live" for step, v in
+                                            zip(live.index, live.values) for _ in range(2)],
+                                 hoverinfo="text"), row=2 * i + 2, col=1)
         n = max(len(live), 1)
-        fig.add_trace(go.Scatter(x=[0, n - 1], y=[bound, bound], mode="lines",
+        fig.add_trace(go.Scatter(x=[0, n], y=[bound, bound], mode="lines",
                                  line={"dash": "dash", "color": "#54a24b"},
                                  name="lower bound", showlegend=i == 0, legendgroup="bound",
                                  hovertemplate=f"lower bound {bound:,} bytes<extra></extra>"), row=2 * i + 2, col=1)
         if arena is not None:
-            fig.add_trace(go.Scatter(x=[0, n - 1], y=[arena, arena], mode="lines",
+            fig.add_trace(go.Scatter(x=[0, n], y=[arena, arena], mode="lines",
                                      line={"dash": "dot", "color": "#e45756"},
                                      name="arena size", showlegend=i == 0, legendgroup="arena",
                                      hovertemplate=f"arena {arena:,} bytes<extra></extra>"), row=2 * i + 2, col=1)
             fig.add_hline(y=arena, line={"dash": "dot", "color": "#e45756", "width": 1}, row=2 * i + 1, col=1)
         fig.update_yaxes(title_text="offset (bytes)", row=2 * i + 1, col=1)
         fig.update_yaxes(title_text="bytes", rangemode="tozero", row=2 * i + 2, col=1)
-        fig.update_xaxes(title_text="instruction step", row=2 * i + 2, col=1)
+        fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
         fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
     fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)), bargap=0,
                       margin={"l": 70, "r": 20, "t": 90, "b": 40}, hovermode="closest", template="plotly_white",
@@ -102,10 +121,10 @@ class MemoryTimeline(widgets.VBox):
 
     def __init__(self, program_manager, method: str = "forward", **kwargs):
         self.data = _plan_frame(program_manager, method)
-        plan = (getattr(program_manager, "memory_plans", None) or {}).get(method)
-        self.lower_bounds = list(plan.lower_bounds) if plan is not None else None
         self.method = method
-        self.figure = memory_figure(self.data, title=f"memory plan of {method!r}", lower_bounds=self.lower_bounds)
+        steps = int(self.data.attrs.get("num_steps") or 0)
+        self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "
+                                                     f"over {steps} instructions")
         super().__init__([go.FigureWidget(self.figure)], **kwargs)
 
     @property
@@ -117,8 +136,7 @@ class MemoryTimeline(widgets.VBox):
         rows = []
         sizes = list(self.data.attrs.get("buffer_sizes") or [])
         for m in sorted(int(x) for x in self.data["mem_id"].unique()):
-            bound = (self.lower_bounds[m] if self.lower_bounds and m < len(self.lower_bounds) else
-                     int(_live_bytes(self.data, m).max()))
+            bound = int(_live_bytes(self.data, m).max())
             arena = sizes[m] if m < len(sizes) else None
             rows.append({"mem_id": m, "tensors": int((self.data["mem_id"] == m).sum()), "arena_bytes": arena,
                          "lower_bound": bound, "efficiency": bound / arena if arena else None})

@@ -114,10 +114,45 @@ def execute_timings(timings: list[OpTiming]) -> list[OpTiming]:
     return runs or timings
 
 
-def leaf_timings(timings: list[OpTiming]) -> list[OpTiming]:
-    """Timings counted once: a DELEGATE_CALL is left out when the events inside it are timed."""
-    inner = {(t.block, t.instruction_id) for t in timings if t.is_delegated}
-    return [t for t in timings if not (t.name == DELEGATE_CALL and (t.block, t.instruction_id) in inner)]
+def timings_counted_once(timings: list[OpTiming]) -> list[OpTiming]:
+    """Each instruction's time once: a DELEGATE_CALL stands for the events its backend logged
+    inside it (those are left out), so the call's dispatch and backend-call overhead count too."""
+    calls = {(t.block, t.instruction_id) for t in timings if t.name == DELEGATE_CALL}
+    return [t for t in timings if not (t.is_delegated and (t.block, t.instruction_id) in calls)]
+
+
+# Op-kind colors: no red, which marks delegated work (the graph's first backend outline color).
+KIND_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#72b7b2", "#b279a2", "#eeca3b", "#9d755d", "#bab0ac", "#ff9da6",
+               "#79706e"]
+
+
+def op_kind(t: OpTiming) -> str:
+    """What a timed event is, for coloring: "<backend> (delegated)", else its operator ("convolution")."""
+    if t.backend or t.is_delegated:
+        return f"{t.backend or 'delegate'} (delegated)"
+    if t.op_types:
+        parts = str(t.op_types[0]).split(".")
+        return parts[1] if len(parts) > 2 else parts[0]  # aten.convolution.default -> convolution
+    return t.name
+
+
+def kind_colors(timings: list[OpTiming]) -> dict[str, str]:
+    """A color per op kind, by first appearance; delegated kinds take their backend's graph color."""
+    from etlab.visualizer._graph_model import BACKEND_COLORS
+
+    colors: dict[str, str] = {}
+    backends = ops = 0
+    for t in timings:
+        kind = op_kind(t)
+        if kind in colors:
+            continue
+        if kind.endswith("(delegated)"):
+            colors[kind] = BACKEND_COLORS[backends % len(BACKEND_COLORS)]
+            backends += 1
+        else:
+            colors[kind] = KIND_COLORS[ops % len(KIND_COLORS)]
+            ops += 1
+    return colors
 
 
 @dataclass

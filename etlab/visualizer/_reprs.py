@@ -59,9 +59,9 @@ def inspector_html(inspector) -> str:
 
 def inspector_summary_html(inspector) -> str:
     """The dashboard's first tab: totals per block and the 10 slowest ops."""
-    from etlab.visualizer._profile_data import execute_timings, op_timings, time_unit
+    from etlab.visualizer._profile_data import execute_timings, op_timings, time_unit, timings_counted_once
 
-    timings = execute_timings(op_timings(inspector))
+    timings = timings_counted_once(execute_timings(op_timings(inspector)))  # a delegate call, not also its insides
     unit = time_unit(inspector)
     slow = sorted(timings, key=lambda t: -t.p50)[:10]
     df = pd.DataFrame([{"event": t.name, "ops": ", ".join(t.op_types), "module": t.module,

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import inspect
+import json
 import operator
+import os
+import subprocess
 
+import pandas as pd
 import pytest
 import torch
 from torch.fx import Graph, GraphModule
 
+from etlab.compiler import to_edge_transform_and_lower
 from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
-from etlab.devtools import format_delegated_graph, get_delegation_info, print_delegated_graph
+from etlab.compiler.backends import DemoPartitioner
+from etlab.devtools import format_delegated_graph, get_delegation_info, op_type_of, print_delegated_graph
 
 COLUMNS = ["op_type", "occurrences_in_delegated_graphs", "occurrences_in_non_delegated_graphs"]
 
@@ -29,7 +36,76 @@ def test_counts_on_demo_partitioned_mlp(mlp_lowered):
     body = df.iloc[:-1]
     assert body["op_type"].tolist() == sorted(body["op_type"])
     rows = {r.op_type: (r[2], r[3]) for r in body.itertuples()}
-    assert rows == {"addmm_default": (3, 0), "permute_default": (3, 0), "getitem": (0, 3), "relu": (0, 2)}
+    # types named as upstream's edge graphs name nodes, whatever etlab named them (relu, addmm_default)
+    assert rows == {"aten_addmm_default": (3, 0), "aten_permute_copy_default": (3, 0), "getitem": (0, 3),
+                    "aten_relu_default": (0, 2)}
+
+
+class _MmAddSub(torch.nn.Module):
+    """Upstream's own test model for get_delegation_info (backend_debug/tests/test_delegation_info.py)."""
+
+    def forward(self, a, x, b):
+        y = torch.mm(a, x)
+        z = y + b
+        a = z - a
+        y = torch.mm(a, x)
+        return y + b
+
+
+_INPUTS = (torch.randn(2, 2), torch.randn(2, 2), torch.randn(2, 2))
+
+# What upstream's test asserts for this model lowered with its add/mm demo partitioner.
+UPSTREAM_TABLE = {"op_type": ["aten_add_tensor", "aten_mm_default", "aten_sub_tensor", "getitem", "Total"],
+                  "occurrences_in_delegated_graphs": [2, 2, 0, 0, 4],
+                  "occurrences_in_non_delegated_graphs": [0, 0, 1, 2, 3]}
+
+
+def _ours_on_upstream_model() -> pd.DataFrame:
+    edge = to_edge_transform_and_lower(torch.export.export(_MmAddSub(), _INPUTS, strict=True),
+                                       partitioner=[DemoPartitioner()])
+    info = get_delegation_info(edge.exported_program().graph_module)
+    assert (info.num_delegated_subgraphs, info.num_delegated_nodes, info.num_non_delegated_nodes) == (2, 4, 3)
+    return info.get_operator_delegation_dataframe()
+
+
+def test_operator_table_of_upstreams_test_model():
+    pd.testing.assert_frame_equal(_ours_on_upstream_model(), pd.DataFrame(UPSTREAM_TABLE))
+
+
+# The same model (its source, pasted in) lowered by upstream with its add/mm demo partitioner.
+_REF_SCRIPT = """
+import json, sys, torch
+from executorch.devtools.backend_debug import get_delegation_info
+from executorch.exir import to_edge
+from executorch.exir.backend.test.op_partitioner_demo import AddMulPartitionerDemo
+{model}
+inputs = tuple(torch.randn(2, 2) for _ in range(3))
+edge = to_edge(torch.export.export(_MmAddSub(), inputs, strict=True)).to_backend(AddMulPartitionerDemo())
+df = get_delegation_info(edge.exported_program().graph_module).get_operator_delegation_dataframe()
+json.dump(df.astype({{c: "int64" for c in df.columns[1:]}}).to_dict(orient="list"), sys.stdout)
+"""
+
+
+@pytest.mark.interop
+def test_operator_table_matches_upstream_on_the_same_model(ref_python):
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    script = _REF_SCRIPT.format(model=inspect.getsource(_MmAddSub))
+    p = subprocess.run([ref_python, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert p.returncode == 0, f"upstream get_delegation_info failed:\n{p.stderr[-3000:]}"
+    upstream = pd.DataFrame(json.loads(p.stdout.strip().splitlines()[-1]))
+    pd.testing.assert_frame_equal(_ours_on_upstream_model(), upstream)
+
+
+def test_op_type_of_names_operators_like_upstream_nodes():
+    g = Graph()
+    x = g.placeholder("x")
+    nodes = [g.call_function(torch.ops.aten._native_batch_norm_legit_no_training.default, (x,)),
+             g.call_function(torch.ops.aten.sum.dim_IntList, (x, [0])),
+             g.call_function(operator.getitem, (x, 0)), g.call_function(executorch_call_delegate, (x,))]
+    assert [op_type_of(n) for n in nodes] == ["aten__native_batch_norm_legit_no_training_default",
+                                              "aten_sum_dim_int_list", "getitem", "executorch_call_delegate"]
+    with pytest.raises(TypeError, match=r"torch\.fx Node"):
+        op_type_of("relu_1")
 
 
 def test_undelegated_graph_has_no_subgraphs(mlp):

@@ -99,6 +99,22 @@ def test_report_in_chromium(browser, report):
     assert p.locator(".pane[data-pane='0'] .node.linked").count() == 1
     assert p.locator(".pane[data-pane='2'] .node.linked").count() == 1
     page.shot("report_graph")
+    # two panes to start with; the runtime one is hidden (but kept in sync) until its checkbox is ticked
+    assert p.locator(".pane[data-pane='1']").is_visible() and not p.locator(".pane[data-pane='2']").is_visible()
+    p.click("input[data-role=show-pane][data-kind=runtime]")
+    linked = p.locator(".pane[data-pane='2'] .node.linked")
+    linked.wait_for(state="visible")
+    box, pane_box = linked.bounding_box(), p.locator(".pane[data-pane='2']").bounding_box()
+    assert pane_box["x"] <= box["x"] and box["x"] + box["width"] <= pane_box["x"] + pane_box["width"] + 1
+    assert pane_box["y"] <= box["y"] and box["y"] + box["height"] <= pane_box["y"] + pane_box["height"] + 1
+    page.shot("report_graph_three_panes")
+    p.click("input[data-role=show-pane][data-kind=aten]")
+    p.click("input[data-role=show-pane][data-kind=edge]")
+    p.click("input[data-role=show-pane][data-kind=runtime]")  # the last one shown stays
+    assert p.locator(".pane[data-pane='2']").is_visible()
+    assert p.locator("input[data-role=show-pane][data-kind=runtime]").is_checked()
+    p.click("input[data-role=show-pane][data-kind=aten]")
+    p.click("input[data-role=show-pane][data-kind=edge]")
 
     # search
     p.fill("[data-role=search]", "addmm")
@@ -126,6 +142,28 @@ def test_report_in_chromium(browser, report):
     assert p.locator(".etlab-tab[data-tab=profile] .js-plotly-plot").count() == 2
     assert page.errors == []
     assert page.requests == []  # offline: nothing fetched
+
+
+def test_a_hidden_pane_shows_the_node_linked_while_it_was_hidden(browser, tmp_path):
+    """Selecting deep in a tall graph, then showing the other pane: it opens on the linked node."""
+    first, second = synthetic_graph_model(150, block_size=50), synthetic_graph_model(150, block_size=50)
+    second.kind, second.title = "runtime", "same ops, other pane"
+    path = GraphView.from_models([first, second], height=500, shown=["edge"]).save_html(tmp_path / "two.html")
+    page = Page(browser, path)
+    p = page.page
+    page.wait_ready()
+    assert not p.locator(".pane[data-pane='1']").is_visible()
+    p.fill("[data-role=search]", "op_140")
+    p.press("[data-role=search]", "Enter")
+    p.wait_for_function("document.querySelector('[data-role=details-name]')?.textContent === 'op_140'")
+    p.click("input[data-role=show-pane][data-kind=runtime]")
+    linked = p.locator(".pane[data-pane='1'] [data-node-name=op_140]")
+    linked.wait_for(state="visible")
+    p.wait_for_timeout(100)  # the pane centers on its first resize
+    box, pane_box = linked.bounding_box(), p.locator(".pane[data-pane='1']").bounding_box()
+    assert "linked" in linked.get_attribute("class")
+    assert pane_box["y"] <= box["y"] and box["y"] + box["height"] <= pane_box["y"] + pane_box["height"]
+    assert page.errors == []
 
 
 def test_five_thousand_nodes_stay_responsive(browser, tmp_path):

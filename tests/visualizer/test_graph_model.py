@@ -40,8 +40,8 @@ def test_runtime_graph_has_one_node_per_delegate_call(mlp_run):
 
 
 def test_aten_nodes_take_the_handles_of_their_edge_nodes(mlp_run):
-    edge_ep = mlp_run.manager.get_etrecord().edge_dialect_program["forward"]
-    aten_ep = mlp_run.manager.get_etrecord().exported_program["forward"]
+    record = mlp_run.manager.get_etrecord()
+    edge_ep, aten_ep = record.edge_program("forward"), record.exported_programs["forward"]
     aten = build_graph_model(aten_ep, "aten", handles_of=aten_handles_of(edge_ep))
     edge = build_graph_model(edge_ep, "edge")
     linear = aten.node_named("linear")
@@ -49,9 +49,13 @@ def test_aten_nodes_take_the_handles_of_their_edge_nodes(mlp_run):
     assert all(n.handles for n in aten.nodes if n.kind == "op")
 
 
-def test_inspector_overlays_latency_and_gap(mlp_inspector):
-    view = GraphView(mlp_inspector, ["aten", "edge", "runtime"], overlay="latency")
-    assert [m.kind for m in view.models] == ["aten", "edge", "runtime"]
+def test_inspector_overlays_latency_and_gap(mlp_run, mlp_inspector):
+    # the ETRecord holds the ATen and edge graphs; the planned (runtime) one comes with the program
+    with pytest.raises(ValueError, match="no 'runtime' graph here"):
+        GraphView(mlp_inspector, ["aten", "edge", "runtime"])
+    view = GraphView(mlp_run.manager, ["aten", "edge", "runtime"], inspector=mlp_inspector, overlay="latency",
+                     shown=["edge", "runtime"])
+    assert [m.kind for m in view.models] == ["aten", "edge", "runtime"] and view.options["shown"] == ["edge", "runtime"]
     for m in view.models:
         timed = [n for n in m.nodes if n.kind in ("op", "delegate")]
         assert timed and all(n.latency is not None for n in timed), m.kind
@@ -72,6 +76,8 @@ def test_focus_and_bad_input(mlp_run):
         GraphView(mlp_run.manager, "lowered")
     with pytest.raises(ValueError, match="overlay"):
         GraphView(mlp_run.manager, overlay="heat")
+    with pytest.raises(ValueError, match="shown must be"):
+        GraphView(mlp_run.manager, "edge", shown=["runtime"])
     with pytest.raises(TypeError, match="expected an ExecutorchProgramManager"):
         GraphView(42)
 

@@ -19,6 +19,7 @@ from etlab.visualizer import (
     repr_mimebundle,
     show,
 )
+from etlab.visualizer._profile_data import execute_timings, op_timings, timings_counted_once
 
 
 def test_memory_timeline_has_one_rectangle_per_planned_tensor(mlp_run):
@@ -27,18 +28,25 @@ def test_memory_timeline_has_one_rectangle_per_planned_tensor(mlp_run):
     plan = mlp_run.manager.memory_plans["forward"]
     bars = [t for t in view.figure.data if t.type == "bar"]
     assert len(bars) == 1 and len(bars[0].x) == len(df) == view.num_tensors > 0
-    # a rectangle spans [first step, last step + 1] x [offset, offset + size]
+    # a rectangle spans [first instruction, last instruction + 1] x [offset, offset + size]
     assert list(bars[0].base) == df["offset"].tolist()
     assert list(bars[0].width) == (df["last_step"] - df["first_step"] + 1).tolist()
     assert all(t in txt for t, txt in zip(df["tensor"], bars[0].hovertext))
-    assert all("op: " in txt for txt in bars[0].hovertext)
+    assert all("op: " in txt and "last read by " in txt for txt in bars[0].hovertext)
+    # the x axis is the method's instructions: the first tensor starts at 0, the last ends at the end
+    steps = df.attrs["num_steps"]
+    assert steps == len(df.attrs["instructions"]) == 5  # 3 delegate calls + 2 relu
+    assert min(bars[0].x - bars[0].width / 2) == 0 and max(bars[0].x + bars[0].width / 2) == steps
+    relu = df[df["producing_op"] == "aten.relu.out"].iloc[0]
+    assert f"written by {relu.first_step}: {relu.tensor} (aten.relu.out)" in bars[0].hovertext[relu.name]
     names = {t.name for t in view.figure.data if t.type == "scatter"}
     assert names == {"live bytes", "lower bound", "arena size"}
     bound = next(t for t in view.figure.data if t.name == "lower bound")
     arena = next(t for t in view.figure.data if t.name == "arena size")
     assert bound.y[0] == plan.lower_bounds[1] and arena.y[0] == plan.buffer_sizes[1]
     live = next(t for t in view.figure.data if t.name == "live bytes")
-    assert max(live.y) == plan.lower_bounds[1]
+    assert max(live.y) == plan.lower_bounds[1] and max(live.x) == steps
+    assert "instruction 1: relu (aten.relu.out)" in live.hovertext[2]
     summary = view.summary()
     assert summary.loc[0, "tensors"] == len(df) and summary.loc[0, "arena_bytes"] == plan.buffer_sizes[1]
 
@@ -46,10 +54,18 @@ def test_memory_timeline_has_one_rectangle_per_planned_tensor(mlp_run):
 def test_delegation_view_rows_point_at_graph_nodes(mlp_run):
     view = DelegationView(mlp_run.manager)
     assert view.summary_rows == [{"backend": "DemoBackend", "subgraphs": 3, "delegated_nodes": 6}]
+    # upstream's columns and operator types; getitem (3 outputs of delegate calls) listed apart
+    assert [c["label"] for c in view.table.columns] == ["op_type", "occurrences_in_delegated_graphs",
+                                                  "occurrences_in_non_delegated_graphs"]
     rows = {r["op_type"]: r for r in view.table.rows}
-    assert rows["addmm_default"]["delegated"] == 3 and rows["relu"]["non_delegated"] == 2
-    assert rows["relu"]["focus"] == {"name": "relu", "kind": "edge"}
-    view.table.clicked = {"index": 0, "row": rows["relu"]}  # what a click in the browser sends
+    assert list(rows) == ["aten_addmm_default", "aten_permute_copy_default", "aten_relu_default", "Total"]
+    assert rows["aten_addmm_default"]["delegated"] == 3 and rows["aten_relu_default"]["non_delegated"] == 2
+    assert (rows["Total"]["delegated"], rows["Total"]["non_delegated"]) == (6, 2) and view.getitems == 3
+    html = view.html_fragments()[1].body
+    assert "6 of 8 operators delegated (75%)" in html and "3 <code>getitem</code> node(s)" in html
+    assert rows["aten_relu_default"]["focus"] == {"name": "relu", "kind": "edge"}
+    assert rows["aten_addmm_default"]["focus"] == {"name": "addmm_default", "kind": "edge"}  # inside a delegate
+    view.table.clicked = {"index": 0, "row": rows["aten_relu_default"]}  # what a click in the browser sends
     assert view.graph.focus_target["name"] == "relu"
 
 
@@ -62,6 +78,16 @@ def test_numeric_gap_view(mlp_inspector):
     view.slider.value = 1e-3
     assert view.threshold == 1e-3 and view.above_threshold() == [r for r in view.rows if r.gap > 1e-3]
     assert view.graph is not None and view.graph.overlay == "gap"
+    exact = sum(r.gap == 0 for r in view.rows)
+    assert view.summary_text().startswith(f"5 matched intermediate outputs (MSE): {exact} exact (gap 0), "
+                                          f"{len(view.above_threshold())} above the threshold 1.0e-03")
+    assert "1.0e-03" in view.note.value
+    # zero gaps sit on a floor labeled as such, not on a made-up small number
+    axis = view.fig_widget.layout.yaxis
+    assert (axis.ticktext[0] == "0 (exact)") == (exact > 0)
+    if exact:
+        zeros = [y for r, y in zip(view.rows, view.fig_widget.data[0].y) if r.gap == 0]
+        assert set(zeros) == {axis.tickvals[0]}
 
 
 def test_profile_view(mlp_inspector):
@@ -69,13 +95,28 @@ def test_profile_view(mlp_inspector):
     names = [r["name"] for r in view.table.rows]
     assert names.count("native_call_relu.out") == 2
     assert "DemoBackend #0" in names  # delegate-internal events named by backend and id
-    sun = view.rollup_figure.data[0]
-    total = sun.values[list(sun.ids).index("model")]
-    fc1 = sun.values[list(sun.ids).index("model/fc1")]
-    assert 0 < fc1 < total
-    # timeline: one bar trace per run, DELEGATE_CALLs not drawn twice
-    assert len(view.timeline_figure.data) == 3
-    assert all("DELEGATE_CALL" not in t for t in view.timeline_figure.data[0].hovertext)
+    tree = view.rollup_figure.data[0]
+    assert tree.type == "treemap" and "p50" in view.rollup_figure.layout.title.text
+    ids = list(tree.ids)
+    total, fc1 = tree.values[ids.index("model")], tree.values[ids.index("model/fc1")]
+    # the median, not the average: the fc1 box is its delegate call's p50 (the call, overhead included,
+    # not also the backend's event inside it)
+    (call,) = [t for t in view.timings if t.module == "fc1" and t.name == "DELEGATE_CALL"]
+    assert any(t.module == "fc1" and t.is_delegated for t in view.timings)
+    assert fc1 == pytest.approx(call.p50) and 0 < fc1 < total
+    # leaves colored by op kind, delegated work in the backend's graph color; module boxes neutral
+    colors = dict(zip(ids, tree.marker.colors))
+    assert view.kind_colors == {"DemoBackend (delegated)": "#d62728", "relu": "#4c78a8"}
+    leaves = [i for i in ids if "#" in i]
+    assert {colors[i] for i in leaves} == {"#d62728", "#4c78a8"} and colors["model/fc1"] == colors["model"]
+    # timeline: a bar trace per op kind (the legend), each with one bar per event and run
+    runs = 3
+    traces = {t.name: t for t in view.timeline_figure.data}
+    assert list(traces) == list(view.kind_colors)
+    assert len(traces["relu"].x) == 2 * runs and len(traces["DemoBackend (delegated)"].x) == 3 * runs
+    hovers = [h for t in traces.values() for h in t.hovertext]
+    assert sum("DELEGATE_CALL" in h for h in hovers) == 3 * runs and not any("DemoBackend #" in h for h in hovers)
+    assert all(y.startswith(("run 0 · ", "run 1 · ", "run 2 · ")) for y in traces["relu"].y)
 
 
 def test_dashboard_and_offline_report(mlp_run, mlp_inspector, tmp_path):
@@ -83,6 +124,12 @@ def test_dashboard_and_offline_report(mlp_run, mlp_inspector, tmp_path):
     assert list(dash.views) == ["summary", "graph", "memory", "delegation", "gap", "profile"]
     assert dash.missing == {}
     assert [m.kind for m in dash.views["graph"].models] == ["aten", "edge", "runtime"]
+    assert dash.views["graph"].options["shown"] == ["aten", "edge"]  # the third pane one click away
+    # summary: each delegate call counted once, as the call (not also the backend's event inside it)
+    summary = dash.views["summary"].value
+    timed = timings_counted_once(execute_timings(op_timings(mlp_inspector)))
+    assert [t.name for t in timed].count("DELEGATE_CALL") == 3 and "DemoBackend #" not in summary
+    assert f"sum of op p50: {sum(t.p50 for t in timed):.4g} ms" in summary
     dash.views["profile"].table.clicked = {"index": 0, "row": dash.views["profile"].table.rows[2]}
     assert dash.selected_index == 1  # a row click opens the graph tab
     path = dash.save_html(tmp_path / "report.html")

@@ -2,6 +2,8 @@
 // web worker, drawn in SVG. The Python side prepends `const ELK_SOURCE = "...";` to this module.
 //
 // Model traits read: graphs (list of graph JSON), overlay, focus, options. Written: selected.
+// options.shown: the kinds of graph whose panes start visible (all by default); a toolbar checkbox
+// per graph shows or hides its pane, hidden panes keep their layout and selection.
 // Big graphs start with every module group collapsed; a layout is computed per set of expanded
 // groups, so only what is visible is laid out and drawn. Pan/zoom changes one transform.
 
@@ -107,6 +109,8 @@ const CSS = `
 .etlab-gv .legend { display: flex; align-items: center; gap: 4px; }
 .etlab-gv .legend .ramp { width: 90px; height: 10px; border: 1px solid #ccc; }
 .etlab-gv .backend-key { display: inline-flex; align-items: center; gap: 3px; }
+.etlab-gv .pane-toggles { display: inline-flex; gap: 8px; align-items: center; color: #444; }
+.etlab-gv .pane-toggles label { display: inline-flex; gap: 3px; align-items: center; cursor: pointer; }
 .etlab-gv .backend-key i { width: 12px; height: 12px; border: 2.5px solid; border-radius: 3px; display: inline-block; }
 `;
 
@@ -215,11 +219,13 @@ class Pane {
     this.linked = new Set();
     this.matches = new Set();
     this.transform = { x: 20, y: 30, k: 1 };
+    this.shown = view.shownKinds.has(graph.kind);
     this.build();
   }
 
   build() {
     this.el = h("div", { class: "pane", "data-pane": String(this.index), "data-kind": this.g.kind });
+    if (!this.shown) this.el.style.display = "none";
     this.el.append(h("div", { class: "pane-title" }, `${this.g.title} · ${this.nodes.length} nodes`));
     this.svg = s("svg", { class: "canvas" });
     const defs = s("defs");
@@ -232,13 +238,16 @@ class Pane {
     this.svg.append(this.root);
     this.el.append(this.svg);
     this.installPanZoom();
-    // laid out while hidden (a closed tab): fit once it gets a size
+    // laid out or selected while hidden (a closed tab, a hidden pane): fit / center once it gets a size
     this.needsFit = false;
+    this.pendingCenter = null;
     if (typeof ResizeObserver !== "undefined") {
       new ResizeObserver(() => {
         this.size = null;
         this.cull();
-        if (this.needsFit && this.svg.getBoundingClientRect().width > 0) { this.needsFit = false; this.fit(); }
+        if (!(this.svg.getBoundingClientRect().width > 0)) return;
+        if (this.needsFit) { this.needsFit = false; this.fit(); }
+        if (this.pendingCenter != null) { const id = this.pendingCenter; this.pendingCenter = null; this.centerOn(id); }
       }).observe(this.svg);
     }
   }
@@ -576,9 +585,10 @@ class Pane {
     for (const p of this.pos.values()) { maxX = Math.max(maxX, p.x + p.w); maxY = Math.max(maxY, p.y + p.h); }
     if (!maxX) return;
     if (!r.width) { this.needsFit = true; return; }
-    // whole graph when it fits at a readable size; else full width, readable, from the top
+    // whole graph when it fits at a readable size (>= 0.6); else as wide as the pane allows (at most
+    // 1:1) from the top, to be panned down: a tall graph shrunk to 0.6 in a narrow pane is unreadable
     const kw = (r.width - 30) / maxX, kh = (r.height - 40) / maxY;
-    const k = Math.max(0.02, Math.min(1, kw, Math.max(kh, 0.6)));
+    const k = Math.max(0.02, kh >= 0.6 ? Math.min(1, kw, kh) : Math.min(1, kw));
     this.transform = { k, x: Math.max(10, (r.width - maxX * k) / 2), y: 30 };
     this.applyTransform();
   }
@@ -587,6 +597,7 @@ class Pane {
     const p = this.pos.get(this.visibleOf(nodeId));
     if (!p) return;
     const r = this.svg.getBoundingClientRect();
+    if (!r.width) { this.pendingCenter = nodeId; return; }
     const k = Math.max(this.transform.k, 0.6);
     this.transform = { k, x: r.width / 2 - (p.x + p.w / 2) * k, y: r.height / 2 - (p.y + p.h / 2) * k };
     this.applyTransform();
@@ -603,6 +614,9 @@ class View {
     this.el = el;
     this.uid = ++uidCounter;
     this.options = model.get("options") || {};
+    const kinds = (model.get("graphs") || []).map((g) => g.kind);
+    const wanted = (this.options.shown || kinds).filter((k) => kinds.includes(k));
+    this.shownKinds = new Set(wanted.length ? wanted : kinds);
     this.overlay = model.get("overlay") || "none";
     this.readyCount = 0;
     injectStyle(el);
@@ -641,6 +655,8 @@ class View {
       key.firstChild.setAttribute("style", `border-color:${c}`);
       bar.append(key);
     }
+    this.paneToggles = h("span", { class: "pane-toggles", "data-role": "pane-toggles" });
+    if (graphs.length > 1) bar.append(this.paneToggles);
     bar.append(this.status);
     this.matchBox = h("div", { class: "matches", "data-role": "matches" });
     const main = h("div", { class: "main" });
@@ -652,6 +668,15 @@ class View {
     this.el.append(this.root);
     this.panes = graphs.map((g, i) => new Pane(this, g, i));
     for (const p of this.panes) panesEl.append(p.el);
+    if (graphs.length > 1) {
+      this.paneToggles.append("graphs:");
+      for (const p of this.panes) {
+        p.toggle = h("input", { type: "checkbox", "data-role": "show-pane", "data-kind": p.g.kind });
+        p.toggle.checked = p.shown;
+        p.toggle.addEventListener("change", () => this.showPane(p, p.toggle.checked));
+        this.paneToggles.append(h("label", { title: `show the ${p.g.title} graph` }, p.toggle, p.g.title));
+      }
+    }
     this.computeScale();
     this.renderLegend();
     if (!graphs.length) this.setStatus("no graph");
@@ -669,6 +694,13 @@ class View {
   }
 
   setStatus(t) { this.status.textContent = t; }
+
+  showPane(pane, on) {
+    if (!on && this.panes.filter((p) => p.shown).length === 1) { pane.toggle.checked = true; return; } // keep one
+    pane.shown = on;
+    if (pane.toggle) pane.toggle.checked = on;
+    pane.el.style.display = on ? "" : "none";
+  }
 
   computeScale() {
     const o = OVERLAYS[this.overlay];
@@ -753,12 +785,18 @@ class View {
   }
 
   focus(f) {
-    // select a node by name (or by debug handle) from outside: Python, another view of a dashboard
-    for (const p of this.panes) {
+    // select a node by name (or by debug handle) from outside: Python, another view of a dashboard;
+    // visible panes first, and a hidden pane is shown when only it has the node
+    const order = [...this.panes.filter((p) => p.shown), ...this.panes.filter((p) => !p.shown)];
+    for (const p of order) {
       if (f.kind && p.g.kind !== f.kind) continue;
       let n = f.name ? p.nodes.find((x) => x.name === f.name) : null;
       if (!n && f.handles && f.handles.length) n = p.nodes.find((x) => x.handles.some((hd) => f.handles.includes(hd)));
-      if (n) { this.select(p, n.id, false); return true; }
+      if (n) {
+        if (!p.shown) this.showPane(p, true);
+        this.select(p, n.id, false);
+        return true;
+      }
     }
     return false;
   }
