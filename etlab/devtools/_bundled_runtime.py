@@ -17,9 +17,9 @@ from typing import Any
 
 import torch
 
+from etlab.devtools._bundled_program import value_from_bundled
 from etlab.runtime import Method, Program, Runtime
 from etlab.schema import bundled_program as B
-from etlab.schema.scalar_type import scalar_type_to_dtype
 
 
 class BundledVerificationError(AssertionError):
@@ -35,26 +35,10 @@ def load_bundled_program(source, **load_kwargs) -> Program:
 
 
 def _value(v: B.Value, what: str) -> Any:
-    val = v.val
-    if isinstance(val, B.Tensor):
-        dtype = scalar_type_to_dtype(val.scalar_type)
-        sizes = list(val.sizes or [])
-        data = bytes(val.data or b"")
-        flat = torch.frombuffer(bytearray(data), dtype=dtype) if data else torch.empty(0, dtype=dtype)
-        if flat.numel() != math.prod(sizes):
-            raise ValueError(f"{what}: tensor data holds {flat.numel()} elements, sizes {sizes} need "
-                             f"{math.prod(sizes)}")
-        order = list(val.dim_order or range(len(sizes)))
-        # Stored in dim order: reshape in that order, then permute back to logical dimensions.
-        stored = flat.reshape([sizes[d] for d in order])
-        return stored.permute([order.index(d) for d in range(len(sizes))])
-    if isinstance(val, B.Int):
-        return val.int_val
-    if isinstance(val, B.Bool):
-        return val.bool_val
-    if isinstance(val, B.Double):
-        return val.double_val
-    raise ValueError(f"{what}: unsupported bundled value {type(val).__name__}")
+    try:
+        return value_from_bundled(v)
+    except ValueError as e:
+        raise ValueError(f"{what}: {e}") from None
 
 
 def _test_case(method: Method, index: int) -> B.BundledMethodTestCase:

@@ -1,0 +1,140 @@
+"""Delegates: initializing a plan's BackendDelegates and the context a backend's execute() receives."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from etlab.runtime._errors import LoadError
+from etlab.runtime._event_tracer import EventTracer, profile
+from etlab.runtime._registry import backend_available, find_backend
+from etlab.schema import program as P
+
+
+def _identifier(name: str | None, delegate_debug_id) -> tuple[int, str | None]:
+    """(delegate_debug_id_int, delegate_debug_id_str): a delegate event is named by exactly one of the two."""
+    if isinstance(delegate_debug_id, str):
+        if name is not None:
+            raise ValueError("give either name or delegate_debug_id, not both")
+        return -1, delegate_debug_id
+    if (name is None) == (delegate_debug_id == -1):
+        raise ValueError("a delegate event needs exactly one identifier: a name (string) or a delegate_debug_id "
+                         f"(int >= 0); got name={name!r}, delegate_debug_id={delegate_debug_id!r}")
+    return (-1, name) if name is not None else (int(delegate_debug_id), None)
+
+
+class NullDelegateContext:
+    """The context backends get when tracing is off: every call is a no-op."""
+
+    enabled = False
+
+    def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
+        return None
+
+    def end_profiling_delegate(self, token, metadata: bytes = b"") -> None:
+        return None
+
+    def log_profiling_delegate(self, name, delegate_debug_id, start_ns: int, end_ns: int,
+                               metadata: bytes = b"") -> None:
+        return None
+
+    def log_output_delegate(self, name, delegate_debug_id, value) -> None:
+        return None
+
+
+NULL_CONTEXT = NullDelegateContext()
+
+
+class DelegateContext:
+    """The context backends get when tracing is on: delegate events land in the current run.
+
+    Identify each event by a string `name` or by an int `delegate_debug_id` (a string
+    `delegate_debug_id` counts as a name). Times are `time.perf_counter_ns()` nanoseconds.
+    """
+
+    enabled = True
+
+    def __init__(self, tracer: EventTracer):
+        self._tracer = tracer
+        self.events: list[tuple] = []  # the running execute's event list, set by the interpreter
+        self.chain = 0
+        self.instruction = 0
+
+    def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
+        return (_identifier(name, delegate_debug_id), time.perf_counter_ns())
+
+    def end_profiling_delegate(self, token, metadata: bytes = b"") -> None:
+        (did_int, did_str), start = token
+        self.events.append(profile(None, self.chain, self.instruction, start, time.perf_counter_ns(),
+                                   did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
+
+    def log_profiling_delegate(self, name, delegate_debug_id, start_ns: int, end_ns: int,
+                               metadata: bytes = b"") -> None:
+        did_int, did_str = _identifier(name, delegate_debug_id)
+        self.events.append(profile(None, self.chain, self.instruction, int(start_ns), int(end_ns),
+                                   did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
+
+    def log_output_delegate(self, name, delegate_debug_id, value) -> None:
+        if not self._tracer.logs_intermediates:
+            return
+        did_int, did_str = _identifier(name, delegate_debug_id)
+        event = self._tracer.debug_event(self.chain, self.instruction, value, did_int=did_int, did_str=did_str)
+        if event is not None:
+            self.events.append(event)
+
+
+@dataclass
+class LoadedDelegate:
+    backend_id: str
+    backend: Any
+    handle: Any
+    destroyed: bool = field(default=False)
+
+    def destroy(self) -> None:
+        if not self.destroyed:
+            self.destroyed = True
+            destroy = getattr(self.backend, "destroy", None)
+            if callable(destroy):
+                destroy(self.handle)
+
+
+def processed_bytes(pte: P.PteFile, delegate: P.BackendDelegate, what: str) -> memoryview:
+    ref = delegate.processed
+    if ref is None:
+        raise LoadError(f"{what}: delegate {delegate.id!r} has no processed data reference")
+    if ref.location == P.DataLocation.INLINE:
+        inline = pte.program.backend_delegate_data or []
+        if ref.index >= len(inline):
+            raise LoadError(f"{what}: delegate {delegate.id!r} refers to inline data {ref.index}, "
+                            f"but the program has {len(inline)}")
+        return memoryview(inline[ref.index].data or b"")
+    if ref.index >= len(pte.segments):
+        raise LoadError(f"{what}: delegate {delegate.id!r} refers to segment {ref.index}, "
+                        f"but the program has {len(pte.segments)}")
+    return memoryview(pte.segments[ref.index])
+
+
+def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str) -> list[LoadedDelegate]:
+    """Runs backend.init for every delegate of the plan; an unknown or unavailable backend fails the load."""
+    loaded: list[LoadedDelegate] = []
+    try:
+        for i, delegate in enumerate(plan.delegates or []):
+            backend = find_backend(delegate.id or "")
+            if backend is None:
+                raise LoadError(f"{what}: delegate {i} needs backend {delegate.id!r}, which is not registered "
+                                f"(register it with etlab.runtime.register_backend)")
+            if not backend_available(backend):
+                raise LoadError(f"{what}: delegate {i} needs backend {delegate.id!r}, which is not available here")
+            specs = [(s.key or "", bytes(s.value or b"")) for s in delegate.compile_specs or []]
+            data = processed_bytes(pte, delegate, f"{what}: delegate {i}")
+            try:
+                handle = backend.init(data, specs)
+            except Exception as e:
+                raise LoadError(f"{what}: backend {delegate.id!r} failed to initialize delegate {i}: {e}") from e
+            loaded.append(LoadedDelegate(delegate.id, backend, handle))
+    except BaseException:
+        for d in loaded:
+            d.destroy()
+        raise
+    return loaded

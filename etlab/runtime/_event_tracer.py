@@ -1,0 +1,236 @@
+"""The event tracer: records what a program did and writes it as an ETDump (`.etdp`) upstream's Inspector reads.
+
+Structure and names follow upstream's ETDumpGen:
+
+- run block "Default": `Method::init` and `Program::load_method` profile events per loaded method;
+- one run block "Execute" per `Method.execute`: per instruction a profile event carrying its chain
+  and instruction ids (`native_call_<op>.<overload>` inside `OPERATOR_CALL` for kernels,
+  `DELEGATE_CALL`, `MOVE_CALL`, `JF_CALL`, `FREE_CALL`), delegate events (profile and debug,
+  identified by an int or a string delegate debug id), then `Method::execute`, then one debug
+  event per program output (chain index 2**64-1, `output` set);
+- debug levels: off, program outputs, intermediate outputs (the last arguments of every kernel,
+  every argument of a delegate call). Tensor bytes go to the debug buffer, 64-byte aligned; a
+  debug event holds their offset, sizes and strides.
+
+Events are kept as tuples (or, for runs without logged values, as bare timestamps: a
+`TimedRun`) while the program runs, and become schema objects only when written. A full event
+buffer or debug buffer drops events; `dropped_events` counts them and a warning says so once.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+import warnings
+
+import torch
+
+from etlab.runtime._interpreter import timed_event_count, timed_events
+from etlab.schema import etdump as E
+from etlab.schema import write_atomic
+from etlab.schema.scalar_type import dtype_to_scalar_type
+
+DEBUG_ALIGNMENT = 64
+PROGRAM_OUTPUT_CHAIN = (1 << 64) - 1  # upstream's unset chain id (-1) as the debug event's ulong
+UNSET_CHAIN = -1
+UNSET_INSTRUCTION = 0
+DEFAULT_MAX_EVENTS = 1 << 20
+
+
+class DebugLevel(enum.IntEnum):
+    """How much data the tracer logs besides timings (upstream's EventTracerDebugLogLevel)."""
+
+    NO_LOGGING = 0
+    PROGRAM_OUTPUTS = 1
+    INTERMEDIATE_OUTPUTS = 2
+
+
+# Event tuples: ("P", name, chain, instr, did_int, did_str, metadata, start, end),
+# ("D", chain, instr, did_int, did_str, name, value, is_output), ("A", allocator_id, size), and
+# ("T", chains key, timestamps): a whole `run_timed` run, expanded when written.
+# Everything kept is a flat tuple of plain values (no nesting), which the garbage collector stops
+# tracking after one look: a long trace must not make every later collection slower.
+
+
+class EventTracer:
+    """Collects the events of one program (all its methods); safe to share between threads."""
+
+    def __init__(self, *, debug_level: DebugLevel = DebugLevel.NO_LOGGING, debug_buffer_size: int = 0,
+                 max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False):
+        if debug_buffer_size < 0 or max_events < 0:
+            raise ValueError("debug_buffer_size and max_events must not be negative")
+        self.debug_level = DebugLevel(debug_level)
+        self.trace_allocations = trace_allocations
+        self.max_events = max_events
+        self.dropped_events = 0
+        self._lock = threading.Lock()
+        self._load_allocators: list[str] = []
+        self._load_events: list[tuple] = []
+        self._runs: list[tuple] = []  # ("Execute", bundled input index, first event, end event)
+        self._run_events: list[tuple] = []  # the events of all runs, back to back
+        self._run_allocators: dict[int, tuple[str, ...]] = {}  # run index -> its allocators
+        self._chains: list = []  # bound chains of each traced method, by key
+        self._count = 0
+        self._debug = torch.zeros(debug_buffer_size, dtype=torch.uint8)
+        self._debug_used = 0
+        self._warned = False
+
+    @property
+    def logs_intermediates(self) -> bool:
+        return self.debug_level >= DebugLevel.INTERMEDIATE_OUTPUTS
+
+    @property
+    def logs_outputs(self) -> bool:
+        return self.debug_level >= DebugLevel.PROGRAM_OUTPUTS
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def register_chains(self, chains) -> int:
+        """A key for ("T", key, timestamps) events of a method bound to `chains`."""
+        with self._lock:
+            self._chains.append(chains)
+            return len(self._chains) - 1
+
+    def add_load_events(self, events: list[tuple], allocators: list[str] = ()) -> None:
+        """Appends load-time events to the Default block (allocation events count from `allocators`)."""
+        with self._lock:
+            first = len(self._load_allocators)
+            self._load_allocators.extend(allocators)
+            events = [("A", first + e[1], e[2]) if e[0] == "A" else e for e in events]
+            self._load_events.extend(self._fit(events, len(events)))
+
+    def add_run_block(self, events: list, bundled_input_index: int = -1, allocators=()) -> None:
+        """Adds one "Execute" block."""
+        n = sum(self._timed_count(e) if e[0] == "T" else 1 for e in events)
+        with self._lock:
+            first = len(self._run_events)
+            self._run_events.extend(self._fit(events, n))
+            if allocators:
+                self._run_allocators[len(self._runs)] = tuple(allocators)
+            self._runs.append(("Execute", bundled_input_index, first, len(self._run_events)))
+
+    def _timed_count(self, event: tuple) -> int:
+        chains = self._chains[event[1]]
+        if not any(chain.jumps for chain in chains):  # straight-line: known without reading the record
+            return sum(chain.events_per_run for chain in chains)
+        return timed_event_count(chains, event[2])
+
+    def _fit(self, events: list, n: int) -> list:
+        """`events`, cut to the room left under max_events (the rest counted as dropped)."""
+        room = max(self.max_events - self._count, 0)
+        if n > room:
+            self._drop(n - room)
+            events = self._expand(events)[:room]
+            n = room
+        self._count += n
+        return events
+
+    def _expand(self, events) -> list[tuple]:
+        out: list[tuple] = []
+        for e in events:
+            if e[0] == "T":
+                out.extend(timed_events(self._chains[e[1]], e[2]))
+            else:
+                out.append(e)
+        return out
+
+    def _drop(self, n: int) -> None:
+        self.dropped_events += n
+        if not self._warned:
+            self._warned = True
+            warnings.warn(f"ETDump buffer full: dropping events (limit {self.max_events} events, debug buffer "
+                          f"{self._debug.numel()} bytes); Program.etdump_dropped_events counts them",
+                          RuntimeWarning, stacklevel=4)
+
+    def debug_value(self, value) -> E.Value | None:
+        """The debug-event value of a run-time value; tensor bytes are copied to the debug buffer.
+
+        None when the value has no ETDump form, or when the debug buffer is full (counted as dropped).
+        """
+        if isinstance(value, torch.Tensor):
+            tensor = self._store_tensor(value)
+            return None if tensor is None else E.Value(val=E.ValueType.Tensor, tensor=tensor)
+        if isinstance(value, list) and value and all(isinstance(v, torch.Tensor) for v in value):
+            tensors = [self._store_tensor(v) for v in value]
+            if any(t is None for t in tensors):
+                return None
+            return E.Value(val=E.ValueType.TensorList, tensor_list=E.TensorList(tensors=tensors))
+        if isinstance(value, bool):
+            return E.Value(val=E.ValueType.Bool, bool_value=E.Bool(value))
+        if isinstance(value, int):
+            return E.Value(val=E.ValueType.Int, int_value=E.Int(value))
+        if isinstance(value, float):
+            return E.Value(val=E.ValueType.Double, double_value=E.Double(value))
+        return None
+
+    def _store_tensor(self, t: torch.Tensor) -> E.Tensor | None:
+        try:
+            scalar_type = dtype_to_scalar_type(t.dtype)
+        except ValueError:
+            return None
+        nbytes = t.numel() * t.element_size()
+        with self._lock:
+            offset = -(-self._debug_used // DEBUG_ALIGNMENT) * DEBUG_ALIGNMENT
+            if offset + nbytes > self._debug.numel():
+                self._drop(1)
+                return None
+            self._debug_used = offset + nbytes
+        if nbytes:
+            self._debug[offset : offset + nbytes].view(t.dtype).view(t.shape).copy_(t)
+        strides = torch.empty(t.shape, dtype=t.dtype, device="meta").stride()
+        return E.Tensor(scalar_type=scalar_type, sizes=list(t.shape), strides=list(strides), offset=offset)
+
+    def debug_event(self, chain: int, instruction: int, value, *, did_int: int = -1, did_str: str | None = None,
+                    name: str | None = None, is_output: bool = False) -> tuple | None:
+        logged = self.debug_value(value)
+        return None if logged is None else ("D", chain, instruction, did_int, did_str, name, logged, is_output)
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def to_etdump(self) -> E.ETDump:
+        with self._lock:
+            blocks = [("Default", -1, tuple(self._load_allocators), tuple(self._load_events))]
+            blocks += [(name, bundled, self._run_allocators.get(k, ()), self._run_events[first:end])
+                       for k, (name, bundled, first, end) in enumerate(self._runs)]
+        run_data = []
+        for name, bundled, allocators, events in blocks:
+            run_data.append(E.RunData(
+                name=name, bundled_input_index=bundled,
+                allocators=[E.Allocator(a) for a in allocators] or None,
+                events=[_event(e) for e in self._expand(events)],
+            ))
+        return E.ETDump(version=0, run_data=run_data)
+
+    def debug_buffer(self) -> bytes:
+        with self._lock:
+            return self._debug[: self._debug_used].numpy().tobytes()
+
+    def write(self, etdump_path, debug_buffer_path=None) -> None:
+        if self.dropped_events:
+            warnings.warn(f"ETDump {etdump_path}: {self.dropped_events} events were dropped (buffer full)",
+                          RuntimeWarning, stacklevel=3)
+        write_atomic(etdump_path, E.serialize_etdump(self.to_etdump()))
+        if debug_buffer_path is not None:
+            write_atomic(debug_buffer_path, self.debug_buffer())
+
+
+def _event(e: tuple) -> E.Event:
+    if e[0] == "P":
+        _, name, chain, instr, did_int, did_str, metadata, start, end = e
+        return E.Event(profile_event=E.ProfileEvent(
+            name=name, chain_index=chain, instruction_id=instr, delegate_debug_id_int=did_int,
+            delegate_debug_id_str=did_str, delegate_debug_metadata=metadata, start_time=start, end_time=end))
+    if e[0] == "D":
+        _, chain, instr, did_int, did_str, name, value, is_output = e
+        if is_output:
+            value.output = E.Bool(True)
+        return E.Event(debug_event=E.DebugEvent(
+            chain_index=chain, instruction_id=instr, debug_entry=value, delegate_debug_id_int=did_int,
+            delegate_debug_id_str=did_str, name=name))
+    _, allocator_id, size = e
+    return E.Event(allocation_event=E.AllocationEvent(allocator_id=allocator_id, allocation_size=size))
+
+
+def profile(name: str | None, chain: int, instruction: int, start: int, end: int, *, did_int: int = -1,
+            did_str: str | None = None, metadata: bytes | None = None) -> tuple:
+    return ("P", name, chain, instruction, did_int, did_str, metadata, start, end)

@@ -1,0 +1,185 @@
+"""The interpreter loops: run the steps a method was bound to, in order, following jumps.
+
+A step is a zero-argument callable made at load time (`_binding`). Whatever it returns is
+ignored, except a `Goto`: the index of the next step to run (a taken JumpFalseCall).
+Everything the loops touch is prepared beforehand, so this module is the part a compiled core
+can replace without changing the rest.
+
+Three loops: `run` (no tracing), `run_timed` (tracing without logged values: it only appends
+timestamps, which `timed_events` turns into events when the trace is written) and `run_traced`
+(events built as it goes, for logged values and delegate events).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+Step = Callable[[], Any]
+_END = -1  # closes a jump chain's part of a timed record
+
+
+class Goto(int):
+    """Returned by a jump step: run this step next."""
+
+
+@dataclass
+class StepInfo:
+    """What the tracer records about a step: its kind, ids, event name and the values it logs."""
+
+    kind: str  # "kernel", "delegate", "move", "jump", "free"
+    chain: int
+    instruction: int
+    # "native_call_<op>" for kernels (None for primitive operators, traced by OPERATOR_CALL alone),
+    # else the upstream event name (DELEGATE_CALL, MOVE_CALL, JF_CALL, FREE_CALL).
+    name: str | None
+    log_slots: tuple[int, ...] = ()
+    operator: str = ""  # for error messages: the operator name, or the instruction kind
+
+    def __post_init__(self):
+        self.operator = self.operator or self.name or self.kind
+
+    @property
+    def event_count(self) -> int:
+        return 2 if self.kind == "kernel" and self.name is not None else 1
+
+
+@dataclass
+class BoundChain:
+    steps: list[Step]
+    infos: list[StepInfo]
+    jumps: bool  # False: straight-line, run with the cheapest loop
+
+    def __post_init__(self):
+        self.events_per_run = sum(info.event_count for info in self.infos)
+
+
+class StepFailed(Exception):
+    """A step raised; carries which one so the method can name the instruction."""
+
+    def __init__(self, chain: int, index: int, error: BaseException):
+        super().__init__(f"step {index} of chain {chain} failed: {error}")
+        self.chain, self.index, self.error = chain, index, error
+
+
+def _index_of(steps: list[Step], step: Step) -> int:
+    return next((i for i, s in enumerate(steps) if s is step), -1)
+
+
+def run(chains: list[BoundChain]) -> None:
+    for c, chain in enumerate(chains):
+        steps = chain.steps
+        if not chain.jumps:
+            step = None
+            try:
+                for step in steps:
+                    step()
+            except Exception as e:
+                raise StepFailed(c, _index_of(steps, step), e) from e
+            continue
+        pc, n = 0, len(steps)
+        try:
+            while pc < n:
+                nxt = steps[pc]()
+                pc = nxt if type(nxt) is Goto else pc + 1
+        except Exception as e:
+            raise StepFailed(c, pc, e) from e
+
+
+def run_timed(chains: list[BoundChain], record) -> None:
+    """`run`, appending one timestamp per step to `record` (its end, which is also the next step's
+    start), after the chain's start time; jump chains append (step index, end) pairs and `_END`."""
+    now = time.perf_counter_ns
+    add = record.append
+    for c, chain in enumerate(chains):
+        steps = chain.steps
+        add(now())
+        if not chain.jumps:
+            step = None
+            try:
+                for step in steps:
+                    step()
+                    add(now())
+            except Exception as e:
+                raise StepFailed(c, _index_of(steps, step), e) from e
+            continue
+        pc, n = 0, len(steps)
+        try:
+            while pc < n:
+                nxt = steps[pc]()
+                add(pc)
+                add(now())
+                pc = nxt if type(nxt) is Goto else pc + 1
+        except Exception as e:
+            raise StepFailed(c, pc, e) from e
+        add(_END)
+
+
+def _step_events(info: StepInfo, start: int, end: int) -> list[tuple]:
+    events = []
+    if info.name is not None:
+        events.append(("P", info.name, info.chain, info.instruction, -1, None, None, start, end))
+    if info.kind == "kernel":
+        events.append(("P", "OPERATOR_CALL", info.chain, info.instruction, -1, None, None, start, end))
+    return events
+
+
+def _walk_timed(chains: list[BoundChain], record):
+    """(step info, start, end) per step a `run_timed` record covers."""
+    pos = 0
+    for chain in chains:
+        start = record[pos]
+        pos += 1
+        if not chain.jumps:
+            for info in chain.infos:
+                yield info, start, record[pos]
+                start = record[pos]
+                pos += 1
+            continue
+        while record[pos] != _END:
+            pc, end = record[pos], record[pos + 1]
+            yield chain.infos[pc], start, end
+            start = end
+            pos += 2
+        pos += 1
+
+
+def timed_event_count(chains: list[BoundChain], record) -> int:
+    return sum(info.event_count for info, _, _ in _walk_timed(chains, record))
+
+
+def timed_events(chains: list[BoundChain], record) -> list[tuple]:
+    """The event tuples of a `run_timed` record (made when the trace is written, not while running)."""
+    return [e for info, start, end in _walk_timed(chains, record) for e in _step_events(info, start, end)]
+
+
+def run_traced(chains: list[BoundChain], events: list, values: list, tracer, context) -> None:
+    """`run` building profile events as it goes, plus debug events at the intermediate level.
+
+    `context` is the method's DelegateContext (or None without delegates): the loop tells it
+    which instruction is running so delegate events carry the right ids.
+    """
+    now = time.perf_counter_ns
+    log = tracer.logs_intermediates
+    append = events.append
+    for c, chain in enumerate(chains):
+        steps, infos = chain.steps, chain.infos
+        pc, n = 0, len(steps)
+        while pc < n:
+            info = infos[pc]
+            if context is not None:
+                context.chain, context.instruction = info.chain, info.instruction
+            start = now()
+            try:
+                nxt = steps[pc]()
+            except Exception as e:
+                raise StepFailed(c, pc, e) from e
+            if log:
+                for slot in info.log_slots:
+                    event = tracer.debug_event(info.chain, info.instruction, values[slot])
+                    if event is not None:
+                        append(event)
+            events.extend(_step_events(info, start, now()))
+            pc = nxt if type(nxt) is Goto else pc + 1

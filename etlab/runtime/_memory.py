@@ -1,0 +1,109 @@
+"""Where tensor data lives at run time: planned arenas, constant segments, external data.
+
+Every tensor the runtime builds is a view over bytes it does not copy: a slice of a method's
+arena (one per memory id of the plan), of the program's constant segment, or of a `.ptd`
+entry. Each view gets its own non-resizable storage covering exactly its planned bytes, so a
+kernel that tries to grow a tensor past its planned size fails instead of overwriting a
+neighbour in the arena.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from etlab.runtime._errors import LoadError
+
+
+def element_size(dtype: torch.dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def dim_order_strides(sizes: list[int], dim_order: list[int] | None) -> list[int]:
+    """Strides of a dense tensor whose dimensions are laid out outermost-first in `dim_order`."""
+    order = list(dim_order) if dim_order else list(range(len(sizes)))
+    strides = [0] * len(sizes)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(sizes[d], 1)
+    return strides
+
+
+def check_dim_order(sizes: list[int], dim_order: list[int] | None, what: str) -> None:
+    if dim_order and sorted(dim_order) != list(range(len(sizes))):
+        raise LoadError(f"{what}: dim_order {list(dim_order)} is not a permutation of the {len(sizes)} dimensions")
+    if any(s < 0 for s in sizes):
+        raise LoadError(f"{what}: negative size in {list(sizes)}")
+
+
+def reshape_in_place(t: torch.Tensor, sizes, dim_order=None) -> None:
+    """Gives `t` new sizes within its own memory, laid out in `dim_order`; fails past its capacity."""
+    sizes = list(sizes)
+    if list(t.shape) != sizes:
+        t.set_(t.untyped_storage(), t.storage_offset(), sizes, dim_order_strides(sizes, dim_order))
+
+
+def nbytes_of(sizes: list[int], dtype: torch.dtype) -> int:
+    return math.prod(sizes) * element_size(dtype)
+
+
+def view_of(buffer, offset: int, sizes: list[int], dim_order: list[int] | None, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor over buffer[offset : offset + nbytes] that shares its memory (bounds checked by the caller)."""
+    strides = dim_order_strides(sizes, dim_order)
+    count = math.prod(sizes)
+    if count == 0:
+        return torch.empty(0, dtype=dtype).as_strided(sizes, strides)
+    with warnings.catch_warnings():
+        # Constant data is a read-only mapping; nothing writes it (out arguments are checked at bind time).
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        flat = torch.frombuffer(buffer, dtype=dtype, count=count, offset=offset)
+    return flat.as_strided(sizes, strides)
+
+
+@dataclass
+class Arenas:
+    """One zero-filled buffer per memory id of a plan (id 0 is reserved and stays None)."""
+
+    tensors: list[torch.Tensor | None]
+    arrays: list[np.ndarray | None]
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.numel() for t in self.tensors if t is not None)
+
+
+def allocate_arenas(sizes: list[int], what: str) -> Arenas:
+    tensors: list[torch.Tensor | None] = [None]
+    arrays: list[np.ndarray | None] = [None]
+    for mem_id, size in enumerate(sizes[1:], start=1):
+        if size < 0:
+            raise LoadError(f"{what}: memory arena {mem_id} has negative size {size}")
+        t = torch.zeros(size, dtype=torch.uint8)
+        tensors.append(t)
+        arrays.append(t.numpy())
+    return Arenas(tensors, arrays)
+
+
+def planned_tensor(arenas: Arenas, mem_id: int, offset: int, sizes: list[int], dim_order: list[int] | None,
+                   dtype: torch.dtype, what: str) -> torch.Tensor:
+    if not 0 < mem_id < len(arenas.arrays):
+        raise LoadError(f"{what}: memory id {mem_id} is not one of the plan's arenas 1..{len(arenas.arrays) - 1}")
+    size = len(arenas.arrays[mem_id])
+    nbytes = nbytes_of(sizes, dtype)
+    if offset < 0 or offset + nbytes > size:
+        raise LoadError(f"{what}: {nbytes} bytes at offset {offset} overrun arena {mem_id} ({size} bytes)")
+    return view_of(arenas.arrays[mem_id], offset, sizes, dim_order, dtype)
+
+
+def data_tensor(data, offset: int, sizes: list[int], dim_order: list[int] | None, dtype: torch.dtype,
+                what: str) -> torch.Tensor:
+    """A zero-copy tensor over constant or external bytes `data` (bytes, memoryview or mmap view)."""
+    nbytes = nbytes_of(sizes, dtype)
+    if offset < 0 or offset + nbytes > len(data):
+        raise LoadError(f"{what}: needs {nbytes} bytes at offset {offset}, but its data holds {len(data)} bytes")
+    return view_of(data, offset, sizes, dim_order, dtype)

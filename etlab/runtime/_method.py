@@ -1,0 +1,233 @@
+"""A loaded method: its own memory, value table and bound steps, run by `execute`.
+
+Threads: a Method serves one thread at a time (a second thread calling `execute` while it runs
+gets an ExecutionError); load one Method per thread. Methods of one Program share nothing
+writable (constants are read-only views), so they may run in parallel; torch kernels release
+the GIL.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from etlab.runtime._binding import BoundPlan
+from etlab.runtime._delegate import LoadedDelegate
+from etlab.runtime._errors import ExecutionError
+from etlab.runtime._event_tracer import PROGRAM_OUTPUT_CHAIN, UNSET_CHAIN, UNSET_INSTRUCTION, EventTracer
+from etlab.runtime._interpreter import StepFailed, run, run_timed, run_traced
+from etlab.runtime._memory import Arenas, dim_order_strides, reshape_in_place
+from etlab.runtime._meta import MethodMeta, ScalarInfo, ValueInfo
+from etlab.runtime._values import ValueTable
+
+# Dynamic shapes: torch resizes a planned output in place (within its fixed memory) and warns
+# each time the shape changes; that is the intended behaviour here, so the warning is silenced
+# for calls made by the interpreter loop only.
+warnings.filterwarnings("ignore", message="An output with one or more elements was resized",
+                        category=UserWarning, module=r"etlab\.runtime\._interpreter")
+
+_SCALAR_TYPES = {"Int": (int,), "Double": (float, int), "Bool": (bool,), "String": (str,)}
+
+
+def describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"{str(value.dtype).replace('torch.', '')} {list(value.shape)}"
+    return type(value).__name__
+
+
+def _input_error(info: ValueInfo, value: Any) -> str | None:
+    """Why `value` cannot be this input, or None."""
+    if isinstance(info, ScalarInfo):
+        if info.kind == "Null":
+            return None if value is None else "expected None"
+        ok = _SCALAR_TYPES.get(info.kind, (object,))
+        if not isinstance(value, ok) or (info.kind != "Bool" and isinstance(value, bool)):
+            return f"expected {info.kind}"
+        return None
+    if not isinstance(value, torch.Tensor):
+        return "expected a tensor"
+    if value.dtype != info.dtype:
+        return "dtype differs"
+    if value.dim() != len(info.sizes):
+        return f"rank differs ({value.dim()} instead of {len(info.sizes)})"
+    if info.dynamism == info.dynamism.DYNAMIC_UNBOUND:
+        return None
+    if not info.is_dynamic:
+        return None if tuple(value.shape) == info.sizes else "shape differs"
+    over = [d for d, (got, bound) in enumerate(zip(value.shape, info.sizes)) if got > bound]
+    if over:
+        return f"dimension {over[0]} exceeds its upper bound {info.sizes[over[0]]}"
+    return None
+
+
+def _laid_out(value: torch.Tensor, dim_order: tuple[int, ...]) -> torch.Tensor:
+    """`value` itself if its memory already follows `dim_order`, else a copy that does."""
+    if list(dim_order) == sorted(dim_order):
+        return value.contiguous()
+    strides = dim_order_strides(list(value.shape), list(dim_order))
+    if list(value.stride()) == strides:
+        return value
+    return torch.empty_strided(value.shape, strides, dtype=value.dtype).copy_(value)
+
+
+def _input_setter(table: ValueTable, slot: int, info: ValueInfo) -> Callable[[Any], None]:
+    values = table.values
+    if isinstance(info, ScalarInfo):
+        return lambda v: values.__setitem__(slot, v)
+    dst = values[slot]
+    if slot in table.planned:
+        if not info.is_dynamic:
+            return dst.copy_
+
+        def set_dynamic(v: torch.Tensor) -> None:
+            reshape_in_place(dst, v.shape, info.dim_order or None)
+            dst.copy_(v)
+
+        return set_dynamic
+    # Not planned: the tensor points at the caller's memory, as upstream does.
+    return lambda v: dst.set_(_laid_out(v, info.dim_order))
+
+
+class Method:
+    """One loaded method of a Program. Call `execute(inputs)`; see the module notes on threads."""
+
+    def __init__(self, program, meta: MethodMeta, table: ValueTable, plan_inputs: list[int],
+                 plan_outputs: list[int], bound: BoundPlan, arenas: Arenas, delegates: list[LoadedDelegate],
+                 tracer: EventTracer | None, context, scratch: list[int] = ()):
+        self.program = program
+        self.name = meta.name
+        self._meta = meta
+        self._table = table
+        self._inputs = list(plan_inputs)
+        self._outputs = list(plan_outputs)
+        self._bound = bound
+        self._arenas = arenas
+        self._tracer = tracer
+        self._chains_key = tracer.register_chains(bound.chains) if tracer is not None else -1
+        self._context = context
+        self._busy = threading.Lock()
+        self._closed = False
+        self._scratch = [table.values[s] for s in scratch]
+        self._setters = [_input_setter(table, s, info) for s, info in zip(plan_inputs, meta.inputs)]
+        self._delegates = delegates
+        self._finalizer = weakref.finalize(self, _destroy, delegates)
+
+    @property
+    def metadata(self) -> MethodMeta:
+        return self._meta
+
+    @property
+    def operators(self) -> list[str]:
+        """The operators this method calls, each bound to a kernel at load time."""
+        return list(self._bound.kernels)
+
+    def execute(self, inputs: Sequence[Any], *, bundled_input_index: int = -1) -> list:
+        """Runs the method; returns its outputs (fresh tensors: nothing aliases the method's memory).
+
+        Raises ExecutionError for inputs that do not fit the method (before anything runs) and for
+        kernels that fail (naming the instruction and operator).
+        """
+        if not self._busy.acquire(blocking=False):
+            raise ExecutionError(f"method {self.name!r} is already running in another thread; a Method serves "
+                                 "one thread at a time (load one Method per thread)")
+        try:
+            if self._closed:
+                raise ExecutionError(f"method {self.name!r} was closed")
+            return self._execute(inputs, bundled_input_index)
+        finally:
+            self._busy.release()
+
+    __call__ = execute
+
+    def _check_inputs(self, inputs: Sequence[Any]) -> list:
+        if isinstance(inputs, torch.Tensor) or not isinstance(inputs, Sequence):
+            raise ExecutionError(f"method {self.name!r}: inputs must be a list or tuple, got {type(inputs).__name__}")
+        inputs = list(inputs)
+        expected = self._meta.inputs
+        if len(inputs) != len(expected):
+            raise ExecutionError(f"method {self.name!r}: expected {len(expected)} inputs, got {len(inputs)}")
+        for k, (info, value) in enumerate(zip(expected, inputs)):
+            why = _input_error(info, value)
+            if why is not None:
+                raise ExecutionError(f"method {self.name!r}: input {k}: {why}: expected {info.describe()}, "
+                                     f"got {describe(value)}")
+        return inputs
+
+    def _set_inputs(self, inputs: list) -> None:
+        for k, (setter, value) in enumerate(zip(self._setters, inputs)):
+            try:
+                setter(value.detach() if isinstance(value, torch.Tensor) else value)
+            except RuntimeError as e:  # e.g. larger than the planned memory of an unbounded input
+                raise ExecutionError(f"method {self.name!r}: input {k}: cannot take {describe(value)}: {e}") from e
+
+    def _execute(self, inputs: Sequence[Any], bundled_input_index: int) -> list:
+        inputs = self._check_inputs(inputs)
+        tracer = self._tracer
+        start = time.perf_counter_ns() if tracer is not None else 0
+        events: list[tuple] = []
+        try:
+            # Inputs are detached and nothing the runtime owns requires grad: no autograd to switch off.
+            for t in self._scratch:
+                t.resize_(0)
+            self._set_inputs(inputs)
+            chains = self._bound.chains
+            if tracer is None:
+                run(chains)
+            elif self._context is None and not tracer.logs_intermediates:
+                record: list[int] = []
+                run_timed(chains, record)
+                # A tuple of ints: the garbage collector stops tracking it after one look.
+                events.append(("T", self._chains_key, tuple(record)))
+            else:
+                if self._context is not None:
+                    self._context.events = events
+                run_traced(chains, events, self._table.values, tracer, self._context)
+            outputs = [_copy_out(self._table.values[s]) for s in self._outputs]
+        except StepFailed as failed:
+            info = self._bound.chains[failed.chain].infos[failed.index] if failed.index >= 0 else None
+            where = f"chain {failed.chain}, instruction {info.instruction} ({info.operator})" if info else "a step"
+            raise ExecutionError(f"method {self.name!r}: {where} failed: "
+                                 f"{type(failed.error).__name__}: {failed.error}") from failed.error
+        if tracer is not None:
+            self._finish_trace(tracer, events, start, bundled_input_index, outputs)
+        return outputs
+
+    def _finish_trace(self, tracer: EventTracer, events: list, start: int, bundled_input_index: int,
+                      outputs: list) -> None:
+        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start,
+                       time.perf_counter_ns()))
+        if tracer.logs_outputs:
+            for value in outputs:
+                event = tracer.debug_event(PROGRAM_OUTPUT_CHAIN, UNSET_INSTRUCTION, value, is_output=True)
+                if event is not None:
+                    events.append(event)
+        allocators = []
+        if tracer.trace_allocations:
+            allocators = ["outputs"]
+            events.extend(("A", 0, o.numel() * o.element_size()) for o in outputs if isinstance(o, torch.Tensor))
+        tracer.add_run_block(events, bundled_input_index, allocators)
+
+    def close(self) -> None:
+        """Releases the method's delegates (backend.destroy); the method cannot run afterwards."""
+        self._closed = True
+        self._finalizer()
+
+
+def _copy_out(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, list):
+        return [_copy_out(v) for v in value]
+    return value
+
+
+def _destroy(delegates: list[LoadedDelegate]) -> None:
+    for d in delegates:
+        d.destroy()
+

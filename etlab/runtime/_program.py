@@ -1,0 +1,209 @@
+"""Runtime and Program: loading `.pte` (or `.bpte`) files, their external data, and their methods."""
+
+from __future__ import annotations
+
+import enum
+import os
+import threading
+import time
+from typing import Any
+
+from etlab.errors import FormatError
+from etlab.runtime._binding import bind, classify, dynamic_scratch
+from etlab.runtime._delegate import NULL_CONTEXT, DelegateContext, init_delegates
+from etlab.runtime._errors import LoadError
+from etlab.runtime._event_tracer import DEFAULT_MAX_EVENTS, UNSET_CHAIN, UNSET_INSTRUCTION, DebugLevel, EventTracer
+from etlab.runtime._memory import allocate_arenas
+from etlab.runtime._meta import MethodMeta, method_meta
+from etlab.runtime._method import Method
+from etlab.runtime._registry import BackendRegistry, OperatorRegistry
+from etlab.runtime._values import DataSources, build_value_table
+from etlab.schema import deserialize_bundled_program, deserialize_ptd, deserialize_pte, read_bytes
+from etlab.schema import program as P
+from etlab.schema.bundled_program import BundledProgram
+
+
+class Verification(enum.Enum):
+    """How much of a program is checked at load (upstream's names).
+
+    etlab checks everything it relies on at both levels: the FlatBuffer is verified, and every
+    index, offset, size and argument type is checked while methods load.
+    """
+
+    Minimal = "minimal"
+    InternalConsistency = "internal_consistency"
+
+
+def _source_bytes(data, what: str | None = None) -> tuple[memoryview, str]:
+    if hasattr(data, "read") and not isinstance(data, (str, os.PathLike)):
+        raw = data.read()
+        return memoryview(raw).cast("B"), what or getattr(data, "name", f"<{len(raw)} bytes>")
+    return read_bytes(data, what=what)
+
+
+def _named_data(pte: P.PteFile, data_files, what: str) -> dict[str, Any]:
+    named: dict[str, Any] = {}
+    for nd in pte.program.named_data or []:
+        if nd.segment_index >= len(pte.segments):
+            raise FormatError(f"{what}: named data {nd.key!r} refers to segment {nd.segment_index}, "
+                              f"but there are {len(pte.segments)}")
+        named[nd.key] = pte.segments[nd.segment_index]
+    for source in data_files:
+        view, name = _source_bytes(source)
+        for key, (_layout, data) in deserialize_ptd(view, what=name).named().items():
+            named[key] = data
+    return named
+
+
+class Program:
+    """A loaded program. Safe to share between threads; each `load_method` call returns a new,
+    independent Method (its own memory and mutable state)."""
+
+    def __init__(self, pte: P.PteFile, what: str, *, data: DataSources, tracer: EventTracer | None,
+                 bundled: BundledProgram | None, keepalive: Any = None):
+        self._pte = pte
+        self._what = what
+        self._data = data
+        self._tracer = tracer
+        self._keepalive = keepalive
+        self.bundled = bundled
+        self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
+
+    @property
+    def method_names(self) -> set[str]:
+        return set(self._plans)
+
+    @property
+    def pte(self) -> P.PteFile:
+        return self._pte
+
+    def _plan(self, name: str) -> P.ExecutionPlan:
+        if name not in self._plans:
+            raise LoadError(f"{self._what}: no method {name!r} (methods: {sorted(self._plans)})")
+        return self._plans[name]
+
+    def metadata(self, name: str) -> MethodMeta:
+        return method_meta(self._plan(name))
+
+    def load_method(self, name: str) -> Method:
+        """Loads method `name`: allocates its arenas, builds its values, binds every instruction.
+
+        Fails with LoadError naming the operator or backend that is missing, or what in the plan is wrong.
+        """
+        load_start = time.perf_counter_ns()
+        plan = self._plan(name)
+        what = f"{self._what}: method {name!r}"
+        init_start = time.perf_counter_ns()
+        try:
+            meta = method_meta(plan)
+        except (ValueError, IndexError) as e:
+            raise LoadError(f"{what}: {e}") from None
+        delegates = []
+        try:
+            arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what)
+            table = build_value_table(plan, arenas, self._data, what)
+            kernels = classify(plan, table, what)
+            for slot in plan.outputs or []:
+                table.check_slot(slot, f"{what}: output")
+            delegates = init_delegates(self._pte, plan, what)
+            context = DelegateContext(self._tracer) if self._tracer is not None and delegates else None
+            bound = bind(plan, table, kernels, delegates, context or NULL_CONTEXT)
+        except BaseException as e:
+            for d in delegates:
+                d.destroy()
+            if not isinstance(e, LoadError) or str(e).startswith(self._what):
+                raise
+            raise LoadError(f"{self._what}: {e}") from e
+        init_end = time.perf_counter_ns()
+        method = Method(self, meta, table, list(plan.inputs or []), list(plan.outputs or []), bound, arenas,
+                        delegates, self._tracer, context, dynamic_scratch(plan, table))
+        if self._tracer is not None:
+            self._trace_load(name, load_start, init_start, init_end, arenas)
+        return method
+
+    def _trace_load(self, name: str, load_start: int, init_start: int, init_end: int, arenas) -> None:
+        tracer = self._tracer
+        events = [("P", "Method::init", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, init_start, init_end),
+                  ("P", "Program::load_method", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, load_start,
+                   time.perf_counter_ns())]
+        allocators = []
+        if tracer.trace_allocations:
+            for mem_id, t in enumerate(arenas.tensors):
+                if t is not None:
+                    events.append(("A", len(allocators), t.numel()))
+                    allocators.append(f"{name}:planned_memory_{mem_id}")
+        tracer.add_load_events(events, allocators)
+
+    # -- ETDump ------------------------------------------------------------------------------
+
+    @property
+    def etdump_enabled(self) -> bool:
+        return self._tracer is not None
+
+    @property
+    def etdump_dropped_events(self) -> int:
+        """Events (or debug values) dropped because the event or debug buffer was full."""
+        return self._tracer.dropped_events if self._tracer is not None else 0
+
+    def write_etdump_result_to_file(self, etdump_path, debug_buffer_path=None) -> None:
+        """Writes everything traced so far as an `.etdp` (and the debug buffer), atomically."""
+        if self._tracer is None:
+            raise LoadError(f"{self._what}: ETDump is off; load the program with enable_etdump=True")
+        self._tracer.write(etdump_path, debug_buffer_path)
+
+
+class Runtime:
+    """The process-wide runtime: registries and `load_program`. Get it with `Runtime.get()`."""
+
+    _instance: Runtime | None = None
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.operator_registry = OperatorRegistry()
+        self.backend_registry = BackendRegistry()
+
+    @staticmethod
+    def get() -> Runtime:
+        with Runtime._lock:
+            if Runtime._instance is None:
+                import etlab.runtime.backends  # noqa: F401  (built-in backends register themselves)
+
+                Runtime._instance = Runtime()
+            return Runtime._instance
+
+    def load_program(self, data, *, verification: Verification = Verification.Minimal, enable_etdump: bool = False,
+                     debug_buffer_size: int = 0, etdump_debug_level: DebugLevel | int | None = None,
+                     etdump_max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False,
+                     data_files=(), data_path=None) -> Program:
+        """Loads a `.pte` (or the program inside a `.bpte`) from a path, bytes or a binary file.
+
+        - `data_files` (or upstream's single `data_path`): `.ptd` files holding tensors the
+          program keeps outside (looked up by fully-qualified name);
+        - `enable_etdump`: trace loads and runs; `debug_buffer_size` bytes keep tensor values;
+          `etdump_debug_level` defaults to intermediate outputs when there is a debug buffer, else
+          no logging; `etdump_max_events` caps the events kept; `trace_allocations` adds
+          allocation events (upstream 1.5.1's Inspector does not accept those).
+        """
+        Verification(verification)
+        view, what = _source_bytes(data)
+        bundled = None
+        if len(view) >= 8 and bytes(view[4:8]) == b"BP08":
+            bundled = deserialize_bundled_program(view, what=what)
+            pte = deserialize_pte(memoryview(bundled.program or b""), what=f"{what} (embedded program)")
+        else:
+            pte = deserialize_pte(view, what=what)
+        files = list(data_files) + ([data_path] if data_path is not None else [])
+        sources = DataSources(pte, _named_data(pte, files, what), what)
+        tracer = None
+        if enable_etdump:
+            level = etdump_debug_level
+            if level is None:
+                level = DebugLevel.INTERMEDIATE_OUTPUTS if debug_buffer_size > 0 else DebugLevel.NO_LOGGING
+            tracer = EventTracer(debug_level=DebugLevel(level), debug_buffer_size=debug_buffer_size,
+                                 max_events=etdump_max_events, trace_allocations=trace_allocations)
+        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=view)
+
+
+def load_program(data, **kwargs) -> Program:
+    """`Runtime.get().load_program(data, **kwargs)`."""
+    return Runtime.get().load_program(data, **kwargs)

@@ -1,0 +1,215 @@
+"""Kernel and backend registries, shared by every program loaded in the process.
+
+A kernel is found by operator name (`"aten::add.out"`, `"executorch_prim::et_view.default"`; an
+empty overload is written without the dot). Lookup order: kernels registered with
+`register_kernel`, then the runtime's own kernels for the non-ATen operators upstream emits, then
+any operator torch itself knows (`torch.ops.<namespace>.<name>.<overload>`; two of them bound to
+a faster equivalent, see `_direct_kernels`).
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from etlab.runtime._values import TENSOR, ValueTable
+
+Step = Callable[[], Any]
+_NAME = re.compile(r"^[A-Za-z_][\w]*::[A-Za-z_][\w]*(\.[\w]+)?$")
+
+
+@dataclass(frozen=True)
+class Site:
+    """Where an instruction sits, for error messages and trace events."""
+
+    method: str
+    chain: int
+    instruction: int
+    operator: str = ""
+
+    def __str__(self) -> str:
+        op = f" ({self.operator})" if self.operator else ""
+        return f"method {self.method!r}, chain {self.chain}, instruction {self.instruction}{op}"
+
+
+@dataclass
+class KernelEntry:
+    """How to turn one KernelCall into a zero-argument step.
+
+    `bind(table, args, site)` runs once at load time; `result_slot(table, args)` names the slot
+    the kernel stores a Python value into when it runs (None if it only writes tensors in place).
+    """
+
+    name: str
+    bind: Callable[[ValueTable, list[int], Site], Step]
+    result_slot: Callable[[ValueTable, list[int]], int | None]
+    origin: str  # "custom", "builtin" or "torch"
+    # Slots whose tensor the kernel re-points at other memory (views), if any.
+    rebinds: Callable[[ValueTable, list[int]], list[int]] | None = None
+    # The output slots an ETDump logs after the call (upstream logs a kernel's out arguments), or
+    # None for the runtime's primitive operators, which upstream traces with OPERATOR_CALL only.
+    traced_outputs: Callable[[ValueTable, list[int]], tuple[int, ...]] | None = None
+
+
+_LOCK = threading.Lock()
+_CUSTOM: dict[str, KernelEntry] = {}
+_BACKENDS: dict[str, Any] = {}
+
+
+def operator_key(name: str, overload: str | None) -> str:
+    return f"{name}.{overload}" if overload else name
+
+
+def _check_name(name: str) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"operator name {name!r} is not of the form 'namespace::name' or 'namespace::name.overload'")
+
+
+def _scalar_result_slot(table: ValueTable, args: list[int]) -> int | None:
+    return args[-1] if args and table.kinds[args[-1]] != TENSOR else None
+
+
+def _no_result_slot(table: ValueTable, args: list[int]) -> None:
+    return None
+
+
+def _last_slot(table: ValueTable, args: list[int]) -> tuple[int, ...]:
+    return tuple(args[-1:])
+
+
+def python_kernel(name: str, fn: Callable[..., Any], origin: str = "custom", *, stores_result: bool = True
+                  ) -> KernelEntry:
+    """Wraps `fn(*args)` as a kernel: it gets every argument of the call (inputs, then outputs,
+    then the return slot) resolved to tensors and Python values, writes output tensors in place,
+    and (if `stores_result`) may return a non-tensor result, stored in the last argument's slot."""
+    result_slot = _scalar_result_slot if stores_result else _no_result_slot
+
+    def bind(table: ValueTable, args: list[int], site: Site) -> Step:
+        for a in args:
+            table.check_slot(a, str(site))
+        values = table.values
+        static = [values[a] for a in args]
+        dynamic = [(i, r) for i, a in enumerate(args) if (r := table.resolver(a)) is not None]
+        slot = result_slot(table, args)
+        if not dynamic and slot is None:
+            return lambda: fn(*static)
+        call = list(static)
+
+        def step():
+            for i, get in dynamic:
+                call[i] = get()
+            result = fn(*call)
+            if slot is not None and result is not None:
+                values[slot] = result
+
+        return step
+
+    return KernelEntry(name, bind, result_slot, origin, traced_outputs=_last_slot)
+
+
+def register_kernel(name: str, fn: Callable[..., Any] | None = None):
+    """Registers `fn` as the kernel of operator `name`; usable as a decorator.
+
+    `fn(*args)` receives the KernelCall's arguments in order (inputs, outputs, return slot) as
+    tensors and Python values. It writes output tensors in place; a non-None, non-tensor return
+    value is stored in the last argument's slot (how symbolic-size kernels hand back ints).
+    Registering a name again replaces the previous kernel for programs loaded afterwards.
+    """
+    _check_name(name)
+
+    def deco(f):
+        if not callable(f):
+            raise TypeError(f"kernel for {name!r} must be callable, got {type(f).__name__}")
+        with _LOCK:
+            _CUSTOM[name] = python_kernel(name, f)
+        return f
+
+    return deco(fn) if fn is not None else deco
+
+
+def unregister_kernel(name: str) -> None:
+    with _LOCK:
+        _CUSTOM.pop(name, None)
+
+
+def find_kernel(name: str) -> KernelEntry | None:
+    from etlab.runtime._direct_kernels import direct_kernel
+    from etlab.runtime._prim_kernels import BUILTIN_KERNELS
+    from etlab.runtime._torch_kernels import torch_kernel
+
+    with _LOCK:
+        entry = _CUSTOM.get(name)
+    if entry is not None:
+        return entry
+    if name in BUILTIN_KERNELS:
+        return BUILTIN_KERNELS[name]
+    return direct_kernel(name) or torch_kernel(name)
+
+
+def register_backend(name: str, backend: Any) -> None:
+    """Makes `backend` run the delegates whose id is `name`.
+
+    `backend.init(processed: memoryview, compile_specs: list[tuple[str, bytes]]) -> handle` runs
+    once per delegate when a method loads; `backend.execute(handle, args, context)` runs each
+    DelegateCall (args: the call's values in order, inputs then outputs; outputs are written in
+    place); optional `destroy(handle)` runs when the method is released; optional
+    `is_available() -> bool` (default True).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"backend name must be a non-empty string, got {name!r}")
+    for attr in ("init", "execute"):
+        if not callable(getattr(backend, attr, None)):
+            raise TypeError(f"backend {name!r} has no callable {attr}()")
+    with _LOCK:
+        _BACKENDS[name] = backend
+
+
+def unregister_backend(name: str) -> None:
+    with _LOCK:
+        _BACKENDS.pop(name, None)
+
+
+def find_backend(name: str) -> Any | None:
+    with _LOCK:
+        return _BACKENDS.get(name)
+
+
+def backend_available(backend: Any) -> bool:
+    check = getattr(backend, "is_available", None)
+    return bool(check()) if callable(check) else True
+
+
+class OperatorRegistry:
+    """The operators this runtime has kernels for (`operator_names`, a set of names)."""
+
+    _torch_names: frozenset[str] | None = None
+
+    @property
+    def operator_names(self) -> set[str]:
+        from etlab.runtime._prim_kernels import BUILTIN_KERNELS
+        from etlab.runtime._torch_kernels import torch_out_operator_names
+
+        if OperatorRegistry._torch_names is None:
+            OperatorRegistry._torch_names = frozenset(torch_out_operator_names())
+        with _LOCK:
+            custom = set(_CUSTOM)
+        return custom | set(BUILTIN_KERNELS) | OperatorRegistry._torch_names
+
+    def has(self, name: str) -> bool:
+        return find_kernel(name) is not None
+
+
+class BackendRegistry:
+    """The registered delegate backends (`registered_backend_names`, `is_available(name)`)."""
+
+    @property
+    def registered_backend_names(self) -> list[str]:
+        with _LOCK:
+            return sorted(_BACKENDS)
+
+    def is_available(self, name: str) -> bool:
+        backend = find_backend(name)
+        return backend is not None and backend_available(backend)
