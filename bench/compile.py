@@ -14,26 +14,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
+from _common import HERE, REPO, RESULTS, ref_env, reference_python, write_section
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-sys.path.insert(0, str(REPO))
-
-from etlab.compiler import to_edge  # noqa: E402
-from etlab.models import export_zoo  # noqa: E402
-from etlab.schema import load_pte, write_atomic  # noqa: E402
+from etlab.compiler import to_edge
+from etlab.models import export_zoo
+from etlab.schema import load_pte
 
 MODELS = ["mlp", "cnn", "mobilenet_v2", "transformer", "kv_cache_decoder", "dynamic_batch", "two_methods", "cond"]
-SECTION = "## compile"
 
 
 def time_ours(name: str, repeat: int) -> dict:
@@ -51,17 +45,8 @@ def time_ours(name: str, repeat: int) -> dict:
     return {"cold": times[0], "median": statistics.median(times[1:] or times), "arena": arena, "lower_bound": lower}
 
 
-def reference_python() -> str | None:
-    setup = REPO.parent / "shared" / "reference" / "setup.sh"
-    if not setup.is_file():
-        return None
-    p = subprocess.run(["bash", str(setup)], capture_output=True, text=True)
-    lines = [ln for ln in p.stdout.splitlines() if ln.strip()]
-    return lines[-1].strip() if p.returncode == 0 and lines else None
-
-
 def time_upstream(ref: str, names: list[str], repeat: int, outdir: Path) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env = ref_env()
     p = subprocess.run([ref, str(HERE / "_ref_compile.py"), str(REPO / "etlab" / "models" / "zoo.py"), *names,
                         "--out", str(outdir), "--repeat", str(repeat)], capture_output=True, text=True, env=env)
     if p.returncode != 0:
@@ -79,7 +64,7 @@ def time_upstream(ref: str, names: list[str], repeat: int, outdir: Path) -> dict
 
 def render(ours: dict, upstream: dict, repeat: int) -> str:
     lines = [
-        SECTION, "",
+        "## compile", "",
         f"to_edge + to_executorch + serialize, torch.export excluded; median of {max(repeat - 1, 1)} warm runs "
         f"(cold = first run in the process). Arena = planned bytes (16-byte aligned); lower bound = max over "
         "instruction steps of live bytes.", "",
@@ -100,25 +85,12 @@ def render(ours: dict, upstream: dict, repeat: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def replace_section(path: Path, body: str) -> None:
-    """Replaces (or appends) this script's section of RESULTS.md, leaving the others as they are."""
-    text = path.read_text() if path.exists() else "# Benchmark results\n\n"
-    lines = text.splitlines(keepends=True)
-    start = next((i for i, ln in enumerate(lines) if ln.rstrip() == SECTION), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + body
-    else:
-        end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-        new = "".join(lines[:start]) + body + ("\n" if end < len(lines) else "") + "".join(lines[end:])
-    write_atomic(path, new.encode())
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--no-upstream", action="store_true")
-    ap.add_argument("--results", type=Path, default=HERE / "RESULTS.md")
+    ap.add_argument("--results", type=Path, default=RESULTS)
     a = ap.parse_args()
     torch.set_num_threads(1)  # upstream is timed single-threaded too
     ours = {}
@@ -134,7 +106,7 @@ def main() -> None:
         for name, u in upstream.items():
             print(f"upstream {name}: {u['median'] * 1e3:.0f} ms, arena {u['arena']}", flush=True)
     body = render(ours, upstream, a.repeat)
-    replace_section(a.results, body)
+    write_section("compile", body, a.results)
     print(body)
 
 

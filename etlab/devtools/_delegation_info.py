@@ -57,6 +57,11 @@ class DelegationInfo:
     delegation_by_operator: dict[str, DelegationBreakdown]
     delegation_by_backend: dict[str, BackendBreakdown] = field(default_factory=dict)
 
+    def _repr_html_(self) -> str:
+        from etlab.visualizer import delegation_info_html
+
+        return delegation_info_html(self)
+
     def get_summary(self) -> str:
         """Subgraph and node counts as printable lines, then one line per backend."""
         lines = [

@@ -128,6 +128,11 @@ class EventBlock:
     reference_output: list | None = None
     num_runs: int = 1
 
+    def _repr_html_(self) -> str:
+        from etlab.visualizer import event_block_html  # display lives a layer up
+
+        return event_block_html(self)
+
     def to_dataframe(self, include_units: bool = False, include_delegate_debug_data: bool = False):
         """This block's events, one row each (same columns as Inspector.to_dataframe)."""
         from etlab.inspector._frames import events_to_dataframe

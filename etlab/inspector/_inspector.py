@@ -295,6 +295,19 @@ class Inspector:
 
         return numeric_gap(self, distance)
 
+    def show(self, program=None, *, method: str = "forward"):
+        """The notebook dashboard of this run (graph, memory, delegation, numeric gap, profile);
+        pass the ExecutorchProgramManager as `program` for the runtime graph and memory plan.
+        `.save_html(path)` on the result writes it as one offline file."""
+        from etlab.visualizer import show  # display lives a layer up; imported only when asked for
+
+        return show(self, program, method=method)
+
+    def _repr_html_(self) -> str:
+        from etlab.visualizer import inspector_html
+
+        return inspector_html(self)
+
     def __repr__(self) -> str:
         n = sum(len(t) for t in self._tables)
         return (f"Inspector({self._columns.what!r}: {len(self._tables)} event blocks, {n} events, "

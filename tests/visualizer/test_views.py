@@ -166,3 +166,16 @@ def test_reprs(mlp_inspector, mlp_run):
     with pytest.raises(TypeError):
         repr_mimebundle(object())
     json.dumps(bundle)
+
+
+def test_rich_reprs_and_show_are_wired(mlp_inspector, mlp_run):
+    """Notebooks render the Inspector, an EventBlock and delegation info as HTML, and
+    inspector.show() is the dashboard."""
+    from etlab.devtools import get_delegation_info
+    from etlab.visualizer import Dashboard
+
+    assert "<table" in mlp_inspector._repr_html_()
+    assert "<table" in mlp_inspector.event_blocks[-1]._repr_html_()
+    info = get_delegation_info(mlp_run.manager.exported_program().graph_module)
+    assert "delegated" in info._repr_html_()
+    assert isinstance(mlp_inspector.show(mlp_run.manager), Dashboard)
