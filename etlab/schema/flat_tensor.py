@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
+from etlab.schema._container import assemble, place_segments
 
 ScalarType = make_enum("scalar_type.ScalarType")
 
@@ -98,31 +99,15 @@ def deserialize_ptd(data, *, what: str = "external data") -> PtdFile:
     return PtdFile(flat_tensor, segments, header)
 
 
-def _align(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
 def serialize_ptd(flat_tensor: FlatTensor, segments=(), *, segment_alignment: int = 128) -> bytes:
     """Writes a .ptd; `flat_tensor.segments` is rewritten to the laid-out offsets."""
-    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
-        raise ValueError(f"segment_alignment must be a power of two, got {segment_alignment}")
-    layout, end = [], 0
-    for data in segments:
-        off = _align(end, segment_alignment)
-        layout.append(DataSegment(offset=off, size=len(data)))
-        end = off + len(data)
-    flat_tensor.segments = layout
+    segments = list(segments)
+    placed, end = place_segments(segments, segment_alignment)
+    flat_tensor.segments = [DataSegment(offset=off, size=size) for off, size in placed]
     flat = _CODEC.encode(flat_tensor)
-    base = _align(len(flat) + _HEADER_PADDED, segment_alignment)
-    header = _FH.pack(FH_MAGIC, _FH.size, _HEADER_PADDED, len(flat), base, end).ljust(_HEADER_PADDED, b"\0")
-    out = bytearray(base + end)
-    out[0:4] = struct.pack("<I", struct.unpack_from("<I", flat, 0)[0] + _HEADER_PADDED)
-    out[4:8] = flat[4:8]
-    out[8 : 8 + _HEADER_PADDED] = header
-    out[8 + _HEADER_PADDED : _HEADER_PADDED + len(flat)] = flat[8:]
-    for seg, data in zip(layout, segments):
-        out[base + seg.offset : base + seg.offset + seg.size] = data
-    return bytes(out)
+    return assemble(flat, _HEADER_PADDED,
+                    lambda _, base: _FH.pack(FH_MAGIC, _FH.size, _HEADER_PADDED, len(flat), base, end),
+                    segments, placed, end, segment_alignment)
 
 
 def reserialize_ptd(ptd: PtdFile, *, segment_alignment: int = 128) -> bytes:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
+from etlab.schema._container import align, assemble, place_segments
 
 ScalarType = make_enum("scalar_type.ScalarType")
 TensorShapeDynamism = make_enum("program.TensorShapeDynamism")
@@ -383,41 +384,21 @@ def deserialize_pte(data, *, what: str = "program") -> PteFile:
     return PteFile(program, segments, header)
 
 
-def _align(n: int, alignment: int) -> int:
-    return (n + alignment - 1) // alignment * alignment
-
-
 def serialize_pte(program: Program, segments=(), *, segment_alignment: int = 4096) -> bytes:
     """Writes a .pte. `segments` are the raw bytes of each data segment, in `program.segments` order.
 
     `program.segments` is rewritten with the laid-out offsets and sizes (each segment aligned to
     `segment_alignment`). Without segments no extended header is written, as upstream does.
     """
-    if segment_alignment <= 0 or segment_alignment & (segment_alignment - 1):
-        raise ValueError(f"segment_alignment must be a power of two, got {segment_alignment}")
     segments = list(segments)
-    layout, end = [], 0
-    for data in segments:
-        off = _align(end, segment_alignment)
-        layout.append(DataSegment(offset=off, size=len(data)))
-        end = off + len(data)
-    program.segments = layout
+    placed, end = place_segments(segments, segment_alignment)
+    program.segments = [DataSegment(offset=off, size=size) for off, size in placed]
     flat = _CODEC.encode(program)
     if not segments:
         return flat
-    header_len = _align(_EH.size, SCHEMA_ALIGNMENT)
-    program_size = len(flat) + header_len
-    base = _align(program_size, segment_alignment)
-    header = _EH.pack(EH_MAGIC, _EH.size, program_size, base, end).ljust(header_len, b"\0")
-    root = struct.unpack_from("<I", flat, 0)[0]
-    out = bytearray(base + end)
-    out[0:4] = struct.pack("<I", root + header_len)
-    out[4:8] = flat[4:8]
-    out[8 : 8 + header_len] = header
-    out[8 + header_len : program_size] = flat[8:]
-    for seg, data in zip(layout, segments):
-        out[base + seg.offset : base + seg.offset + seg.size] = data
-    return bytes(out)
+    return assemble(flat, align(_EH.size, SCHEMA_ALIGNMENT),
+                    lambda program_size, base: _EH.pack(EH_MAGIC, _EH.size, program_size, base, end),
+                    segments, placed, end, segment_alignment)
 
 
 def reserialize_pte(pte: PteFile, *, segment_alignment: int = 4096) -> bytes:

@@ -1,0 +1,39 @@
+"""The file layout .pte and .ptd share: a FlatBuffer with a header spliced in after its first
+8 bytes (root offset + file identifier), then zero padding, then the aligned data segments."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+
+
+def align(n: int, alignment: int) -> int:
+    return (n + alignment - 1) // alignment * alignment
+
+
+def place_segments(segments: Sequence, alignment: int) -> tuple[list[tuple[int, int]], int]:
+    """(offset, size) of each segment relative to the first, each aligned; and the end of the last."""
+    if alignment <= 0 or alignment & (alignment - 1):
+        raise ValueError(f"segment_alignment must be a power of two, got {alignment}")
+    placed, end = [], 0
+    for data in segments:
+        off = align(end, alignment)
+        placed.append((off, len(data)))
+        end = off + len(data)
+    return placed, end
+
+
+def assemble(flat: bytes, header_len: int, make_header: Callable[[int, int], bytes], segments: Sequence,
+             placed: list[tuple[int, int]], end: int, alignment: int) -> bytes:
+    """The whole file. `make_header(flatbuffer_end, segment_base)` returns the header's bytes;
+    they are padded to `header_len`, which must keep the FlatBuffer's own alignment."""
+    flat_end = len(flat) + header_len
+    base = align(flat_end, alignment)
+    out = bytearray(base + end)
+    out[0:4] = struct.pack("<I", struct.unpack_from("<I", flat, 0)[0] + header_len)  # the root moved
+    out[4:8] = flat[4:8]
+    out[8 : 8 + header_len] = make_header(flat_end, base).ljust(header_len, b"\0")
+    out[8 + header_len : flat_end] = flat[8:]
+    for (off, size), data in zip(placed, segments):
+        out[base + off : base + off + size] = data
+    return bytes(out)
