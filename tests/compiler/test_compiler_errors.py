@@ -88,6 +88,8 @@ def test_get_etrecord_needs_generate_etrecord():
     et = to_edge(ep).to_executorch()
     with pytest.raises(CompileError, match="generate_etrecord=True"):
         et.get_etrecord()
-    sources = to_edge(ep, generate_etrecord=True).to_executorch().get_etrecord()
+    et = to_edge(ep, generate_etrecord=True).to_executorch()
+    sources = et.etrecord_sources()
     assert sources.exported_program["forward"] is ep
     assert sources.debug_handle_map["forward"]
+    assert type(et.get_etrecord()).__name__ == "ETRecord"  # upstream's get_etrecord().save(path) works
