@@ -1,4 +1,4 @@
-"""GraphView: the program's graph(s) in a notebook widget (anywidget + static/graph_view.js)."""
+"""GraphView: the program's graph(s) in a notebook widget (anywidget + static/graph_*.js)."""
 
 from __future__ import annotations
 

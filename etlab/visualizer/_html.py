@@ -42,9 +42,11 @@ def script_safe(code: str, what: str) -> str:
 
 @cache
 def graph_module_source() -> str:
-    """The GraphView ES module with the vendored ELK bundle prepended as a string constant."""
+    """The GraphView ES module: its parts in one module (they share names; graph_view.js holds the
+    export), with the vendored ELK bundle prepended as a string constant."""
     elk = static_text("elk.bundled.js")
-    return f"const ELK_SOURCE = {json_for_script(elk)};\n" + static_text("graph_view.js")
+    parts = (static_text(name) for name in ("graph_common.js", "graph_pane.js", "graph_view.js"))
+    return f"const ELK_SOURCE = {json_for_script(elk)};\n" + "\n".join(parts)
 
 
 # A stand-in for the anywidget model inside a standalone page: get/set/on/off/save_changes.

@@ -1,0 +1,182 @@
+// GraphView, shared part: the ELK layout worker, styles, helpers and overlays (see graph_view.js).
+
+const SVGNS = "http://www.w3.org/2000/svg";
+const CHAR_W = 6.6;
+const NODE_H = 34;
+const GROUP_HEADER = 22;
+const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-screen ones leave the DOM
+
+// --- layout worker -----------------------------------------------------------------------------
+
+let layoutEngine = null;
+
+function makeLayoutEngine() {
+  const handler = `
+    const elk = new ELK();
+    self.onmessage = (e) => {
+      const { id, graph } = e.data;
+      elk.layout(graph).then((g) => self.postMessage({ id, graph: g }),
+                             (err) => self.postMessage({ id, error: String(err && err.message || err) }));
+    };`;
+  let worker = null;
+  try {
+    const url = URL.createObjectURL(new Blob([ELK_SOURCE, handler], { type: "text/javascript" }));
+    worker = new Worker(url);
+  } catch (err) {
+    worker = null; // e.g. a webview that forbids blob workers: lay out on the main thread below
+  }
+  if (worker) {
+    const pending = new Map();
+    let next = 0;
+    worker.onmessage = (e) => {
+      const p = pending.get(e.data.id);
+      pending.delete(e.data.id);
+      if (!p) return;
+      if (e.data.error) p.reject(new Error(e.data.error)); else p.resolve(e.data.graph);
+    };
+    worker.onerror = (e) => {
+      for (const p of pending.values()) p.reject(new Error(e.message || "layout worker failed"));
+      pending.clear();
+    };
+    return { layout: (graph) => new Promise((resolve, reject) => {
+      const id = next++;
+      pending.set(id, { resolve, reject });
+      worker.postMessage({ id, graph });
+    }) };
+  }
+  const scope = {};
+  new Function("self", "window", "module", "exports", "define", ELK_SOURCE)(scope, undefined, undefined, undefined, undefined);
+  const elk = new scope.ELK();
+  return { layout: (graph) => elk.layout(graph) };
+}
+
+function engine() {
+  if (!layoutEngine) layoutEngine = makeLayoutEngine();
+  return layoutEngine;
+}
+
+// --- styles --------------------------------------------------------------------------------------
+
+const CSS = `
+.etlab-gv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; display: flex;
+  flex-direction: column; border: 1px solid #ddd; border-radius: 6px; background: #fff; }
+.etlab-gv .bar { display: flex; gap: 8px; align-items: center; padding: 6px 8px; border-bottom: 1px solid #eee;
+  flex-wrap: wrap; }
+.etlab-gv .bar input[type=search] { width: 220px; padding: 3px 6px; }
+.etlab-gv .bar button, .etlab-gv .bar select { padding: 2px 8px; }
+.etlab-gv .status { color: #666; margin-left: auto; }
+.etlab-gv .main { display: flex; min-height: 0; }
+.etlab-gv .panes { display: flex; flex: 1; min-width: 0; }
+.etlab-gv .pane { flex: 1; min-width: 0; position: relative; border-right: 1px solid #eee; }
+.etlab-gv .pane:last-child { border-right: none; }
+.etlab-gv .pane-title { position: absolute; top: 4px; left: 8px; font-weight: 600; background: rgba(255,255,255,.85);
+  padding: 1px 4px; border-radius: 3px; pointer-events: none; z-index: 2; }
+.etlab-gv svg.canvas { width: 100%; height: 100%; display: block; cursor: grab; user-select: none; }
+.etlab-gv svg.canvas.dragging { cursor: grabbing; }
+.etlab-gv .node rect { stroke: #7a8899; stroke-width: 1; rx: 4; }
+.etlab-gv .node text { font-size: 11px; fill: #1b1b1b; pointer-events: none; }
+.etlab-gv .node text.sub { fill: #555; font-size: 10px; }
+.etlab-gv .node { cursor: pointer; }
+.etlab-gv .node.dark text { fill: #fff; }
+.etlab-gv .node.input rect, .etlab-gv .node.output rect { fill: #eef3e8; stroke: #6a8f4e; }
+.etlab-gv .node.selected rect { stroke: #0b62d6; stroke-width: 3; }
+.etlab-gv .node.linked rect { stroke: #0b62d6; stroke-width: 2.5; stroke-dasharray: 4 2; }
+.etlab-gv .node.match rect { stroke: #e8a400; stroke-width: 3; }
+.etlab-gv .group > rect { fill: rgba(120, 140, 170, .06); stroke: #a9b4c2; stroke-width: 1; rx: 6; }
+.etlab-gv .group.delegate > rect { fill: rgba(255,255,255,0); stroke-width: 2.5; }
+.etlab-gv .group .glabel { font-size: 11px; fill: #445; cursor: pointer; }
+.etlab-gv .group.collapsed > rect { fill: #f1f3f7; stroke-dasharray: 5 3; cursor: pointer; }
+.etlab-gv .group.collapsed.delegate > rect { stroke-dasharray: none; fill: #fbf6f6; }
+.etlab-gv .group.selected > rect { stroke: #0b62d6; stroke-width: 3; }
+.etlab-gv .group.linked > rect { stroke: #0b62d6; stroke-width: 2.5; }
+.etlab-gv .edge { fill: none; stroke: #8a96a6; stroke-width: 1.1; }
+.etlab-gv .lod-low text { display: none; }
+.etlab-gv .details { width: 300px; border-left: 1px solid #eee; padding: 8px 10px; overflow: auto; }
+.etlab-gv .details h4 { margin: 0 0 6px 0; font-size: 13px; word-break: break-all; }
+.etlab-gv .details table { border-collapse: collapse; width: 100%; }
+.etlab-gv .details td { vertical-align: top; padding: 2px 4px; border-bottom: 1px solid #f2f2f2; word-break: break-word; }
+.etlab-gv .details td.k { color: #666; white-space: nowrap; }
+.etlab-gv .details pre { white-space: pre-wrap; font-size: 10px; background: #f7f7f7; padding: 4px; max-height: 160px; overflow: auto; }
+.etlab-gv .matches { max-height: 120px; overflow: auto; margin: 4px 0; }
+.etlab-gv .matches div { cursor: pointer; padding: 1px 2px; }
+.etlab-gv .matches div:hover { background: #eef4ff; }
+.etlab-gv .legend { display: flex; align-items: center; gap: 4px; }
+.etlab-gv .legend .ramp { width: 90px; height: 10px; border: 1px solid #ccc; }
+.etlab-gv .backend-key { display: inline-flex; align-items: center; gap: 3px; }
+.etlab-gv .pane-toggles { display: inline-flex; gap: 8px; align-items: center; color: #444; }
+.etlab-gv .pane-toggles label { display: inline-flex; gap: 3px; align-items: center; cursor: pointer; }
+.etlab-gv .backend-key i { width: 12px; height: 12px; border: 2.5px solid; border-radius: 3px; display: inline-block; }
+`;
+
+function injectStyle(el) {
+  if (el.querySelector("style[data-etlab-gv]")) return;
+  const s = document.createElement("style");
+  s.setAttribute("data-etlab-gv", "");
+  s.textContent = CSS;
+  el.appendChild(s);
+}
+
+// --- helpers -------------------------------------------------------------------------------------
+
+function h(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
+    else e.setAttribute(k, v);
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+
+function s(tag, attrs = {}) {
+  const e = document.createElementNS(SVGNS, tag);
+  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
+  return e;
+}
+
+function shortOp(op) {
+  // "aten.addmm.default" -> "addmm", "aten.relu.out" -> "relu"
+  const parts = String(op).split(".");
+  if (parts[0] === "aten" || parts[0] === "dim_order_ops" || parts[0] === "quantized_decomposed") return parts[1] || op;
+  return op;
+}
+
+function fmtShape(n) {
+  if (!n.shapes || !n.shapes.length) return "";
+  const t = n.shapes.map((sh) => "[" + sh.join(",") + "]").join(" ");
+  return (n.dtypes && n.dtypes.length ? n.dtypes[0] + " " : "") + t;
+}
+
+function fmtBytes(b) {
+  if (b == null) return "–";
+  if (b < 1024) return b + " B";
+  if (b < 1 << 20) return (b / 1024).toFixed(1) + " KiB";
+  return (b / (1 << 20)).toFixed(2) + " MiB";
+}
+
+function fmtNum(x, digits = 4) {
+  if (x == null || Number.isNaN(x)) return "–";
+  if (x === 0) return "0";
+  const a = Math.abs(x);
+  return a >= 1e4 || a < 1e-3 ? x.toExponential(2) : x.toPrecision(digits);
+}
+
+// sequential color ramp (light yellow -> dark red), t in [0, 1]
+const RAMP = [[255, 247, 188], [254, 196, 79], [236, 112, 20], [204, 76, 2], [140, 45, 4]];
+function rampColor(t) {
+  t = Math.max(0, Math.min(1, t));
+  const x = t * (RAMP.length - 1);
+  const i = Math.min(Math.floor(x), RAMP.length - 2);
+  const f = x - i;
+  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
+  return `rgb(${c[0]},${c[1]},${c[2]})`;
+}
+
+const OP_FILL = { op: "#e8eef7", control_flow: "#f3e9f7", delegate: "#fdecec", input: "#eef3e8", output: "#eef3e8" };
+
+const OVERLAYS = {
+  none: { label: "no overlay" },
+  latency: { label: "p50 latency", value: (n) => (n.latency ? n.latency.p50 : null), log: true },
+  gap: { label: "numeric gap", value: (n) => n.gap, log: true },
+  bytes: { label: "output bytes", value: (n) => n.bytes, log: true },
+};

@@ -1,0 +1,425 @@
+// GraphView, one graph pane: layout (ELK), SVG drawing, viewport culling, pan/zoom (see graph_view.js).
+
+// --- one graph pane ------------------------------------------------------------------------------
+
+class Pane {
+  constructor(view, graph, index) {
+    this.view = view;
+    this.g = graph;
+    this.index = index;
+    this.nodes = graph.nodes;
+    this.groups = new Map(graph.groups.map((gr) => [gr.id, gr]));
+    this.childGroups = new Map();
+    this.groupSize = new Map();
+    for (const gr of graph.groups) {
+      if (!this.childGroups.has(gr.parent)) this.childGroups.set(gr.parent, []);
+      this.childGroups.get(gr.parent).push(gr.id);
+    }
+    for (const n of this.nodes) {
+      for (let gid = n.group; gid != null; gid = this.groups.get(gid).parent) {
+        this.groupSize.set(gid, (this.groupSize.get(gid) || 0) + 1);
+      }
+    }
+    this.byHandle = new Map();
+    for (const n of this.nodes) for (const hd of n.handles) {
+      if (!this.byHandle.has(hd)) this.byHandle.set(hd, []);
+      this.byHandle.get(hd).push(n.id);
+    }
+    const threshold = view.options.collapse_threshold ?? 400;
+    this.expanded = new Set(this.nodes.length > threshold ? [] : graph.groups.map((gr) => gr.id));
+    this.layoutCache = new Map();
+    this.selected = null; // node id
+    this.linked = new Set();
+    this.matches = new Set();
+    this.transform = { x: 20, y: 30, k: 1 };
+    this.shown = view.shownKinds.has(graph.kind);
+    this.build();
+  }
+
+  build() {
+    this.el = h("div", { class: "pane", "data-pane": String(this.index), "data-kind": this.g.kind });
+    if (!this.shown) this.el.style.display = "none";
+    this.el.append(h("div", { class: "pane-title" }, `${this.g.title} · ${this.nodes.length} nodes`));
+    this.svg = s("svg", { class: "canvas" });
+    const defs = s("defs");
+    const marker = s("marker", { id: `arrow-${this.view.uid}-${this.index}`, viewBox: "0 0 10 10", refX: "9", refY: "5",
+      markerWidth: "7", markerHeight: "7", orient: "auto-start-reverse" });
+    marker.append(s("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#8a96a6" }));
+    defs.append(marker);
+    this.svg.append(defs);
+    this.root = s("g", { class: "root" });
+    this.svg.append(this.root);
+    this.el.append(this.svg);
+    this.installPanZoom();
+    // laid out or selected while hidden (a closed tab, a hidden pane): fit / center once it gets a size
+    this.needsFit = false;
+    this.pendingCenter = null;
+    if (typeof ResizeObserver !== "undefined") {
+      new ResizeObserver(() => {
+        this.size = null;
+        this.cull();
+        if (!(this.svg.getBoundingClientRect().width > 0)) return;
+        if (this.needsFit) { this.needsFit = false; this.fit(); }
+        if (this.pendingCenter != null) { const id = this.pendingCenter; this.pendingCenter = null; this.centerOn(id); }
+      }).observe(this.svg);
+    }
+  }
+
+  // The id a node is drawn under: itself, or its outermost collapsed group.
+  visibleOf(nodeId) {
+    const n = this.nodes[nodeId];
+    let vis = "n" + n.id;
+    const chain = [];
+    for (let gid = n.group; gid != null; gid = this.groups.get(gid).parent) chain.push(gid);
+    for (let i = chain.length - 1; i >= 0; i--) {
+      if (!this.expanded.has(chain[i])) { vis = "g:" + chain[i]; break; }
+    }
+    return vis;
+  }
+
+  groupChain(gid) {
+    const chain = [];
+    for (let g = gid; g != null; g = this.groups.get(g).parent) chain.push(g);
+    return chain;
+  }
+
+  elkGraph() {
+    const elkNodes = new Map();
+    const root = { id: "root", children: [], edges: [], layoutOptions: {
+      "elk.algorithm": "layered", "elk.direction": "DOWN", "elk.hierarchyHandling": "INCLUDE_CHILDREN",
+      "elk.layered.spacing.nodeNodeBetweenLayers": "22", "elk.spacing.nodeNode": "14",
+      "elk.layered.thoroughness": this.nodes.length > 800 ? "1" : "7",
+      "elk.layered.nodePlacement.strategy": this.nodes.length > 800 ? "LINEAR_SEGMENTS" : "NETWORK_SIMPLEX",
+      "elk.edgeRouting": "POLYLINE",
+    } };
+    const containerOf = (gid) => {
+      // the ELK node holding the content of an expanded group (created on demand, parents first)
+      if (gid == null) return root;
+      if (elkNodes.has("g:" + gid)) return elkNodes.get("g:" + gid);
+      const gr = this.groups.get(gid);
+      const parent = containerOf(gr.parent);
+      const node = { id: "g:" + gid, children: [], edges: [], layoutOptions: {
+        "elk.padding": `[top=${GROUP_HEADER + 6},left=10,bottom=10,right=10]` } };
+      parent.children.push(node);
+      elkNodes.set(node.id, node);
+      return node;
+    };
+    const leafSize = (label, sub) => Math.max(70, Math.min(260, Math.max(label.length, sub.length) * CHAR_W + 18));
+    const seen = new Set();
+    for (const n of this.nodes) {
+      const vis = this.visibleOf(n.id);
+      if (seen.has(vis)) continue;
+      seen.add(vis);
+      if (vis.startsWith("g:")) {
+        const gid = vis.slice(2);
+        const gr = this.groups.get(gid);
+        const label = "▸ " + gr.label;
+        const sub = `${this.groupSize.get(gid)} ops`;
+        const node = { id: vis, width: leafSize(label, sub), height: NODE_H + 6 };
+        containerOf(gr.parent).children.push(node);
+        elkNodes.set(vis, node);
+      } else {
+        const label = n.kind === "op" || n.kind === "control_flow" ? shortOp(n.op) : n.name;
+        const node = { id: vis, width: leafSize(label, fmtShape(n)), height: NODE_H };
+        containerOf(n.group).children.push(node);
+        elkNodes.set(vis, node);
+      }
+    }
+    const edgeSet = new Set();
+    for (const [a, b] of this.g.edges) {
+      const va = this.visibleOf(a), vb = this.visibleOf(b);
+      if (va === vb) continue;
+      const key = va + "|" + vb;
+      if (edgeSet.has(key)) continue;
+      edgeSet.add(key);
+      root.edges.push({ id: "e" + edgeSet.size, sources: [va], targets: [vb] });
+    }
+    return root;
+  }
+
+  async layout() {
+    const key = [...this.expanded].sort().join("\n");
+    if (!this.layoutCache.has(key)) {
+      const t0 = performance.now();
+      const result = await engine().layout(this.elkGraph());
+      this.layoutCache.set(key, result);
+      this.lastLayoutMs = performance.now() - t0;
+    }
+    return this.layoutCache.get(key);
+  }
+
+  async refresh(fit = false) {
+    this.view.setStatus(`laying out ${this.g.kind}…`);
+    this.el.setAttribute("data-state", "layout");
+    let laid;
+    try {
+      laid = await this.layout();
+    } catch (err) {
+      this.view.setStatus("layout failed: " + err.message);
+      console.error("etlab GraphView: layout failed", err);
+      return;
+    }
+    this.draw(laid);
+    if (fit) this.fit();
+    this.el.setAttribute("data-state", "ready");
+    const boxes = [...this.groupEls.values()].filter((g) => g.classList.contains("collapsed")).length;
+    this.view.setStatus(`${this.drawnNodes} nodes${boxes ? ` + ${boxes} collapsed groups` : ""} drawn · ` +
+      `layout ${Math.round(this.lastLayoutMs || 0)} ms`);
+    this.view.paneReady(this);
+  }
+
+  draw(laid) {
+    this.root.textContent = "";
+    this.items = []; // [element, layer, x0, y0, x1, y1, shown] for viewport culling
+    // A big drawing keeps only what is near the viewport in the DOM: hidden (display: none) SVG
+    // still makes every zoom step cost in proportion to the whole graph (text re-layout).
+    const count = (n) => (n.children || []).reduce((a, c) => a + 1 + count(c), 0);
+    this.detach = count(laid) > DETACH_ABOVE;
+    const place = (el, layer, x0, y0, x1, y1) => {
+      this.items.push([el, layer, x0, y0, x1, y1, !this.detach]);
+      if (!this.detach) layer.append(el);
+    };
+    this.nodeEls = new Map();
+    this.groupEls = new Map();
+    this.pos = new Map();
+    const groupLayer = s("g", { class: "groups" });
+    const edgeLayer = s("g", { class: "edges" });
+    const nodeLayer = s("g", { class: "nodes" });
+    this.root.append(groupLayer, edgeLayer, nodeLayer);
+    const overlay = OVERLAYS[this.view.overlay] || OVERLAYS.none;
+    const scale = this.view.overlayScale;
+    const colors = this.g.backend_colors || {};
+    let drawn = 0;
+    const walk = (node, ox, oy) => {
+      for (const c of node.children || []) {
+        const x = ox + c.x, y = oy + c.y;
+        this.pos.set(c.id, { x, y, w: c.width, h: c.height });
+        if (c.id.startsWith("g:")) {
+          const gid = c.id.slice(2);
+          const gr = this.groups.get(gid);
+          const collapsed = !this.expanded.has(gid);
+          const ge = s("g", { class: `group ${gr.kind}${collapsed ? " collapsed" : ""}`, "data-group-id": gid,
+            transform: `translate(${x},${y})` });
+          const rect = s("rect", { width: c.width, height: c.height });
+          if (gr.backend && colors[gr.backend]) rect.setAttribute("style", `stroke:${colors[gr.backend]}`);
+          ge.append(rect);
+          const label = s("text", { class: "glabel", x: 8, y: collapsed ? 15 : 15 });
+          label.textContent = (collapsed ? "▸ " : "▾ ") + gr.label;
+          ge.append(label);
+          if (collapsed) {
+            const sub = s("text", { class: "sub", x: 8, y: 30 });
+            sub.textContent = `${this.groupSize.get(gid)} ops${this.groupValue(gid, overlay) != null
+              ? " · " + fmtNum(this.groupValue(gid, overlay)) : ""}`;
+            ge.append(sub);
+            const v = this.groupValue(gid, overlay);
+            if (v != null && scale) rect.setAttribute("style", (rect.getAttribute("style") || "") + `;fill:${rampColor(scale(v))}`);
+            ge.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
+          } else {
+            label.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
+          }
+          place(ge, collapsed ? nodeLayer : groupLayer, x, y, x + c.width, y + c.height);
+          this.groupEls.set(gid, ge);
+          walk(c, x, y);
+        } else {
+          const n = this.nodes[Number(c.id.slice(1))];
+          const ne = s("g", { class: `node ${n.kind}`, "data-node-id": String(n.id), "data-node-name": n.name,
+            transform: `translate(${x},${y})` });
+          const rect = s("rect", { width: c.width, height: c.height });
+          let fill = OP_FILL[n.kind] || OP_FILL.op;
+          const v = overlay.value ? overlay.value(n) : null;
+          if (overlay.value) fill = v != null && scale ? rampColor(scale(v)) : "#f4f4f4";
+          if (overlay.value && v != null && scale && scale(v) > 0.62) ne.classList.add("dark");
+          let style = `fill:${fill}`;
+          if (n.backend && colors[n.backend]) style += `;stroke:${colors[n.backend]};stroke-width:2`;
+          rect.setAttribute("style", style);
+          const t1 = s("text", { x: 8, y: 14 });
+          t1.textContent = n.kind === "op" || n.kind === "control_flow" ? shortOp(n.op) : n.name;
+          const t2 = s("text", { class: "sub", x: 8, y: 27 });
+          t2.textContent = v != null ? fmtNum(v) + (this.view.overlay === "latency" ? " " + (this.g.time_unit || "")
+            : this.view.overlay === "bytes" ? " B" : "") : fmtShape(n);
+          const title = s("title");
+          title.textContent = `${n.name}\n${n.op}${n.module ? "\n" + n.module : ""}`;
+          ne.append(rect, t1, t2, title);
+          ne.addEventListener("click", (e) => { e.stopPropagation(); this.view.select(this, n.id, true); });
+          place(ne, nodeLayer, x, y, x + c.width, y + c.height);
+          this.nodeEls.set(n.id, ne);
+          drawn++;
+        }
+      }
+      for (const e of node.edges || []) this.drawEdge(e, edgeLayer, place);
+    };
+    this.edgeOffsets = new Map();
+    walk(laid, 0, 0);
+    this.drawnNodes = drawn;
+    this.svg.setAttribute("data-node-count", String(drawn));
+    this.applyClasses();
+    this.applyTransform();
+  }
+
+  drawEdge(e, layer, place) {
+    // elkjs reports edge points relative to the edge's container
+    let ox = 0, oy = 0;
+    if (e.container && e.container !== "root" && this.pos.has(e.container)) {
+      const p = this.pos.get(e.container);
+      ox = p.x; oy = p.y;
+    }
+    for (const sec of e.sections || []) {
+      const pts = [sec.startPoint, ...(sec.bendPoints || []), sec.endPoint];
+      const d = pts.map((p, i) => `${i ? "L" : "M"}${(p.x + ox).toFixed(1)},${(p.y + oy).toFixed(1)}`).join(" ");
+      const path = s("path", { class: "edge", d, "marker-end": `url(#arrow-${this.view.uid}-${this.index})` });
+      const xs = pts.map((p) => p.x + ox), ys = pts.map((p) => p.y + oy);
+      place(path, layer, Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys));
+    }
+  }
+
+  groupValue(gid, overlay) {
+    if (!overlay.value) return null;
+    let total = null;
+    for (const n of this.nodes) {
+      if (!this.groupChain(n.group).includes(gid)) continue;
+      const v = overlay.value(n);
+      if (v != null) total = this.view.overlay === "gap" ? Math.max(total ?? 0, v) : (total ?? 0) + v;
+    }
+    return total;
+  }
+
+  toggle(gid) {
+    if (this.expanded.has(gid)) {
+      this.expanded.delete(gid);
+      for (const [g] of this.groups) if (this.groupChain(g).includes(gid)) this.expanded.delete(g);
+    } else this.expanded.add(gid);
+    this.refresh(false);
+  }
+
+  expandTo(nodeId) {
+    let changed = false;
+    for (const gid of this.groupChain(this.nodes[nodeId].group)) {
+      if (!this.expanded.has(gid)) { this.expanded.add(gid); changed = true; }
+    }
+    return changed;
+  }
+
+  applyClasses() {
+    for (const [id, el] of this.nodeEls) {
+      el.classList.toggle("selected", id === this.selected);
+      el.classList.toggle("linked", this.linked.has(id) && id !== this.selected);
+      el.classList.toggle("match", this.matches.has(id));
+    }
+    const linkedGroups = new Set();
+    const selGroups = new Set();
+    for (const id of this.linked) { const v = this.visibleOf(id); if (v.startsWith("g:")) linkedGroups.add(v.slice(2)); }
+    if (this.selected != null) { const v = this.visibleOf(this.selected); if (v.startsWith("g:")) selGroups.add(v.slice(2)); }
+    for (const [gid, el] of this.groupEls) {
+      el.classList.toggle("linked", linkedGroups.has(gid));
+      el.classList.toggle("selected", selGroups.has(gid));
+    }
+  }
+
+  // --- pan / zoom ---
+  installPanZoom() {
+    let drag = null;
+    this.svg.addEventListener("pointerdown", (e) => {
+      if (e.button !== 0) return;
+      // capture only once it is a drag: a captured pointer would retarget the click to the svg
+      drag = { x: e.clientX, y: e.clientY, tx: this.transform.x, ty: this.transform.y, moved: false, id: e.pointerId };
+    });
+    this.svg.addEventListener("pointermove", (e) => {
+      if (!drag) return;
+      const dx = e.clientX - drag.x, dy = e.clientY - drag.y;
+      if (!drag.moved && Math.abs(dx) + Math.abs(dy) > 3) {
+        drag.moved = true;
+        this.svg.classList.add("dragging");
+        this.svg.setPointerCapture(drag.id);
+      }
+      this.transform.x = drag.tx + dx;
+      this.transform.y = drag.ty + dy;
+      this.scheduleTransform();
+    });
+    const end = (e) => {
+      if (drag && drag.moved) this.suppressClick = true;
+      drag = null;
+      this.svg.classList.remove("dragging");
+      try { this.svg.releasePointerCapture(e.pointerId); } catch (err) { /* not captured */ }
+    };
+    this.svg.addEventListener("pointerup", end);
+    this.svg.addEventListener("pointercancel", end);
+    this.svg.addEventListener("click", (e) => {
+      if (this.suppressClick) { this.suppressClick = false; e.stopPropagation(); return; }
+    }, true);
+    this.svg.addEventListener("wheel", (e) => {
+      e.preventDefault();
+      const r = this.svg.getBoundingClientRect();
+      const mx = e.clientX - r.left, my = e.clientY - r.top;
+      const f = Math.exp(-e.deltaY * 0.0015);
+      this.zoomAt(mx, my, f);
+    }, { passive: false });
+  }
+
+  zoomAt(mx, my, f) {
+    const t = this.transform;
+    const k = Math.max(0.02, Math.min(4, t.k * f));
+    t.x = mx - (mx - t.x) * (k / t.k);
+    t.y = my - (my - t.y) * (k / t.k);
+    t.k = k;
+    this.scheduleTransform();
+  }
+
+  scheduleTransform() {
+    if (this.rafPending) return;
+    this.rafPending = true;
+    requestAnimationFrame(() => { this.rafPending = false; this.applyTransform(); });
+  }
+
+  applyTransform() {
+    const t = this.transform;
+    this.root.setAttribute("transform", `translate(${t.x},${t.y}) scale(${t.k})`);
+    const low = t.k < 0.45;
+    if (low !== this.lodLow) { this.lodLow = low; this.root.classList.toggle("lod-low", low); }
+    this.cull();
+  }
+
+  // Only what is in (or near) the viewport stays displayed: big graphs then pan and zoom at the
+  // cost of what is on screen, not of the whole graph.
+  cull() {
+    if (!this.items || !this.items.length) return;
+    if (!this.size || !this.size.w) {
+      const r = this.svg.getBoundingClientRect();
+      this.size = { w: r.width, h: r.height };
+      if (!r.width) return;
+    }
+    const t = this.transform, k = t.k;
+    const mx = this.size.w * 0.25 / k, my = this.size.h * 0.25 / k;
+    const x0 = -t.x / k - mx, y0 = -t.y / k - my, x1 = (this.size.w - t.x) / k + mx, y1 = (this.size.h - t.y) / k + my;
+    for (const it of this.items) {
+      const show = it[4] >= x0 && it[2] <= x1 && it[5] >= y0 && it[3] <= y1;
+      if (show === it[6]) continue;
+      it[6] = show;
+      // an expanded group's box contains its children's, so it comes back first and stays beneath
+      if (this.detach) { if (show) it[1].append(it[0]); else it[0].remove(); } else it[0].style.display = show ? "" : "none";
+    }
+  }
+
+  fit() {
+    const r = this.svg.getBoundingClientRect();
+    let maxX = 0, maxY = 0;
+    for (const p of this.pos.values()) { maxX = Math.max(maxX, p.x + p.w); maxY = Math.max(maxY, p.y + p.h); }
+    if (!maxX) return;
+    if (!r.width) { this.needsFit = true; return; }
+    // whole graph when it fits at a readable size (>= 0.6); else as wide as the pane allows (at most
+    // 1:1) from the top, to be panned down: a tall graph shrunk to 0.6 in a narrow pane is unreadable
+    const kw = (r.width - 30) / maxX, kh = (r.height - 40) / maxY;
+    const k = Math.max(0.02, kh >= 0.6 ? Math.min(1, kw, kh) : Math.min(1, kw));
+    this.transform = { k, x: Math.max(10, (r.width - maxX * k) / 2), y: 30 };
+    this.applyTransform();
+  }
+
+  centerOn(nodeId) {
+    const p = this.pos.get(this.visibleOf(nodeId));
+    if (!p) return;
+    const r = this.svg.getBoundingClientRect();
+    if (!r.width) { this.pendingCenter = nodeId; return; }
+    const k = Math.max(this.transform.k, 0.6);
+    this.transform = { k, x: r.width / 2 - (p.x + p.w / 2) * k, y: r.height / 2 - (p.y + p.h / 2) * k };
+    this.applyTransform();
+  }
+}
