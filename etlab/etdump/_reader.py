@@ -23,6 +23,23 @@ _VALUE_TYPES = LAYOUTS["enums"]["etdump.ValueType"]["values"]
 _SCALAR_TYPES = set(LAYOUTS["enums"]["scalar_type.ScalarType"]["values"].values())
 
 
+def _valid_int8(codes) -> np.ndarray:
+    """Lookup table over an int8's 256 bit patterns (index with `.view(np.uint8)`): is it a code."""
+    table = np.zeros(256, dtype=bool)
+    for c in codes:
+        if -128 <= c < 128:
+            table[c & 0xFF] = True
+    return table
+
+
+_VALUE_TYPE_OK = _valid_int8(_VALUE_TYPES.values())
+_SCALAR_TYPE_OK = _valid_int8(_SCALAR_TYPES)
+_SCALAR_VALUES = tuple((fname, tname, dtype, LAYOUTS["tables"][_NS][tname][0][0]) for fname, tname, dtype in (
+    ("int_value", "Int", "<i8"), ("float_value", "Float", "<f4"), ("double_value", "Double", "<f8"),
+    ("bool_value", "Bool", "<u1")))
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
 class EventKind(enum.IntEnum):
     """Which of an Event's tables is set; a profile event wins over a debug event over an allocation."""
 
@@ -143,32 +160,35 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     data = whole[4:]
     fb = FlatBuffer(data, name, file=whole, base=4)
     root = fb.tables(fb.read(np.zeros(1, np.int64), "<u4", "root offset").astype(np.int64), _NS, "ETDump")
-    version = int(root.scalar("version", "<u4")[0])
-    run_pos, _ = fb.offset_vectors(root.ref("run_data"), "ETDump.run_data")
+    version, run_data = root.read(("version", "<u4", 0), ("run_data", None, None))
+    version = int(version[0])
+    run_pos, _ = fb.offset_vectors(run_data, "ETDump.run_data")
     runs_t = fb.tables(run_pos, _NS, "RunData")
-    run_names, run_strings = fb.strings(runs_t.ref("name"), "RunData.name")
-    bundled = runs_t.scalar("bundled_input_index", "<i4", -1)
-    alloc_vec = runs_t.ref("allocators")
-    alloc_pos, alloc_start = fb.offset_vectors(alloc_vec, "RunData.allocators")
-    alloc_names, alloc_strings = fb.strings(fb.tables(alloc_pos, _NS, "Allocator").ref("name"), "Allocator.name")
-    events_vec = runs_t.ref("events")
+    run_name_pos, bundled, alloc_vec, events_vec = runs_t.read(
+        ("name", None, None), ("bundled_input_index", "<i4", -1), ("allocators", None, None), ("events", None, None))
+    run_names, run_strings = fb.strings(run_name_pos, "RunData.name")
+    has_alloc_vec = alloc_vec >= 0
+    if has_alloc_vec.any():
+        alloc_pos, alloc_start = fb.offset_vectors(alloc_vec, "RunData.allocators")
+        alloc_names, alloc_strings = fb.strings(fb.tables(alloc_pos, _NS, "Allocator").ref("name"), "Allocator.name")
+        alloc_names, alloc_start = alloc_names.tolist(), alloc_start.tolist()
     event_pos, event_start = fb.offset_vectors(events_vec, "RunData.events")
     runs = []
-    for r in range(len(run_pos)):
+    starts = event_start.tolist()
+    for r, (nm, bi, ha, he) in enumerate(zip(run_names.tolist(), bundled.tolist(), has_alloc_vec.tolist(),
+                                              (events_vec >= 0).tolist())):
         names = None
-        if alloc_vec[r] >= 0:
+        if ha:
             names = [None if c < 0 else alloc_strings[c] for c in alloc_names[alloc_start[r] : alloc_start[r + 1]]]
         runs.append(RunInfo(
-            name=None if run_names[r] < 0 else run_strings[run_names[r]],
-            bundled_input_index=int(bundled[r]), allocator_names=names,
-            first_event=int(event_start[r]), num_events=int(event_start[r + 1] - event_start[r]),
-            has_events=bool(events_vec[r] >= 0),
+            name=None if nm < 0 else run_strings[nm], bundled_input_index=bi, allocator_names=names,
+            first_event=starts[r], num_events=starts[r + 1] - starts[r], has_events=he,
         ))
     n = len(event_pos)
     run_of_event = np.repeat(np.arange(len(runs), dtype=np.int32), np.diff(event_start))
     events = fb.tables(event_pos, _NS, "Event")
-    prof_pos, dbg_pos = events.ref("profile_event"), events.ref("debug_event")
-    alloc_ev_pos = events.ref("allocation_event")
+    prof_pos, dbg_pos, alloc_ev_pos = events.read(("profile_event", None, None), ("debug_event", None, None),
+                                                  ("allocation_event", None, None))
     has_p, has_d, has_a = prof_pos >= 0, dbg_pos >= 0, alloc_ev_pos >= 0
     kind = np.full(n, EventKind.EMPTY, dtype=np.int8)
     kind[has_a] = EventKind.ALLOCATION
@@ -178,8 +198,14 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     # One string table for every string column so that codes compare across columns.
     p = fb.tables(prof_pos[has_p], _NS, "ProfileEvent")
     d = fb.tables(dbg_pos[has_d], _NS, "DebugEvent")
-    str_pos = np.concatenate([p.ref("name"), d.ref("name"), p.ref("delegate_debug_id_str"),
-                              d.ref("delegate_debug_id_str")])
+    (p_name, p_did_str, p_chain, p_instr, p_did, p_start, p_end, p_meta) = p.read(
+        ("name", None, None), ("delegate_debug_id_str", None, None), ("chain_index", "<i4", 0),
+        ("instruction_id", "<i4", -1), ("delegate_debug_id_int", "<i4", -1), ("start_time", "<u8", 0),
+        ("end_time", "<u8", 0), ("delegate_debug_metadata", None, None))
+    (d_name, d_did_str, d_chain, d_instr, d_did, d_entry) = d.read(
+        ("name", None, None), ("delegate_debug_id_str", None, None), ("chain_index", "<u8", 0),
+        ("instruction_id", "<i4", -1), ("delegate_debug_id_int", "<i4", -1), ("debug_entry", None, None))
+    str_pos = np.concatenate([p_name, d_name, p_did_str, d_did_str])
     str_codes, strings = fb.strings(str_pos, "event string")
     np_, nd = len(p), len(d)
     name_code = np.full(n, -1, dtype=np.int32)
@@ -194,23 +220,22 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
         out[has_p] = col_p  # profile wins where an event (oddly) sets both
         return out
 
-    chain = merged(p.scalar("chain_index", "<i4").astype(np.int64), d.scalar("chain_index", "<u8").view(np.int64),
-                   np.int64, 0)
-    instr = merged(p.scalar("instruction_id", "<i4", -1), d.scalar("instruction_id", "<i4", -1), np.int32, -1)
-    did = merged(p.scalar("delegate_debug_id_int", "<i4", -1), d.scalar("delegate_debug_id_int", "<i4", -1),
-                 np.int32, -1)
+    chain = merged(p_chain.astype(np.int64), d_chain.view(np.int64), np.int64, 0)
+    instr = merged(p_instr, d_instr, np.int32, -1)
+    did = merged(p_did, d_did, np.int32, -1)
     start = np.zeros(n, dtype=np.uint64)
     end = np.zeros(n, dtype=np.uint64)
-    start[has_p], end[has_p] = p.scalar("start_time", "<u8"), p.scalar("end_time", "<u8")
+    start[has_p], end[has_p] = p_start, p_end
     meta_start = np.full(n, -1, dtype=np.int64)
     meta_len = np.zeros(n, dtype=np.int64)
-    meta_start[has_p], meta_len[has_p] = fb.vectors(p.ref("delegate_debug_metadata"), 1,
-                                                    "ProfileEvent.delegate_debug_metadata")
-    a = fb.tables(alloc_ev_pos[has_a], _NS, "AllocationEvent")
+    if (p_meta >= 0).any():
+        meta_start[has_p], meta_len[has_p] = fb.vectors(p_meta, 1, "ProfileEvent.delegate_debug_metadata")
     allocator_id = np.zeros(n, dtype=np.int32)
     allocation_size = np.zeros(n, dtype=np.uint64)
-    allocator_id[has_a], allocation_size[has_a] = a.scalar("allocator_id", "<i4"), a.scalar("allocation_size", "<u8")
-    values = _read_values(fb, d.ref("debug_entry")) if nd else None
+    if has_a.any():
+        a = fb.tables(alloc_ev_pos[has_a], _NS, "AllocationEvent")
+        allocator_id[has_a], allocation_size[has_a] = a.read(("allocator_id", "<i4", 0), ("allocation_size", "<u8", 0))
+    values = _read_values(fb, d_entry) if nd else None
     return ETDumpColumns(
         what=name, version=version, runs=runs, strings=strings, run=run_of_event, kind=kind,
         has_profile=has_p, has_debug=has_d, has_allocation=has_a, name_code=name_code, chain_index=chain,
@@ -230,21 +255,27 @@ def _read_values(fb: FlatBuffer, pos: np.ndarray) -> ValueColumns:
         out[present] = col
         return out
 
-    val = spread(v.scalar("val", "<i1"), np.int8, 0)
-    bad = ~np.isin(val, list(_VALUE_TYPES.values()))
+    v_val, v_output, v_tensor, v_list, *v_scalars = v.read(
+        ("val", "<i1", 0), ("output", None, None), ("tensor", None, None), ("tensor_list", None, None),
+        *((fname, None, None) for fname, _, _, _ in _SCALAR_VALUES))
+    val = spread(v_val, np.int8, 0)
+    bad = ~_VALUE_TYPE_OK[val.view(np.uint8)]
     if bad.any():
         fb.fail(f"Value.val has value {val[np.argmax(bad)]}, which is not a etdump.ValueType")
-    out_pos = spread(v.ref("output"), np.int64, -1)
+    out_pos = spread(v_output, np.int64, -1)
     has_output = out_pos >= 0
     is_output = np.zeros(m, dtype=bool)
-    is_output[has_output] = fb.tables(out_pos[has_output], _NS, "Bool").scalar("bool_val", "<u1").astype(bool)
+    if has_output.any():
+        is_output[has_output] = fb.tables(out_pos[has_output], _NS, "Bool").scalar("bool_val", "<u1").astype(bool)
 
-    tensor_pos = spread(v.ref("tensor"), np.int64, -1)
-    list_pos = spread(v.ref("tensor_list"), np.int64, -1)
+    tensor_pos = spread(v_tensor, np.int64, -1)
+    list_pos = spread(v_list, np.int64, -1)
     has_list = list_pos >= 0
-    tl = fb.tables(list_pos[has_list], _NS, "TensorList")
-    tl_vec = tl.ref("tensors")
-    listed_pos, listed_start = fb.offset_vectors(tl_vec, "TensorList.tensors")
+    if has_list.any():
+        tl_vec = fb.tables(list_pos[has_list], _NS, "TensorList").ref("tensors")
+        listed_pos, listed_start = fb.offset_vectors(tl_vec, "TensorList.tensors")
+    else:
+        listed_pos = _EMPTY
     has_tensor = tensor_pos >= 0
     tensors = _read_tensors(fb, np.concatenate([tensor_pos[has_tensor], listed_pos]))
     tensor = np.full(m, -1, dtype=np.int64)
@@ -256,13 +287,11 @@ def _read_values(fb: FlatBuffer, pos: np.ndarray) -> ValueColumns:
                                                                  n_single + listed_start[j + 1]))
     scalar: list = [None] * m
     scalar_tables = {}
-    for fname, tname, dtype in (("int_value", "Int", "<i8"), ("float_value", "Float", "<f4"),
-                                ("double_value", "Double", "<f8"), ("bool_value", "Bool", "<u1")):
-        sp = spread(v.ref(fname), np.int64, -1)
+    for (fname, tname, dtype, field_name), col in zip(_SCALAR_VALUES, v_scalars):
+        sp = spread(col, np.int64, -1)
         has = sp >= 0
         scalar_tables[fname] = has
         if has.any():
-            field_name = LAYOUTS["tables"][_NS][tname][0][0]
             got = fb.tables(sp[has], _NS, tname).scalar(field_name, dtype)
             got = got.astype(bool) if tname == "Bool" else got
             for row, x in zip(np.flatnonzero(has).tolist(), got.tolist()):
@@ -275,13 +304,17 @@ def _read_values(fb: FlatBuffer, pos: np.ndarray) -> ValueColumns:
 
 def _read_tensors(fb: FlatBuffer, pos: np.ndarray) -> TensorColumns:
     t = fb.tables(pos, _NS, "Tensor")
-    st = t.scalar("scalar_type", "<i1")
-    bad = ~np.isin(st, list(_SCALAR_TYPES))
+    st, sizes_pos, strides_pos, offset = t.read(("scalar_type", "<i1", 0), ("sizes", None, None),
+                                                ("strides", None, None), ("offset", "<i8", 0))
+    bad = ~_SCALAR_TYPE_OK[st.view(np.uint8)]
     if bad.any():
         fb.fail(f"Tensor.scalar_type has value {st[np.argmax(bad)]}, which is not a scalar_type.ScalarType")
-    sizes_pos, strides_pos = t.ref("sizes"), t.ref("strides")
-    sizes, sizes_start = fb.scalar_vectors(sizes_pos, "<i8", "Tensor.sizes")
-    strides, strides_start = fb.scalar_vectors(strides_pos, "<i8", "Tensor.strides")
-    return TensorColumns(scalar_type=st, offset=t.scalar("offset", "<i8"), sizes=sizes, sizes_start=sizes_start,
+    # sizes and strides in one pass: both are int64 vectors
+    nt = len(sizes_pos)
+    both, both_start = fb.scalar_vectors(np.concatenate([sizes_pos, strides_pos]), "<i8", "Tensor.sizes/strides")
+    split = int(both_start[nt])
+    sizes, sizes_start = both[:split], both_start[: nt + 1]
+    strides, strides_start = both[split:], both_start[nt:] - split
+    return TensorColumns(scalar_type=st, offset=offset, sizes=sizes, sizes_start=sizes_start,
                          has_sizes=sizes_pos >= 0, strides=strides, strides_start=strides_start,
                          has_strides=strides_pos >= 0)

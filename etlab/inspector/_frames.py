@@ -33,8 +33,50 @@ def perf_stats(durations: np.ndarray) -> np.ndarray:
     m = durations.shape[1]
     if durations.shape[0] == 0 or m == 0:
         return np.full((6, m), np.nan)
-    pct = np.percentile(durations, [10, 50, 90], axis=0)
-    return np.vstack([pct, durations.mean(axis=0), durations.min(axis=0), durations.max(axis=0)])
+    out = np.empty((6, m))
+    out[:3] = _percentiles(durations)
+    durations.mean(axis=0, out=out[3])
+    durations.min(axis=0, out=out[4])
+    durations.max(axis=0, out=out[5])
+    return out
+
+
+_PCT = np.true_divide([10, 50, 90], 100)
+_PCT_PLAN: dict[int, tuple] = {}
+
+
+def _percentile_plan(n: int) -> tuple:
+    """numpy's "linear" percentile method for n values, precomputed: (partition kth, lower and
+    upper index, interpolation weight, where the weight is >= 0.5)."""
+    plan = _PCT_PLAN.get(n)
+    if plan is None:
+        vi = (n - 1) * _PCT
+        prev = np.floor(vi)
+        nxt = prev + 1
+        above = vi >= n - 1
+        prev[above], nxt[above] = -1, -1
+        gamma = np.asarray(vi - prev, dtype=vi.dtype)[:, None]
+        lo, hi = prev.astype(np.intp), nxt.astype(np.intp)
+        kth = np.unique(np.concatenate(([0, -1], lo, hi)))
+        plan = _PCT_PLAN[n] = (kth, lo, hi, gamma, 1 - gamma, gamma >= 0.5)
+    return plan
+
+
+def _percentiles(d: np.ndarray) -> np.ndarray:
+    """np.percentile(d, [10, 50, 90], axis=0) for float64 `d`, without its per-call overhead:
+    the same partition, indexes and interpolation, so the same values bit for bit."""
+    kth, lo, hi, gamma, one_minus, upper = _percentile_plan(d.shape[0])
+    s = np.partition(d, kth, axis=0)
+    a, b = s[lo], s[hi]
+    with np.errstate(invalid="ignore"):
+        diff = b - a
+        res = a + diff * gamma
+        np.subtract(b, diff * one_minus, out=res, where=upper)
+    last = s[-1]
+    nan = np.isnan(last)
+    if nan.any():
+        np.copyto(res, last, where=nan)
+    return res
 
 
 def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFrame:

@@ -53,9 +53,9 @@ class BlockTable:
 def _first_seen_codes(*cols: np.ndarray) -> np.ndarray:
     """Group id of each row over the given key columns, numbered in order of first appearance."""
     if len(cols[0]) < _SMALL:  # a dict beats many vectorized passes on small inputs
-        seen: dict = {}
-        keys = zip(*[c.tolist() for c in cols])
-        return np.fromiter((seen.setdefault(k, len(seen)) for k in keys), dtype=np.int64, count=len(cols[0]))
+        keys = list(zip(*[c.tolist() for c in cols]))
+        code = {k: i for i, k in enumerate(dict.fromkeys(keys))}  # dicts keep first-seen order
+        return np.fromiter(map(code.__getitem__, keys), dtype=np.int64, count=len(keys))
     code = None
     for col in cols:
         c, uniq = pd.factorize(col, sort=False)

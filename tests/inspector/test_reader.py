@@ -154,3 +154,64 @@ def test_out_of_range_tensors_name_the_buffer(tmp_path, sizes, strides, offset):
 def test_missing_debug_buffer_file(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nope\.bin"):
         load_debug_buffer(tmp_path / "nope.bin")
+
+
+# -- low-level fast paths -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("base", [0, 1, 3, 4])
+def test_flat_reads_aligned_unaligned_and_out_of_bounds(base):
+    """Aligned reads go through a typed view, unaligned ones gather bytes: both give the bytes at
+    each position; one position outside the buffer (either end) raises FormatError naming it."""
+    from etlab.etdump._flat import FlatBuffer
+
+    rng = np.random.default_rng(base)
+    n = 61
+    whole = rng.integers(0, 256, base + n, dtype=np.uint8)
+    data = whole[base:]
+    fb = FlatBuffer(data, "rd.etdp", file=whole, base=base)
+    for dt in ("<u1", "<i1", "<u2", "<i4", "<u4", "<i8", "<u8", "<f4", "<f8"):
+        w = np.dtype(dt).itemsize
+        aligned = [p for p in range(n - w + 1) if (p + base) % w == 0]
+        for pos in (aligned, list(range(n - w + 1)), [n - w, 0, n - w]):
+            pos = np.array(pos, dtype=np.int64)
+            want = np.array([data[p : p + w].tobytes() for p in pos.tolist()], dtype=f"V{w}")
+            assert fb.read(pos, dt, "x").tobytes() == want.tobytes()
+        for bad in ([-1], [0, n - w + 1], [3, -8]):
+            with pytest.raises(FormatError, match=r"^rd\.etdp: x at offset -?\d+ lies outside"):
+                fb.read(np.array(bad, dtype=np.int64), dt, "x")
+
+
+def test_batched_field_reads_match_single_reads(synthetic_files):
+    """Tables.read (several fields, one gather per dtype) equals reading each field alone."""
+    from etlab.etdump._flat import FlatBuffer
+
+    data = np.frombuffer(synthetic_files[0].read_bytes(), dtype=np.uint8)
+    fb = FlatBuffer(data[4:], "b.etdp", file=data, base=4)
+    root = fb.tables(fb.read(np.zeros(1, np.int64), "<u4", "root").astype(np.int64), "etdump", "ETDump")
+    runs, _ = fb.offset_vectors(root.ref("run_data"), "run_data")
+    ev, _ = fb.offset_vectors(fb.tables(runs, "etdump", "RunData").ref("events"), "events")
+    prof = fb.tables(ev, "etdump", "Event").ref("profile_event")
+    p = fb.tables(prof[prof >= 0], "etdump", "ProfileEvent")
+    specs = [("name", None, None), ("chain_index", "<i4", 0), ("start_time", "<u8", 0),
+             ("instruction_id", "<i4", -1), ("delegate_debug_id_str", None, None), ("end_time", "<u8", 7)]
+    batched = p.read(*specs)
+    for (name, dt, default), got in zip(specs, batched):
+        single = p.ref(name) if dt is None else p.scalar(name, dt, default)
+        assert got.dtype == single.dtype and np.array_equal(got, single)
+    assert len(p) > 0 and (batched[0] >= 0).any()
+
+
+def test_percentiles_match_numpy():
+    """The dataframe's p10/p50/p90 reproduce np.percentile bit for bit, NaN and inf included."""
+    from etlab.inspector._frames import perf_stats
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        d = rng.random((int(rng.integers(1, 30)), int(rng.integers(1, 5)))) * 10.0 ** int(rng.integers(-6, 9))
+        if trial % 3 == 0:
+            mask = rng.random(d.shape)
+            d[mask < 0.1], d[(mask > 0.1) & (mask < 0.2)], d[(mask > 0.2) & (mask < 0.25)] = np.nan, np.inf, 0.0
+        with np.errstate(invalid="ignore"):
+            want = np.vstack([np.percentile(d, [10, 50, 90], axis=0), d.mean(axis=0), d.min(axis=0), d.max(axis=0)])
+        assert np.array_equal(perf_stats(d), want, equal_nan=True)
