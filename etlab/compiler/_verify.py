@@ -1,6 +1,7 @@
 """Edge-dialect checks: allowed ops, dtypes the runtime kernels support, bounded shapes, tensor outputs.
 
-Every failure is a CompileError naming the op and the user's source line.
+Every failure is a CompileError naming the op and the user's source line. The dtype table is
+etlab.ops's: the same allowlist the runtime and ETRecord replay read.
 """
 
 from __future__ import annotations
@@ -12,22 +13,11 @@ import torch
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.fx import GraphModule, Node
 
+from etlab import ops
 from etlab.compiler._config import EdgeCompileConfig
 from etlab.compiler._decompose import is_edge_op
 from etlab.compiler._errors import CompileError, op_name
 from etlab.compiler._graph import tensor_vals
-
-# Element types every portable kernel is built for.
-_REAL = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float64}
-_FLOAT = {torch.float16, torch.bfloat16, torch.float32, torch.float64}
-SUPPORTED_DTYPES = frozenset(_REAL | _FLOAT | {torch.bool})
-
-# Ops whose kernels only compute in floating point (every tensor they see is floating).
-_FLOAT_ONLY = {"convolution", "_native_batch_norm_legit_no_training", "native_layer_norm", "_softmax",
-               "_log_softmax", "gelu", "sin", "cos", "tan", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
-               "erf", "native_group_norm", "avg_pool2d", "upsample_bilinear2d", "upsample_nearest2d"}
-# Ops whose index argument must be integral; (op name, argument position).
-_INDEX_ARGS = {("embedding", 1), ("index_select", 2), ("gather", 2), ("index_copy", 2)}
 
 _CONTROL_FLOW_OK = {"cond", "executorch_call_delegate"}
 _SYM_OPS = {operator.add, operator.sub, operator.mul, operator.floordiv, operator.truediv, operator.mod,
@@ -59,18 +49,17 @@ def _check_dtypes(node: Node) -> None:
     for i, a in enumerate(node.args):
         if isinstance(a, Node):
             for v in tensor_vals(a.meta.get("val")):
-                if (name, i) in _INDEX_ARGS:
-                    if v.dtype not in (torch.int32, torch.int64):
+                if (name, i) in ops.INDEX_ARGS:
+                    if v.dtype not in ops.INDEX_DTYPES:
                         raise CompileError.at(node, f"index argument {i} has dtype {v.dtype}; the runtime kernel "
                                                     "takes int32 or int64 indices")
                 else:
                     vals.append(v)
+    float_only = name in ops.ATEN_FLOAT_ONLY
     for v in vals:
-        if v.dtype not in SUPPORTED_DTYPES:
-            raise CompileError.at(node, f"dtype {v.dtype} is not supported by the runtime kernels "
-                                        f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))})")
-        if name in _FLOAT_ONLY and v.dtype not in _FLOAT:
-            raise CompileError.at(node, f"the runtime kernel computes in floating point only, got {v.dtype}")
+        problem = ops.dtype_problem(name, v.dtype, float_only=float_only)
+        if problem is not None:
+            raise CompileError.at(node, problem)
 
 
 def upper_bound(expr, range_constraints: dict) -> int | None:

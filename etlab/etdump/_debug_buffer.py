@@ -11,8 +11,6 @@ dtype are right, and any attempt to read values fails loudly instead of showing 
 from __future__ import annotations
 
 import math
-import mmap
-import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ import torch
 
 from etlab.errors import FormatError
 from etlab.etdump._reader import ETDumpColumns
+from etlab.schema import check_intact, map_file
 from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
 
 # Quantized and bit types hold plain integers in memory; read them as such.
@@ -47,18 +46,16 @@ def load_debug_buffer(source) -> DebugBuffer:
     if isinstance(source, (bytes, bytearray, memoryview)):
         view = memoryview(source).cast("B")
         return DebugBuffer(view, f"<debug buffer of {len(view)} bytes>", not view.readonly)
+    # Copy-on-write: tensors may be written to without changing the file. Large files stay
+    # mapped; tensor_from_debug_buffer checks they were not truncated (no SIGBUS).
     path = Path(source)
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return DebugBuffer(memoryview(bytearray()), str(path), True)
-            # Copy-on-write: tensors may be written to without changing the file.
-            return DebugBuffer(memoryview(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)), str(path), True)
+        view, name = map_file(path, copy_on_write=True)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file (debug buffer)") from None
-    except IsADirectoryError:
+    except FormatError:
         raise FormatError(f"{path}: is a directory, not a debug-buffer file") from None
+    return DebugBuffer(view, name, True)
 
 
 def _dtype_of(st: ScalarType) -> torch.dtype:
@@ -93,6 +90,7 @@ def tensor_from_debug_buffer(buffer: DebugBuffer | None, scalar_type: int, sizes
     if offset < 0 or offset + nbytes > len(buffer):
         raise FormatError(f"{what}: {ctx} needs bytes [{offset}, {offset + nbytes}) but the debug buffer "
                           f"holds {len(buffer)} bytes")
+    check_intact(buffer.data)
     if buffer.writable:
         flat = torch.frombuffer(buffer.data, dtype=dtype, count=extent, offset=offset)
     else:

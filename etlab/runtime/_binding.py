@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from etlab.runtime._delegate import NULL_CONTEXT, LoadedDelegate
 from etlab.runtime._errors import LoadError
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepInfo
-from etlab.runtime._registry import KernelEntry, Site, find_kernel, operator_key
+from etlab.runtime._registry import KernelEntry, Site, find_kernel, missing_kernel_message, operator_key
 from etlab.runtime._values import TENSOR, ValueTable
 from etlab.schema import program as P
 
@@ -34,8 +34,7 @@ def _kernel_for(plan: P.ExecutionPlan, call: P.KernelCall, site: Site, kernels: 
     if name not in kernels:
         entry = find_kernel(name)
         if entry is None:
-            raise LoadError(f"{site}: no kernel for operator '{name}' (register one with "
-                            f"etlab.runtime.register_kernel({name!r}))")
+            raise LoadError(f"{site}: {missing_kernel_message(name)}")
         kernels[name] = entry
     return kernels[name]
 

@@ -34,11 +34,24 @@ def dim_order_strides(sizes: list[int], dim_order: list[int] | None) -> list[int
     return strides
 
 
+# Largest tensor (bytes) a file may describe: far above any arena, far below int64 overflow in
+# torch's own size arithmetic (sizes x strides x element size).
+MAX_TENSOR_BYTES = 1 << 48
+MAX_RANK = 16
+
+
 def check_dim_order(sizes: list[int], dim_order: list[int] | None, what: str) -> None:
+    """Checks a tensor's shape metadata before any tensor is built from it: rank, sizes, and
+    dim_order a permutation. The strides are then derived from dim_order, so they are consistent."""
+    if len(sizes) > MAX_RANK:
+        raise LoadError(f"{what}: {len(sizes)} dimensions (at most {MAX_RANK})")
     if dim_order and sorted(dim_order) != list(range(len(sizes))):
         raise LoadError(f"{what}: dim_order {list(dim_order)} is not a permutation of the {len(sizes)} dimensions")
     if any(s < 0 for s in sizes):
         raise LoadError(f"{what}: negative size in {list(sizes)}")
+    # Python ints do not overflow: this bounds what torch later computes in int64.
+    if math.prod(max(s, 1) for s in sizes) * 8 > MAX_TENSOR_BYTES:
+        raise LoadError(f"{what}: sizes {list(sizes)} describe more than {MAX_TENSOR_BYTES} bytes")
 
 
 def reshape_in_place(t: torch.Tensor, sizes, dim_order=None) -> None:

@@ -168,6 +168,8 @@ class Method:
 
     def _execute(self, inputs: Sequence[Any], bundled_input_index: int) -> list:
         inputs = self._check_inputs(inputs)
+        if self.program._mapped:
+            self.program.check_files()  # a truncated memory-mapped file: FormatError, not SIGBUS
         tracer = self._tracer
         start = time.perf_counter_ns() if tracer is not None else 0
         events: list[tuple] = []

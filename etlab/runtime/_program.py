@@ -16,9 +16,17 @@ from etlab.runtime._event_tracer import DEFAULT_MAX_EVENTS, UNSET_CHAIN, UNSET_I
 from etlab.runtime._memory import allocate_arenas
 from etlab.runtime._meta import MethodMeta, method_meta
 from etlab.runtime._method import Method
+from etlab.runtime._plan_check import check_no_live_overlap
 from etlab.runtime._registry import BackendRegistry, OperatorRegistry
 from etlab.runtime._values import DataSources, build_value_table
-from etlab.schema import deserialize_bundled_program, deserialize_ptd, deserialize_pte, read_bytes
+from etlab.schema import (
+    check_intact,
+    deserialize_bundled_program,
+    deserialize_ptd,
+    deserialize_pte,
+    is_mapped,
+    read_bytes,
+)
 from etlab.schema import program as P
 from etlab.schema.bundled_program import BundledProgram
 
@@ -41,7 +49,8 @@ def _source_bytes(data, what: str | None = None) -> tuple[memoryview, str]:
     return read_bytes(data, what=what)
 
 
-def _named_data(pte: P.PteFile, data_files, what: str) -> dict[str, Any]:
+def _named_data(pte: P.PteFile, data_files, what: str, views: list) -> dict[str, Any]:
+    """Named data of the program and of its .ptd files (whose byte views are appended to `views`)."""
     named: dict[str, Any] = {}
     for nd in pte.program.named_data or []:
         if nd.segment_index >= len(pte.segments):
@@ -50,6 +59,7 @@ def _named_data(pte: P.PteFile, data_files, what: str) -> dict[str, Any]:
         named[nd.key] = pte.segments[nd.segment_index]
     for source in data_files:
         view, name = _source_bytes(source)
+        views.append(view)
         for key, (_layout, data) in deserialize_ptd(view, what=name).named().items():
             named[key] = data
     return named
@@ -66,8 +76,15 @@ class Program:
         self._data = data
         self._tracer = tracer
         self._keepalive = keepalive
+        # Large files stay memory-mapped: each use checks that they were not truncated (no SIGBUS).
+        self._mapped = [v for v in keepalive or () if is_mapped(v)]
         self.bundled = bundled
         self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
+
+    def check_files(self) -> None:
+        """FormatError if a memory-mapped file of this program shrank since it was loaded."""
+        for view in self._mapped:
+            check_intact(view)
 
     @property
     def method_names(self) -> set[str]:
@@ -91,6 +108,7 @@ class Program:
         Fails with LoadError naming the operator or backend that is missing, or what in the plan is wrong.
         """
         load_start = time.perf_counter_ns()
+        self.check_files()
         plan = self._plan(name)
         what = f"{self._what}: method {name!r}"
         init_start = time.perf_counter_ns()
@@ -103,6 +121,7 @@ class Program:
             arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what)
             table = build_value_table(plan, arenas, self._data, what)
             kernels = classify(plan, table, what)
+            check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
                 table.check_slot(slot, f"{what}: output")
             delegates = init_delegates(self._pte, plan, what)
@@ -193,7 +212,8 @@ class Runtime:
         else:
             pte = deserialize_pte(view, what=what)
         files = list(data_files) + ([data_path] if data_path is not None else [])
-        sources = DataSources(pte, _named_data(pte, files, what), what)
+        views = [view]
+        sources = DataSources(pte, _named_data(pte, files, what, views), what)
         tracer = None
         if enable_etdump:
             level = etdump_debug_level
@@ -201,7 +221,7 @@ class Runtime:
                 level = DebugLevel.INTERMEDIATE_OUTPUTS if debug_buffer_size > 0 else DebugLevel.NO_LOGGING
             tracer = EventTracer(debug_level=DebugLevel(level), debug_buffer_size=debug_buffer_size,
                                  max_events=etdump_max_events, trace_allocations=trace_allocations)
-        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=view)
+        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=views)
 
 
 def load_program(data, **kwargs) -> Program:

@@ -19,14 +19,16 @@ from typing import Any
 
 import torch
 
+from etlab import ops
 from etlab.runtime._errors import LoadError
 from etlab.runtime._registry import KernelEntry, Site, Step
 from etlab.runtime._values import TENSOR, ValueTable
+from etlab.runtime._view_check import check_view_arguments
 from etlab.schema.scalar_type import scalar_type_to_dtype
 
 _PUBLIC_MODULES = (torch._C._VariableFunctions, torch._C._nn, torch._C._special, torch._C._linalg, torch._C._fft)
 _MEMORY_FORMATS = (torch.contiguous_format, torch.preserve_format, torch.channels_last, torch.channels_last_3d)
-_LAYOUTS = (torch.strided, torch.sparse_coo)
+_LAYOUTS = (torch.strided,)  # sparse layouts are refused: their kernels trust indices they are handed
 
 # Schema base type -> EValue kinds accepted for it.
 _KINDS = {
@@ -45,12 +47,26 @@ def _base_type(type_str: str) -> tuple[str, bool]:
     return type_str, False
 
 
+def _pick(options: tuple, v: int, what: str):
+    if not 0 <= v < len(options):
+        raise ValueError(f"{what} {v} is not one of 0..{len(options) - 1}")
+    return options[v]
+
+
+def _dtype_argument(v: int) -> torch.dtype:
+    dtype = scalar_type_to_dtype(v)
+    problem = ops.storage_dtype_problem(dtype)
+    if problem is not None:
+        raise ValueError(problem)
+    return dtype
+
+
 def _converter(real_type: str) -> Callable[[Any], Any] | None:
     base, _ = _base_type(real_type)
     table = {
-        "ScalarType": scalar_type_to_dtype,
-        "MemoryFormat": lambda v: _MEMORY_FORMATS[v],
-        "Layout": lambda v: _LAYOUTS[v],
+        "ScalarType": _dtype_argument,
+        "MemoryFormat": lambda v: _pick(_MEMORY_FORMATS, v, "memory format"),
+        "Layout": lambda v: _pick(_LAYOUTS, v, "layout (only strided tensors are supported)"),
     }.get(base)
     if table is None:
         return None
@@ -143,6 +159,7 @@ def _bind(op, table: ValueTable, args: list[int], site: Site) -> Step:
             pos.append(value)
     for slot in args[len(params):]:
         table.check_slot(slot, str(site))
+    check_view_arguments(schema.name, pos, table, args, site)
     result_slot = _result_slot(schema, table, args)
     fn = _fastest_callable(op, pos, kw)
     values = table.values
@@ -211,14 +228,3 @@ def torch_kernel(name: str) -> KernelEntry | None:
         origin="torch",
         traced_outputs=lambda table, args: tuple(args[i] for i in written if i < len(args)),
     )
-
-
-def torch_out_operator_names() -> set[str]:
-    """ATen operators with out= or in-place variants: the ones ExecuTorch programs call."""
-    names = set()
-    for full in torch._C._dispatch_get_all_op_names():
-        ns, _, rest = full.partition("::")
-        base, _, overload = rest.partition(".")
-        if ns == "aten" and ("out" in overload or (base.endswith("_") and not base.startswith("_"))):
-            names.add(full)
-    return names

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from etlab import ops
 from etlab.runtime._errors import LoadError
 from etlab.runtime._memory import Arenas, check_dim_order, data_tensor, nbytes_of, planned_tensor
 from etlab.schema import program as P
@@ -123,6 +124,9 @@ def _tensor(spec: P.Tensor, slot: int, arenas: Arenas, data: DataSources, table:
         dtype = scalar_type_to_dtype(spec.scalar_type)
     except ValueError as e:
         raise LoadError(f"{where}: {e}") from None
+    problem = ops.storage_dtype_problem(dtype)
+    if problem is not None:
+        raise LoadError(f"{where}: {problem}")
     sizes = list(spec.sizes or [])
     dim_order = list(spec.dim_order or [])
     check_dim_order(sizes, dim_order, where)
