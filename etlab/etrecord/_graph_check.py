@@ -13,6 +13,12 @@ So before deserializing, every expression must be a plain sympy expression over 
 every name a plain (dotted) identifier, guards and non-essential metadata are dropped, every
 target must be a registered operator (`torch.ops.<namespace>.<op>.<overload>`, a higher-order
 operator) or one of a fixed set of Python scalar functions, and custom objects are refused.
+Tensor metadata must describe a dense CPU tensor: strided layout (sparse tensors are refused),
+a known dtype, non-negative sizes, strides and storage offset; layout and device arguments too.
+
+Replaying a graph (`check_replayable`, before any node runs) is stricter: every target must be
+a pure operator on etlab's allowlist (`etlab.ops`), so a recorded graph cannot reach
+`aten::from_file`, `aten::save`, an in-place `fill_` or anything else with an effect.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import re
 
 import torch
 
+from etlab import ops
 from etlab.errors import FormatError
 
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
@@ -148,6 +155,45 @@ def resolve_operator(target: str):
     return found if isinstance(found, torch._ops.OpOverload) else None
 
 
+# torch.export's serialized enums (torch._export.serde.schema): Layout.Strided and the dtypes it knows.
+_STRIDED_LAYOUT = 7
+_KNOWN_DTYPES = frozenset({*range(1, 14), 28, 29, 30, 31, 32, 33, 34, 35})
+_DEVICES = frozenset({"cpu", "meta"})
+_TENSOR_META_KEYS = frozenset({"dtype", "sizes", "strides", "layout", "device"})
+
+
+def _nonnegative_ints(items, where: str, what: str) -> None:
+    for item in items if isinstance(items, list) else [items]:
+        if isinstance(item, dict) and "as_int" in item:
+            v = item["as_int"]
+            if type(v) is not int or v < 0:
+                raise FormatError(f"{where}: {what} {v!r} is not a non-negative integer")
+
+
+def check_tensor_meta(meta: dict, where: str) -> None:
+    """A serialized TensorMeta: strided, known dtype, CPU, non-negative sizes/strides/offset."""
+    if meta.get("layout") != _STRIDED_LAYOUT:
+        raise FormatError(f"{where}: layout {meta.get('layout')!r} is not strided; sparse and other layouts are not "
+                          "supported")
+    if meta.get("dtype") not in _KNOWN_DTYPES:
+        raise FormatError(f"{where}: dtype {meta.get('dtype')!r} is not a supported element type")
+    device = meta.get("device")
+    if not isinstance(device, dict) or device.get("type") not in _DEVICES:
+        raise FormatError(f"{where}: device {str(device)[:40]} is not the CPU")
+    _nonnegative_ints(meta.get("sizes"), where, "size")
+    _nonnegative_ints(meta.get("strides"), where, "stride")
+    _nonnegative_ints(meta.get("storage_offset"), where, "storage offset")
+
+
+def _check_argument(arg: dict, where: str) -> None:
+    if "as_layout" in arg and arg["as_layout"] != _STRIDED_LAYOUT:
+        raise FormatError(f"{where}: layout argument {arg['as_layout']!r} is not strided")
+    if "as_device" in arg and isinstance(arg["as_device"], dict) and arg["as_device"].get("type") not in _DEVICES:
+        raise FormatError(f"{where}: device argument {str(arg['as_device'])[:40]} is not the CPU")
+    if "as_scalar_type" in arg and arg["as_scalar_type"] not in _KNOWN_DTYPES:
+        raise FormatError(f"{where}: dtype argument {arg['as_scalar_type']!r} is not a supported element type")
+
+
 def sanitize_program(doc, where: str) -> None:
     """Checks (and trims, in place) one torch.export JSON program; raises FormatError if unsafe."""
     if not isinstance(doc, dict) or not isinstance(doc.get("graph_module"), dict):
@@ -170,6 +216,9 @@ def _walk(obj, where: str, depth: int) -> None:
         raise FormatError(f"{where}: the program holds a custom (script) object, which an ETRecord cannot load")
     if "expr_str" in obj:
         check_expr(obj["expr_str"], where)
+    if _TENSOR_META_KEYS <= obj.keys():
+        check_tensor_meta(obj, where)
+    _check_argument(obj, where)
     if "as_operator" in obj and obj["as_operator"] is not None:
         check_target(obj["as_operator"], where)
     if "target" in obj and "inputs" in obj and "outputs" in obj:  # a node
@@ -187,6 +236,63 @@ def _walk(obj, where: str, depth: int) -> None:
         elif key in _NAME_KEYED and isinstance(value, dict):
             for name in value:
                 check_name(name, where, f"{key} key")
+            if key == "tensor_values":
+                for name, meta in value.items():
+                    if not isinstance(meta, dict):
+                        raise FormatError(f"{where}: tensor {name!r} has no metadata")
+                    check_tensor_meta(meta, f"{where}: tensor {name!r}")
         elif key in ("in_spec", "out_spec") and isinstance(value, str):
             _check_spec(value, where)
         _walk(value, where, depth + 1)
+
+
+# -- replay ----------------------------------------------------------------------------------------------
+
+def _python_scalar_function(target) -> bool:
+    """One of SCALAR_TARGETS (operator.add, math.ceil, torch.sym_max, ...), by identity."""
+    module = getattr(target, "__module__", None) or ""
+    name = getattr(target, "__name__", "")
+    qualified = f"{'_operator' if module == 'operator' else module}.{name}"
+    return qualified in SCALAR_TARGETS and callable(target)
+
+
+def check_replayable(gm, where: str, *, extra_targets=()) -> None:
+    """Raises FormatError naming the first node whose target graph replay may not run.
+
+    Allowed: pure operators on etlab.ops's allowlist, torch.cond, the Python scalar functions of
+    symbolic-shape arithmetic, and `extra_targets` (the caller's own, e.g. delegate calls). Also
+    every tensor a node is recorded to produce must be a dense tensor of a supported dtype.
+    Checks the graph and every subgraph (cond branches) under it."""
+    import operator
+
+    for path, sub in gm.named_modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            at = f"{where}: node {node.name!r}" + (f" in {path!r}" if path else "")
+            if node.op == "call_function":
+                target = node.target
+                ok = (target is operator.getitem or target in extra_targets or _python_scalar_function(target)
+                      or ops.allows_replay(target))
+                if not ok:
+                    name = getattr(target, "__name__", None) if not isinstance(target, torch._ops.OpOverload) \
+                        else str(target)
+                    raise FormatError(f"{at}: operator {name or target!r} is not one etlab replays (only pure "
+                                      "operators of etlab.ops's allowlist run on a recorded graph)")
+            elif node.op not in ("placeholder", "output", "get_attr"):
+                raise FormatError(f"{at}: {node.op} nodes are not replayed")
+            check_replay_value(node.meta.get("val"), at)
+
+
+def check_replay_value(value, where: str) -> None:
+    """A tensor (or nested tuple/list of them) replay will hand to an operator: dense, supported dtype."""
+    if isinstance(value, (list, tuple)):
+        for v in value:
+            check_replay_value(v, where)
+        return
+    if not isinstance(value, torch.Tensor):
+        return
+    if value.layout != torch.strided:
+        raise FormatError(f"{where}: a {value.layout} tensor; only strided (dense) tensors are replayed")
+    if value.dtype not in ops.SUPPORTED_DTYPES:
+        raise FormatError(f"{where}: dtype {value.dtype} is not one etlab's kernels support")

@@ -22,6 +22,7 @@ from torch.fx import GraphModule, Interpreter, Node
 from torch.utils import _pytree as pytree
 
 from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.etrecord._graph_check import check_replay_value, check_replayable
 from etlab.etrecord._graphs import graph_modules, lowered_modules
 from etlab.etrecord._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
 
@@ -161,8 +162,21 @@ class _Capture(Interpreter):
         return result
 
 
+def check_program_replayable(ep: ExportedProgram, where: str = "recorded graph") -> None:
+    """FormatError unless every graph replay of `ep` would run (its own, its cond branches', its
+    lowered modules' original graphs) calls only pure allowlisted operators on dense tensors of
+    supported dtypes, weights included. Runs before any node does."""
+    for index, program in enumerate(_programs_under(ep)):
+        at = where if index == 0 else f"{where} (lowered module {index})"
+        check_replayable(program.graph_module, at, extra_targets=(executorch_call_delegate,))
+        for name, t in [*program.state_dict.items(), *program.constants.items()]:
+            check_replay_value(t, f"{at}: weight {name!r}")
+
+
 def run_program(ep: ExportedProgram, args, kwargs, captured: dict) -> list:
-    """Runs a program's graph on user inputs; returns its user outputs, filling `captured`."""
+    """Runs a program's graph on user inputs; returns its user outputs, filling `captured`.
+
+    Callers check the program first (`check_program_replayable`): the graph may come from a file."""
     flat = iter(pytree.tree_flatten((tuple(args), dict(kwargs or {})))[0])
     inputs = []
     for spec in ep.graph_signature.input_specs:
@@ -189,6 +203,9 @@ def intermediate_outputs(ep: ExportedProgram, inputs) -> dict[DebugHandle, objec
         args, kwargs = inputs
     else:
         args, kwargs = tuple(inputs), {}
+    check_program_replayable(ep)
+    for k, value in enumerate(pytree.tree_flatten((tuple(args), dict(kwargs or {})))[0]):
+        check_replay_value(value, f"recorded graph: input {k}")
     captured: dict[DebugHandle, object] = {}
     run_program(ep, args, kwargs, captured)
     return captured

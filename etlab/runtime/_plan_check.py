@@ -6,8 +6,8 @@ crafted plan can still do is place two tensors that are live at the same time ov
 bytes, so one kernel's output silently overwrites another's input. This check refuses that.
 
 Lifetimes: a planned value is live from the first to the last instruction (in chain order) that
-names it, directly or through a list; method inputs, outputs and mutable buffers are live for the
-whole method. Two tensors at exactly the same bytes (same arena, offset and size) are taken as an
+names it, directly or through a list; method inputs from the start, outputs to the end, mutable
+buffers throughout (their state outlives a run). Two tensors at exactly the same bytes (same arena, offset and size) are taken as an
 alias the plan declares (upstream shares a mutable buffer's memory that way) and are allowed.
 Back-jumps (loops) do not stretch lifetimes, so a plan is never refused for a loop it got right.
 """
@@ -57,10 +57,15 @@ def _uses(plan: P.ExecutionPlan, table: ValueTable) -> dict[int, tuple[int, int]
             for attr in ("move_from", "move_to", "cond_value_index", "value_index"):
                 use(getattr(args, attr, None), pos)
             pos += 1
-    whole = (0, max(pos - 1, 0))
-    for slot in [*(plan.inputs or ()), *(plan.outputs or ()), *table.mutable_initialized]:
+    end = max(pos - 1, 0)
+    for slot in table.mutable_initialized:  # state kept from one run to the next
+        spans[slot] = (0, end)
+    for slot in plan.inputs or ():  # written before the first instruction
         if 0 <= slot < len(table.values):
-            spans[slot] = whole
+            spans[slot] = (0, spans.get(slot, (0, 0))[1])
+    for slot in plan.outputs or ():  # read after the last instruction
+        if 0 <= slot < len(table.values):
+            spans[slot] = (spans.get(slot, (end, end))[0], end)
     return spans
 
 
