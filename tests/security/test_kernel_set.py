@@ -73,3 +73,16 @@ def test_registered_kernel_opts_an_operator_in(tmp_path):
         assert torch.equal(method.execute([torch.ones(4)])[0], torch.full((4,), 0.5))
     finally:
         unregister_kernel("aten::rand_like.out")
+
+
+def test_runtime_builtin_kernels_are_all_on_the_allowlist():
+    """One source of truth: etlab's own kernels are listed in etlab.ops too."""
+    from etlab.runtime._prim_kernels import BUILTIN_KERNELS
+
+    assert BUILTIN_KERNELS and all(ops.allows_runtime(name) for name in BUILTIN_KERNELS)
+
+
+def test_compiler_dtype_check_reads_the_allowlist():
+    assert ops.dtype_problem("add", torch.complex64, float_only=False) is not None
+    assert ops.dtype_problem("convolution", torch.int32, float_only="convolution" in ops.ATEN_FLOAT_ONLY)
+    assert ops.dtype_problem("add", torch.int32, float_only=False) is None
