@@ -55,9 +55,8 @@ def _check_dtypes(node: Node) -> None:
                                                     "takes int32 or int64 indices")
                 else:
                     vals.append(v)
-    float_only = name in ops.ATEN_FLOAT_ONLY
     for v in vals:
-        problem = ops.dtype_problem(name, v.dtype, float_only=float_only)
+        problem = ops.dtype_problem(name, v.dtype)
         if problem is not None:
             raise CompileError.at(node, problem)
 

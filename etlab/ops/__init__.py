@@ -12,7 +12,7 @@ user registers (`etlab.runtime.register_kernel` / `register_backend`) are outsid
 
 from __future__ import annotations
 
-from etlab.ops._allowlist import ATEN_FLOAT_ONLY, ATEN_IN_PLACE, INDEX_ARGS, OTHER_NAMESPACES
+from etlab.ops._allowlist import ATEN_FLOAT_ONLY, ATEN_IN_PLACE, HIGHER_ORDER, INDEX_ARGS, OTHER_NAMESPACES
 from etlab.ops._dtypes import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
@@ -52,25 +52,9 @@ def allows_replay(target) -> bool:
     return replay_op(target)
 
 
-def allows_replay_name(name: str) -> bool:
-    """`allows_replay` for a serialized target name ("torch.ops.aten.add.Tensor", "aten.add.Tensor")."""
-    from etlab.ops._resolve import _overload
-
-    text = name.removeprefix("torch.ops.")
-    if text.startswith("higher_order."):
-        return text.removeprefix("higher_order.") in _HIGHER_ORDER_NAMES
-    ns, base, overload = split_name(text)
-    if not base_allowed(ns, base):
-        return False
-    op = _overload(ns, base, overload)
-    return op is not None and replay_op(op)
-
-
-from etlab.ops._allowlist import HIGHER_ORDER as _HIGHER_ORDER_NAMES  # noqa: E402
-
 __all__ = [
-    "ATEN_FLOAT_ONLY", "ATEN_IN_PLACE", "FLOAT_DTYPES", "INDEX_ARGS", "INDEX_DTYPES", "OTHER_NAMESPACES",
-    "REAL_DTYPES", "SUPPORTED_DTYPES", "UNSUPPORTED_STORAGE_DTYPES", "allows_replay", "allows_replay_name",
+    "ATEN_FLOAT_ONLY", "ATEN_IN_PLACE", "FLOAT_DTYPES", "HIGHER_ORDER", "INDEX_ARGS", "INDEX_DTYPES",
+    "OTHER_NAMESPACES", "REAL_DTYPES", "SUPPORTED_DTYPES", "UNSUPPORTED_STORAGE_DTYPES", "allows_replay",
     "allows_runtime", "allows_torch_kernel", "base_allowed", "dtype_problem", "is_functional", "is_out_variant",
     "runtime_torch_op_names", "split_name", "storage_dtype_problem",
 ]

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from etlab.ops._allowlist import ATEN_FLOAT_ONLY
+
 REAL_DTYPES = frozenset({torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32,
                          torch.float64})
 FLOAT_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
@@ -19,12 +21,13 @@ UNSUPPORTED_STORAGE_DTYPES = frozenset({torch.qint8, torch.quint8, torch.qint32,
                                         torch.bits16})
 
 
-def dtype_problem(base: str, dtype: torch.dtype, *, float_only: bool) -> str | None:
-    """Why a kernel of `base` cannot take a tensor of `dtype` (None if it can)."""
+def dtype_problem(base: str, dtype: torch.dtype) -> str | None:
+    """Why the kernel of ATen operator `base` ("add", "convolution") cannot take a tensor of
+    `dtype` (None if it can)."""
     if dtype not in SUPPORTED_DTYPES:
         return (f"dtype {dtype} is not supported by the runtime kernels "
                 f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))})")
-    if float_only and dtype not in FLOAT_DTYPES:
+    if base in ATEN_FLOAT_ONLY and dtype not in FLOAT_DTYPES:
         return f"the runtime kernel computes in floating point only, got {dtype}"
     return None
 

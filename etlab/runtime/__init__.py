@@ -8,8 +8,9 @@
 
 - Memory follows the program's plan: one arena per memory id, every planned tensor a view at
   its offset, constants zero-copy views of the file. Outputs are copies.
-- Kernels come from a registry keyed by operator name (`"aten::add.out"`): torch's own
-  operators, the non-ATen ones upstream emits, and `register_kernel(name)(fn)` for custom ones.
+- Kernels come from a registry keyed by operator name (`"aten::add.out"`): torch's kernels for
+  the reviewed operators of `etlab.ops`, the non-ATen ones upstream emits, and
+  `register_kernel(name)(fn)` for custom ones. Any other operator fails at load.
   Delegates run on backends added with `register_backend(name, backend)`.
 - `enable_etdump=True` records an ETDump (`Program.write_etdump_result_to_file`) that
   upstream's Inspector reads.

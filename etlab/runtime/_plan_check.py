@@ -7,8 +7,9 @@ bytes, so one kernel's output silently overwrites another's input. This check re
 
 Lifetimes: a planned value is live from the first to the last instruction (in chain order) that
 names it, directly or through a list; method inputs from the start, outputs to the end, mutable
-buffers throughout (their state outlives a run). Two tensors at exactly the same bytes (same arena, offset and size) are taken as an
-alias the plan declares (upstream shares a mutable buffer's memory that way) and are allowed.
+buffers throughout (their state outlives a run). Two tensors at exactly the same bytes (same
+arena, offset and size) are taken as an alias the plan declares (upstream shares a mutable
+buffer's memory that way) and are allowed.
 Back-jumps (loops) do not stretch lifetimes, so a plan is never refused for a loop it got right.
 """
 
