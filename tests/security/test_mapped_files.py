@@ -32,6 +32,16 @@ try:
     print("RAN")
 except FormatError as e:
     print("REFUSED:", e)
+if {debug_buffer!r}:  # the same for a debug buffer the Inspector reads tensors from
+    from etlab.etdump._debug_buffer import load_debug_buffer, tensor_from_debug_buffer
+    buffer = load_debug_buffer({debug_buffer!r})
+    print("FIRST", float(tensor_from_debug_buffer(buffer, 6, [4], None, 0, "event 0").sum()))
+    os.truncate({debug_buffer!r}, 0)
+    try:
+        tensor_from_debug_buffer(buffer, 6, [4], None, 65536, "event 1")
+        print("RAN")
+    except FormatError as e:
+        print("REFUSED:", e)
 """
 
 
@@ -42,38 +52,20 @@ def _pte(tmp_path):
     return path
 
 
-def test_truncated_mapped_program_raises_format_error(tmp_path):
+def test_truncated_mapped_program_and_debug_buffer_raise_format_error(tmp_path):
     path = _pte(tmp_path)
-    proc = run_isolated(_SCRIPT.format(path=str(path), disable_check=False))
+    buffer = tmp_path / "run.bin"
+    buffer.write_bytes(torch.arange(65536, dtype=torch.float32).numpy().tobytes())
+    proc = run_isolated(_SCRIPT.format(path=str(path), disable_check=False, debug_buffer=str(buffer)))
     assert proc.returncode == 0, f"crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    assert f"REFUSED: {path}: the file shrank from" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith(f"REFUSED: {path}: the file shrank from"), lines
+    assert lines[1] == "FIRST 6.0" and lines[2].startswith(f"REFUSED: {buffer}: the file shrank from"), lines
 
 
 def test_without_the_check_the_same_file_kills_the_process(tmp_path):
-    proc = run_isolated(_SCRIPT.format(path=str(_pte(tmp_path)), disable_check=True))
+    proc = run_isolated(_SCRIPT.format(path=str(_pte(tmp_path)), disable_check=True, debug_buffer=""))
     assert proc.returncode == -signal.SIGBUS, (proc.returncode, proc.stdout, proc.stderr[-500:])
-
-
-def test_truncated_mapped_debug_buffer_raises_format_error(tmp_path):
-    path = tmp_path / "run.bin"
-    path.write_bytes(torch.arange(65536, dtype=torch.float32).numpy().tobytes())
-    proc = run_isolated(f"""
-import os
-import etlab.schema._files as files
-files.SMALL_FILE_BYTES = 0
-from etlab.errors import FormatError
-from etlab.etdump._debug_buffer import load_debug_buffer, tensor_from_debug_buffer
-buffer = load_debug_buffer({str(path)!r})
-print(float(tensor_from_debug_buffer(buffer, 6, [4], None, 0, "event 0").sum()))
-os.truncate({str(path)!r}, 0)
-try:
-    tensor_from_debug_buffer(buffer, 6, [4], None, 65536, "event 1")
-    print("RAN")
-except FormatError as e:
-    print("REFUSED:", e)
-""")
-    assert proc.returncode == 0, f"crashed (rc {proc.returncode}): {proc.stderr[-2000:]}"
-    assert proc.stdout.splitlines()[0] == "6.0" and "REFUSED:" in proc.stdout and "shrank" in proc.stdout
 
 
 def test_small_files_are_read_into_memory(tmp_path):
