@@ -23,6 +23,12 @@ def element_size(dtype: torch.dtype) -> int:
     return torch.empty(0, dtype=dtype).element_size()
 
 
+def fixed_empty(dtype: torch.dtype) -> torch.Tensor:
+    """An empty tensor whose storage cannot grow: a kernel writing into it fails instead of
+    allocating whatever size a file asks for. `set_` still re-points it (inputs, views, moves)."""
+    return torch.frombuffer(bytearray(8), dtype=torch.uint8)[:0].view(dtype)
+
+
 def dim_order_strides(sizes: list[int], dim_order: list[int] | None) -> list[int]:
     """Strides of a dense tensor whose dimensions are laid out outermost-first in `dim_order`."""
     order = list(dim_order) if dim_order else list(range(len(sizes)))
@@ -70,7 +76,7 @@ def view_of(buffer, offset: int, sizes: list[int], dim_order: list[int] | None, 
     strides = dim_order_strides(sizes, dim_order)
     count = math.prod(sizes)
     if count == 0:
-        return torch.empty(0, dtype=dtype).as_strided(sizes, strides)
+        return fixed_empty(dtype).as_strided(sizes, strides)
     with warnings.catch_warnings():
         # Constant data is a read-only mapping; nothing writes it (out arguments are checked at bind time).
         warnings.filterwarnings("ignore", message="The given buffer is not writable")

@@ -16,11 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from etlab import ops
 from etlab.runtime._errors import LoadError
-from etlab.runtime._memory import Arenas, check_dim_order, data_tensor, nbytes_of, planned_tensor
+from etlab.runtime._memory import Arenas, check_dim_order, data_tensor, fixed_empty, nbytes_of, planned_tensor
 from etlab.schema import program as P
 from etlab.schema.scalar_type import scalar_type_to_dtype
 
@@ -157,7 +155,7 @@ def _tensor(spec: P.Tensor, slot: int, arenas: Arenas, data: DataSources, table:
         return data_tensor(buf, off, sizes, dim_order, dtype, where)
     # Unplanned: memory comes from the caller (inputs) or from another tensor (views) at run time.
     table.rebound.add(slot)
-    return torch.empty(0, dtype=dtype)
+    return fixed_empty(dtype)
 
 
 def build_value_table(plan: P.ExecutionPlan, arenas: Arenas, data: DataSources, what: str) -> ValueTable:

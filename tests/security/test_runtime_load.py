@@ -118,3 +118,16 @@ def test_sizes_whose_product_overflows_are_refused():
     b.kernel("aten::add.out", x, x, b.int(1), huge, huge)
     with pytest.raises(LoadError, match="describe more than"):
         Runtime.get().load_program(ProgramBuilder().serialize([b.plan([x], [x])])).load_method("forward")
+
+
+def test_kernel_cannot_grow_an_unplanned_tensor_to_a_size_the_file_asks_for():
+    """Unplanned tensors get memory from the caller or a view; a kernel writing one cannot allocate."""
+    from etlab.runtime import ExecutionError
+
+    b = PlanBuilder()
+    x = b.tensor([4])
+    unplanned = b.tensor([1 << 20], planned=False)
+    b.kernel("aten::full.out", b.int_list([1 << 20]), b.double(1.0), unplanned, unplanned)
+    method = Runtime.get().load_program(ProgramBuilder().serialize([b.plan([x], [unplanned])])).load_method("forward")
+    with pytest.raises(ExecutionError, match="not resizable"):
+        method.execute([torch.ones(4)])
