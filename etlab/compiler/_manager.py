@@ -94,7 +94,7 @@ class EdgeProgramManager:
         for name, method_passes in per.items():
             ep = self._edge_programs[name]
             gm = ep.graph_module
-            from etlab.compiler._edge import copy_graph_module
+            from etlab.facts.fx import copy_graph_module
 
             gm = copy_graph_module(gm)
             for p in method_passes:

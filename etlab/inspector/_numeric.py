@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 import torch
 
-from etlab.inspector._events import OPERATOR_CALL
+from etlab.schema.etdump import OPERATOR_CALL
 
 if TYPE_CHECKING:
     from etlab.inspector._inspector import Inspector

@@ -11,18 +11,10 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch.fx import GraphModule
 
+from etlab.inspector import OpTiming, execute_timings, numeric_gaps, op_timings, time_unit, timings_counted_once
 from etlab.visualizer import _html
 from etlab.visualizer._graph_view import GraphView
-from etlab.visualizer._profile_data import (
-    OpTiming,
-    execute_timings,
-    kind_colors,
-    numeric_gaps,
-    op_kind,
-    op_timings,
-    time_unit,
-    timings_counted_once,
-)
+from etlab.visualizer._profile_data import kind_colors, op_kind
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
 
@@ -65,7 +57,7 @@ class DelegationView(widgets.VBox):
     """
 
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
-        from etlab.devtools._delegation_info import (  # no public devtools API yet
+        from etlab.devtools import (
             OCCURRENCES_IN_DELEGATED_GRAPHS,
             OCCURRENCES_IN_NON_DELEGATED_GRAPHS,
             get_delegation_info,

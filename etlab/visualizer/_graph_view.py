@@ -7,9 +7,10 @@ import os
 import anywidget
 import traitlets
 
+from etlab.inspector import numeric_gaps, op_timings, time_unit
 from etlab.visualizer import _html
 from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
-from etlab.visualizer._profile_data import annotate, numeric_gaps, op_timings, time_unit
+from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
 
 OVERLAYS = ("none", "latency", "gap", "bytes")

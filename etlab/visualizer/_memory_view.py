@@ -22,7 +22,7 @@ TENSOR_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2
 
 
 def _plan_frame(program_manager, method: str) -> pd.DataFrame:
-    from etlab.devtools._memory_trace import memory_plan_dataframe  # devtools has no public __init__ yet
+    from etlab.devtools import memory_plan_dataframe
 
     if isinstance(program_manager, pd.DataFrame):
         return program_manager
@@ -30,7 +30,7 @@ def _plan_frame(program_manager, method: str) -> pd.DataFrame:
 
 
 def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
-    from etlab.devtools._memory_trace import live_bytes_per_step
+    from etlab.devtools import live_bytes_per_step
 
     return live_bytes_per_step(df, mem_id)
 

@@ -1,7 +1,7 @@
 """Rich notebook reprs (HTML) for the Inspector, an EventBlock and delegation info.
 
-The classes live below the visualizer, so they call these (lazily):
-    def _repr_html_(self): from etlab.visualizer import inspector_html; return inspector_html(self)
+The classes live below the visualizer: importing etlab.visualizer hands these to
+`etlab.facts.display`, which their `_repr_html_` and `Inspector.show` ask.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def inspector_html(inspector) -> str:
 
 def inspector_summary_html(inspector) -> str:
     """The dashboard's first tab: totals per block and the 10 slowest ops."""
-    from etlab.visualizer._profile_data import execute_timings, op_timings, time_unit, timings_counted_once
+    from etlab.inspector import execute_timings, op_timings, time_unit, timings_counted_once
 
     timings = timings_counted_once(execute_timings(op_timings(inspector)))  # a delegate call, not also its insides
     unit = time_unit(inspector)
@@ -94,3 +94,4 @@ def repr_mimebundle(obj, include=None, exclude=None) -> dict:
     else:
         raise TypeError(f"no rich repr for {type(obj).__name__}")
     return {"text/html": text, "text/plain": repr(obj)}
+

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from etlab.visualizer import GraphView, build_graph_model
-from etlab.visualizer._graph_model import aten_handles_of, source_line
+from etlab.visualizer._graph_model import aten_handles_of
 from etlab.visualizer._synthetic import synthetic_graph_model
 
 
@@ -80,13 +80,6 @@ def test_focus_and_bad_input(mlp_run):
         GraphView(mlp_run.manager, "edge", shown=["runtime"])
     with pytest.raises(TypeError, match="expected an ExecutorchProgramManager"):
         GraphView(42)
-
-
-def test_source_line_is_the_innermost_frame():
-    trace = ('  File "/a/b/model.py", line 12, in forward\n    x = self.fc(x)\n'
-             '  File "/t/linear.py", line 134, in forward\n    return F.linear(input, w)\n')
-    assert source_line(trace) == "linear.py:134 in forward: return F.linear(input, w)"
-    assert source_line(None) == ""
 
 
 def test_synthetic_graph_is_grouped_for_collapse():

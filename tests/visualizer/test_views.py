@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from etlab.inspector import execute_timings, op_timings, timings_counted_once
 from etlab.visualizer import (
     DelegationView,
     MemoryTimeline,
@@ -19,7 +20,6 @@ from etlab.visualizer import (
     repr_mimebundle,
     show,
 )
-from etlab.visualizer._profile_data import execute_timings, op_timings, timings_counted_once
 
 
 def test_memory_timeline_has_one_rectangle_per_planned_tensor(mlp_run):
