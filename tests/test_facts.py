@@ -6,7 +6,8 @@ import os
 
 import torch
 
-from etlab.facts.fx import module_path, module_stack, op_name, op_type_of, source_line, stack_frames, user_frame
+from etlab.facts.fx import op_name, op_type_of
+from etlab.facts.source import module_path, module_stack, source_line, stack_frames, user_frame
 
 TORCH_DIR = os.path.dirname(torch.__file__)
 

@@ -24,8 +24,9 @@ from etlab.compiler._errors import CompileError
 from etlab.compiler._memory_planning import linearize
 from etlab.compiler._out_variants import kernel_name
 from etlab.compiler._tensor_spec import TensorSpec
-from etlab.facts.fx import node_op_name, stack_frames, submodules_of
+from etlab.facts.fx import node_op_name, submodules_of
 from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.facts.source import stack_frames
 from etlab.schema import program as P
 
 aten = torch.ops.aten

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from etlab.facts.fx import op_name, source_line
+from etlab.facts.fx import op_name
+from etlab.facts.source import source_line
 
 
 class CompileError(ValueError):

@@ -71,6 +71,11 @@ class EdgeProgramManager:
         self._generate_etrecord = generate_etrecord
 
     @property
+    def aten_programs(self) -> dict[str, ExportedProgram]:
+        """The exported (ATen) programs per method, kept when compiled with generate_etrecord=True ({} otherwise)."""
+        return dict(self._aten_programs or {})
+
+    @property
     def methods(self) -> set[str]:
         return set(self._edge_programs)
 
@@ -141,6 +146,11 @@ class ExecutorchProgramManager:
         self.config = config
         self._edge = edge
         self._buffer: bytes | None = None
+
+    @property
+    def edge_program_manager(self) -> EdgeProgramManager:
+        """The EdgeProgramManager this program was compiled from."""
+        return self._edge
 
     @property
     def methods(self) -> set[str]:

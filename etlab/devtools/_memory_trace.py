@@ -27,7 +27,8 @@ import pandas as pd
 from torch.fx import GraphModule
 
 from etlab.compiler import ExecutorchProgramManager, TensorSpec, align, linearize, live_bytes, specs_of
-from etlab.facts.fx import module_path, node_op_name, source_line
+from etlab.facts.fx import node_op_name
+from etlab.facts.source import module_path, source_line
 from etlab.schema import write_atomic
 
 COLUMNS = ["tensor", "mem_id", "offset", "size", "first_step", "last_step", "producing_op", "debug_handle"]

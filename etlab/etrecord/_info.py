@@ -21,9 +21,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule, Interpreter, Node
 from torch.utils import _pytree as pytree
 
-from etlab.facts.fx import graph_modules, module_hierarchy, op_name
+from etlab.facts.fx import graph_modules, op_name
 from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate, lowered_modules
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
+from etlab.facts.source import module_hierarchy
 
 MAIN_CHAIN = 0  # etlab's emitter puts a whole method (cond branches inlined) in one chain
 

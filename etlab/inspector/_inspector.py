@@ -301,6 +301,11 @@ class Inspector:
         `.save_html(path)` on the result writes it as one offline file."""
         return display.show(self, program, method=method)  # the views register it (etlab.facts.display)
 
+    @property
+    def program_info(self) -> ProgramInfo | None:
+        """What the ETRecord says about the program (op names, modules, source lines, graphs), or None."""
+        return self._program
+
     def _repr_html_(self) -> str | None:
         return display.html(self)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from etlab.facts.fx import module_path, source_line
+from etlab.facts.source import module_path, source_line
 from etlab.inspector._events import time_scale_factor
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 

@@ -20,8 +20,9 @@ import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from etlab.facts.fx import is_getitem, module_stack, node_op_name, source_line
+from etlab.facts.fx import is_getitem, node_op_name
 from etlab.facts.lowered import is_delegate_call, lowered_module_of
+from etlab.facts.source import module_stack, source_line
 
 GRAPH_KINDS = ("aten", "edge", "runtime")
 
