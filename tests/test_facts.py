@@ -30,6 +30,9 @@ def test_source_line_skips_etlab_frames_and_falls_back_to_the_innermost():
     own = os.path.dirname(etlab.__file__)
     trace = _trace(("/u/m.py", 3, "forward", "y = f(x)"), (f"{own}/models/zoo.py", 9, "f", "return x"))
     assert user_frame(trace).filename == "/u/m.py"
+    zoo_only = _trace((f"{own}/models/zoo.py", 9, "forward", "x = self.conv(x)"),
+                      (f"{TORCH_DIR}/nn/modules/conv.py", 565, "forward", "return f(x)"))
+    assert source_line(zoo_only) == "zoo.py:9 in forward: x = self.conv(x)"  # outside torch, though in etlab
     only_torch = _trace((f"{TORCH_DIR}/nn/functional.py", 7, "relu", "return r"))
     assert source_line(only_torch) == "functional.py:7 in relu: return r"
     assert source_line(None) == "" and source_line("no frames") == ""
@@ -58,3 +61,21 @@ def test_module_paths():
     assert module_stack(stack) == [("fc", "torch.nn.modules.linear.Linear")]
     assert module_path(stack) == "fc"
     assert module_path(None) == ""
+
+
+def test_profile_rows_point_at_the_models_line_not_torchs(tmp_path):
+    """The source column of the profile rollups names the model's line for a convolution."""
+    from etlab.compiler import to_edge
+    from etlab.inspector import Inspector, op_timings
+    from etlab.models import make_cnn
+    from etlab.runtime import Runtime
+
+    model, inputs = make_cnn()
+    et = to_edge(torch.export.export(model, inputs), generate_etrecord=True).to_executorch()
+    et.write_to_file(tmp_path / "m.pte")
+    program = Runtime.get().load_program(tmp_path / "m.pte", enable_etdump=True)
+    program.load_method("forward").execute(list(inputs))
+    program.write_etdump_result_to_file(tmp_path / "run.etdp")
+    timings = op_timings(Inspector(etdump_path=tmp_path / "run.etdp", etrecord=et.get_etrecord()))
+    convs = [t for t in timings if any("convolution" in o for o in t.op_types)]
+    assert convs and all(t.source.startswith("zoo.py:") for t in convs), [t.source for t in convs]

@@ -25,8 +25,8 @@ def _package_dir(name: str) -> str:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)(?:\n(?!\s*File ")\s*([^\n]*))?')
-# torch's and etlab's own files: a frame in them is not the user's
-_LIBRARY_DIRS = (_package_dir("torch"), os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep)
+_TORCH_DIR = _package_dir("torch")
+_ETLAB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Frame:
 
     def is_library(self) -> bool:
         """A frame of torch's or etlab's own code, not the user's."""
-        return self.filename.startswith(_LIBRARY_DIRS)
+        return self.filename.startswith((_TORCH_DIR, _ETLAB_DIR))
 
     def short(self, full_path: bool = False) -> str:
         """'model.py:12 in forward: x = self.fc(x)' (the file's base name unless full_path)."""
@@ -56,10 +56,14 @@ def stack_frames(stack_trace: str | None) -> list[Frame]:
 
 
 def user_frame(stack_trace: str | None) -> Frame | None:
-    """The innermost frame outside torch and etlab (the innermost frame when all are library frames)."""
+    """The innermost frame outside torch and etlab; failing that (a model defined in etlab's own zoo),
+    the innermost outside torch; failing that, the innermost frame."""
     frames = stack_frames(stack_trace)
-    user = [f for f in frames if not f.is_library()]
-    return (user or frames or [None])[-1]
+    for keep in (lambda f: not f.is_library(), lambda f: not f.filename.startswith(_TORCH_DIR), lambda f: True):
+        picked = [f for f in frames if keep(f)]
+        if picked:
+            return picked[-1]
+    return None
 
 
 def source_line(stack_trace: str | None, full_path: bool = False) -> str:
