@@ -52,10 +52,10 @@ window.etlabShowTab = function (name) {
 </script>"""
 
 _TAB_CSS = """<style>
-.etlab-tabs { display: flex; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 10px; }
-.etlab-tabs > button { border: 1px solid #ccc; border-bottom: none; background: #f4f6f9; padding: 6px 14px;
-  cursor: pointer; border-radius: 5px 5px 0 0; font: inherit; }
-.etlab-tabs > button.active { background: #fff; font-weight: 600; position: relative; top: 1px; }
+.etlab-tabs { display: flex; gap: 2px; border-bottom: 1px solid var(--etlab-border); margin-bottom: 10px; }
+.etlab-tabs > button { border: 1px solid var(--etlab-border); border-bottom: none; background: var(--etlab-bg-alt);
+  color: var(--etlab-fg); padding: 6px 14px; cursor: pointer; border-radius: 5px 5px 0 0; font: inherit; }
+.etlab-tabs > button.active { background: var(--etlab-bg); font-weight: 600; position: relative; top: 1px; }
 </style>"""
 
 

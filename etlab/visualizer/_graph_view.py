@@ -71,6 +71,7 @@ class GraphView(anywidget.AnyWidget):
     """
 
     _esm = traitlets.Unicode(_html.graph_module_source()).tag(sync=True)
+    _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
     graphs = traitlets.List(traitlets.Dict()).tag(sync=True)
     overlay = traitlets.Unicode("none").tag(sync=True)
     focus_target = traitlets.Dict(default_value={}).tag(sync=True)

@@ -106,16 +106,24 @@ def plotly_js() -> str:
     return script_safe(get_plotlyjs(), "plotly.js")
 
 
+@cache
+def theme_css() -> str:
+    """The color variables every view uses (static/theme.css): Lab, VS Code, light and dark."""
+    return static_text("theme.css")
+
+
 PAGE_CSS = """
-body { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px; color: #222; }
+body.etlab-theme { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px;
+  color: var(--etlab-fg); background: var(--etlab-bg); }
 h1 { font-size: 18px; margin: 0 0 10px 0; }
-.etlab-note { color: #666; margin: 4px 0 10px 0; }
+.etlab-note { color: var(--etlab-fg-muted); margin: 4px 0 10px 0; }
 table.etlab-table { border-collapse: collapse; font-size: 12px; }
-table.etlab-table th, table.etlab-table td { border-bottom: 1px solid #eee; padding: 3px 8px; text-align: left; }
-table.etlab-table th { background: #f6f7f9; cursor: pointer; position: sticky; top: 0; }
+table.etlab-table th, table.etlab-table td { border-bottom: 1px solid var(--etlab-border); padding: 3px 8px;
+  text-align: left; }
+table.etlab-table th { background: var(--etlab-bg-alt); cursor: pointer; position: sticky; top: 0; }
 table.etlab-table tr.clickable { cursor: pointer; }
-table.etlab-table tr.clickable:hover { background: #eef4ff; }
-.etlab-scroll { max-height: 420px; overflow: auto; border: 1px solid #eee; }
+table.etlab-table tr.clickable:hover { background: var(--etlab-hover); }
+.etlab-scroll { max-height: 420px; overflow: auto; border: 1px solid var(--etlab-border); }
 """
 
 
@@ -137,8 +145,9 @@ def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
     scripts = "\n".join(s for f in fragments for s in f.scripts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(title)}</title><style>{PAGE_CSS}</style>{extra_head}{head_scripts}</head>\n"
-            f"<body>\n<h1>{html.escape(title)}</h1>\n{body}\n{FOCUS_GLUE}\n{scripts}\n</body></html>\n")
+            f"<title>{html.escape(title)}</title><style>{theme_css()}{PAGE_CSS}</style>{extra_head}{head_scripts}"
+            f"</head>\n<body class=\"etlab-theme\">\n<h1>{html.escape(title)}</h1>\n{body}\n{FOCUS_GLUE}\n"
+            f"{scripts}\n</body></html>\n")
 
 
 def write_page(path: str | os.PathLike, text: str) -> os.PathLike:

@@ -33,6 +33,7 @@ class TableView(anywidget.AnyWidget):
     sends the row's `focus` to the graph)."""
 
     _esm = traitlets.Unicode(_html.static_text("table_view.js")).tag(sync=True)
+    _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     columns = traitlets.List(traitlets.Dict()).tag(sync=True)
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)

@@ -231,3 +231,70 @@ def test_five_thousand_nodes_stay_responsive(browser, tmp_path):
           f"zoom in step {zoom * 1000:.0f} ms, zoom out step {zoom_out * 1000:.0f} ms, pan step {pan * 1000:.0f} ms, "
           f"select {select * 1000:.0f} ms, {in_dom} of 5000 nodes in the DOM")
     assert page.errors == []
+
+
+# JupyterLab's dark theme as it sets itself on <body> (a subset of its variables), for pages outside Lab.
+LAB_DARK = """() => {
+  const b = document.body; b.dataset.jpThemeLight = 'false';
+  const v = {'--jp-ui-font-color1': 'rgba(255,255,255,.87)', '--jp-ui-font-color2': 'rgba(255,255,255,.54)',
+             '--jp-layout-color0': '#111111', '--jp-layout-color2': '#424242', '--jp-layout-color3': '#616161',
+             '--jp-border-color1': '#616161', '--jp-border-color2': '#424242', '--jp-brand-color1': '#1976d2',
+             '--jp-brand-color3': '#0d47a1'};
+  for (const [k, x] of Object.entries(v)) b.style.setProperty(k, x);
+  b.style.background = '#111111';  // Lab paints its layout color behind the output area
+}"""
+
+# The lowest text/background contrast ratio (WCAG) over visible text in the given selectors.
+MIN_CONTRAST = """(selectors) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
+                               return .2126 * f(r) + .7152 * f(g) + .0722 * f(b); };
+  const blend = (top, under) => { const a = top.length > 3 ? top[3] : 1;
+                                  return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)); };
+  function background(el) {  // the first opaque background up the tree, blending translucent ones over it
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length && !(c.length > 3 && c[3] === 0)) { layers.push(c); if (c.length === 3 || c[3] === 1) break; }
+    }
+    let base = [255, 255, 255];
+    for (const l of layers.reverse()) base = blend(l, base);
+    return base;
+  }
+  let worst = {ratio: 99, text: '', selector: ''};
+  for (const sel of selectors) for (const el of document.querySelectorAll(sel)) {
+    if (!el.offsetParent || !el.textContent.trim()) continue;
+    const fg = blend(rgb(getComputedStyle(el).color), background(el)), bg = background(el);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + .05) / (lo + .05);
+    if (ratio < worst.ratio) worst = {ratio, text: el.textContent.trim().slice(0, 40), selector: sel};
+  }
+  return worst;
+}"""
+
+TEXT = [".etlab-tv td", ".etlab-tv th", ".etlab-repr td", ".etlab-repr th", ".etlab-repr p", ".etlab-tabs > button",
+        "[data-role=details] td"]
+
+
+@pytest.mark.parametrize("theme", ["light", "dark", "lab-dark"])
+def test_tables_are_readable_in_light_and_dark_themes(browser, report, theme):
+    """Every table's text keeps WCAG AA contrast (>= 4.5:1) on the system's light and dark schemes and
+    on JupyterLab's dark theme (text used to stay #222 on dark backgrounds)."""
+    _, path = report
+    page = Page(browser, path)
+    p = page.page
+    p.emulate_media(color_scheme="light" if theme == "light" else "dark")
+    if theme == "lab-dark":
+        p.evaluate(LAB_DARK)
+    page.wait_ready()
+    p.click("nav.etlab-tabs button[data-tab=graph]")
+    p.locator(".pane[data-pane='1'] [data-node-name=relu]").click()
+    worst = {"ratio": 99}
+    for tab in ("summary", "graph", "delegation", "gap", "profile"):
+        p.click(f"nav.etlab-tabs button[data-tab={tab}]")
+        p.wait_for_timeout(100)
+        found = p.evaluate(MIN_CONTRAST, TEXT)
+        worst = min(worst, found, key=lambda w: w["ratio"])
+        page.shot(f"theme_{theme}_{tab}")
+    assert worst["ratio"] >= 4.5, worst
+    assert page.errors == []

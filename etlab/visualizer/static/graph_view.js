@@ -32,7 +32,7 @@ class View {
   build() {
     const graphs = this.model.get("graphs") || [];
     const height = this.options.height || 560;
-    this.root = h("div", { class: "etlab-gv", "data-etlab-view": "graph" });
+    this.root = h("div", { class: "etlab-gv etlab-theme", "data-etlab-view": "graph" });
     const bar = h("div", { class: "bar" });
     this.overlaySel = h("select", { "data-role": "overlay", title: "color nodes by" });
     for (const [k, o] of Object.entries(OVERLAYS)) {
