@@ -247,8 +247,8 @@ LAB_DARK = """() => {
 # The lowest text/background contrast ratio (WCAG) over visible text in the given selectors.
 MIN_CONTRAST = """(selectors) => {
   const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
-  const lum = ([r, g, b]) => { const f = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
-                               return .2126 * f(r) + .7152 * f(g) + .0722 * f(b); };
+  const lin = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
+  const lum = ([r, g, b]) => .2126 * lin(r) + .7152 * lin(g) + .0722 * lin(b);
   const blend = (top, under) => { const a = top.length > 3 ? top[3] : 1;
                                   return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)); };
   function background(el) {  // the first opaque background up the tree, blending translucent ones over it
