@@ -298,3 +298,28 @@ def test_tables_are_readable_in_light_and_dark_themes(browser, report, theme):
         page.shot(f"theme_{theme}_{tab}")
     assert worst["ratio"] >= 4.5, worst
     assert page.errors == []
+
+
+def test_focus_before_the_first_layout_selects_the_node_once_drawn(browser, mlp_run, tmp_path):
+    """focus() called while the graph is still being laid out used to throw 'this.nodeEls is not iterable'."""
+    path = GraphView(mlp_run.manager, "edge").save_html(tmp_path / "g.html")
+    page = Page(browser, path)
+    p = page.page
+    p.evaluate("() => window.etlabGraphView.model.set('focus_target', {name: 'relu', handles: [], kind: null})")
+    page.wait_ready()
+    p.wait_for_function("document.querySelector('[data-role=details-name]')?.textContent === 'relu'")
+    assert p.locator(".node.selected").count() == 1
+    assert page.errors == []
+
+
+def test_collapsed_group_totals_carry_their_unit(browser, report):
+    _, path = report
+    page = Page(browser, path)
+    p = page.page
+    page.wait_ready()
+    p.click("nav.etlab-tabs button[data-tab=graph]")
+    p.click("button[data-role=collapse-all]")
+    p.wait_for_selector(".pane[data-pane='1'] .group.collapsed .sub", state="attached")
+    subs = p.locator(".pane[data-pane='1'] .group.collapsed .sub").all_text_contents()
+    assert subs and all(s.endswith(" ms") for s in subs), subs  # "3 ops · 19.49 ms", not "3 ops · 19.49"
+    assert page.errors == []

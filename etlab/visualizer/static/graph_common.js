@@ -77,7 +77,7 @@ const CSS = `
 .etlab-gv .node text { font-size: 11px; fill: var(--etlab-node-fg); pointer-events: none; }
 .etlab-gv .node text.sub { fill: var(--etlab-node-fg-muted); font-size: 10px; }
 .etlab-gv .node { cursor: pointer; }
-.etlab-gv .node.dark text { fill: #fff; }
+.etlab-gv .node.dark text, .etlab-gv .group.collapsed.dark text { fill: #fff; }
 .etlab-gv .node.input rect, .etlab-gv .node.output rect { fill: #eef3e8; stroke: #6a8f4e; }
 .etlab-gv .node.selected rect { stroke: var(--etlab-accent); stroke-width: 3; }
 .etlab-gv .node.linked rect { stroke: var(--etlab-accent); stroke-width: 2.5; stroke-dasharray: 4 2; }
