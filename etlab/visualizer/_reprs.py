@@ -10,6 +10,7 @@ import html
 
 import pandas as pd
 
+from etlab.inspector import event_label
 from etlab.visualizer._html import theme_css
 
 
@@ -47,7 +48,7 @@ def event_block_html(block) -> str:
     rows = []
     for e in block.events:
         p = e.perf_data
-        rows.append({"event": e.name, "ops": ", ".join(e.op_types or []), f"p50 ({unit})": p.p50 if p else None,
+        rows.append({"event": event_label(e), "ops": ", ".join(e.op_types or []), f"p50 ({unit})": p.p50 if p else None,
                      f"avg ({unit})": p.avg if p else None, "delegated": bool(e.is_delegated_op),
                      "backend": e.delegate_backend_name or "", "debug handles": e.debug_handles})
     df = pd.DataFrame(rows).fillna("")

@@ -94,7 +94,8 @@ def test_profile_view(mlp_inspector):
     view = ProfileView(mlp_inspector)
     names = [r["name"] for r in view.table.rows]
     assert names.count("native_call_relu.out") == 2
-    assert "DemoBackend #0" in names  # delegate-internal events named by backend and id
+    # delegate-internal events the backend names "0" are named by backend, id and the ops they cover
+    assert "DemoBackend #0: permute_copy, addmm" in names and "0" not in names
     tree = view.rollup_figure.data[0]
     assert tree.type == "treemap" and "p50" in view.rollup_figure.layout.title.text
     ids = list(tree.ids)
