@@ -180,3 +180,13 @@ def test_rich_reprs_and_show_are_wired(mlp_inspector, mlp_run):
     info = get_delegation_info(mlp_run.manager.exported_program().graph_module)
     assert "delegated" in info._repr_html_()
     assert isinstance(mlp_inspector.show(mlp_run.manager), Dashboard)
+
+
+def test_dashboard_says_on_its_first_tab_why_a_tab_is_missing(mlp_inspector, tmp_path):
+    """Without the program manager there is no Memory tab; the Summary tab says why and what to pass."""
+    dash = show(mlp_inspector)
+    assert "memory" not in dash.views and "memory" in dash.missing
+    summary = dash.views["summary"].value
+    assert "data-role='missing-tabs'" in summary and "Memory" in summary and "inspector.show(et)" in summary
+    page = dash.page()
+    assert "inspector.show(et)" in page
