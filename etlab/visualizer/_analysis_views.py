@@ -56,6 +56,9 @@ class DelegationView(widgets.VBox):
     get_delegation_info counts them as upstream does, this view lists them apart.
     """
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
         from etlab.devtools import (
             OCCURRENCES_IN_DELEGATED_GRAPHS,
@@ -131,6 +134,9 @@ NO_GAP_NOTE = "No numeric gap: the Inspector needs an ETRecord with AOT intermed
 class NumericGapView(widgets.VBox):
     """The numeric gap of every matched intermediate output, in execution order (log scale), with
     a threshold; ops above it are red. A click on a point or row selects the op in the graph."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, *, distance: str = "MSE", threshold: float | None = None,
                  show_graph: bool = True, method: str = "forward", **kwargs):
@@ -306,6 +312,9 @@ def _kind_key(colors: dict[str, str]) -> str:
 class ProfileView(widgets.VBox):
     """Where the time goes: a sortable, filterable op table, a rollup of p50 by module (treemap,
     colored by op kind) and the per-run timeline."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, program=None, method: str = "forward", **kwargs):
         handles = resolve_sources(program, method).instruction_handles() if program is not None else None

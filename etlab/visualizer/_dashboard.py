@@ -72,6 +72,9 @@ class Dashboard(widgets.Tab):
     """Tabs: Summary, Graph (compare mode when several graphs are known; the first two shown), Memory, Delegation,
     Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`)."""
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, inspector, program=None, *, method: str = "forward", **kwargs):
         try:
             sources = resolve_sources(program if program is not None else inspector, method, inspector)

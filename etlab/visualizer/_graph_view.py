@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import os
 
 import anywidget
@@ -117,6 +118,24 @@ class GraphView(anywidget.AnyWidget):
             raise KeyError(f"focus: no node {name!r}{f' with handles {handles}' if handles else ''} in "
                            f"{[m.kind for m in self.models]}")
         self.focus_target = {"name": name, "handles": list(handles or []), "kind": kind}
+
+    def static_html(self) -> str:
+        """What the graphs hold, per graph: nodes, module groups, delegates and the most frequent ops."""
+        parts = []
+        for m in self.models:
+            ops: dict[str, int] = {}
+            for n in m.nodes:
+                if n.kind == "op":
+                    ops[n.op] = ops.get(n.op, 0) + 1
+            top = ", ".join(f"{op} ×{k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
+            delegates = sum(n.kind == "delegate" for n in m.nodes) + sum(g.kind == "delegate" for g in m.groups)
+            parts.append(f"<p><b>{html.escape(m.title)}</b>: {len(m.nodes)} nodes, "
+                         f"{sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} delegated "
+                         f"partitions. Ops: {html.escape(top) or '–'}</p>")
+        return "".join(parts)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def state(self) -> dict:
         """The widget traits a standalone page renders from."""

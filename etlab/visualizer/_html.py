@@ -154,3 +154,48 @@ def write_page(path: str | os.PathLike, text: str) -> os.PathLike:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"save_html: path must be a str or os.PathLike, got {type(path).__name__}")
     return write_atomic(path, text.encode("utf-8"))
+
+
+# --- what a notebook shows where the widget cannot be drawn -------------------------------------------
+
+FRONTEND_MISSING = (
+    "<p class='etlab-note' data-role='widget-fallback'>This is a static copy of an etlab view. The interactive "
+    "view needs the Jupyter widget front end where the notebook is opened: <code>pip install anywidget "
+    "ipywidgets</code> in the environment that runs Jupyter (not only in the kernel's), then reload; a saved "
+    "notebook shows this copy until it is run again. Offline: <code>view.save_html('view.html')</code>.</p>")
+
+
+def static_html(widget, depth: int = 0) -> str:
+    """A static HTML copy of a view (its tables and text; charts by title): what saved notebooks,
+    nbconvert and front ends without the widget manager show instead of the interactive widget."""
+    own = getattr(widget, "static_html", None)
+    if callable(own):
+        return own()
+    if hasattr(widget, "value") and type(widget).__name__ == "HTML":
+        return str(widget.value)
+    layout = getattr(widget, "layout", None)
+    title = getattr(getattr(layout, "title", None), "text", None)
+    if hasattr(widget, "data") and title is not None:  # a plotly FigureWidget
+        return f"<p><i>chart: {html.escape(str(title).split('<br>')[0])}</i></p>"
+    children = getattr(widget, "children", None) or ()
+    titles = getattr(widget, "titles", None) or ()
+    parts = []
+    for i, child in enumerate(children):
+        if i < len(titles) and titles[i]:
+            parts.append(f"<h{min(3 + depth, 6)}>{html.escape(str(titles[i]))}</h{min(3 + depth, 6)}>")
+        parts.append(static_html(child, depth + 1))
+    return "".join(parts)
+
+
+def with_static_fallback(widget, bundle):
+    """The widget's mime bundle (a dict, or a (data, metadata) pair) plus a `text/html` copy, which
+    every front end ranks below the widget view."""
+    if isinstance(bundle, tuple):
+        return (with_static_fallback(widget, bundle[0]), *bundle[1:])
+    if bundle is None:
+        return None
+    body = static_html(widget)
+    bundle = dict(bundle)
+    bundle["text/html"] = (f"<style>{theme_css()}{PAGE_CSS.replace('body.etlab-theme', '.etlab-static')}</style>"
+                           f"<div class='etlab-static etlab-theme'>{FRONTEND_MISSING}{body}</div>")
+    return bundle

@@ -119,6 +119,9 @@ class MemoryTimeline(widgets.VBox):
     `save_html(path)` writes it as a standalone offline page.
     """
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, program_manager, method: str = "forward", **kwargs):
         self.data = _plan_frame(program_manager, method)
         self.method = method

@@ -190,3 +190,23 @@ def test_dashboard_says_on_its_first_tab_why_a_tab_is_missing(mlp_inspector, tmp
     assert "data-role='missing-tabs'" in summary and "Memory" in summary and "inspector.show(et)" in summary
     page = dash.page()
     assert "inspector.show(et)" in page
+
+
+def test_every_view_carries_a_static_html_copy(mlp_run, mlp_inspector):
+    """Saved notebooks, nbconvert and front ends without the widget manager show the text/html copy:
+    the message saying what is missing, the tables and what the graphs hold."""
+    def data(bundle):
+        return bundle[0] if isinstance(bundle, tuple) else bundle
+
+    dash = show(mlp_inspector, mlp_run.manager)
+    bundle = data(dash._repr_mimebundle_())
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    static = bundle["text/html"]
+    assert "data-role='widget-fallback'" in static and "pip install anywidget ipywidgets" in static
+    assert "native_call_relu.out" in static  # the profile table's rows
+    assert "relu" in static and "nodes" in static  # the graph's summary
+    for name in ("graph", "delegation", "gap", "profile", "memory"):
+        view_bundle = data(dash.views[name]._repr_mimebundle_())
+        assert "widget-fallback" in view_bundle["text/html"], name
+    table = dash.views["profile"].table
+    assert table.static_html().count("<tr>") == len(table.rows) + 1
