@@ -25,7 +25,9 @@ def test_notebook_runs(path, tmp_path):
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code"), \
         f"{path.name}: outputs must be stripped"
-    # the python3 kernel spec of ipykernel runs sys.executable: the same venv as the tests
+    # they open on the project's kernel ("make kernel" registers it); here the python3 kernel spec of
+    # ipykernel runs them, which is sys.executable: the same venv as the tests
+    assert nb.metadata.kernelspec.name == "etlab", f"{path.name}: declare the etlab kernel"
     assert NATIVE_KERNEL_NAME == "python3", sys.executable
     client = NotebookClient(nb, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}})
     client.execute()
