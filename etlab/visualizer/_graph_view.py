@@ -91,6 +91,7 @@ class GraphView(anywidget.AnyWidget):
             sources.inspector = inspector
         self.models = graph_models(sources, kinds, gap_distance=gap_distance)
         super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay, options=options, **kwargs)
+        _html.serve_libraries(self)
 
     @classmethod
     def from_models(cls, models: list[GraphModel], *, overlay: str = "none", height: int = 560,
@@ -100,6 +101,7 @@ class GraphView(anywidget.AnyWidget):
         view.models = list(models)
         options = _options([m.kind for m in models], height, collapse_threshold, shown)
         anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay, options=options)
+        _html.serve_libraries(view)
         return view
 
     @property
@@ -144,7 +146,7 @@ class GraphView(anywidget.AnyWidget):
 
     def html_fragment(self) -> _html.Fragment:
         return _html.anywidget_fragment(_html.graph_module_source(), self.state(), what="GraphView",
-                                        expose="etlabGraphView")
+                                        expose="etlabGraphView", libraries=("elk",))
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
         """Writes the view as a standalone offline HTML file (assets inlined)."""

@@ -41,12 +41,46 @@ def script_safe(code: str, what: str) -> str:
 
 
 @cache
+@cache
 def graph_module_source() -> str:
     """The GraphView ES module: its parts in one module (they share names; graph_view.js holds the
-    export), with the vendored ELK bundle prepended as a string constant."""
-    elk = static_text("elk.bundled.js")
-    parts = (static_text(name) for name in ("graph_common.js", "graph_pane.js", "graph_view.js"))
-    return f"const ELK_SOURCE = {json_for_script(elk)};\n" + "\n".join(parts)
+    export). ELK is not in it: the page loads it once (shared_lib.js, `serve_libraries`)."""
+    return "\n".join(static_text(name) for name in ("shared_lib.js", "graph_common.js", "graph_pane.js",
+                                                     "graph_view.js"))
+
+
+@cache
+def plot_module_source() -> str:
+    """The PlotView ES module; plotly.js is loaded once per page, like ELK."""
+    return "\n".join(static_text(name) for name in ("shared_lib.js", "plot_view.js"))
+
+
+def library_source(name: str) -> str:
+    """The source of a library the views load once per page (shared_lib.js)."""
+    sources = {"elk": lambda: static_text("elk.bundled.js"), "plotly": plotly_js}
+    if name not in sources:
+        raise KeyError(f"no library {name!r}; known: {sorted(sources)}")
+    return sources[name]()
+
+
+def serve_libraries(widget) -> None:
+    """Answers the widget front end's requests for a shared library (sent once per page)."""
+
+    def on_msg(_widget, content, _buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "etlab:need-library":
+            name = str(content.get("name"))
+            try:
+                widget.send({"type": "etlab:library", "name": name, "source": library_source(name)})
+            except KeyError:
+                pass
+
+    widget.on_msg(on_msg)
+
+
+def libraries_script(names) -> str:
+    """A page's shared libraries, defined before its views run."""
+    libs = ",".join(f"{json.dumps(n)}:{json_for_script(library_source(n))}" for n in sorted(set(names)))
+    return f"<script>globalThis.etlabLibs = Object.assign(globalThis.etlabLibs || {{}}, {{{libs}}});</script>"
 
 
 # A stand-in for the anywidget model inside a standalone page: get/set/on/off/save_changes.
@@ -57,6 +91,7 @@ function etlabModel(state) {
     get: (k) => state[k],
     set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
     on: (ev, f) => { (handlers[ev] = handlers[ev] || []).push(f); },
+    emit: (ev, ...args) => (handlers[ev] || []).forEach((f) => f(...args)),
     off: (ev, f) => { handlers[ev] = (handlers[ev] || []).filter((g) => g !== f); },
     save_changes: () => {},
   };
@@ -71,10 +106,11 @@ class Fragment:
     body: str
     scripts: list[str] = field(default_factory=list)
     needs_plotly: bool = False
+    libraries: tuple[str, ...] = ()  # shared libraries its module loads (defined once in the page's head)
 
 
 def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id: str | None = None,
-                       expose: str | None = None) -> Fragment:
+                       expose: str | None = None, libraries: tuple[str, ...] = ()) -> Fragment:
     """Renders an anywidget ES module into a div with `state` as its model's traits.
 
     expose: a window property under which the page keeps {model, el} (dashboard glue uses it).
@@ -86,7 +122,7 @@ def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id
             f"const el = document.getElementById({json.dumps(eid)});\n"
             f"render({{ model, el }});\n{expose_js}\n")
     return Fragment(body=f'<div id="{eid}" class="etlab-view"></div>',
-                    scripts=[f'<script type="module">\n{code}</script>'])
+                    scripts=[f'<script type="module">\n{code}</script>'], libraries=libraries)
 
 
 def plotly_fragment(fig, *, element_id: str | None = None, height: int | None = None) -> Fragment:
@@ -141,6 +177,9 @@ document.addEventListener('etlab:focus', function (e) {
 def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
     """A complete HTML document holding the fragments, with every asset inline."""
     head_scripts = f"<script>{plotly_js()}</script>" if any(f.needs_plotly for f in fragments) else ""
+    libraries = [name for f in fragments for name in f.libraries]
+    if libraries:
+        head_scripts += libraries_script(libraries)
     body = "\n".join(f.body for f in fragments)
     scripts = "\n".join(s for f in fragments for s in f.scripts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
@@ -173,10 +212,6 @@ def static_html(widget, depth: int = 0) -> str:
         return own()
     if hasattr(widget, "value") and type(widget).__name__ == "HTML":
         return str(widget.value)
-    layout = getattr(widget, "layout", None)
-    title = getattr(getattr(layout, "title", None), "text", None)
-    if hasattr(widget, "data") and title is not None:  # a plotly FigureWidget
-        return f"<p><i>chart: {html.escape(str(title).split('<br>')[0])}</i></p>"
     children = getattr(widget, "children", None) or ()
     titles = getattr(widget, "titles", None) or ()
     parts = []

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from etlab.visualizer import _html
+from etlab.visualizer._plot_view import PlotView
 
 TENSOR_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
 
@@ -128,7 +129,7 @@ class MemoryTimeline(widgets.VBox):
         steps = int(self.data.attrs.get("num_steps") or 0)
         self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "
                                                      f"over {steps} instructions")
-        super().__init__([go.FigureWidget(self.figure)], **kwargs)
+        super().__init__([PlotView(self.figure)], **kwargs)
 
     @property
     def num_tensors(self) -> int:

@@ -323,3 +323,57 @@ def test_collapsed_group_totals_carry_their_unit(browser, report):
     subs = p.locator(".pane[data-pane='1'] .group.collapsed .sub").all_text_contents()
     assert subs and all(s.endswith(" ms") for s in subs), subs  # "3 ops · 19.49 ms", not "3 ops · 19.49"
     assert page.errors == []
+
+
+def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
+    """In a notebook, ELK and plotly.js come from the kernel once per page (a custom widget message),
+    not inside every widget's state: two graphs and two charts here ask for each library once."""
+    import plotly.graph_objects as go
+
+    from etlab.visualizer import PlotView
+    from etlab.visualizer import _html
+
+    views = [(GraphView(mlp_run.manager, "edge"), _html.graph_module_source()),
+             (GraphView(mlp_run.manager, "aten"), _html.graph_module_source()),
+             (PlotView(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2]))), _html.plot_module_source()),
+             (PlotView(go.Figure(go.Scatter(x=[1, 2], y=[2, 1]))), _html.plot_module_source())]
+    libs = {name: _html.library_source(name) for name in ("elk", "plotly")}
+    # a stand-in kernel: answers each etlab:need-library message like serve_libraries does
+    kernel = ("<script>window.kernelLibs = " + _html.json_for_script(libs) + "; window.asked = [];"
+              "window.connect = (model) => { model.send = (c) => { window.asked.push(c.name);"
+              "setTimeout(() => model.emit('msg:custom', {type: 'etlab:library', name: c.name,"
+              "source: window.kernelLibs[c.name]}), 50); }; return model; };</script>")
+    body, scripts = [], []
+    for i, (view, module) in enumerate(views):
+        state = view.state() if hasattr(view, "state") else {"figure": view.figure, "clicked": {}}
+        body.append(f'<div id="v{i}"></div>')
+        scripts.append(f"<script type='module'>{module}\n{_html.MODEL_SHIM}\n"
+                       f"const model = window.connect(etlabModel({_html.json_for_script(state)}));\n"
+                       f"render({{ model, el: document.getElementById('v{i}') }});</script>")
+    path = tmp_path / "kernel.html"
+    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{_html.theme_css()}</style>{kernel}"
+                    "</head><body>"
+                    f"{''.join(body)}{''.join(scripts)}</body></html>")
+    page = Page(browser, path)
+    p = page.page
+    p.wait_for_function("document.querySelectorAll('[data-etlab-view=graph][data-state=ready]').length === 2",
+                        timeout=60_000)
+    p.wait_for_function("document.querySelectorAll('[data-etlab-view=plot][data-state=ready]').length === 2",
+                        timeout=60_000)
+    assert sorted(p.evaluate("window.asked")) == ["elk", "plotly"]
+    assert p.locator("[data-etlab-view=plot] .main-svg").count() >= 2
+    page.shot("kernel_served_libraries")
+    assert page.errors == []
+
+
+def test_views_answer_library_requests_and_keep_libraries_out_of_their_state(mlp_run):
+    import plotly.graph_objects as go
+
+    from etlab.visualizer import PlotView
+
+    for view in (GraphView(mlp_run.manager, "edge"), PlotView(go.Figure(go.Bar(x=[1], y=[1])))):
+        sent = []
+        view.send = lambda content, buffers=None, sent=sent: sent.append(content)
+        view._handle_custom_msg({"type": "etlab:need-library", "name": "elk"}, [])
+        assert sent and sent[0]["type"] == "etlab:library" and "ELK" in sent[0]["source"]
+        assert len(view._esm) < 200_000  # neither ELK (1.7 MB) nor plotly.js (4.7 MB) rides in the state

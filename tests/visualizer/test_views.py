@@ -83,10 +83,10 @@ def test_numeric_gap_view(mlp_inspector):
                                           f"{len(view.above_threshold())} above the threshold 1.0e-03")
     assert "1.0e-03" in view.note.value
     # zero gaps sit on a floor labeled as such, not on a made-up small number
-    axis = view.fig_widget.layout.yaxis
+    axis = view.figure.layout.yaxis
     assert (axis.ticktext[0] == "0 (exact)") == (exact > 0)
     if exact:
-        zeros = [y for r, y in zip(view.rows, view.fig_widget.data[0].y) if r.gap == 0]
+        zeros = [y for r, y in zip(view.rows, view.figure.data[0].y) if r.gap == 0]
         assert set(zeros) == {axis.tickvals[0]}
 
 

@@ -10,7 +10,7 @@ const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-scree
 
 let layoutEngine = null;
 
-function makeLayoutEngine() {
+function makeLayoutEngine(ELK_SOURCE) {
   const handler = `
     const elk = new ELK();
     self.onmessage = (e) => {
@@ -50,8 +50,12 @@ function makeLayoutEngine() {
   return { layout: (graph) => elk.layout(graph) };
 }
 
-function engine() {
-  if (!layoutEngine) layoutEngine = makeLayoutEngine();
+// The layout engine of the page, made once ELK's source is there (see shared_lib.js).
+function engine(model) {
+  if (!layoutEngine) {
+    layoutEngine = sharedLibrary(model, "elk").then(makeLayoutEngine);
+    layoutEngine.catch(() => { layoutEngine = null; }); // a later view may ask again
+  }
   return layoutEngine;
 }
 

@@ -143,7 +143,7 @@ class Pane {
     const key = [...this.expanded].sort().join("\n");
     if (!this.layoutCache.has(key)) {
       const t0 = performance.now();
-      const result = await engine().layout(this.elkGraph());
+      const result = await (await engine(this.view.model)).layout(this.elkGraph());
       this.layoutCache.set(key, result);
       this.lastLayoutMs = performance.now() - t0;
     }
