@@ -330,8 +330,7 @@ def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
     not inside every widget's state: two graphs and two charts here ask for each library once."""
     import plotly.graph_objects as go
 
-    from etlab.visualizer import PlotView
-    from etlab.visualizer import _html
+    from etlab.visualizer import PlotView, _html
 
     views = [(GraphView(mlp_run.manager, "edge"), _html.graph_module_source()),
              (GraphView(mlp_run.manager, "aten"), _html.graph_module_source()),
