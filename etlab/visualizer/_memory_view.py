@@ -60,7 +60,7 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
                    f"memory id {m}: live bytes (peak, the lower bound: {bound:,} bytes{used})"]
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
                         row_heights=[0.7, 0.3] * max(len(mem_ids), 1), subplot_titles=titles or ["no planned tensors"])
-    fig.update_annotations(x=0, xanchor="left")  # subplot titles left, clear of the legend
+    fig.update_annotations(x=0, xanchor="left")  # subplot titles left-aligned
     for i, m in enumerate(mem_ids):
         part = df[df["mem_id"] == m]
         first, last = part["first_step"].to_numpy(), part["last_step"].to_numpy()
@@ -108,8 +108,9 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
         fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
         fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
     fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)), bargap=0,
-                      margin={"l": 70, "r": 20, "t": 90, "b": 40}, hovermode="closest", template="plotly_white",
-                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom"})
+                      margin={"l": 70, "r": 20, "t": 90, "b": 90}, hovermode="closest", template="plotly_white",
+                      # under the plots: above them it ran into the (left-aligned) subplot titles
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.08, "yanchor": "top"})
     return fig
 
 
