@@ -90,7 +90,9 @@ class Pane {
     const root = { id: "root", children: [], edges: [], layoutOptions: {
       "elk.algorithm": "layered", "elk.direction": "DOWN", "elk.hierarchyHandling": "INCLUDE_CHILDREN",
       "elk.layered.spacing.nodeNodeBetweenLayers": "22", "elk.spacing.nodeNode": "14",
-      "elk.layered.thoroughness": this.nodes.length > 800 ? "1" : "7",
+      // crossing minimisation is most of ELK's time; DNN graphs are near-chains, where more sweeps
+      // rarely remove a crossing (MobileNetV2: thoroughness 7 -> 2 halves the layout time)
+      "elk.layered.thoroughness": this.nodes.length > 800 ? "1" : this.nodes.length > 100 ? "2" : "7",
       "elk.layered.nodePlacement.strategy": this.nodes.length > 800 ? "LINEAR_SEGMENTS" : "NETWORK_SIMPLEX",
       "elk.edgeRouting": "POLYLINE",
     } };
