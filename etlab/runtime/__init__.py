@@ -20,12 +20,12 @@
 from etlab.runtime._delegate import DelegateContext, NullDelegateContext
 from etlab.runtime._errors import ExecutionError, LoadError
 from etlab.runtime._event_tracer import DebugLevel
+from etlab.runtime._lookup import OperatorRegistry
 from etlab.runtime._meta import MethodMeta, ScalarInfo, TensorInfo
 from etlab.runtime._method import Method
 from etlab.runtime._program import Program, Runtime, Verification, load_program
 from etlab.runtime._registry import (
     BackendRegistry,
-    OperatorRegistry,
     register_backend,
     register_kernel,
     unregister_backend,

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from etlab.runtime._delegate import NULL_CONTEXT, LoadedDelegate
 from etlab.runtime._errors import LoadError
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepInfo
-from etlab.runtime._registry import KernelEntry, Site, find_kernel, missing_kernel_message, operator_key
+from etlab.runtime._lookup import find_kernel, missing_kernel_message
+from etlab.runtime._registry import KernelEntry, Site, operator_key
 from etlab.runtime._values import TENSOR, ValueTable
 from etlab.schema import program as P
 

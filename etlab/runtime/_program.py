@@ -13,11 +13,12 @@ from etlab.runtime._binding import bind, classify, dynamic_scratch
 from etlab.runtime._delegate import NULL_CONTEXT, DelegateContext, init_delegates
 from etlab.runtime._errors import LoadError
 from etlab.runtime._event_tracer import DEFAULT_MAX_EVENTS, UNSET_CHAIN, UNSET_INSTRUCTION, DebugLevel, EventTracer
+from etlab.runtime._lookup import OperatorRegistry
 from etlab.runtime._memory import allocate_arenas
 from etlab.runtime._meta import MethodMeta, method_meta
 from etlab.runtime._method import Method
 from etlab.runtime._plan_check import check_no_live_overlap
-from etlab.runtime._registry import BackendRegistry, OperatorRegistry
+from etlab.runtime._registry import BackendRegistry
 from etlab.runtime._values import DataSources, build_value_table
 from etlab.schema import (
     check_intact,

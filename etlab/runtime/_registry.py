@@ -1,11 +1,9 @@
 """Kernel and backend registries, shared by every program loaded in the process.
 
-A kernel is found by operator name (`"aten::add.out"`, `"executorch_prim::et_view.default"`; an
-empty overload is written without the dot). Lookup order: kernels registered with
-`register_kernel`, then the runtime's own kernels for the non-ATen operators upstream emits, then
-torch's kernel for an operator on the reviewed allowlist (`etlab.ops`: out-variants of pure ATen
-operators, two of them bound to a faster equivalent, see `_direct_kernels`). Nothing else: a file
-cannot make the runtime call an arbitrary torch operator (`aten::from_file`, `aten::save`, ...).
+Operators are named `"aten::add.out"`, `"executorch_prim::et_view.default"` (an empty overload
+is written without the dot). This module holds what users register (`register_kernel`,
+`register_backend`) and the kernel entry type; the lookup that also consults etlab's own kernel
+set is `_lookup.find_kernel`.
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from etlab import ops
 from etlab.runtime._values import TENSOR, ValueTable
 
 Step = Callable[[], Any]
@@ -137,31 +134,15 @@ def unregister_kernel(name: str) -> None:
         _CUSTOM.pop(name, None)
 
 
-def find_kernel(name: str) -> KernelEntry | None:
-    """The kernel for operator `name`: a registered one, else one of etlab's kernel set, else None."""
-    from etlab.runtime._direct_kernels import direct_kernel
-    from etlab.runtime._prim_kernels import BUILTIN_KERNELS
-    from etlab.runtime._torch_kernels import torch_kernel
-
+def registered_kernel(name: str) -> KernelEntry | None:
+    """The kernel registered for `name` with register_kernel, or None."""
     with _LOCK:
-        entry = _CUSTOM.get(name)
-    if entry is not None:
-        return entry
-    if not ops.allows_runtime(name):
-        return None
-    if name in BUILTIN_KERNELS:
-        return BUILTIN_KERNELS[name]
-    if not ops.allows_torch_kernel(name):
-        return None
-    return direct_kernel(name) or torch_kernel(name)
+        return _CUSTOM.get(name)
 
 
-def missing_kernel_message(name: str) -> str:
-    """Why no kernel was found for `name`, and how to provide one."""
-    why = ("is not in etlab's kernel set (etlab.ops: the reviewed, side-effect-free operators)"
-           if not ops.allows_runtime(name) or name.startswith("aten::") else "has no kernel")
-    return (f"no kernel for operator '{name}': it {why}; if you trust this program, register one with "
-            f"etlab.runtime.register_kernel({name!r}, fn)")
+def registered_kernel_names() -> set[str]:
+    with _LOCK:
+        return set(_CUSTOM)
 
 
 def register_backend(name: str, backend: Any) -> None:
@@ -195,25 +176,6 @@ def find_backend(name: str) -> Any | None:
 def backend_available(backend: Any) -> bool:
     check = getattr(backend, "is_available", None)
     return bool(check()) if callable(check) else True
-
-
-class OperatorRegistry:
-    """The operators this runtime has kernels for (`operator_names`, a set of names)."""
-
-    _torch_names: frozenset[str] | None = None
-
-    @property
-    def operator_names(self) -> set[str]:
-        from etlab.runtime._prim_kernels import BUILTIN_KERNELS
-
-        if OperatorRegistry._torch_names is None:
-            OperatorRegistry._torch_names = ops.runtime_torch_op_names()
-        with _LOCK:
-            custom = set(_CUSTOM)
-        return custom | set(BUILTIN_KERNELS) | OperatorRegistry._torch_names
-
-    def has(self, name: str) -> bool:
-        return find_kernel(name) is not None
 
 
 class BackendRegistry:
