@@ -58,15 +58,20 @@ def load_and_run_isolated(programs: dict[str, tuple[bytes, list]], folder: Path)
 
 
 def small_etrecord(path: Path) -> Path:
-    """An ETRecord of the zoo MLP with representative inputs (so its graph gets replayed)."""
+    """An ETRecord of the zoo MLP with representative inputs (so its graph gets replayed), and next
+    to it the run an Inspector joins it with: run.etdp and its debug buffer run.bin."""
     from etlab.compiler import to_edge
     from etlab.models import ZOO
+    from etlab.runtime import Runtime
 
     model, inputs = ZOO["mlp"]()
     et = to_edge(torch.export.export(model, tuple(inputs)), generate_etrecord=True).to_executorch()
     record = et.get_etrecord()
     record.update_representative_inputs(list(inputs))
     record.save(path)
+    program = Runtime.get().load_program(et.buffer, enable_etdump=True, debug_buffer_size=1 << 20)
+    program.load_method("forward").execute(list(inputs))
+    program.write_etdump_result_to_file(path.parent / "run.etdp", path.parent / "run.bin")
     return path
 
 

@@ -36,6 +36,22 @@ def test_graph_calling_from_file_select_fill_is_refused_before_anything_runs(rec
     assert not victim.exists()
 
 
+def test_inspector_numeric_gap_on_the_crafted_record_writes_nothing(record_path, tmp_path):
+    """The issue's path: the AOT side of the numeric gap (inspector.show(), etlab report) replays the graph."""
+    from etlab.inspector import Inspector
+
+    victim = tmp_path / "evil.pth"
+    crafted = edit_etrecord(record_path, tmp_path / "evil.etrecord", file_write_graph(victim))
+    inspector = Inspector(etdump_path=record_path.parent / "run.etdp", etrecord=str(crafted),
+                          debug_buffer_path=record_path.parent / "run.bin")
+    with pytest.raises(FormatError, match=r"node 'ff': operator 'aten.from_file.default'"):
+        inspector.calculate_numeric_gap("MSE")
+    assert not victim.exists()
+    honest = Inspector(etdump_path=record_path.parent / "run.etdp", etrecord=str(record_path),
+                       debug_buffer_path=record_path.parent / "run.bin")
+    assert len(honest.calculate_numeric_gap("MSE")) > 0
+
+
 def test_in_place_operator_alone_is_refused(record_path, tmp_path):
     def fill_weight(manifest):
         graph = edge_graph(manifest)
