@@ -10,6 +10,7 @@ neighbour in the arena.
 from __future__ import annotations
 
 import math
+import mmap
 import warnings
 from dataclasses import dataclass
 
@@ -96,15 +97,29 @@ class Arenas:
         return sum(t.numel() for t in self.tensors if t is not None)
 
 
+_LAZY_ARENA_BYTES = 1 << 20
+
+
+def _zeroed(size: int) -> np.ndarray:
+    """`size` zero bytes. Large arenas are anonymous mappings: the system hands out zero pages as
+    they are first touched, so a plan that declares more than it uses costs only what it uses."""
+    if size < _LAZY_ARENA_BYTES:
+        return np.zeros(size, dtype=np.uint8)
+    return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
+
+
 def allocate_arenas(sizes: list[int], what: str) -> Arenas:
     tensors: list[torch.Tensor | None] = [None]
     arrays: list[np.ndarray | None] = [None]
     for mem_id, size in enumerate(sizes[1:], start=1):
         if size < 0:
             raise LoadError(f"{what}: memory arena {mem_id} has negative size {size}")
-        t = torch.zeros(size, dtype=torch.uint8)
-        tensors.append(t)
-        arrays.append(t.numpy())
+        try:
+            array = _zeroed(size)
+        except (OSError, MemoryError, OverflowError, ValueError) as e:
+            raise LoadError(f"{what}: cannot allocate memory arena {mem_id} of {size} bytes ({e})") from None
+        tensors.append(torch.from_numpy(array))
+        arrays.append(array)
     return Arenas(tensors, arrays)
 
 

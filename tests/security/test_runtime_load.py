@@ -131,3 +131,14 @@ def test_kernel_cannot_grow_an_unplanned_tensor_to_a_size_the_file_asks_for():
     method = Runtime.get().load_program(ProgramBuilder().serialize([b.plan([x], [unplanned])])).load_method("forward")
     with pytest.raises(ExecutionError, match="not resizable"):
         method.execute([torch.ones(4)])
+
+
+def test_arena_larger_than_memory_is_a_load_error():
+    b = PlanBuilder()
+    x = b.tensor([4])
+    out = b.tensor([4])
+    b.kernel("aten::add.out", x, x, b.int(1), out, out)
+    plan = b.plan([x], [out])
+    plan.non_const_buffer_sizes = [0, 1 << 52]
+    with pytest.raises(LoadError, match="cannot allocate memory arena 1"):
+        Runtime.get().load_program(ProgramBuilder().serialize([plan])).load_method("forward")
