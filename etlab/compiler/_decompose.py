@@ -19,6 +19,7 @@ import operator
 from dataclasses import dataclass
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -208,7 +209,10 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
     args = tree_map(to_val, tuple(node.args))
     kwargs = tree_map(to_val, dict(node.kwargs))
     recorder = _Recorder(config)
-    with fake_mode, recorder:
+    # The Python dispatcher makes composite ops take their Python decompositions (as torch's own
+    # re-trace does), and with oneDNN off those pick portable ops: otherwise nn.LSTM becomes the
+    # CPU-only aten.mkldnn_rnn_layer, which upstream lets through but no runtime has a kernel for.
+    with torch.backends.mkldnn.flags(enabled=False), enable_python_dispatcher(), fake_mode, recorder:
         result = node.target(*args, **kwargs)
 
     def to_ref(x):
