@@ -233,6 +233,7 @@ def _lower(builder: _EdgeBuilder, config: EdgeCompileConfig) -> None:
     for sub in all_graph_modules(gm):
         if sub is not gm and has_mutation(sub):
             raise NeedsRetrace("mutation inside a control-flow branch")
+        passes.fold_constant_factories(sub, builder.make_constant, config)
         decompose(sub, builder.fake_mode, config)
 
 

@@ -10,6 +10,7 @@ from torch._ops import OpOverload
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import _dim_order_ops
+from etlab.compiler._decompose import is_edge_op
 from etlab.compiler._functionalize import is_view_op
 from etlab.compiler._graph import call
 
@@ -83,6 +84,29 @@ def to_dim_order_ops(gm: GraphModule) -> None:
             kw["dim_order"] = dim_order_of(node.meta["val"])
             node.target = _dim_order_ops.to_dim_order_copy
             node.kwargs = kw
+
+
+_FOLD_LIMIT = 1 << 16  # elements: a folded factory result is stored in the program
+
+
+def fold_constant_factories(gm: GraphModule, make_constant: Callable[[torch.Tensor, Node], Node], config) -> None:
+    """Non-edge ops that read no tensor (torch.triu_indices(3, 3, 1), an arange of literals) run once
+    here and become constants: they have no core decomposition, and their value never changes."""
+    for node in list(gm.graph.nodes):
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, OpOverload) or is_edge_op(target, config):
+            continue
+        if torch.Tag.nondeterministic_seeded in target.tags:
+            continue
+        leaves = torch.utils._pytree.tree_leaves((node.args, node.kwargs))
+        if any(isinstance(a, (Node, torch.SymInt, torch.SymFloat, torch.SymBool)) for a in leaves):
+            continue
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor) or val.numel() > _FOLD_LIMIT:
+            continue
+        value = target(*node.args, **node.kwargs)
+        node.replace_all_uses_with(make_constant(value, node))
+        gm.graph.erase_node(node)
 
 
 def scalars_to_tensors(gm: GraphModule, make_constant: Callable[[torch.Tensor, Node], Node]) -> None:
