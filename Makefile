@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup browser demo test lint schemas bench clean
+.PHONY: setup browser demo test lint schemas bench corpus clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +16,7 @@ $(VENV)/.torch-installed: | $(PY)
 	@touch $@
 
 $(VENV)/.etlab-installed: pyproject.toml $(VENV)/.torch-installed
-	$(PIP) -e '.[dev]' $(TORCH)
+	$(PIP) -e '.[dev,corpus]' $(TORCH)
 	@touch $@
 
 setup: $(VENV)/.etlab-installed
@@ -42,6 +42,13 @@ schemas: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# The whole model corpus: every architecture compiled, run and inspected next to upstream (slow on a
+# cold upstream cache: ~1 min per model); rewrites the corpus section of bench/RESULTS.md.
+# `make test` runs a fast subset (tests/corpus).
+corpus: setup
+	status=0; $(PY) bench/corpus.py --parallel 2 || status=$$?; \
+	ETLAB_CORPUS_FULL=1 $(PY) -m pytest -n 2 --dist loadgroup -q tests/corpus && exit $$status
 
 clean:
 	rm -rf $(VENV) build *.egg-info

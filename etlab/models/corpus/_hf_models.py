@@ -75,7 +75,7 @@ def _mobilebert() -> Built:
 
 def _gpt2() -> Built:
     return _text("GPT2LMHeadModel", "GPT2Config", mask=False, vocab_size=96, n_embd=32, n_layer=2, n_head=4,
-                 n_positions=64)
+                 n_positions=64, bos_token_id=0, eos_token_id=0)
 
 
 def _decoder_config(config_cls: str, **extra):

@@ -1,0 +1,82 @@
+"""Regression tests for compile failures the corpus found (issue 15): each fails without its fix."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from etlab.compiler import CompileError, to_edge
+from etlab.runtime import Runtime
+
+pytestmark = pytest.mark.corpus
+
+
+def _compile_and_run(module: nn.Module, inputs: tuple):
+    ep = torch.export.export(module.eval(), inputs)
+    et = to_edge(ep).to_executorch()
+    ops = {n.target for n in et.exported_program().graph.nodes if n.op == "call_function"}
+    outs = Runtime.get().load_program(et.buffer).load_method("forward").execute(list(inputs))
+    return ops, list(outs)
+
+
+def _eager(module, inputs) -> list[torch.Tensor]:
+    with torch.no_grad():
+        return [t for t in torch.utils._pytree.tree_leaves(module(*inputs)) if isinstance(t, torch.Tensor)]
+
+
+@pytest.mark.parametrize("make", [
+    lambda: nn.LSTM(8, 16, batch_first=True),
+    lambda: nn.LSTM(8, 16, num_layers=2, bidirectional=True),
+    lambda: nn.GRU(8, 16, num_layers=2, bidirectional=True, batch_first=True),
+], ids=["lstm", "lstm_bidir_2layer", "gru_bidir_2layer"])
+def test_rnn_decomposes_to_portable_ops_not_mkldnn(make):
+    """nn.LSTM used to reach the edge check as aten.mkldnn_rnn_layer (oneDNN's CPU kernel)."""
+    torch.manual_seed(0)
+    module, x = make().eval(), (torch.randn(2, 5, 8),)
+    ops, outs = _compile_and_run(module, x)
+    names = {str(op) for op in ops}
+    assert not any("mkldnn" in n for n in names), names
+    want = _eager(module, x)
+    assert len(outs) == len(want)
+    for got, ref in zip(outs, want):
+        torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+
+
+def test_compiling_an_rnn_leaves_onednn_enabled():
+    """The decomposition turns oneDNN off only while it records."""
+    before = torch.backends.mkldnn.enabled
+    _compile_and_run(nn.LSTM(4, 4), (torch.randn(3, 1, 4),))
+    assert torch.backends.mkldnn.enabled == before
+
+
+class _TriuPairs(nn.Module):
+    def forward(self, x):
+        i, j = torch.triu_indices(4, 4, 1)
+        return x[:, i, j]
+
+
+def test_tensor_free_non_core_op_is_folded_to_a_constant():
+    """torch.triu_indices(4, 4, 1) is not core ATen and has no decomposition; it reads no tensor, so
+    it is computed at compile time (the recommendation-tower model used to fail here)."""
+    x = (torch.randn(2, 4, 4),)
+    ops, outs = _compile_and_run(_TriuPairs(), x)
+    assert torch.ops.aten.triu_indices.default not in ops
+    torch.testing.assert_close(outs[0], _TriuPairs()(*x))
+
+
+class _Antialiased(nn.Module):
+    def forward(self, x):
+        return F.interpolate(x, scale_factor=0.5, mode="bilinear", antialias=True)
+
+
+def test_unsupported_op_names_the_op_and_the_users_line():
+    """Antialiased resize has no portable decomposition (upstream lets it through to a runtime with
+    no kernel for it); etlab refuses it at compile time, naming the op and this file's line."""
+    ep = torch.export.export(_Antialiased(), (torch.randn(1, 2, 8, 8),))
+    with pytest.raises(CompileError) as info:
+        to_edge(ep)
+    assert info.value.op == "aten._upsample_bilinear2d_aa.default"
+    assert "test_regressions.py" in (info.value.source or "")
+    assert "antialias=True" in str(info.value)
