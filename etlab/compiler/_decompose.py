@@ -154,6 +154,44 @@ class _Ref:
     index: int
 
 
+@dataclass(frozen=True)
+class _SizeRef:
+    """A symbolic size in a recording: the product of `coeff` and dims (input index, dim) of its inputs.
+
+    Lets a decomposition that reshapes by a dynamic size (linear on a (batch, seq, d) input views it
+    as (batch*seq, d)) be spliced in place: the sizes become sym_size/mul nodes on the inputs."""
+
+    coeff: int
+    dims: tuple[tuple[int, int], ...]
+
+
+def _size_ref(x, input_nodes: list[Node], node: Node) -> _SizeRef | int:
+    """`x` (a SymInt) as a product of input dims, or NeedsRetrace when it is not one."""
+    import sympy
+
+    expr = x.node.expr
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    dims: dict = {}
+    for i, n in enumerate(input_nodes):
+        for d, size in enumerate(n.meta["val"].shape):
+            if isinstance(size, torch.SymInt):
+                dims.setdefault(size.node.expr, (i, d))
+    if expr in dims:
+        return _SizeRef(1, (dims[expr],))
+    coeff, found = 1, []
+    for factor in sympy.Mul.make_args(expr):
+        base, exp = factor.as_base_exp()
+        if isinstance(factor, sympy.Integer):
+            coeff *= int(factor)
+        elif base in dims and isinstance(exp, sympy.Integer) and exp > 0:
+            found += [dims[base]] * int(exp)
+        else:
+            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic size ({expr}) that is not a "
+                               "product of its inputs' sizes")
+    return _SizeRef(coeff, tuple(found))
+
+
 @dataclass
 class _Recording:
     calls: list  # (func, args with _Ref, kwargs with _Ref, out metadata)
@@ -221,8 +259,10 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
             if ref is None:
                 raise NeedsRetrace(f"decomposition of {node.target} uses a tensor it did not receive")
             return ref
-        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic size")
+        if isinstance(x, torch.SymInt):
+            return _size_ref(x, input_nodes, node)
+        if isinstance(x, (torch.SymFloat, torch.SymBool)):
+            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic value")
         return x
 
     calls = []
@@ -262,8 +302,25 @@ def _splice(node: Node, rec: _Recording, input_nodes: list[Node], outs: list) ->
     graph = node.graph
     made: list[Node] = []
     elems: dict[tuple[int, int], Node] = {}
+    sizes: dict = {}
+
+    def size_node(ref: _SizeRef):
+        if ref in sizes:
+            return sizes[ref]
+        result = None
+        for i, d in ref.dims:
+            src = input_nodes[i]
+            dim = call(graph, aten.sym_size.int, (src, d), like=node, val=src.meta["val"].shape[d])
+            result = dim if result is None else call(graph, operator.mul, (result, dim), like=node,
+                                                     val=result.meta["val"] * dim.meta["val"])
+        if ref.coeff != 1:
+            result = call(graph, operator.mul, (result, ref.coeff), like=node, val=result.meta["val"] * ref.coeff)
+        sizes[ref] = result
+        return result
 
     def resolve(x):
+        if isinstance(x, _SizeRef):
+            return size_node(x)
         if isinstance(x, _Ref):
             if x.kind == "in":
                 return input_nodes[x.index]

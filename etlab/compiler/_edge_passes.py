@@ -109,8 +109,20 @@ def fold_constant_factories(gm: GraphModule, make_constant: Callable[[torch.Tens
         gm.graph.erase_node(node)
 
 
+def _symbolic_scalar_tensor(value: Node, user: Node) -> Node:
+    """A 0-dim tensor of a size computed at run time (`x * x.shape[1]`): scalar_tensor(value). int64
+    or float64, which as 0-dim tensors promote like the Python number they replace."""
+    sym = value.meta["val"]
+    dtype = torch.int64 if isinstance(sym, torch.SymInt) else torch.float64
+    fake_mode = next((v.fake_mode for v in (user.meta.get("val"),) if hasattr(v, "fake_mode")), None)
+    with user.graph.inserting_before(user), fake_mode or torch._subclasses.fake_tensor.FakeTensorMode():
+        val = torch.empty((), dtype=dtype)
+        return call(user.graph, aten.scalar_tensor.default, (value,), {"dtype": dtype}, like=user, val=val)
+
+
 def scalars_to_tensors(gm: GraphModule, make_constant: Callable[[torch.Tensor, Node], Node]) -> None:
-    """Python numbers passed where an op's schema wants a Tensor become 0-dim constant tensors.
+    """Python numbers passed where an op's schema wants a Tensor become 0-dim constant tensors, and
+    symbolic sizes there become scalar_tensor nodes.
 
     The runtime kernels (add.out, mul.out, ...) take tensors there; `make_constant(value, user)`
     returns a node holding the constant.
@@ -122,9 +134,13 @@ def scalars_to_tensors(gm: GraphModule, make_constant: Callable[[torch.Tensor, N
         args = list(node.args)
         changed = False
         for i, value in enumerate(args):
-            if i < len(schema_args) and isinstance(schema_args[i].type, torch.TensorType) and \
-                    isinstance(value, (bool, int, float)):
+            if i >= len(schema_args) or not isinstance(schema_args[i].type, torch.TensorType):
+                continue
+            if isinstance(value, (bool, int, float)):
                 args[i] = make_constant(torch.tensor(value), node)
+                changed = True
+            elif isinstance(value, Node) and isinstance(value.meta.get("val"), (torch.SymInt, torch.SymFloat)):
+                args[i] = _symbolic_scalar_tensor(value, node)
                 changed = True
         if changed:
             node.args = tuple(args)

@@ -80,3 +80,32 @@ def test_unsupported_op_names_the_op_and_the_users_line():
     assert info.value.op == "aten._upsample_bilinear2d_aa.default"
     assert "test_regressions.py" in (info.value.source or "")
     assert "antialias=True" in str(info.value)
+
+
+class _DynamicLinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.proj(x) * x.shape[1]
+
+
+def test_dynamic_reshape_in_a_decomposition_is_spliced_without_a_retrace(monkeypatch):
+    """linear on a (batch, seq, d) input decomposes to view(batch*seq, d) -> addmm -> view: a symbolic
+    size used to force the whole program through run_decompositions (8 s for the corpus'
+    dynamic_encoder); the sizes now become sym_size/mul nodes on the inputs. `* x.shape[1]` (a
+    symbolic size where mul wants a tensor) used to be emitted as an Int the mul.out kernel refused
+    at load; it now goes through scalar_tensor."""
+    batch, seq = torch.export.Dim("batch", min=1, max=8), torch.export.Dim("seq", min=2, max=16)
+    module = _DynamicLinear().eval()
+    ep = torch.export.export(module, (torch.randn(2, 3, 8),), dynamic_shapes={"x": {0: batch, 1: seq}})
+
+    def no_retrace(*_a, **_k):
+        raise AssertionError("to_edge fell back to run_decompositions")
+
+    monkeypatch.setattr(torch.export.ExportedProgram, "run_decompositions", no_retrace)
+    program = Runtime.get().load_program(to_edge(ep).to_executorch().buffer)
+    for shape in ((1, 2, 8), (5, 11, 8)):
+        x = torch.randn(*shape)
+        torch.testing.assert_close(program.load_method("forward").execute([x])[0], module(x).detach())
