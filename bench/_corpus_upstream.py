@@ -183,6 +183,31 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
             shutil.rmtree(logdir, ignore_errors=True)
 
 
+_OPERATORS_SNIPPET = ("import json; from executorch.runtime import Runtime; "
+                      "print(json.dumps(sorted(Runtime.get().operator_registry.operator_names)))")
+
+
+def upstream_operators(ref_python: str | None) -> set[str] | None:
+    """Operator names upstream's runtime has kernels for ('aten::add.out'), cached per setup.sh;
+    None when unknown (no reference python and nothing cached)."""
+    key = hashlib.sha256(SETUP_SH.read_bytes() if SETUP_SH.is_file() else b"").hexdigest()[:16]
+    path = cache_root() / f"operators-{key}.json"
+    if path.is_file():
+        return set(json.loads(path.read_text()))
+    if ref_python is None:
+        return None
+    p = subprocess.run([ref_python, "-c", _OPERATORS_SNIPPET], capture_output=True, text=True, env=ref_env(),
+                       timeout=600)
+    if p.returncode != 0:
+        return None
+    names = json.loads(p.stdout.strip().splitlines()[-1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(names))
+    os.replace(tmp, path)
+    return set(names)
+
+
 def prune(kind: str, keep: int) -> None:
     """Drops all but the `keep` most recently used artifact directories of `kind`."""
     root = cache_root() / kind

@@ -41,6 +41,7 @@ from etlab.runtime import Runtime  # noqa: E402
 from etlab.schema import load_pte  # noqa: E402
 
 DEBUG_BUFFER_SIZE = 64 << 20
+UPSTREAM_OPERATORS: set[str] | None = None  # kernels of upstream's runtime, set by measure()
 # Fast subset for `make test` (tests/corpus): one of each family the corpus covers, small compiles.
 FAST = ("lstm", "mobilenet_v3", "upsample_modes", "sdpa_attention", "cond", "dynamic_conv1d",
         "recommendation_tower", "gpt2")
@@ -217,7 +218,7 @@ def upstream_phase(work: _Work) -> None:
             got = _load_outputs(work.run_dir / "upstream", work.methods)
             checks["upstream runs etlab pte"] = _compare_methods(got, work.eager, entry)
         else:
-            checks["upstream runs etlab pte"] = Check(False, status.get("error", "?")[:160])
+            checks["upstream runs etlab pte"] = _upstream_run_failure(work, status.get("error", "?"))
     if work.compile_dir is None:
         for col in ("upstream compile", "etlab runs upstream pte", "xnnpack pte"):
             checks[col] = Check(None, "not measured (no cached upstream compile)")
@@ -241,6 +242,27 @@ def upstream_phase(work: _Work) -> None:
         except Exception as e:
             checks["etlab runs upstream pte"] = Check(False, _short(e))
     checks["xnnpack pte"] = _xnnpack_check(work, res)
+
+
+def _kernel_names(pte: bytes | Path) -> set[str]:
+    plans = load_pte(pte).program.execution_plan
+    return {f"{op.name}.{op.overload}" if op.overload else op.name for p in plans for op in (p.operators or [])}
+
+
+def _upstream_run_failure(work: _Work, error: str) -> Check:
+    """Why upstream's runtime failed on etlab's .pte. Kernels its portable library lacks are named, and
+    the failure is n/a when upstream's own .pte needs the same missing kernels (upstream cannot run
+    the model either)."""
+    if UPSTREAM_OPERATORS is None:
+        return Check(False, error[:160])
+    missing = sorted(_kernel_names(work.pte) - UPSTREAM_OPERATORS)
+    if not missing:
+        return Check(False, error[:160])
+    own = work.compile_dir / "upstream.pte" if work.compile_dir else None
+    own_missing = sorted(_kernel_names(own) - UPSTREAM_OPERATORS) if own and own.is_file() else []
+    if own_missing and set(own_missing) >= set(missing):
+        return Check(None, f"upstream's runtime has no {', '.join(missing)} kernel (its own .pte needs it too)")
+    return Check(False, f"upstream's runtime has no {', '.join(missing)} kernel")
 
 
 def _xnnpack_check(work: _Work, res: dict) -> Check:
@@ -310,6 +332,8 @@ def measure(names: list[str], *, repeat: int = 3, parallel: int = 1, ref_python:
             outdir: Path | None = None, log=print) -> list[ModelResult]:
     """Runs the whole harness on `names`. Without a reference python only cached upstream results are
     reported; the rest are n/a, "not measured"."""
+    global UPSTREAM_OPERATORS
+    UPSTREAM_OPERATORS = up.upstream_operators(ref_python)
     jobs: list[up.PendingJob] | None = [] if ref_python else None
     works = []
     for name in names:

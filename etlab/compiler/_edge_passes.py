@@ -55,16 +55,52 @@ def _contiguous_like(val, fake_mode):
 
 
 def views_to_copies(gm: GraphModule, fake_mode) -> None:
-    """View ops become their *_copy ops, whose results are fresh contiguous tensors."""
+    """View ops become their *_copy ops, whose results are fresh contiguous tensors; the layouts of
+    the ops downstream are then recomputed from those (see `_refresh_layouts`)."""
+    changed: set[Node] = set()
     for node in gm.graph.nodes:
         if node.op == "call_function" and is_view_op(node.target):
             replacement = copy_variant(node.target)
             if replacement is not None:
                 node.target = replacement
                 node.meta["val"] = _contiguous_like(node.meta.get("val"), fake_mode)
+                changed.add(node)
                 for user in node.users:
                     if user.target is operator.getitem:
                         user.meta["val"] = node.meta["val"][user.args[1]]
+                        changed.add(user)
+    _refresh_layouts(gm, changed, fake_mode)
+
+
+def _strides(val) -> list:
+    return [tuple(v.stride()) if isinstance(v, torch.Tensor) else None
+            for v in torch.utils._pytree.tree_leaves(val)]
+
+
+def _refresh_layouts(gm: GraphModule, changed: set[Node], fake_mode) -> None:
+    """Recomputes the fake value of every op fed by a node whose layout changed, in graph order, and
+    goes on downstream only where the strides differ. Without this an elementwise op on a former
+    transpose keeps the transposed strides, the .pte gives its output another dim order than its
+    contiguous inputs, and upstream's portable kernels refuse the mix (tensors_have_same_dim_order)."""
+    from etlab.compiler._decompose import fake_call
+
+    for node in gm.graph.nodes:
+        if node in changed or node.op != "call_function" or not any(a in changed for a in node.all_input_nodes):
+            continue
+        old = node.meta.get("val")
+        if node.target is operator.getitem:
+            parent = node.args[0].meta.get("val")
+            new = parent[node.args[1]] if isinstance(parent, (tuple, list)) else old
+        elif isinstance(node.target, OpOverload) and isinstance(old, torch.Tensor):
+            try:
+                new = fake_call(node.target, node.args, node.kwargs, fake_mode)
+            except Exception:  # an op fake mode cannot re-run keeps its recorded value
+                continue
+        else:
+            continue
+        if _strides(new) != _strides(old):
+            node.meta["val"] = new
+            changed.add(node)
 
 
 def to_dim_order_ops(gm: GraphModule) -> None:

@@ -109,3 +109,21 @@ def test_dynamic_reshape_in_a_decomposition_is_spliced_without_a_retrace(monkeyp
     for shape in ((1, 2, 8), (5, 11, 8)):
         x = torch.randn(*shape)
         torch.testing.assert_close(program.load_method("forward").execute([x])[0], module(x).detach())
+
+
+class _ScaledTranspose(nn.Module):
+    def forward(self, x, y):
+        return (x.transpose(1, 2) * 0.5) * y
+
+
+def test_ops_after_a_former_view_get_contiguous_layouts():
+    """transpose becomes permute_copy (a contiguous result), but the ops after it kept the transposed
+    strides: the .pte gave mul's output another dim order than its inputs, which upstream's portable
+    mul refuses (20 of 44 corpus models failed on upstream's runtime that way)."""
+    from etlab.schema import load_pte
+
+    ep = torch.export.export(_ScaledTranspose(), (torch.randn(2, 3, 4), torch.randn(2, 4, 3)))
+    et = to_edge(ep).to_executorch()
+    plan = load_pte(et.buffer).program.execution_plan[0]
+    orders = [list(v.val.dim_order) for v in plan.values if type(v.val).__name__ == "Tensor"]
+    assert orders and all(o == sorted(o) for o in orders), orders
