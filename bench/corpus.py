@@ -286,10 +286,10 @@ def _xnnpack_check(work: _Work, res: dict) -> Check:
         check = _compare_methods(outs, work.eager, work.entry)
         return Check(check.ok, f"{detail}; ran, {check.detail}")
     except Exception as e:
-        reason = _short(e)
-        if delegates and any(b in reason for b in backends):
+        reason = str(e)
+        if delegates and any(f"backend {b!r}" in reason for b in backends):
             return Check(True, f"{detail}; not run: etlab has no {'/'.join(backends)} runtime backend")
-        return Check(False, f"{detail}; run failed: {reason}")
+        return Check(False, f"{detail}; run failed: {_short(e)}")
 
 
 def inspector_check(work: _Work, outdir: Path) -> None:
