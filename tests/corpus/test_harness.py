@@ -23,7 +23,8 @@ def test_fast_subset_is_green_next_to_upstream(ref_python, tmp_path):
     assert not failing, table
     for r in results:
         assert set(r.checks) == set(corpus.COLUMNS), (r.name, sorted(r.checks))
-        assert r.checks["upstream runs etlab pte"].ok, r.name
+        ran = r.checks["upstream runs etlab pte"]
+        assert ran.ok or "has no" in ran.detail, (r.name, ran)  # n/a only for a kernel upstream lacks
         assert (tmp_path / f"{r.name}.html").stat().st_size > 0
     assert f"Fully green: {len(results)}/{len(results)}" in table
 
