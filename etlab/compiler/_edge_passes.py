@@ -91,7 +91,8 @@ def _refresh_layouts(gm: GraphModule, changed: set[Node], fake_mode) -> None:
         if node.target is operator.getitem:
             parent = node.args[0].meta.get("val")
             new = parent[node.args[1]] if isinstance(parent, (tuple, list)) else old
-        elif isinstance(node.target, OpOverload) and isinstance(old, torch.Tensor):
+        elif isinstance(node.target, OpOverload) and any(isinstance(v, torch.Tensor)
+                                                         for v in torch.utils._pytree.tree_leaves(old)):
             try:
                 new = fake_call(node.target, node.args, node.kwargs, fake_mode)
             except Exception:  # an op fake mode cannot re-run keeps its recorded value
