@@ -49,13 +49,20 @@ def is_view_copy(op) -> bool:
     return isinstance(op, OpOverload) and torch.Tag.view_copy in op.tags
 
 
+# Tagged core, yet torch's core table decomposes them (as upstream's to_edge does) and portable
+# runtimes have no kernel for them: upstream's runtime refused the Swin model's adaptive_avg_pool1d.
+_DECOMPOSED_CORE_OPS = frozenset({aten.adaptive_avg_pool1d.default, aten.avg_pool1d.default, aten.col2im.default})
+
+
 def is_edge_op(op, config: EdgeCompileConfig) -> bool:
     """Whether `op` may appear in an edge graph as-is."""
     if not isinstance(op, OpOverload):
         return True  # getitem, higher-order ops and the like are handled by their own passes
     if op.namespace != "aten":
         return True  # custom ops (torch.library) are registered by their authors
-    return torch.Tag.core in op.tags or is_view_copy(op) or op in config._core_aten_ops_exception_list
+    if op in config._core_aten_ops_exception_list:
+        return True
+    return (torch.Tag.core in op.tags and op not in _DECOMPOSED_CORE_OPS) or is_view_copy(op)
 
 
 def _keep(op, config: EdgeCompileConfig) -> bool:
@@ -98,7 +105,25 @@ def _item(node: Node, fake_mode) -> bool:
     return True
 
 
+def _adaptive_avg_pool1d(node: Node, fake_mode) -> bool:
+    """(N, C, L) -> unsqueeze -> _adaptive_avg_pool2d to (1, out) -> squeeze: the kernels portable
+    runtimes have (torch's own decomposition records an in-place as_strided_)."""
+    x, (size,) = node.args[0], node.args[1]
+    graph = node.graph
+    with graph.inserting_before(node):
+        wide = call(graph, aten.unsqueeze.default, (x, -2), like=node,
+                    val=fake_call(aten.unsqueeze.default, (x, -2), {}, fake_mode))
+        pooled = call(graph, aten._adaptive_avg_pool2d.default, (wide, [1, size]), like=node,
+                      val=fake_call(aten._adaptive_avg_pool2d.default, (wide, [1, size]), {}, fake_mode))
+        out = call(graph, aten.squeeze.dims, (pooled, [-2]), like=node,
+                   val=fake_call(aten.squeeze.dims, (pooled, [-2]), {}, fake_mode))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return True
+
+
 RULES = {
+    aten.adaptive_avg_pool1d.default: _adaptive_avg_pool1d,
     aten.item.default: _item,
     aten.batch_norm.default: _batch_norm,
     aten.dropout.default: _dropout,

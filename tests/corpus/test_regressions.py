@@ -156,3 +156,36 @@ def test_multi_output_ops_after_a_former_view_get_their_layouts_refreshed():
     vals = [n.meta["val"] for n in to_edge(ep).exported_program().graph.nodes
             if isinstance(n.meta.get("val"), torch.Tensor)]
     assert all(v.is_contiguous() for v in vals)
+
+
+@pytest.mark.parametrize("make, shape", [
+    (lambda: nn.AdaptiveAvgPool1d(3), (2, 4, 10)),
+    (lambda: nn.AvgPool1d(3, 2), (2, 4, 10)),
+    (lambda: nn.Fold((4, 5), (2, 2)), (1, 12, 12)),
+], ids=["adaptive_avg_pool1d", "avg_pool1d", "col2im"])
+def test_core_ops_without_portable_kernels_are_decomposed(make, shape):
+    """adaptive_avg_pool1d (Swin), avg_pool1d and col2im are tagged core but portable runtimes have no
+    kernel for them; upstream's runtime refused etlab's Swin program. They now lower to ops it has."""
+    module, x = make(), (torch.randn(*shape),)
+    ops, outs = _compile_and_run(module, x)
+    names = " ".join(str(op) for op in ops)
+    assert not any(n in names for n in ("adaptive_avg_pool1d", "avg_pool1d", "col2im")), names
+    torch.testing.assert_close(outs[0], _eager(module, x)[0])
+
+
+class _MaskedAnd(nn.Module):
+    def forward(self, x, a, b):
+        return x.masked_fill(a & b, 0.0)
+
+
+def test_etrecord_accepts_dunder_named_aten_ops(tmp_path):
+    """transformers' attention masks export aten.__and__.Tensor; the ETRecord loader refused any
+    '__' name, so the Inspector failed on 8 corpus text models."""
+    from etlab.etrecord import parse_etrecord
+
+    inputs = (torch.randn(3, 4), torch.rand(3, 4) > 0.5, torch.rand(3, 4) > 0.5)
+    et = to_edge(torch.export.export(_MaskedAnd(), inputs), generate_etrecord=True).to_executorch()
+    path = tmp_path / "m.etrecord"
+    et.get_etrecord().save(str(path))
+    record = parse_etrecord(str(path))
+    assert record is not None
