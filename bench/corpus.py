@@ -262,6 +262,9 @@ def _upstream_run_failure(work: _Work, error: str) -> Check:
     own_missing = sorted(_kernel_names(own) - UPSTREAM_OPERATORS) if own and own.is_file() else []
     if own_missing and set(own_missing) >= set(missing):
         return Check(None, f"upstream's runtime has no {', '.join(missing)} kernel (its own .pte needs it too)")
+    if own is None or not own.is_file():
+        return Check(None, f"upstream's runtime has no {', '.join(missing)} kernel (and upstream cannot compile "
+                           "this model)")
     return Check(False, f"upstream's runtime has no {', '.join(missing)} kernel")
 
 
