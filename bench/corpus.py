@@ -233,6 +233,7 @@ def upstream_phase(work: _Work) -> None:
     if not comp.get("ok"):
         # Upstream itself cannot compile it: named, not counted against etlab.
         checks["upstream compile"] = Check(None, f"upstream fails: {comp.get('error', '?')[:140]}")
+        checks["etlab runs upstream pte"] = Check(None, "upstream wrote no .pte")
     else:
         times = comp["times"]
         work.result.upstream_compile_s = statistics.median(times[1:] or times)
