@@ -127,6 +127,50 @@ c10::IValue to_ivalue(py::handle v, const c10::TypePtr& type, const std::string&
   throw std::invalid_argument(what + ": schema type " + type->str() + " is not supported by the native core");
 }
 
+// The unboxed calling convention of `schema`, when it is one of the Fast ones: tensors and scalars
+// only, nothing optional, the last argument the written output that is also the single return.
+Fast fast_kind(const c10::FunctionSchema& schema) {
+  const auto& params = schema.arguments();
+  if (params.empty() || schema.returns().size() != 1 || !schema.returns()[0].alias_info()) return Fast::None;
+  const auto& out = params.back();
+  if (!out.alias_info() || !out.alias_info()->isWrite()) return Fast::None;
+  std::string shape;
+  for (const auto& p : params) {
+    auto kind = p.type()->kind();
+    if (kind == c10::TypeKind::TensorType) {
+      shape += 'T';
+    } else if (kind == c10::TypeKind::NumberType) {
+      shape += 'S';
+    } else {
+      return Fast::None;
+    }
+    if (&p != &out && p.alias_info()) return Fast::None;
+  }
+  if (shape == "TTST") return Fast::TTS;
+  if (shape == "TTT") return Fast::TT;
+  if (shape == "TT") return Fast::T;
+  if (shape == "TTTSST") return Fast::TTTSS;
+  return Fast::None;
+}
+
+// Takes the typed handle of the fast path (typed() checks the operator's registered C++ signature
+// and throws on a mismatch: the call then stays boxed).
+bool set_fast_path(Instr& in, Fast fast) {
+  try {
+    switch (fast) {
+      case Fast::TTS: in.tts = in.handle->typed<SigTTS>(); break;
+      case Fast::TT: in.tt = in.handle->typed<SigTT>(); break;
+      case Fast::T: in.t = in.handle->typed<SigT>(); break;
+      case Fast::TTTSS: in.tttss = in.handle->typed<SigTTTSS>(); break;
+      case Fast::None: return false;
+    }
+  } catch (const c10::Error&) {
+    return false;
+  }
+  in.fast = fast;
+  return true;
+}
+
 }  // namespace
 
 NativePlan::NativePlan(py::object goto_type, py::list values, std::vector<int64_t> et_scalar_types)
@@ -169,6 +213,14 @@ void NativePlan::add_kernel(int64_t chain, const std::string& name, const std::s
     in.a = unpack_tensor(result, name + " result");
   }
   in.handle = *handle;
+  Fast fast = in.has_result ? Fast::None : fast_kind(handle->schema());
+  if (set_fast_path(in, fast)) {
+    std::vector<at::Scalar> scalars;
+    for (const auto& arg : in.args)
+      if (!arg.isTensor()) scalars.push_back(arg.toScalar());
+    if (!scalars.empty()) in.s0 = scalars[0];
+    if (scalars.size() > 1) in.s1 = scalars[1];
+  }
   ch.instrs.push_back(std::move(in));
 }
 
@@ -226,6 +278,16 @@ int64_t NativePlan::instruction_count() const {
   int64_t n = 0;
   for (const auto& ch : chains_) n += static_cast<int64_t>(ch.instrs.size());
   return n;
+}
+
+std::vector<int64_t> NativePlan::step_counts() const {
+  std::vector<int64_t> counts(4, 0);
+  for (const auto& ch : chains_)
+    for (const auto& in : ch.instrs) {
+      if (in.op == Op::Kernel) ++counts[in.fast != Fast::None ? 0 : 1];
+      else ++counts[in.op == Op::Python ? 2 : 3];
+    }
+  return counts;
 }
 
 // -- running ---------------------------------------------------------------------------------------

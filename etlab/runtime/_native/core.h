@@ -34,6 +34,15 @@ class DebugArena {
 
 enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse };
 
+// Unboxed calling conventions of the commonest out-variants (add.out, mul.out, mm.out, exp.out,
+// addmm.out, ...): called through a typed handle with no argument stack at all.
+using SigTTS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Scalar&, at::Tensor&);
+using SigTT = at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&);
+using SigT = at::Tensor&(const at::Tensor&, at::Tensor&);
+using SigTTTSS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Scalar&,
+                             const at::Scalar&, at::Tensor&);
+enum class Fast : uint8_t { None, TTS, TT, T, TTTSS };
+
 // A value an intermediate-output trace logs after a step.
 struct LogItem {
   enum Kind : uint8_t { Tensor, TensorList, Python } kind;
@@ -42,18 +51,25 @@ struct LogItem {
 };
 
 struct Instr {
+  // Hot fields first: a step of the common kinds touches only the start of its Instr.
   Op op;
-  std::string name;  // for error messages only
-  // Kernel: a pre-resolved operator and its argument stack, built at load time.
-  std::optional<c10::OperatorHandle> handle;
-  std::vector<c10::IValue> args;
+  Fast fast = Fast::None;
   bool has_result = false;  // a functional operator: its fresh result is pointed into `a`
+  std::vector<c10::IValue> args;  // Kernel: the argument stack, built at load time
+  at::Scalar s0, s1;              // the fast path's Scalar arguments, in order
+  std::optional<c10::TypedOperatorHandle<SigTTS>> tts;
+  std::optional<c10::TypedOperatorHandle<SigTT>> tt;
+  std::optional<c10::TypedOperatorHandle<SigT>> t;
+  std::optional<c10::TypedOperatorHandle<SigTTTSS>> tttss;
   // Move (a.set_(b)), Free (a.set_()), JumpIfFalse (cond a, destination).
   at::Tensor a, b;
   int64_t destination = 0;
+  // Kernel: the operator, resolved at load time (boxed calls).
+  std::optional<c10::OperatorHandle> handle;
   // Python: a zero-argument callable (custom kernels, prim ops on Python scalars, delegates).
   py::object fn;
   std::vector<LogItem> logs;
+  std::string name;  // for error messages only
 };
 
 struct Chain {
@@ -94,6 +110,8 @@ class NativePlan {
 
   int64_t failed_chain = -1, failed_index = -1;
   int64_t instruction_count() const;
+  // How many steps are of each kind: native kernels (unboxed, boxed), Python call-backs, others.
+  std::vector<int64_t> step_counts() const;
 
  private:
   int64_t step(Instr& in, int64_t pc);

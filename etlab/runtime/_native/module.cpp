@@ -100,11 +100,11 @@ py::bytes as_bytes(const std::vector<int64_t>& v) {
 // A bare C++ loop making the add.out calls of an add chain (bench/runtime.py): what the same ATen
 // work costs without any interpreter around it. Returns the nanoseconds the `repeats` passes took.
 int64_t bare_add_out_loop(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& lhs,
-                          const std::vector<at::Tensor>& rhs, double alpha, int64_t repeats) {
+                          const std::vector<at::Tensor>& rhs, py::object alpha, int64_t repeats) {
   if (outs.size() != lhs.size() || outs.size() != rhs.size())
     throw std::invalid_argument("outs, lhs and rhs must have the same length");
+  const at::Scalar a = PyLong_Check(alpha.ptr()) ? at::Scalar(alpha.cast<int64_t>()) : at::Scalar(alpha.cast<double>());
   py::gil_scoped_release release;
-  const at::Scalar a(alpha);
   const int64_t start = now_ns();
   for (int64_t r = 0; r < repeats; ++r) {
     for (size_t i = 0; i < outs.size(); ++i) {
@@ -139,6 +139,11 @@ PYBIND11_MODULE(_core, m) {
       .def_readonly("failed_chain", &NativePlan::failed_chain)
       .def_readonly("failed_index", &NativePlan::failed_index)
       .def_property_readonly("instruction_count", &NativePlan::instruction_count)
+      .def_property_readonly("step_counts", [](const NativePlan& p) {
+        auto c = p.step_counts();
+        return py::dict(py::arg("unboxed") = c[0], py::arg("boxed") = c[1], py::arg("python") = c[2],
+                        py::arg("other") = c[3]);
+      })
       .def("run", [](NativePlan& p) { without_gil([&] { p.run(); return 0; }); })
       .def("run_timed", [](NativePlan& p) { return as_bytes(without_gil([&] { return p.run_timed(); })); })
       .def("run_traced", [](NativePlan& p, DebugArena& arena, py::list python_events) {
