@@ -15,8 +15,16 @@ $(VENV)/.torch-installed: | $(PY)
 	$(PIP) $(TORCH)
 	@touch $@
 
-$(VENV)/.etlab-installed: pyproject.toml $(VENV)/.torch-installed
-	$(PIP) -e '.[dev]' $(TORCH)
+# The native runtime core (etlab/runtime/_native) compiles against the installed torch, so the
+# build tools come first and etlab installs without build isolation (2 compile jobs, -O2).
+NATIVE_SRC := setup.py $(wildcard etlab/runtime/_native/*.cpp etlab/runtime/_native/*.h)
+
+$(VENV)/.build-tools-installed: $(VENV)/.torch-installed
+	$(PIP) 'setuptools>=68' 'pybind11>=2.12' ninja
+	@touch $@
+
+$(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-installed
+	MAX_JOBS=2 $(PIP) --no-build-isolation -e '.[dev]' $(TORCH)
 	@touch $@
 
 setup: $(VENV)/.etlab-installed
@@ -44,4 +52,4 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so

@@ -8,13 +8,19 @@ Python core and says so.
 """
 
 import os
+import sys
 
 from setuptools import setup
 
 ext_modules, cmdclass = [], {}
-if os.environ.get("ETLAB_NO_NATIVE") != "1":
+try:
+    if os.environ.get("ETLAB_NO_NATIVE") == "1":
+        raise ImportError("ETLAB_NO_NATIVE=1")
     from torch.utils.cpp_extension import BuildExtension, CppExtension
-
+except ImportError as e:  # e.g. an isolated build, which has no torch: Python core only
+    print(f"etlab: not building the native runtime core ({e}); use pip install --no-build-isolation",
+          file=sys.stderr)
+else:
     ext_modules = [CppExtension(
         "etlab.runtime._native._core",
         ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/module.cpp"],

@@ -65,6 +65,35 @@ def _native_kernel_args(entry, table: ValueTable, slots: list[int]):
             None if result is None else table.values[result])
 
 
+def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
+    """The native form of the two direct kernels of `_direct_kernels` (same conditions, same calls):
+    a list of (operator, overload, argument values, result) calls, the second an alternative chosen
+    by `choose()` per thread count as the Python step does, or None."""
+    from etlab.runtime._direct_kernels import _all_static
+
+    if entry.origin != "builtin" or len(slots) < 10 or not _all_static(table, slots[:10]):
+        return None
+    v = [table.values[s] for s in slots[:10]]
+    if entry.name == "aten::_native_batch_norm_legit_no_training.out":
+        x, weight, bias, mean, var, momentum, eps, out, save_mean, save_invstd = v
+        return [("aten::native_batch_norm", "out",
+                 [x, weight, bias, mean, var, False, momentum, eps, out, save_mean, save_invstd], None), None]
+    if entry.name != "aten::convolution.out":
+        return None
+    import torch
+
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out = v
+    generic = ("aten::convolution", "out", v, None)
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if (select is None or transposed or groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation)
+            or not (x.is_contiguous() and weight.is_contiguous() and out.is_contiguous())):
+        return [generic, None]
+    backend_args = (x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    slow2d = torch._C._ConvBackend.Slow2d
+    direct = ("aten::thnn_conv2d", "out", [x, weight, list(weight.shape[2:]), bias, stride, padding, out], None)
+    return [generic, (direct, lambda: select(*backend_args) == slow2d)]
+
+
 def _with_context(step: Step, context, info: StepInfo) -> Step:
     """A delegate step that first tells the delegate context which instruction runs (as run_traced does)."""
     chain, instruction = info.chain, info.instruction
@@ -153,13 +182,19 @@ def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: S
               kernels: dict, context) -> None:
     values = table.values
     if isinstance(args, P.KernelCall):
-        call = _native_kernel_args(kernels[info.operator], table, list(args.args or []))
-        if call is not None:
+        entry, slots = kernels[info.operator], list(args.args or [])
+        call = _native_kernel_args(entry, table, slots)
+        calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
+        if calls is not None:
             try:
-                native.add_kernel(c, *call)
-                return
+                native.add_kernel(c, *calls[0])
             except (ValueError, TypeError, RuntimeError):
                 pass  # an argument the native core cannot represent: the Python step runs it
+            else:
+                if calls[1] is not None:
+                    (name, overload, values_, _), choose = calls[1]
+                    native.set_alternative(c, name, overload, values_, choose)
+                return
     elif isinstance(args, P.MoveCall) and table.kinds[args.move_to] == TENSOR:
         native.add_move(c, values[args.move_to], values[args.move_from])
         return

@@ -1,6 +1,7 @@
 // The native runtime core: building a method's plan from Python values, and running it.
 #include "core.h"
 
+#include <ATen/Parallel.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -193,9 +194,8 @@ static Chain& chain_at(std::vector<Chain>& chains, int64_t c) {
   return chains[c];
 }
 
-void NativePlan::add_kernel(int64_t chain, const std::string& name, const std::string& overload, py::list args,
-                            py::object result) {
-  Chain& ch = chain_at(chains_, chain);
+Instr NativePlan::make_kernel(const std::string& name, const std::string& overload, py::list args,
+                              py::object result) {
   auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
   if (!handle) throw std::invalid_argument("no operator " + name + "." + overload + " in the dispatcher");
   const auto& params = handle->schema().arguments();
@@ -221,7 +221,23 @@ void NativePlan::add_kernel(int64_t chain, const std::string& name, const std::s
     if (!scalars.empty()) in.s0 = scalars[0];
     if (scalars.size() > 1) in.s1 = scalars[1];
   }
-  ch.instrs.push_back(std::move(in));
+  return in;
+}
+
+void NativePlan::add_kernel(int64_t chain, const std::string& name, const std::string& overload, py::list args,
+                            py::object result) {
+  Chain& ch = chain_at(chains_, chain);
+  ch.instrs.push_back(make_kernel(name, overload, args, result));
+}
+
+void NativePlan::set_alternative(int64_t chain, const std::string& name, const std::string& overload,
+                                 py::list args, py::object choose) {
+  Chain& ch = chain_at(chains_, chain);
+  if (ch.instrs.empty() || ch.instrs.back().op != Op::Kernel)
+    throw std::invalid_argument("an alternative follows the kernel it replaces");
+  Instr& in = ch.instrs.back();
+  in.alternative = std::make_shared<Instr>(make_kernel(name, overload, args, py::none()));
+  in.choose = std::move(choose);
 }
 
 void NativePlan::add_python(int64_t chain, const std::string& name, py::object fn) {
@@ -292,20 +308,50 @@ std::vector<int64_t> NativePlan::step_counts() const {
 
 // -- running ---------------------------------------------------------------------------------------
 
+void NativePlan::call_kernel(Instr& in) {
+  // Nothing the runtime owns requires grad: below autograd is where the Python path ends up too.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  auto& a = in.args;
+  switch (in.fast) {
+    case Fast::TTS:
+      in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+      return;
+    case Fast::TT:
+      in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+      return;
+    case Fast::T:
+      in.t->call(a[0].toTensor(), a[1].toTensor());
+      return;
+    case Fast::TTTSS:
+      in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+      return;
+    case Fast::None:
+      break;
+  }
+  stack_.assign(a.begin(), a.end());
+  in.handle->callBoxed(stack_);
+  if (in.has_result) {
+    const at::Tensor& r = stack_.at(0).toTensor();
+    if (!r.is_same(in.a)) in.a.set_(r);
+  }
+  stack_.clear();
+}
+
 int64_t NativePlan::step(Instr& in, int64_t pc) {
   switch (in.op) {
-    case Op::Kernel: {
-      // Nothing the runtime owns requires grad: below autograd is where the Python path ends up too.
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      stack_.assign(in.args.begin(), in.args.end());
-      in.handle->callBoxed(stack_);
-      if (in.has_result) {
-        const at::Tensor& r = stack_.at(0).toTensor();
-        if (!r.is_same(in.a)) in.a.set_(r);
+    case Op::Kernel:
+      if (in.alternative) {
+        const int64_t threads = at::get_num_threads();
+        if (threads != in.chosen_for_threads) {
+          py::gil_scoped_acquire gil;
+          in.use_alternative = in.choose().cast<bool>();
+          in.chosen_for_threads = threads;
+        }
+        call_kernel(in.use_alternative ? *in.alternative : in);
+      } else {
+        call_kernel(in);
       }
-      stack_.clear();
       return pc + 1;
-    }
     case Op::Python: {
       py::gil_scoped_acquire gil;
       py::object r = in.fn();

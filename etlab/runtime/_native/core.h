@@ -66,6 +66,12 @@ struct Instr {
   int64_t destination = 0;
   // Kernel: the operator, resolved at load time (boxed calls).
   std::optional<c10::OperatorHandle> handle;
+  // Kernel with an alternative (a direct kernel torch would pick only for some thread counts):
+  // `choose()` (Python, called again whenever the thread count changes) says whether this one runs.
+  std::shared_ptr<Instr> alternative;
+  py::object choose;
+  int64_t chosen_for_threads = -1;
+  bool use_alternative = false;
   // Python: a zero-argument callable (custom kernels, prim ops on Python scalars, delegates).
   py::object fn;
   std::vector<LogItem> logs;
@@ -95,6 +101,8 @@ class NativePlan {
   int64_t add_chain(bool jumps);
   void add_kernel(int64_t chain, const std::string& name, const std::string& overload, py::list args,
                   py::object result);
+  void set_alternative(int64_t chain, const std::string& name, const std::string& overload, py::list args,
+                       py::object choose);
   void add_python(int64_t chain, const std::string& name, py::object fn);
   void add_move(int64_t chain, at::Tensor dst, at::Tensor src);
   void add_free(int64_t chain, at::Tensor t);
@@ -115,6 +123,8 @@ class NativePlan {
 
  private:
   int64_t step(Instr& in, int64_t pc);
+  void call_kernel(Instr& in);
+  Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
 
   std::vector<Chain> chains_;

@@ -131,6 +131,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<py::object, py::list, std::vector<int64_t>>())
       .def("add_chain", &NativePlan::add_chain)
       .def("add_kernel", &NativePlan::add_kernel)
+      .def("set_alternative", &NativePlan::set_alternative)
       .def("add_python", &NativePlan::add_python)
       .def("add_move", &NativePlan::add_move)
       .def("add_free", &NativePlan::add_free)
