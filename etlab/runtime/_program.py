@@ -6,7 +6,7 @@ import enum
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from etlab.errors import FormatError
 from etlab.runtime._binding import bind, classify, dynamic_scratch
@@ -167,7 +167,7 @@ class Runtime:
     else the native core when it is built, else the Python core (with a warning).
     """
 
-    _instances: dict[str | None, Runtime] = {}
+    _instances: ClassVar[dict[str | None, Runtime]] = {}
     _lock = threading.Lock()
 
     def __init__(self, core: str | None = None) -> None:

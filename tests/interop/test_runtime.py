@@ -27,12 +27,14 @@ from etlab.runtime import Runtime, register_backend, unregister_backend
 from etlab.schema import deserialize_etdump
 from etlab.schema.scalar_type import scalar_type_to_dtype
 from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cache_root, external_ptd, run_ref
-from tests.runtime._cores import CORES, runtime_core  # noqa: F401  (autouse: every test on both cores)
+from tests.runtime import _cores
 from tests.runtime._programs import ScaleBackend, delegate_program
 
 # One worker: the traces and the reference Inspector run are session fixtures, made once per process.
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("runtime_interop")]
 
+runtime_core = _cores.runtime_core  # autouse: every test here runs on both runtime cores
+CORES = _cores.CORES
 HERE = Path(__file__).resolve().parent
 REF_EXPORT = HERE / "ref_export_runtime.py"
 FIXTURE_MODELS = ("mlp", "cnn", "transformer")

@@ -11,9 +11,15 @@ import torch
 
 from etlab.compiler import to_edge
 from etlab.models import ZOO
-from etlab.runtime import ExecutionError, Runtime, _native, register_backend, register_kernel, unregister_backend
-from etlab.runtime import unregister_kernel
-from etlab.schema import deserialize_etdump
+from etlab.runtime import (
+    ExecutionError,
+    Runtime,
+    _native,
+    register_backend,
+    register_kernel,
+    unregister_backend,
+    unregister_kernel,
+)
 from tests.runtime._programs import (
     PlanBuilder,
     ProgramBuilder,
@@ -163,7 +169,6 @@ def test_native_steps_run_without_the_gil():
     register_kernel("etlab_test::signal.out", lambda x, out, _ret: (started.set(), out.copy_(x)))
     try:
         shape = (512, 512)
-        chain, _ = add_chain(1, shape=shape)
         b = PlanBuilder()
         x, y = b.tensor(shape), b.tensor(shape)
         b.kernel("etlab_test::signal.out", x, y, y)
@@ -197,7 +202,7 @@ def test_default_core_and_fallback(monkeypatch):
     monkeypatch.setattr(_native, "_warned", False)
     with pytest.warns(RuntimeWarning, match="native runtime core is not built.*running the Python core"):
         assert _native.choose_core(None) == "python"
-    with pytest.raises(RuntimeError, match="native runtime core was asked for, but .*pip install"):
+    with pytest.raises(RuntimeError, match=r"native runtime core was asked for, but .*pip install"):
         _native.choose_core("native")
     monkeypatch.setenv("ETLAB_RUNTIME_CORE", "native")
     with pytest.raises(RuntimeError, match="asked for by ETLAB_RUNTIME_CORE"):
