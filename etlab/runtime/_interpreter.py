@@ -195,6 +195,7 @@ class PythonCore:
     chains: list[BoundChain]
     values: list
     name: str = "python"
+    clock: Callable[[], int] = time.perf_counter_ns  # the clock of its trace timestamps
 
     def run(self) -> None:
         run(self.chains)

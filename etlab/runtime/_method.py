@@ -9,7 +9,6 @@ the GIL.
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -176,7 +175,8 @@ class Method:
     def _execute(self, inputs: Sequence[Any], bundled_input_index: int) -> list:
         inputs = self._check_inputs(inputs)
         tracer = self._tracer
-        start = time.perf_counter_ns() if tracer is not None else 0
+        clock = self._core.clock
+        start = clock() if tracer is not None else 0
         events: list[tuple] = []
         try:
             # Inputs are detached and nothing the runtime owns requires grad: no autograd to switch off.
@@ -197,13 +197,12 @@ class Method:
             raise ExecutionError(f"method {self.name!r}: {where} failed: "
                                  f"{type(failed.error).__name__}: {failed.error}") from failed.error
         if tracer is not None:
-            self._finish_trace(tracer, events, start, bundled_input_index, outputs)
+            self._finish_trace(tracer, events, start, clock(), bundled_input_index, outputs)
         return outputs
 
-    def _finish_trace(self, tracer: EventTracer, events: list, start: int, bundled_input_index: int,
+    def _finish_trace(self, tracer: EventTracer, events: list, start: int, end: int, bundled_input_index: int,
                       outputs: list) -> None:
-        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start,
-                       time.perf_counter_ns()))
+        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end))
         if tracer.logs_outputs:
             for value in outputs:
                 event = tracer.debug_event(PROGRAM_OUTPUT_CHAIN, UNSET_INSTRUCTION, value, is_output=True)

@@ -113,6 +113,7 @@ class NativeCore:
     plan: object  # _core.NativePlan
     python_steps: Counter = field(default_factory=Counter)
     name: str = "native"
+    clock: object = _core.clock_ns  # perf_counter_ns's clock, read from the time-stamp counter
 
     def _failed(self, error: BaseException) -> StepFailed:
         return StepFailed(self.plan.failed_chain, self.plan.failed_index, error)

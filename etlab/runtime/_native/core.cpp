@@ -8,6 +8,10 @@
 #include <chrono>
 #include <stdexcept>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
 namespace etlab_native {
 
 int64_t now_ns() {
@@ -16,6 +20,65 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
+
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t ticks() { return __rdtsc(); }
+constexpr bool kCounter = true;
+#else
+uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
+constexpr bool kCounter = false;
+#endif
+
+namespace {
+
+struct ClockState {
+  std::mutex mutex;
+  Anchor first, last;
+  ClockState() {
+    if (!kCounter) return;
+    // An initial period over ~2 ms; every later anchor refines it over a longer baseline.
+    first.ticks = ticks();
+    first.ns = now_ns();
+    Anchor end;
+    do {
+      end.ticks = ticks();
+      end.ns = now_ns();
+    } while (end.ns - first.ns < 2000000);
+    first.ns_per_tick = static_cast<double>(end.ns - first.ns) / static_cast<double>(end.ticks - first.ticks);
+    last = end;
+    last.ns_per_tick = first.ns_per_tick;
+  }
+};
+
+ClockState& clock_state() {
+  static ClockState state;
+  return state;
+}
+
+}  // namespace
+
+Anchor new_anchor() {
+  if (!kCounter) return Anchor{};
+  ClockState& st = clock_state();
+  Anchor a;
+  a.ticks = ticks();
+  a.ns = now_ns();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  a.ns_per_tick = st.last.ns_per_tick;
+  if (a.ns - st.first.ns > 50000000 && a.ticks > st.first.ticks)
+    a.ns_per_tick = static_cast<double>(a.ns - st.first.ns) / static_cast<double>(a.ticks - st.first.ticks);
+  st.last = a;
+  return a;
+}
+
+Anchor last_anchor() {
+  if (!kCounter) return Anchor{};
+  ClockState& st = clock_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return st.last;
+}
+
+int64_t clock_ns() { return kCounter ? last_anchor().to_ns(ticks()) : now_ns(); }
 
 std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
 
@@ -400,12 +463,12 @@ std::vector<int64_t> NativePlan::run_timed() {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
     int64_t pc = 0;
-    record.push_back(now_ns());
+    record.push_back(static_cast<int64_t>(ticks()));
     try {
       while (pc < n) {
         int64_t next = step(ch.instrs[pc], pc);
         if (ch.jumps) record.push_back(pc);
-        record.push_back(now_ns());
+        record.push_back(static_cast<int64_t>(ticks()));
         pc = next;
       }
     } catch (...) {
@@ -414,6 +477,22 @@ std::vector<int64_t> NativePlan::run_timed() {
       throw;
     }
     if (ch.jumps) record.push_back(-1);
+  }
+  // Ticks to nanoseconds: every entry is a tick except the step indices and -1 of jump chains.
+  const Anchor anchor = new_anchor();
+  size_t pos = 0;
+  for (const auto& ch : chains_) {
+    record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
+    ++pos;
+    if (!ch.jumps) {
+      for (size_t k = 0; k < ch.instrs.size(); ++k, ++pos) record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
+      continue;
+    }
+    while (record[pos] != -1) {
+      record[pos + 1] = anchor.to_ns(static_cast<uint64_t>(record[pos + 1]));
+      pos += 2;
+    }
+    ++pos;
   }
   return record;
 }
@@ -469,14 +548,14 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_e
     try {
       while (pc < n) {
         Instr& in = ch.instrs[pc];
-        const int64_t start = now_ns();
+        const int64_t start = static_cast<int64_t>(ticks());
         const int64_t next = step(in, pc);
         if (in.op == Op::Python) {  // a delegate may have added events of its own
           py::gil_scoped_acquire gil;
           python_count = static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
         }
         for (const LogItem& item : in.logs) log(item, arena, dropped);
-        const int64_t end = now_ns();
+        const int64_t end = static_cast<int64_t>(ticks());
         steps.insert(steps.end(), {static_cast<int64_t>(c), pc, start, end, python_count,
                                    static_cast<int64_t>(records_.size())});
         pc = next;
@@ -486,6 +565,11 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_e
       failed_index = pc;
       throw;
     }
+  }
+  const Anchor anchor = new_anchor();
+  for (size_t k = 0; k < steps.size(); k += 6) {
+    steps[k + 2] = anchor.to_ns(static_cast<uint64_t>(steps[k + 2]));
+    steps[k + 3] = anchor.to_ns(static_cast<uint64_t>(steps[k + 3]));
   }
   return steps;
 }

@@ -136,6 +136,23 @@ class NativePlan {
 };
 
 int64_t now_ns();
+
+// Timestamps for tracing. Reading CLOCK_MONOTONIC can cost a system call (hundreds of ns in some
+// virtual machines); the CPU's invariant time-stamp counter costs tens. A trace stores counter
+// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (one clock reading
+// per run) and a tick period measured over the life of the process.
+struct Anchor {
+  uint64_t ticks = 0;
+  int64_t ns = 0;
+  double ns_per_tick = 1.0;
+  int64_t to_ns(uint64_t t) const {
+    return ns + static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t - ticks)) * ns_per_tick);
+  }
+};
+uint64_t ticks();
+Anchor new_anchor();   // reads the clock; refines the tick period
+Anchor last_anchor();  // no clock reading
+int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
 std::string error_message(const c10::Error& e);
 
 }  // namespace etlab_native

@@ -160,6 +160,8 @@ PYBIND11_MODULE(_core, m) {
         return py::make_tuple(as_bytes(steps), take_records(p), dropped);
       });
 
+  m.def("clock_ns", &clock_ns,
+        "CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns's clock) read from the CPU's time-stamp counter");
   m.def("bare_add_out_loop", &bare_add_out_loop, py::arg("outs"), py::arg("lhs"), py::arg("rhs"),
         py::arg("alpha"), py::arg("repeats"));
 }
