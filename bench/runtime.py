@@ -11,7 +11,9 @@
 
 Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run). torch
 runs single-threaded by default (--threads), as upstream's portable kernels do; XNNPACK uses
-upstream's default threadpool.
+upstream's default threadpool. In-process contenders are timed by default in the thread's CPU
+time (`--clock cpu`): on a shared machine the wall clock also counts the time other processes
+hold the cores, which swamps differences of a few percent; `--clock wall` times them by wall clock.
 
     .venv/bin/python bench/runtime.py [--models cnn transformer] [--rounds 30] [--no-upstream]
 """
@@ -20,15 +22,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ET_REF, REPO, interleaved, reference_python, run_ref, write_section
+from _common import ET_REF, REPO, reference_python, run_ref, write_section
 
 from etlab.models import ZOO
 from etlab.runtime import Runtime
@@ -45,6 +49,26 @@ TARGET_TRACE_OVERHEAD = 0.01
 TARGET_SPEEDUP = 1.5  # native core vs Python core, transformer and KV-cache decoder
 MOBILENET_TOLERANCE = 1.02  # "not worse": native within 2% of the Python core (timing noise)
 CAPTURE_RUNS = 10
+
+
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+_clock = CLOCKS["cpu"]
+
+
+def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
+    """Median seconds per call of each contender in alternating rounds (as _common.interleaved), on
+    the clock chosen with --clock."""
+    for fn in contenders.values():
+        for _ in range(warmup):
+            fn()
+    samples: dict[str, list[float]] = {k: [] for k in contenders}
+    for _ in range(rounds):
+        for name, fn in contenders.items():
+            start = _clock()
+            for _ in range(per_round):
+                fn()
+            samples[name].append((_clock() - start) / per_round)
+    return {k: statistics.median(v) for k, v in samples.items()}
 
 
 def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool) -> dict[str, Path]:
@@ -124,8 +148,6 @@ def time_chain(d: Path, rounds: int) -> dict[str, float]:
 def capture_ms(d: Path, inputs: list) -> float:
     """Median ms of a native run capturing every intermediate output into the debug buffer (a fresh
     program per run, loaded outside the timing, so the buffer never fills)."""
-    import time
-
     probe_program = Runtime.get(core="native").load_program(d / "model.pte", enable_etdump=True,
                                                             debug_buffer_size=1 << 30)
     probe_program.load_method("forward").execute(inputs)
@@ -134,9 +156,9 @@ def capture_ms(d: Path, inputs: list) -> float:
     samples = []
     for _ in range(CAPTURE_RUNS):
         method = _method(d, "native", enable_etdump=True, debug_buffer_size=size)
-        start = time.perf_counter()
+        start = _clock()
         method.execute(inputs)
-        samples.append(time.perf_counter() - start)
+        samples.append(_clock() - start)
         assert method.program.etdump_dropped_events == 0
     return sorted(samples)[len(samples) // 2] * 1e3
 
@@ -174,15 +196,18 @@ def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tracing: dict, threads: int) -> str:
+def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tracing: dict, threads: int,
+           clock: str) -> str:
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
     share = (chain["loop"] - chain["bare"]) / CHAIN * 1e9
     lines = [
         "## runtime", "",
-        f"Medians of alternating rounds; torch threads = {threads}; upstream = ExecuTorch 1.5.1 pybindings "
-        "(`et_ref.py run`, per `execute` call), XNNPACK with its default threadpool. The same upstream-exported "
-        "`.pte` runs on etlab and on upstream portable (the KV-cache decoder is compiled by etlab). "
+        "Medians of alternating rounds; etlab and eager timed in "
+        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`); torch threads = {threads}; "
+        "upstream = ExecuTorch 1.5.1 pybindings (`et_ref.py run`, per `execute` call, wall time), XNNPACK with its "
+        "default threadpool. The same upstream-exported `.pte` runs on etlab and on upstream portable (the KV-cache "
+        "decoder is compiled by etlab). "
         "`native` is the C++ core (`etlab/runtime/_native`, the default), `python` the reference loop "
         "(`Runtime.get(core=\"python\")`).", "",
         f"**Per-instruction tax** ({CHAIN}-add chain, (4, 4) float, `Method.execute`): native "
@@ -237,7 +262,10 @@ def main() -> None:
     ap.add_argument("--upstream-iters", type=int, default=50)
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--no-xnnpack", action="store_true")
+    ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     a = ap.parse_args()
+    global _clock
+    _clock = CLOCKS[a.clock]
     if native_core is None:
         sys.exit("bench/runtime.py needs the native runtime core: pip install --no-build-isolation -e .")
     torch.set_num_threads(a.threads)
@@ -275,7 +303,7 @@ def main() -> None:
                     print(f"upstream {key}: {upstream[key]:.3f} ms", flush=True)
     if chain is None:
         chain = dict.fromkeys(("native", "loop", "bare", "python", "traced", "eager"), float("nan"))
-    body = render(chain, chain_up, models, upstream, tracing, a.threads)
+    body = render(chain, chain_up, models, upstream, tracing, a.threads, a.clock)
     write_section("runtime", body)
     print(body)
 
