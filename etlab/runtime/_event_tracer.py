@@ -186,17 +186,13 @@ class EventTracer:
 
     def debug_event_of_record(self, chain: int, instruction: int, record) -> tuple | None:
         """The debug event of a value a native traced run logged (see `_native._core`): a tensor or
-        tensor list already copied into the debug buffer, a Python value, or None (nothing logged)."""
+        tensor list already copied into the debug buffer (kept as its record, made into an ETDump
+        value when the trace is written), a Python value, or None (nothing logged)."""
         if record is None:
             return None
-        if record[0] == "T":
-            value = E.Value(val=E.ValueType.Tensor, tensor=_tensor_entry(*record[1:]))
-        elif record[0] == "L":
-            value = E.Value(val=E.ValueType.TensorList,
-                            tensor_list=E.TensorList(tensors=[_tensor_entry(*m) for m in record[1]]))
-        else:
+        if record[0] == "V":
             return self.debug_event(chain, instruction, record[1])
-        return ("D", chain, instruction, -1, None, None, value, False)
+        return ("D", chain, instruction, -1, None, None, record, False)
 
     def debug_event(self, chain: int, instruction: int, value, *, did_int: int = -1, did_str: str | None = None,
                     name: str | None = None, is_output: bool = False) -> tuple | None:
@@ -251,8 +247,19 @@ class _DebugArena:
 
 def _tensor_entry(scalar_type: int, sizes, offset: int) -> E.Tensor:
     """The ETDump form of a tensor stored contiguously at `offset` of the debug buffer."""
-    strides = torch.empty(tuple(sizes), device="meta").stride()
-    return E.Tensor(scalar_type=scalar_type, sizes=list(sizes), strides=list(strides), offset=offset)
+    strides, step = [], 1
+    for size in reversed(sizes):  # torch's contiguous strides: empty dimensions count as 1
+        strides.append(step)
+        step *= max(size, 1)
+    return E.Tensor(scalar_type=scalar_type, sizes=list(sizes), strides=strides[::-1], offset=offset)
+
+
+def _value_of_record(record: tuple) -> E.Value:
+    """The ETDump value of a native debug record: ("T", scalar type, sizes, offset) or ("L", members)."""
+    if record[0] == "T":
+        return E.Value(val=E.ValueType.Tensor, tensor=_tensor_entry(*record[1:]))
+    members = [_tensor_entry(*m) for m in record[1]]
+    return E.Value(val=E.ValueType.TensorList, tensor_list=E.TensorList(tensors=members))
 
 
 def _event(e: tuple) -> E.Event:
@@ -263,6 +270,8 @@ def _event(e: tuple) -> E.Event:
             delegate_debug_id_str=did_str, delegate_debug_metadata=metadata, start_time=start, end_time=end))
     if e[0] == "D":
         _, chain, instr, did_int, did_str, name, value, is_output = e
+        if isinstance(value, tuple):
+            value = _value_of_record(value)
         if is_output:
             value.output = E.Bool(True)
         return E.Event(debug_event=E.DebugEvent(

@@ -64,7 +64,7 @@ py::tuple sizes_tuple(const std::vector<int64_t>& sizes) {
 }
 
 // The debug records of the last traced run as Python values:
-// None | ("T", scalar_type, sizes, offset) | ("L", [(scalar_type, sizes, offset), ...]) | ("V", value).
+// None | ("T", scalar_type, sizes, offset) | ("L", ((scalar_type, sizes, offset), ...)) | ("V", value).
 py::list take_records(NativePlan& plan) {
   auto& records = plan.records();
   py::list out(records.size());
@@ -78,7 +78,7 @@ py::list take_records(NativePlan& plan) {
         out[i] = py::make_tuple("T", r.scalar_types[0], sizes_tuple(r.sizes[0]), r.offsets[0]);
         break;
       case DebugRecord::TensorList: {
-        py::list members(r.offsets.size());
+        py::tuple members(r.offsets.size());
         for (size_t k = 0; k < r.offsets.size(); ++k)
           members[k] = py::make_tuple(r.scalar_types[k], sizes_tuple(r.sizes[k]), r.offsets[k]);
         out[i] = py::make_tuple("L", members);
