@@ -130,8 +130,7 @@ def time_chain(d: Path, rounds: int) -> dict[str, float]:
     outs, lhs, rhs, alpha = _bare_calls(native)
     w = torch.randn(4, 4)
 
-    def bare():
-        native_core.bare_add_out_loop(outs, lhs, rhs, alpha, 1)
+    bare = native_core.BareAddOutLoop(outs, lhs, rhs, alpha).run
 
     def eager():
         x = inputs[0]

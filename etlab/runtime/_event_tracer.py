@@ -48,7 +48,7 @@ class DebugLevel(enum.IntEnum):
 
 # Event tuples: ("P", name, chain, instr, did_int, did_str, metadata, start, end),
 # ("D", chain, instr, did_int, did_str, name, value, is_output), ("A", allocator_id, size), and
-# ("T", chains key, timestamps): a whole `run_timed` run, expanded when written.
+# ("T", chains key, timestamps[, event count]): a whole `run_timed` run, expanded when written.
 # Everything kept is a flat tuple of plain values (no nesting), which the garbage collector stops
 # tracking after one look: a long trace must not make every later collection slower.
 
@@ -112,6 +112,8 @@ class EventTracer:
             self._runs.append(("Execute", bundled_input_index, first, len(self._run_events)))
 
     def _timed_count(self, event: tuple) -> int:
+        if len(event) > 3:  # counted by the native core as it ran
+            return event[3]
         chains = self._chains[event[1]]
         if not any(chain.jumps for chain in chains):  # straight-line: known without reading the record
             return sum(chain.events_per_run for chain in chains)

@@ -200,10 +200,12 @@ class PythonCore:
     def run(self) -> None:
         run(self.chains)
 
-    def run_timed(self) -> tuple:
+    def run_timed(self) -> tuple[tuple, None]:
+        """The record (a tuple of ints: the garbage collector stops tracking it after one look); the
+        number of events it stands for is left to the tracer (None)."""
         record: list[int] = []
         run_timed(self.chains, record)
-        return tuple(record)  # a tuple of ints: the garbage collector stops tracking it after one look
+        return tuple(record), None
 
     def run_traced(self, events: list, tracer, context) -> None:
         if context is not None:

@@ -187,7 +187,9 @@ class Method:
             if tracer is None:
                 core.run()
             elif self._context is None and not tracer.logs_intermediates:
-                events.append(("T", self._chains_key, core.run_timed()))
+                record, count = core.run_timed()
+                events.append(("T", self._chains_key, record) if count is None else
+                              ("T", self._chains_key, record, count))
             else:
                 core.run_traced(events, tracer, self._context)
             outputs = [_copy_out(self._table.values[s]) for s in self._outputs]

@@ -124,15 +124,16 @@ class NativeCore:
         except Exception as e:
             raise self._failed(e) from e
 
-    def run_timed(self) -> array:
-        """The record `_interpreter.run_timed` makes, as an array of int64 (not tracked by the collector)."""
+    def run_timed(self) -> tuple[array, int]:
+        """The record `_interpreter.run_timed` makes, as an array of int64 (not tracked by the collector),
+        and the number of events it stands for."""
         try:
-            raw = self.plan.run_timed()
+            raw, count = self.plan.run_timed()
         except Exception as e:
             raise self._failed(e) from e
         record = array("q")
         record.frombytes(raw)
-        return record
+        return record, count
 
     def run_traced(self, events: list, tracer, context) -> None:
         """`_interpreter.run_traced`: the same events in the same order; tensors are copied into the
@@ -176,6 +177,7 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
             if log:
                 for slot in info.log_slots:
                     native.add_log(c, i, table.values[slot], slot)
+        native.set_event_counts(c, [info.event_count for info in bound.infos])
     return core
 
 

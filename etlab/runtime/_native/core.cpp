@@ -353,6 +353,12 @@ void NativePlan::add_log(int64_t chain, int64_t index, py::object value, int64_t
   ch.instrs[index].logs.push_back(std::move(item));
 }
 
+void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
+  Chain& ch = chain_at(chains_, chain);
+  if (counts.size() != ch.instrs.size()) throw std::invalid_argument("one event count per step");
+  ch.event_counts = std::move(counts);
+}
+
 int64_t NativePlan::instruction_count() const {
   int64_t n = 0;
   for (const auto& ch : chains_) n += static_cast<int64_t>(ch.instrs.size());
@@ -440,6 +446,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
 }
 
 void NativePlan::run() {
+  failed_chain = failed_index = -1;
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& instrs = chains_[c].instrs;
     const int64_t n = static_cast<int64_t>(instrs.size());
@@ -454,10 +461,12 @@ void NativePlan::run() {
   }
 }
 
-std::vector<int64_t> NativePlan::run_timed() {
+std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
+  failed_chain = failed_index = -1;
   // The record format of _interpreter.run_timed: per chain its start, then one end time per step
   // (straight-line) or (step index, end time) pairs closed by -1 (chains with jumps).
   std::vector<int64_t> record;
+  int64_t events = 0;
   record.reserve(static_cast<size_t>(instruction_count() + 2 * static_cast<int64_t>(chains_.size())));
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& ch = chains_[c];
@@ -469,6 +478,7 @@ std::vector<int64_t> NativePlan::run_timed() {
         int64_t next = step(ch.instrs[pc], pc);
         if (ch.jumps) record.push_back(pc);
         record.push_back(static_cast<int64_t>(ticks()));
+        if (!ch.event_counts.empty()) events += ch.event_counts[pc];
         pc = next;
       }
     } catch (...) {
@@ -494,7 +504,7 @@ std::vector<int64_t> NativePlan::run_timed() {
     }
     ++pos;
   }
-  return record;
+  return {std::move(record), events};
 }
 
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
@@ -534,6 +544,7 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
 }
 
 std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_events, int64_t& dropped) {
+  failed_chain = failed_index = -1;
   std::vector<int64_t> steps;
   steps.reserve(static_cast<size_t>(6 * instruction_count()));
   int64_t python_count = 0;

@@ -80,6 +80,7 @@ struct Instr {
 
 struct Chain {
   std::vector<Instr> instrs;
+  std::vector<int64_t> event_counts;  // ETDump events per step (what the tracer counts against its limit)
   bool jumps = false;
 };
 
@@ -108,10 +109,12 @@ class NativePlan {
   void add_free(int64_t chain, at::Tensor t);
   void add_jump(int64_t chain, at::Tensor cond, int64_t destination);
   void add_log(int64_t chain, int64_t index, py::object value, int64_t slot);
+  void set_event_counts(int64_t chain, std::vector<int64_t> counts);
 
   // The three loops of _interpreter.py; the GIL is released by the caller.
   void run();
-  std::vector<int64_t> run_timed();
+  // The record and the number of ETDump events it stands for.
+  std::pair<std::vector<int64_t>, int64_t> run_timed();
   // Steps as (chain, index, start, end, python events after, debug records after) per step.
   std::vector<int64_t> run_traced(DebugArena& arena, py::list python_events, int64_t& dropped);
   std::vector<DebugRecord>& records() { return records_; }

@@ -98,22 +98,28 @@ py::bytes as_bytes(const std::vector<int64_t>& v) {
 }
 
 // A bare C++ loop making the add.out calls of an add chain (bench/runtime.py): what the same ATen
-// work costs without any interpreter around it. Returns the nanoseconds the `repeats` passes took.
-int64_t bare_add_out_loop(const std::vector<at::Tensor>& outs, const std::vector<at::Tensor>& lhs,
-                          const std::vector<at::Tensor>& rhs, py::object alpha, int64_t repeats) {
-  if (outs.size() != lhs.size() || outs.size() != rhs.size())
-    throw std::invalid_argument("outs, lhs and rhs must have the same length");
-  const at::Scalar a = PyLong_Check(alpha.ptr()) ? at::Scalar(alpha.cast<int64_t>()) : at::Scalar(alpha.cast<double>());
-  py::gil_scoped_release release;
-  const int64_t start = now_ns();
-  for (int64_t r = 0; r < repeats; ++r) {
-    for (size_t i = 0; i < outs.size(); ++i) {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      at::add_out(const_cast<at::Tensor&>(outs[i]), lhs[i], rhs[i], a);
+// work costs without any interpreter around it. The tensors are converted once, here.
+class BareAddOutLoop {
+ public:
+  BareAddOutLoop(std::vector<at::Tensor> outs, std::vector<at::Tensor> lhs, std::vector<at::Tensor> rhs,
+                 py::object alpha)
+      : outs_(std::move(outs)), lhs_(std::move(lhs)), rhs_(std::move(rhs)),
+        alpha_(PyLong_Check(alpha.ptr()) ? at::Scalar(alpha.cast<int64_t>()) : at::Scalar(alpha.cast<double>())) {
+    if (outs_.size() != lhs_.size() || outs_.size() != rhs_.size())
+      throw std::invalid_argument("outs, lhs and rhs must have the same length");
+  }
+  void run() {
+    py::gil_scoped_release release;
+    for (size_t i = 0; i < outs_.size(); ++i) {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;  // as the native core's kernel calls
+      at::add_out(outs_[i], lhs_[i], rhs_[i], alpha_);
     }
   }
-  return now_ns() - start;
-}
+
+ private:
+  std::vector<at::Tensor> outs_, lhs_, rhs_;
+  at::Scalar alpha_;
+};
 
 }  // namespace
 }  // namespace etlab_native
@@ -146,7 +152,12 @@ PYBIND11_MODULE(_core, m) {
                         py::arg("other") = c[3]);
       })
       .def("run", [](NativePlan& p) { without_gil([&] { p.run(); return 0; }); })
-      .def("run_timed", [](NativePlan& p) { return as_bytes(without_gil([&] { return p.run_timed(); })); })
+      .def("set_event_counts", &NativePlan::set_event_counts)
+      .def("run_timed",
+           [](NativePlan& p) {
+             auto [record, events] = without_gil([&] { return p.run_timed(); });
+             return py::make_tuple(as_bytes(record), events);
+           })
       .def("run_traced", [](NativePlan& p, DebugArena& arena, py::list python_events) {
         p.records().clear();
         int64_t dropped = 0;
@@ -162,6 +173,7 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("clock_ns", &clock_ns,
         "CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns's clock) read from the CPU's time-stamp counter");
-  m.def("bare_add_out_loop", &bare_add_out_loop, py::arg("outs"), py::arg("lhs"), py::arg("rhs"),
-        py::arg("alpha"), py::arg("repeats"));
+  py::class_<BareAddOutLoop>(m, "BareAddOutLoop")
+      .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, py::object>())
+      .def("run", &BareAddOutLoop::run);
 }
