@@ -1,0 +1,23 @@
+"""Fleet analysis: ETDumps from many devices and builds in one Parquet store, queried with SQL.
+
+- `ingest(sources, store, pattern=..., tags=...)` -> `IngestSummary`: .etdp files tagged with
+  program (hash of the .pte), method, device, build and labels, one row per profile event,
+  partitioned by program and build; bad files skipped and counted; resumable.
+- `FleetDB(store)`: DuckDB over the store; `.sql(query)` -> pandas, and ready-made queries
+  `op_percentiles`, `slowest_ops`, `run_variance`, `outlier_runs`.
+- `diff(store, base={"build": "A"}, head={"build": "B"})` -> `FleetDiff`: per-op p50 change with a
+  bootstrap confidence interval, Mann-Whitney U with Holm correction, threshold flags; `.view()`.
+- `SparkFleet(master="local[2]")`: the same ingest and SQL on Apache Spark, same store layout.
+- `generate_fleet(out, FleetSpec(...))`: a synthetic fleet with a planted regression.
+"""
+
+from etlab.fleet._events import CATEGORIES, EVENT_SCHEMA, OP_CATEGORIES
+from etlab.fleet._ingest import IngestSummary, ingest
+from etlab.fleet._store import read_manifest
+from etlab.fleet._synthetic import PATH_PATTERN, FleetSpec, Regression, SyntheticFleet, generate_fleet
+from etlab.fleet._tags import FileTags, PathPattern, program_hash
+
+__all__ = [
+    "CATEGORIES", "EVENT_SCHEMA", "OP_CATEGORIES", "PATH_PATTERN", "FileTags", "FleetSpec", "IngestSummary",
+    "PathPattern", "Regression", "SyntheticFleet", "generate_fleet", "ingest", "program_hash", "read_manifest",
+]
