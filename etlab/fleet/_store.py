@@ -27,8 +27,8 @@ STORE_FORMAT = {"format": "etlab-fleet", "version": 1}
 MARKER = "fleet.json"
 EVENTS_DIR = "events"
 FILES_DIR = "files"
-# Event parts written by the process-pool ingest carry their chunk id; Spark's own part names do not match.
-_POOL_PART = re.compile(r"part-(?P<chunk>[0-9a-f]{32})\.parquet")
+# Event parts carry their chunk id (Spark's are renamed to part-<chunk>-<n> when published).
+_POOL_PART = re.compile(r"part-(?P<chunk>[0-9a-f]{32})(?:-[0-9]+)?\.parquet")
 
 
 @dataclass
