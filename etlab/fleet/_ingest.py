@@ -67,7 +67,7 @@ class IngestSummary:
         """The human summary printed by `etlab fleet ingest`."""
         lines = [
             f"store {self.store}: {self.files_found} file(s) found, {self.files_ingested} ingested, "
-            f"{self.files_already_stored} already in the manifest (not read again), {self.files_bad} bad (skipped)",
+            f"{self.files_already_stored} already stored (not read again), {self.files_bad} bad (skipped)",
             f"  {self.events} events from {self.runs} run block(s) in {self.seconds:.1f} s; "
             f"{self.dropped_events} profile event(s) dropped (end before start), "
             f"{self.not_profile_events} debug/allocation event(s) not stored",
@@ -101,9 +101,9 @@ def discover(sources) -> list[tuple[Path, Path]]:
                 for name in filenames:
                     if name.endswith(ETDUMP_SUFFIX):
                         p = Path(dirpath) / name
-                        found.setdefault(str(p.resolve()), (p, src))
+                        found.setdefault(os.path.abspath(p), (p, src))
         elif src.exists():
-            found.setdefault(str(src.resolve()), (src, src.parent))
+            found.setdefault(os.path.abspath(src), (src, src.parent))
         else:
             raise FileNotFoundError(f"{src}: no such file or directory")
     return [found[k] for k in sorted(found)]
@@ -131,15 +131,17 @@ def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None
 
 def plan_ingest(sources, store: Path, *, pattern: str | None = None, tags: dict | None = None
                 ) -> tuple[list[IngestItem], int]:
-    """The files still to ingest (tagged, or with the reason they cannot be) and how many the
-    manifest already holds."""
+    """The files still to ingest (tagged, or with the reason they cannot be) and how many are
+    already stored (same path, size and mtime)."""
     defaults = FileTags().merged(tags or {})
     pat = PathPattern.compile(pattern) if pattern else None
-    seen = _store.read_manifest(store).select(["path", "size", "mtime_ns"]).to_pylist()
-    done = {(r["path"], r["size"], r["mtime_ns"]) for r in seen}
+    # Only stored files count as done: a bad file is tried again (its sidecar may have been fixed),
+    # and each attempt adds a manifest row.
+    seen = _store.read_manifest(store).select(["path", "size", "mtime_ns", "status"]).to_pylist()
+    done = {(r["path"], r["size"], r["mtime_ns"]) for r in seen if r["status"] == "ok"}
     items, already = [], 0
     for path, root in discover(sources):
-        key = str(path.resolve())
+        key = os.path.abspath(path)  # links are not resolved: the name given is the name reported
         st = _is_regular(key)
         if st is None:
             items.append(IngestItem(key, -1, -1, file_identity(key, -1, -1), None, "not a regular file"))
