@@ -89,7 +89,8 @@ def _diff(args) -> int:
     from etlab.fleet._diff import diff
 
     result = diff(args.store, args.base, args.head, key=_columns_arg(args.key), strata=_columns_arg(args.per),
-                  where=args.where, threshold=args.threshold, alpha=args.alpha, n_boot=args.bootstrap,
+                  where=args.where, adjust_by=None if args.adjust_by == "none" else args.adjust_by,
+                  threshold=args.threshold, alpha=args.alpha, n_boot=args.bootstrap,
                   seed=args.seed)
     if args.format == "table":
         print(result.format(only_flagged=not args.all))
@@ -168,6 +169,8 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--key", default="op", help="what an op is: op, or op,debug_handle")
     d.add_argument("--per", default="", help="compare separately per these columns, e.g. device_class")
     d.add_argument("--where", help="extra SQL condition on events")
+    d.add_argument("--adjust-by", default="device", help="compare each run to its device's typical base time "
+                                                          "(a column, or none for raw times)")
     d.add_argument("--threshold", type=float, default=0.05, help="smallest p50 change flagged (0.05 = 5%%)")
     d.add_argument("--alpha", type=float, default=0.05, help="significance after Holm correction")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the interval")

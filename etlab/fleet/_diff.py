@@ -2,6 +2,8 @@
 
 The unit of observation is a run: for each op (or op and debug handle), the time it took in one
 run is the sum of its events in that run. Runs are independent samples; events of one run are not.
+By default each run's time is taken relative to the typical base time of the same op on the same
+device, so a fleet of fast and slow phones compares like a fleet of one (`adjust_runs`).
 Per op (and stratum, e.g. device class):
 
 - p50 change: median(head) / median(base) - 1, with a percentile-bootstrap confidence interval;
@@ -9,8 +11,8 @@ Per op (and stratum, e.g. device class):
 - flag "regression" when the corrected p < alpha, the change is at least `threshold` and the
   whole interval is above zero; "improvement" symmetrically. A CI gate fails on any regression.
 
-The same runs must be comparable on both sides: stratify by device class (`strata=`) or restrict
-(`where=`) when the device mix of the two sides differs.
+Devices seen on one side only are left out of the adjusted comparison; with `adjust_by=None`
+the raw times are compared, and then the device mix of the two sides must match.
 """
 
 from __future__ import annotations
@@ -165,22 +167,38 @@ class FleetDiff:
         return DiffView(self)
 
 
+def adjust_runs(runs: pd.DataFrame, groups: list[str], by: str) -> pd.DataFrame:
+    """Divides each run's time by the median base-side time of the same op on the same `by` unit
+    (device), so that device speed drops out of the comparison; units seen on one side only are
+    left out. Adds the column `value` (1.0 = that device's typical base time)."""
+    base_med = (runs[runs["side"] == "base"].groupby([*groups, by], dropna=False)["run_ns"].median()
+                .rename("base_median"))
+    both = runs.groupby([*groups, by], dropna=False)["side"].nunique().rename("sides")
+    out = runs.join(base_med, on=[*groups, by]).join(both, on=[*groups, by])
+    out = out[(out["sides"] == 2) & (out["base_median"] > 0)]
+    return out.assign(value=out["run_ns"] / out["base_median"])
+
+
 def diff(store, base: dict | str, head: dict | str, *, key=("op",), strata=(), where: str | None = None,
-         threshold: float = 0.05, alpha: float = 0.05, level: float = 0.95, n_boot: int = 1000,
-         seed: int = 0, db: FleetDB | None = None) -> FleetDiff:
+         adjust_by: str | None = "device", threshold: float = 0.05, alpha: float = 0.05, level: float = 0.95,
+         n_boot: int = 1000, seed: int = 0, db: FleetDB | None = None) -> FleetDiff:
     """Compares the runs selected by `base` with those selected by `head` (see the module docstring).
 
     base/head: {column: value} or "column=value,..." (columns of the store or label.<name>).
     key: what an "op" is (default its name; ("op", "debug_handle") compares instruction by instruction).
     strata: columns compared separately (e.g. "device_class"); where: extra SQL condition.
+    adjust_by: each run is measured relative to its device's typical base time (`adjust_runs`),
+    which takes the spread between fast and slow devices out of the test; None compares raw times.
+    The p50 columns are raw times either way; change, interval and p-value use the adjusted ones.
     """
     base = parse_selector(base) if isinstance(base, str) else dict(base)
     head = parse_selector(head) if isinstance(head, str) else dict(head)
     key, strata = _columns(key, "key"), _columns(strata, "strata")
+    extra_cols = _columns([adjust_by], "adjust_by") if adjust_by and adjust_by not in (*strata, *key) else []
     own = db is None
     db = db or FleetDB(store)
     try:
-        cols = ", ".join([*strata, *key])
+        cols = ", ".join([*strata, *key, *extra_cols])
         frames = []
         for side, sel in (("base", base), ("head", head)):
             cond, params = _selector_sql(sel)
@@ -191,17 +209,25 @@ def diff(store, base: dict | str, head: dict | str, *, key=("op",), strata=(), w
     finally:
         if own:
             db.close()
+    group_cols = [*strata, *key]
     runs = pd.concat(frames, ignore_index=True)
+    raw = runs.groupby([*group_cols, "side"], dropna=False)["run_ns"].median().unstack("side")
+    runs = adjust_runs(runs, group_cols, adjust_by) if adjust_by else runs.assign(value=runs["run_ns"])
     groups: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
-    empty = np.zeros(0, dtype=np.int64)
-    for k, g in runs.groupby([*strata, *key], sort=True, dropna=False):
+    empty = np.zeros(0)
+    for k, g in runs.groupby(group_cols, sort=True, dropna=False):
         k = k if isinstance(k, tuple) else (k,)
         by_side = dict(tuple(g.groupby("side")))
-        groups[k] = tuple(by_side[s]["run_ns"].to_numpy(np.int64) if s in by_side else empty
+        groups[k] = tuple(by_side[s]["value"].to_numpy(np.float64) if s in by_side else empty
                           for s in ("base", "head"))
     table = compare_samples(groups, threshold=threshold, alpha=alpha, n_boot=n_boot, level=level, seed=seed)
-    keys = pd.DataFrame(table.pop("key").tolist(), columns=[*strata, *key]) if len(table) else \
-        pd.DataFrame(columns=[*strata, *key])
+    keys = pd.DataFrame(table.pop("key").tolist(), columns=group_cols) if len(table) else \
+        pd.DataFrame(columns=group_cols)
     table = pd.concat([keys, table], axis=1)
+    if len(table):  # report raw medians (the adjusted ones are relative units)
+        idx = pd.MultiIndex.from_frame(table[group_cols]) if len(group_cols) > 1 else table[group_cols[0]]
+        for side in ("base", "head"):
+            col = raw[side] if side in raw else pd.Series(np.nan, index=raw.index)
+            table[f"p50_{side}_ns"] = col.reindex(idx).to_numpy()
     return FleetDiff(table=table, base=base, head=head, key=key, strata=strata, threshold=threshold, alpha=alpha,
                      level=level)

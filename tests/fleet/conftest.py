@@ -31,7 +31,7 @@ def add_bad_files(root: Path, good: str) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory):
     root = tmp_path_factory.mktemp("fleet") / "tree"
-    fl = generate_fleet(root, FleetSpec(devices_per_class=2, sessions=2, runs=8, seed=3))
+    fl = generate_fleet(root, FleetSpec(devices_per_class=2, sessions=2, runs=8, seed=5, outlier_rate=0.02))
     fl.bad = add_bad_files(root, fl.files[0])
     return fl
 
