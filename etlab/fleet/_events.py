@@ -146,7 +146,8 @@ def file_events(cols: ETDumpColumns, file_id: int, tags: FileTags) -> FileEvents
         op[where] = kops[pos[hit]]
         category[where] = _CAT["operator_call"]
 
-    run_names = np.array([-1 if r.name is None else code(r.name) for r in cols.runs] or [-1], dtype=np.int32)
+    name_codes = {n: -1 if n is None else code(n) for n in {r.name for r in cols.runs}}
+    run_names = np.array([name_codes[r.name] for r in cols.runs] or [-1], dtype=np.int32)
     return FileEvents(
         file_id=file_id, tags=tags, strings=strings, run=run.astype(np.int32), run_name=run_names[run],
         event=name_code.astype(np.int32), op=op, category=category, chain=chain, instruction=instr.astype(np.int32),

@@ -96,8 +96,10 @@ def partition_dir(store: Path, program: str, build: str) -> Path:
 
 
 def _table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes; dictionary pages only for string columns (numbers compress better plain)."""
     sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="snappy")
+    strings = [f.name for f in table.schema if pa.types.is_dictionary(f.type) or pa.types.is_string(f.type)]
+    pq.write_table(table, sink, compression="snappy", use_dictionary=strings)
     return sink.getvalue().to_pybytes()
 
 
