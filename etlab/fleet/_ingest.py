@@ -59,6 +59,18 @@ class IngestSummary:
     leftovers_removed: int = 0
     seconds: float = 0.0
 
+    def add(self, records: list[FileRecord]) -> None:
+        """Counts one committed chunk's manifest rows."""
+        for r in records:
+            if r.status == "ok":
+                self.files_ingested += 1
+                self.events += r.events
+                self.runs += r.runs
+                self.dropped_events += r.dropped
+                self.not_profile_events += r.not_profile
+            else:
+                self.bad.append((r.path, r.error or ""))
+
     @property
     def files_bad(self) -> int:
         return len(self.bad)
@@ -230,15 +242,7 @@ def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = No
 
     def commit(chunk: str, records: list[FileRecord]) -> None:
         _store.write_manifest_part(root, chunk, records)
-        for r in records:
-            if r.status == "ok":
-                summary.files_ingested += 1
-                summary.events += r.events
-                summary.runs += r.runs
-                summary.dropped_events += r.dropped
-                summary.not_profile_events += r.not_profile
-            else:
-                summary.bad.append((r.path, r.error or ""))
+        summary.add(records)
         bar.update(len(records))
 
     ids = [uuid.uuid4().hex for _ in chunks]

@@ -171,15 +171,7 @@ class SparkFleet:
             records.sort(key=lambda r: r.path)
             _store.write_manifest_part(root, chunk, records)
             shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
-            for r in records:
-                if r.status == "ok":
-                    summary.files_ingested += 1
-                    summary.events += r.events
-                    summary.runs += r.runs
-                    summary.dropped_events += r.dropped
-                    summary.not_profile_events += r.not_profile
-                else:
-                    summary.bad.append((r.path, r.error or ""))
+            summary.add(records)
         summary.bad.sort()
         summary.seconds = time.perf_counter() - t0
         return summary

@@ -87,3 +87,11 @@ def test_cli_query_and_stats(store, capsys):
     assert fleet_main(["query", str(store[0]), "SELECT nosuch FROM events"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("etlab fleet: error: ") and "nosuch" in err[0]
+
+
+def test_etlab_cli_delegates_to_fleet(store, capsys):
+    from etlab.cli import main
+
+    assert main(["fleet", "stats", str(store[0]), "slowest", "--limit", "2", "--format", "csv"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("op,category,n,total_ns") and out[1].startswith("convolution.out,kernel,")
