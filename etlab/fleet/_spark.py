@@ -14,12 +14,14 @@ Queries: the views `events` and `files` over the same Parquet layout, and the sa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
 import time
 import uuid
+import warnings
 from dataclasses import asdict
 from pathlib import Path
 
@@ -52,6 +54,15 @@ def _spark_type(t: pa.DataType) -> str:
 
 OUT_SCHEMA = pa.schema(list(PLAIN_EVENT_SCHEMA) + [(c, pa.string()) for c in PARTITION_COLUMNS])
 _OUT_DDL = ", ".join(f"{f.name} {_spark_type(f.type)}" for f in OUT_SCHEMA)
+
+
+@contextlib.contextmanager
+def _pandas_warnings_off():
+    """pyspark 4 warns about pandas 3 on every conversion; the conversions used here work."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not yet fully support pandas")
+        warnings.filterwarnings("ignore", message="The copy keyword is deprecated")
+        yield
 
 
 class _Concat(AccumulatorParam):
@@ -126,7 +137,8 @@ class SparkFleet:
     def sql(self, store, query: str) -> pd.DataFrame:
         """Any Spark SQL over the views `events` and `files` of `store`, as a DataFrame."""
         self.register(store)
-        return self.spark.sql(query).toPandas()
+        with _pandas_warnings_off():
+            return self.spark.sql(query).toPandas()
 
     def op_percentiles(self, store, by=("device_class",), where: str | None = None) -> pd.DataFrame:
         return self.sql(store, _queries.op_percentiles_sql(by, where))
@@ -162,8 +174,9 @@ class SparkFleet:
             sc = self.spark.sparkContext
             n_parts = partitions or max(1, min(len(rows), sc.defaultParallelism * 4))
             acc = sc.accumulator([], _Concat())
-            df = self.spark.createDataFrame(pd.DataFrame(rows), _ITEM_SCHEMA).repartition(n_parts)
-            out = df.mapInArrow(lambda it: _convert_batches(it, acc, chunk), _OUT_DDL)
+            with _pandas_warnings_off():
+                df = self.spark.createDataFrame(pd.DataFrame(rows), _ITEM_SCHEMA).repartition(n_parts)
+                out = df.mapInArrow(lambda it: _convert_batches(it, acc, chunk), _OUT_DDL)
             staging = root / STAGING_DIR / chunk
             out.write.partitionBy(*PARTITION_COLUMNS).mode("overwrite").parquet(str(staging))
             _publish(root, staging, chunk)

@@ -13,7 +13,9 @@ import pytest
 from etlab.fleet import FleetDB, read_manifest
 from etlab.fleet._queries import READY_QUERIES
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark")]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.xdist_group("spark"),
+              pytest.mark.filterwarnings("ignore:.*does not yet fully support pandas"),
+              pytest.mark.filterwarnings("ignore:The copy keyword is deprecated")]
 
 
 @pytest.fixture(scope="module")
