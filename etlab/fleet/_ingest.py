@@ -5,7 +5,7 @@ files the manifest already holds (same path, size and mtime), and hands chunks o
 process pool. A worker reads its files with the columnar `read_etdump`, writes one Parquet part
 per (program, build) partition and returns the manifest rows; the driver commits each chunk by
 writing its manifest part. A file that cannot be read or tagged is a "bad" manifest row with the
-reason: it is counted and reported, and never stops the ingest.
+reason: it is counted and reported, never stops the ingest, and is tried again next time.
 """
 
 from __future__ import annotations
@@ -225,8 +225,8 @@ def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = No
            chunk_files: int | None = None, progress: bool = False) -> IngestSummary:
     """Ingests every .etdp under `sources` into `store` (created if needed); see the module docstring.
 
-    workers: processes (default: all cores; 1 runs in this process). Files already in the
-    manifest (same path, size, mtime) are not read again.
+    workers: processes (default: all cores; 1 runs in this process). Files already stored (same
+    path, size, mtime) are not read again; files that were bad are tried again.
     """
     from tqdm.auto import tqdm
 
