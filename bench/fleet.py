@@ -1,12 +1,15 @@
 """Fleet benchmark: ingest of ~10,000 ETDumps (~10M events), the per-op summary query in DuckDB
 and in Spark local mode, and the memory peaks, in one run.
 
-    .venv/bin/python bench/fleet.py [--devices-per-class 50] [--sessions 34] [--runs 45] [--workers 2]
-                                    [--spark-files 1000] [--no-spark] [--generate-only]
+    .venv/bin/python bench/fleet.py [--devices-per-class 50] [--sessions 9] [--copies 4] [--runs 45]
+                                    [--workers 2] [--spark-files 1000] [--no-spark] [--generate-only]
 
-The synthetic fleet (etlab.fleet.generate_fleet: 150 devices x 2 builds x 34 sessions = 10,200
-files of 45 runs, ~990 events each) is written once with etlab's ETDump writer and cached under
-~/.cache/etlab/bench (ETLAB_BENCH_CACHE). Each ingest runs in a fresh process into a fresh store,
+The synthetic fleet (etlab.fleet.generate_fleet: 150 devices x 2 builds x 9 sessions = 2,700
+files of 45 runs, ~990 events each) is written once with etlab's ETDump writer (~0.13 s a file,
+the slow part) and cached under ~/.cache/etlab/bench (ETLAB_BENCH_CACHE); the tree the ingest
+reads holds each file `--copies` times under distinct paths (hard links: copy k of a device's
+session is its own file to the ingest, with its own file id and rows), 10,800 files in all, so
+the ingest reads and converts every one. Each ingest runs in a fresh process into a fresh store,
 so its peak RSS (driver, and the largest worker) is its own. Spark is timed on the same query
 text over the same store, after a warm-up; its ingest on a subset, next to the process pool on
 the same subset. Medians. Writes the `## fleet` section of bench/RESULTS.md.
@@ -36,9 +39,10 @@ TARGET_INGEST_S = 60.0
 TARGET_QUERY_S = 1.0
 
 
-def cached_fleet(spec: FleetSpec, workers: int) -> Path:
-    """The fleet's tree for `spec`, generated once (atomically: a finished tree has done.json)."""
-    key = hashlib.sha256(json.dumps(asdict(spec), sort_keys=True, default=str).encode()).hexdigest()[:12]
+def cached_fleet(spec: FleetSpec, workers: int, copies: int) -> Path:
+    """The fleet's tree for `spec`, generated once (atomically: a finished tree has done.json);
+    copies > 1 links every .etdp (and its sidecar) again as copy-<k>-<name> beside it."""
+    key = hashlib.sha256(json.dumps([asdict(spec), copies], sort_keys=True, default=str).encode()).hexdigest()[:12]
     root = CACHE / f"fleet-{key}"
     if (root / "done.json").is_file():
         return root
@@ -48,6 +52,10 @@ def cached_fleet(spec: FleetSpec, workers: int) -> Path:
         t0 = time.perf_counter()
         print(f"[bench] generating the fleet into {root} ...", file=sys.stderr, flush=True)
         fleet = generate_fleet(tmp / "tree", spec, workers=workers)
+        for f in map(Path, fleet.files):
+            for k in range(1, copies):
+                for src in (f, f.with_name(f.name + ".json")):
+                    os.link(src, src.with_name(f"copy-{k}-{src.name}"))
         write_atomic(tmp / "done.json", json.dumps({**fleet.truth(), "seconds": time.perf_counter() - t0}).encode())
         shutil.rmtree(root, ignore_errors=True)
         os.replace(tmp, root)
@@ -126,7 +134,8 @@ sf.stop()
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--devices-per-class", type=int, default=50)
-    ap.add_argument("--sessions", type=int, default=34)
+    ap.add_argument("--sessions", type=int, default=9)
+    ap.add_argument("--copies", type=int, default=4)
     ap.add_argument("--runs", type=int, default=45)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--query-repeats", type=int, default=7)
@@ -136,7 +145,7 @@ def main() -> int:
     args, _ = ap.parse_known_args()
 
     spec = FleetSpec(devices_per_class=args.devices_per_class, sessions=args.sessions, runs=args.runs, seed=11)
-    root = cached_fleet(spec, args.workers)
+    root = cached_fleet(spec, args.workers, args.copies)
     if args.generate_only:
         print(root)
         return 0
@@ -167,9 +176,10 @@ def main() -> int:
         "## fleet",
         "",
         f"`bench/fleet.py` ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, {args.workers} workers). Synthetic "
-        f"fleet from `etlab.fleet.generate_fleet`: {len(files):,} ETDumps written by etlab's ETDump writer "
-        f"({3 * spec.devices_per_class} devices x 2 builds x {spec.sessions} sessions, {spec.runs} runs each), "
-        f"{full['events']:,} profile events. Each ingest is a fresh process into a fresh store.",
+        f"fleet from `etlab.fleet.generate_fleet`: {len(files) // args.copies:,} ETDumps written by etlab's ETDump "
+        f"writer ({3 * spec.devices_per_class} devices x 2 builds x {spec.sessions} sessions, {spec.runs} runs "
+        f"each), each present {args.copies} times under distinct paths: {len(files):,} files read, "
+        f"{full['events']:,} profile events stored. Each ingest is a fresh process into a fresh store.",
         "",
         "| measure | value | target | ratio to target |",
         "|---|---|---|---|",
