@@ -77,6 +77,8 @@ def _stats(args) -> int:
     kwargs = {"where": args.where}
     if args.by is not None:
         kwargs["by"] = _columns_arg(args.by)
+    if args.query == "percentiles":
+        kwargs["dialect"] = args.engine   # the engine's one-sort form of the three quantiles
     if args.query == "outliers":
         kwargs["z"] = args.z
     if args.query == "slowest":

@@ -14,7 +14,8 @@ Every row gets a `category` so that queries do not double count nested timings:
     framework      Method::execute, Method::init, Program::load_method
     other          MOVE_CALL, JF_CALL, FREE_CALL and anything unnamed or unknown
 
-`OP_CATEGORIES` are the ones that are "an op" for per-op statistics.
+`OP_CATEGORIES` are the ones that are "an op" for per-op statistics; the stored boolean `is_op`
+says so per row (cheaper to filter on than the category string).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from etlab.fleet._tags import FileTags
 CATEGORIES = ("kernel", "operator_call", "operator", "delegate_call", "delegate", "framework", "other")
 OP_CATEGORIES = ("kernel", "operator", "delegate_call", "delegate")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
+_IS_OP = np.array([c in OP_CATEGORIES for c in CATEGORIES])
 _FRAMEWORK = frozenset({"Method::execute", "Method::init", "Program::load_method"})
 _KERNEL_PREFIX = "native_call_"
 UNNAMED = "<unnamed>"
@@ -40,7 +42,8 @@ _STR = pa.dictionary(pa.int32(), pa.string())
 EVENT_SCHEMA = pa.schema([
     ("file_id", pa.int64()), ("run", pa.int32()), ("run_name", _STR), ("event", _STR), ("op", _STR),
     ("category", _STR), ("chain", pa.int32()), ("instruction", pa.int32()), ("debug_handle", pa.int32()),
-    ("delegate_id", pa.int32()), ("delegate_id_str", _STR), ("delegated", pa.bool_()), ("start_ns", pa.int64()),
+    ("delegate_id", pa.int32()), ("delegate_id_str", _STR), ("delegated", pa.bool_()), ("is_op", pa.bool_()),
+    ("start_ns", pa.int64()),
     ("duration_ns", pa.int64()), ("method", _STR), ("device", _STR), ("device_class", _STR), ("labels", _STR),
 ])
 PLAIN_EVENT_SCHEMA = pa.schema([pa.field(f.name, pa.string() if f.type == _STR else f.type) for f in EVENT_SCHEMA])
@@ -198,6 +201,7 @@ def events_table(files: list[FileEvents]) -> pa.Table:
         "chain": numbers("chain", np.int32), "instruction": numbers("instruction", np.int32),
         "debug_handle": numbers("debug_handle", np.int32), "delegate_id": numbers("delegate_id", np.int32),
         "delegate_id_str": strings("delegate_id_str"), "delegated": category == _CAT["delegate"],
+        "is_op": _IS_OP[category],
         "start_ns": numbers("start_ns", np.int64), "duration_ns": numbers("duration_ns", np.int64),
         "method": constant(0), "device": constant(1), "device_class": constant(2), "labels": constant(3),
     }

@@ -14,11 +14,13 @@ from pathlib import Path
 import pandas as pd
 
 from etlab.fleet import _store
-from etlab.fleet._events import OP_CATEGORIES, PARTITION_COLUMNS, PLAIN_EVENT_SCHEMA
+from etlab.fleet._events import PARTITION_COLUMNS, PLAIN_EVENT_SCHEMA
 
 GROUP_COLUMNS = ("program", "build", "method", "device", "device_class", "op", "category", "event", "run_name",
                  "debug_handle", "chain", "instruction", "delegate_id_str", "labels")
-OPS_WHERE = "category IN (" + ", ".join(f"'{c}'" for c in OP_CATEGORIES) + ")"
+OPS_WHERE = "is_op"   # the rows of OP_CATEGORIES
+DIALECTS = ("ansi", "duckdb", "spark")
+_QUANTILES = (0.5, 0.9, 0.99)
 _IDENT = re.compile(r"[a-z_]+")
 
 
@@ -40,13 +42,29 @@ def _sel(cols: list[str]) -> str:
     return "".join(f"{c}, " for c in cols)
 
 
-def op_percentiles_sql(by=("device_class",), where: str | None = None) -> str:
-    """Per op (and `by` columns): event count, p50/p90/p99 and mean duration in ns."""
+def op_percentiles_sql(by=("device_class",), where: str | None = None, dialect: str = "ansi") -> str:
+    """Per op (and `by` columns): event count, p50/p90/p99 and mean duration in ns.
+
+    "ansi" is the text both engines run (`percentile_cont ... WITHIN GROUP`, one sort per
+    quantile); "duckdb" and "spark" compute the three quantiles from one sort with the engine's
+    list form (`quantile_cont(x, [..])`, `percentile(x, array(..))`): same values, faster.
+    """
     cols = [*_columns(by, "by"), "op"]
-    pct = ", ".join(f"percentile_cont({q}) WITHIN GROUP (ORDER BY duration_ns) AS p{int(q * 100)}_ns"
-                    for q in (0.5, 0.9, 0.99))
-    return (f"SELECT {_sel(cols)}count(*) AS n, {pct}, avg(duration_ns) AS mean_ns FROM events "
-            f"{_where(OPS_WHERE, where)} GROUP BY {', '.join(cols)} ORDER BY {', '.join(cols)}")
+    keys = ", ".join(cols)
+    names = [f"p{int(q * 100)}_ns" for q in _QUANTILES]
+    if dialect == "ansi":
+        pct = ", ".join(f"percentile_cont({q}) WITHIN GROUP (ORDER BY duration_ns) AS {n}"
+                        for q, n in zip(_QUANTILES, names))
+        return (f"SELECT {keys}, count(*) AS n, {pct}, avg(duration_ns) AS mean_ns FROM events "
+                f"{_where(OPS_WHERE, where)} GROUP BY {keys} ORDER BY {keys}")
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect {dialect!r}: one of {', '.join(DIALECTS)}")
+    qs = ", ".join(map(str, _QUANTILES))
+    agg, first = (f"quantile_cont(duration_ns, [{qs}])", 1) if dialect == "duckdb" else \
+        (f"percentile(duration_ns, array({qs}))", 0)
+    pct = ", ".join(f"q[{first + i}] AS {n}" for i, n in enumerate(names))
+    return (f"SELECT {keys}, n, {pct}, mean_ns FROM (SELECT {keys}, count(*) AS n, {agg} AS q, "
+            f"avg(duration_ns) AS mean_ns FROM events {_where(OPS_WHERE, where)} GROUP BY {keys}) t ORDER BY {keys}")
 
 
 def slowest_ops_sql(limit: int = 20, by=(), where: str | None = None) -> str:
@@ -113,7 +131,7 @@ class FleetDB:
         if _store.event_parts(root):
             glob = _sql_string(str(root / _store.EVENTS_DIR / "program=*" / "build=*" / "*.parquet"))
             self.con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({glob}, hive_partitioning=true, "
-                             "hive_types_autocast=false, union_by_name=true)")
+                             "hive_types_autocast=false)")
         else:  # a store with no events yet still answers every query (with no rows)
             empty = pa.schema(list(PLAIN_EVENT_SCHEMA) + [(c, pa.string()) for c in PARTITION_COLUMNS]).empty_table()
             self.con.register("events_empty", empty)
@@ -126,7 +144,7 @@ class FleetDB:
         return self.con.execute(query, params).df()
 
     def op_percentiles(self, by=("device_class",), where: str | None = None) -> pd.DataFrame:
-        return self.sql(op_percentiles_sql(by, where))
+        return self.sql(op_percentiles_sql(by, where, dialect="duckdb"))
 
     def slowest_ops(self, limit: int = 20, by=(), where: str | None = None) -> pd.DataFrame:
         return self.sql(slowest_ops_sql(limit, by, where))

@@ -141,7 +141,7 @@ class SparkFleet:
             return self.spark.sql(query).toPandas()
 
     def op_percentiles(self, store, by=("device_class",), where: str | None = None) -> pd.DataFrame:
-        return self.sql(store, _queries.op_percentiles_sql(by, where))
+        return self.sql(store, _queries.op_percentiles_sql(by, where, dialect="spark"))
 
     def slowest_ops(self, store, limit: int = 20, by=(), where: str | None = None) -> pd.DataFrame:
         return self.sql(store, _queries.slowest_ops_sql(limit, by, where))

@@ -40,6 +40,15 @@ def test_op_percentiles_match_numpy(db, rows):
                                    [*np.quantile(d, [0.5, 0.9, 0.99]), d.mean()], rtol=1e-12)
 
 
+def test_percentile_dialects_agree(db):
+    from etlab.fleet import op_percentiles_sql
+
+    ansi = db.sql(op_percentiles_sql(by=("build", "device"), dialect="ansi"))
+    pd.testing.assert_frame_equal(db.sql(op_percentiles_sql(by=("build", "device"), dialect="duckdb")), ansi)
+    with pytest.raises(ValueError, match="dialect"):
+        op_percentiles_sql(dialect="oracle")
+
+
 def test_slowest_ops_rank_total_time(db, rows):
     got = db.slowest_ops(limit=3)
     ops = rows[rows["category"].isin(["kernel", "operator", "delegate_call", "delegate"])]

@@ -53,18 +53,26 @@ def test_spark_ingest_writes_the_same_rows(spark_store, store):
     assert not (s_path / "_staging").exists()
 
 
-@pytest.mark.parametrize("name", sorted(READY_QUERIES))
-def test_ready_queries_agree_row_for_row(name, spark, store):
-    sql = READY_QUERIES[name]()
-    with FleetDB(store[0]) as db:
-        d = db.sql(sql)
-    s = spark.sql(store[0], sql)
+def _same_frames(s: pd.DataFrame, d: pd.DataFrame) -> None:
     assert list(s.columns) == list(d.columns) and len(d) > 0
     for col in d.columns:
         if d[col].dtype.kind in "fiu":
             np.testing.assert_allclose(s[col].to_numpy(float), d[col].to_numpy(float), rtol=1e-9, err_msg=col)
         else:
             assert s[col].tolist() == d[col].tolist(), col
+
+
+@pytest.mark.parametrize("name", sorted(READY_QUERIES))
+def test_ready_queries_agree_row_for_row(name, spark, store):
+    """The same SQL text on both engines gives the same rows."""
+    sql = READY_QUERIES[name]()
+    with FleetDB(store[0]) as db:
+        _same_frames(spark.sql(store[0], sql), db.sql(sql))
+
+
+def test_engine_specific_percentiles_agree(spark, store):
+    with FleetDB(store[0]) as db:
+        _same_frames(spark.op_percentiles(store[0]), db.op_percentiles())
 
 
 def test_spark_resume_and_raw_sql(spark, spark_store, fleet):
