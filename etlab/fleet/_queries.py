@@ -18,7 +18,9 @@ from etlab.fleet._events import PARTITION_COLUMNS, PLAIN_EVENT_SCHEMA
 
 GROUP_COLUMNS = ("program", "build", "method", "device", "device_class", "op", "category", "event", "run_name",
                  "debug_handle", "chain", "instruction", "delegate_id_str", "labels")
-OPS_WHERE = "is_op"   # the rows of OP_CATEGORIES
+# The rows of OP_CATEGORIES. Not a bare "(is_op)": Spark (ANSI off) would read `events WHERE (is_op)`
+# as the table aliased WHERE with a column list.
+OPS_WHERE = "is_op = true"
 DIALECTS = ("ansi", "duckdb", "spark")
 _QUANTILES = (0.5, 0.9, 0.99)
 _IDENT = re.compile(r"[a-z_]+")
