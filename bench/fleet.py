@@ -11,7 +11,8 @@ reads holds each file `--copies` times under distinct paths (hard links: copy k 
 session is its own file to the ingest, with its own file id and rows), 10,800 files in all, so
 the ingest reads and converts every one. Each ingest runs in a fresh process into a fresh store,
 so its peak RSS (driver, and the largest worker) is its own. Spark is timed on the same query
-text over the same store, after a warm-up; its ingest on a subset, next to the process pool on
+summary over the same store (each engine's one-sort form of the three quantiles; the tests check
+it equals the portable SQL), after a warm-up; its ingest on a subset, next to the process pool on
 the same subset. Medians. Writes the `## fleet` section of bench/RESULTS.md.
 """
 
@@ -196,7 +197,7 @@ def main() -> int:
     if spark_q:
         s_med = median(spark_q["times"])
         lines += [
-            f"| same query text, Spark local[{args.workers}] (median of {len(spark_q['times'])}, after a "
+            f"| same per-op summary, Spark local[{args.workers}] (median of {len(spark_q['times'])}, after a "
             f"{spark_q['warmup']:.1f} s first run) | {s_med:.2f} s | | Spark / DuckDB = {s_med / d_med:.1f}x |",
             f"| ingest of the first {len(subset):,} files: process pool vs Spark local[{args.workers}] | "
             f"{pool_i['seconds']:.1f} s vs {spark_i['seconds']:.1f} s (+{spark_i['session_start']:.1f} s session "
