@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup browser jdk demo test test-spark lint schemas bench clean
+.PHONY: setup browser jdk demo test test-spark lint schemas bench kernel clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,6 +44,10 @@ test: setup browser jdk
 # The Spark tests alone (they are part of `make test` too).
 test-spark: setup jdk
 	$(PY) -m pytest -q -m spark tests/fleet
+
+# The notebooks declare a kernel named "etlab": this registers the venv's python under that name.
+kernel: setup
+	$(PY) -m ipykernel install --user --name etlab --display-name "etlab (Python 3)"
 
 lint: setup
 	$(PY) -m ruff check etlab tests bench
