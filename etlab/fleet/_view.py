@@ -1,8 +1,10 @@
 """The notebook view of a fleet diff: a sortable table and the p50 change per op with its interval.
 
-In a notebook it is a widget (etlab.visualizer's TableView and a plotly chart); `save_html(path)`
-writes the same as one offline page (plotly.js inlined, a table sortable by clicking a header).
-A graph overlay is not drawn: a fleet store has no program graph, only op names and handles.
+In a notebook it is a widget: the table (sorted by the column picked above it) and a plotly chart.
+`etlab.fleet` sits below `etlab.visualizer` in the layering, so the view is built from ipywidgets
+and plotly directly. `save_html(path)` writes the same as one offline page (plotly.js inlined, a
+table sortable by clicking a header). A graph overlay is not drawn: a fleet store has no program
+graph, only op names and handles.
 """
 
 from __future__ import annotations
@@ -67,14 +69,6 @@ def change_figure(result) -> go.Figure:
 
 def _page(result, columns, rows, fig: go.Figure) -> str:
     """One self-contained HTML page: the table (click a header to sort) and the chart."""
-    head = "".join(f"<th data-num='{int(num)}'>{html.escape(label)}</th>" for _, label, num in columns)
-
-    def cell(v) -> str:
-        if isinstance(v, float):
-            return "" if not math.isfinite(v) else f"{v:.4g}"
-        return html.escape(str(v))
-
-    body = "".join("<tr>" + "".join(f"<td>{cell(r[k])}</td>" for k, _, _ in columns) + "</tr>" for r in rows)
     sort_js = """
 document.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', () => {
   const tb = th.closest('table').tBodies[0], num = th.dataset.num === '1';
@@ -88,21 +82,53 @@ document.querySelectorAll('th').forEach((th, i) => th.addEventListener('click', 
             "body{font-family:sans-serif;margin:16px} table{border-collapse:collapse;font-size:13px}"
             "td,th{border:1px solid #ddd;padding:3px 8px} th{cursor:pointer;background:#f4f4f4}"
             "</style></head><body>"
-            f"<h3>{title}</h3><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<h3>{title}</h3>{table_html(columns, rows)}"
             f"{fig.to_html(full_html=False, include_plotlyjs=True)}<script>{sort_js}</script></body></html>")
 
 
+def table_html(columns, rows) -> str:
+    """The rows as an HTML table (header cells carry data-num for the page's sort script)."""
+    head = "".join(f"<th data-num='{int(num)}'>{html.escape(label)}</th>" for _, label, num in columns)
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return "" if not math.isfinite(v) else f"{v:.4g}"
+        return html.escape(str(v))
+
+    body = "".join("<tr>" + "".join(f"<td>{cell(r[k])}</td>" for k, _, _ in columns) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def sorted_rows(rows: list[dict], key: str, descending: bool) -> list[dict]:
+    """Rows sorted by one column; missing values (None, NaN) last either way."""
+    def missing(v) -> bool:
+        return v is None or (isinstance(v, float) and not math.isfinite(v))
+
+    present = [r for r in rows if not missing(r[key])]
+    return sorted(present, key=lambda r: r[key], reverse=descending) + [r for r in rows if missing(r[key])]
+
+
 class DiffView(widgets.VBox):
-    """A FleetDiff in a notebook: sortable table (etlab.visualizer.TableView) above the change chart."""
+    """A FleetDiff in a notebook: the table, sortable by any column, above the change chart."""
 
     def __init__(self, result, **kwargs):
-        from etlab.visualizer import TableView
-
         self.result = result
         self.columns, self.rows = diff_rows(result)
         self.figure = change_figure(result)
-        self.table = TableView(self.columns, self.rows, title=result.format().splitlines()[0], height=320)
-        super().__init__([self.table, go.FigureWidget(self.figure)], **kwargs)
+        self.sort_by = widgets.Dropdown(options=[(label, k) for k, label, _ in self.columns], value="change_pct",
+                                        description="sort by")
+        self.descending = widgets.ToggleButton(value=True, description="descending")
+        self.table = widgets.HTML()
+        self.sort_by.observe(self._render, names="value")
+        self.descending.observe(self._render, names="value")
+        self._render()
+        title = widgets.HTML(f"<b>{html.escape(result.format().splitlines()[0])}</b>")
+        super().__init__([title, widgets.HBox([self.sort_by, self.descending]), self.table,
+                          go.FigureWidget(self.figure)], **kwargs)
+
+    def _render(self, _change=None) -> None:
+        rows = sorted_rows(self.rows, self.sort_by.value, self.descending.value)
+        self.table.value = f"<div style='max-height:360px;overflow:auto'>{table_html(self.columns, rows)}</div>"
 
     def save_html(self, path):
         """Writes the view as one offline HTML file (atomically); returns the path."""

@@ -98,3 +98,14 @@ def test_view_builds_and_saves(store, tmp_path):
     assert len(v.figure.data[0].y) == 10
     path = v.save_html(tmp_path / "v.html")
     assert "convolution.out" in path.read_text()
+
+
+def test_view_sorts_by_the_chosen_column(store):
+    v = diff(store[0], "build=A", "build=B").view()
+    v.sort_by.value = "op"
+    v.descending.value = False
+    ops = [r["op"] for r in v.rows]
+    first = v.table.value.index(sorted(ops)[0])
+    assert first < v.table.value.index(sorted(ops)[-1])
+    v.descending.value = True
+    assert v.table.value.index(sorted(ops)[-1]) < v.table.value.index(sorted(ops)[0])
