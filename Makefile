@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup browser demo test lint schemas bench kernel clean
+.PHONY: setup browser jdk demo test test-spark lint schemas bench kernel clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,11 +36,22 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || { echo "could not install chromium: run 'apt-get install chromium' as root" >&2; exit 1; }; }
 
+# A JDK for Spark (etlab.fleet's cluster path, tested in local mode): Debian's default, 17 on bookworm.
+jdk:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing Debian's JDK for the Spark tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless >/dev/null) \
+	  || { echo "could not install a JDK: run 'apt-get install default-jdk-headless' as root" >&2; exit 1; }; }
+
 demo: setup
 	$(PY) -m etlab.demo
 
-test: setup browser
+test: setup browser jdk
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# The Spark tests alone (they are part of `make test` too).
+test-spark: setup jdk
+	$(PY) -m pytest -q -m spark tests/fleet
 
 # The notebooks declare a kernel named "etlab": this registers the venv's python under that name.
 kernel: setup
