@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from etlab.facts import display
 from etlab.fleet._queries import GROUP_COLUMNS, OPS_WHERE, FleetDB, _columns
 
 _LABEL = re.compile(r"label\.([A-Za-z_][A-Za-z0-9_.-]{0,63})")
@@ -161,10 +162,9 @@ class FleetDiff:
         return title + "\n" + tabulate(rows, headers=head, disable_numparse=True)
 
     def view(self):
-        """The notebook view: a sortable table and a chart of the p50 ratio with its interval."""
-        from etlab.fleet._view import DiffView
-
-        return DiffView(self)
+        """The notebook view: a sortable table and a chart of the p50 change with its interval
+        (`etlab.visualizer.FleetDiffView`, found through etlab.facts.display: views sit above fleet)."""
+        return display.show(self)
 
 
 def adjust_runs(runs: pd.DataFrame, groups: list[str], by: str) -> pd.DataFrame:

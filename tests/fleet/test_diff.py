@@ -57,7 +57,7 @@ def test_cli_diff_gate_and_html(store, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "3 regression(s)" in out and out.count("regression") == 4 and "relu.out" not in out
     text = html.read_text()
-    assert "convolution.out" in text and "plotly" in text and "<table>" in text
+    assert "convolution.out" in text and "plotly" in text and "etlab-tv" in text  # the sortable table
     assert fleet_main(["diff", str(store[0]), "--base", "nosuch=1", "--head", "build=B"]) == 2
 
 
@@ -100,12 +100,14 @@ def test_view_builds_and_saves(store, tmp_path):
     assert "convolution.out" in path.read_text()
 
 
-def test_view_sorts_by_the_chosen_column(store):
+def test_view_is_the_visualizers_sortable_table_and_chart(store):
+    """FleetDiff.view() is etlab.visualizer's FleetDiffView (fleet sits below the views): the shared
+    TableView (sortable, filterable) with one row per op, largest change first, and the chart."""
+    from etlab.visualizer import FleetDiffView, PlotView, TableView
+
     v = diff(store[0], "build=A", "build=B").view()
-    v.sort_by.value = "op"
-    v.descending.value = False
-    ops = [r["op"] for r in v.rows]
-    first = v.table.value.index(sorted(ops)[0])
-    assert first < v.table.value.index(sorted(ops)[-1])
-    v.descending.value = True
-    assert v.table.value.index(sorted(ops)[-1]) < v.table.value.index(sorted(ops)[0])
+    assert isinstance(v, FleetDiffView) and isinstance(v.table, TableView)
+    assert isinstance(v.children[1], PlotView)
+    assert [r["op"] for r in v.table.rows] == [r["op"] for r in v.rows]
+    changes = [r["change_pct"] for r in v.rows]
+    assert changes == sorted(changes, reverse=True)
