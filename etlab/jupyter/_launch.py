@@ -78,7 +78,7 @@ class LabServer:
     def start(self, timeout_s: float = 90.0) -> LabServer:
         env = {**os.environ, **jupyter_dirs(self.base)}
         self.log_path = self.base / "server.log"
-        log = open(self.log_path, "wb")  # noqa: SIM115 (the server writes to it until stopped)
+        log = open(self.log_path, "wb")  # the server writes to it until stopped
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
