@@ -78,7 +78,7 @@ class LabServer:
     def start(self, timeout_s: float = 90.0) -> LabServer:
         env = {**os.environ, **jupyter_dirs(self.base)}
         self.log_path = self.base / "server.log"
-        log = open(self.log_path, "wb")  # the server writes to it until stopped
+        log = self._log = open(self.log_path, "wb")  # the server writes to it until stopped
         cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
                f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
@@ -122,6 +122,7 @@ class LabServer:
     def stop(self) -> None:
         """SIGTERM to the server's process group, SIGKILL after 10 s."""
         if self.proc is None or self.proc.poll() is not None:
+            self._close_log()
             return
         try:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -132,6 +133,12 @@ class LabServer:
             except ProcessLookupError:
                 pass
             self.proc.wait(timeout=10)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        log = getattr(self, "_log", None)
+        if log is not None and not log.closed:
+            log.close()
 
     def __enter__(self) -> LabServer:
         return self.start()

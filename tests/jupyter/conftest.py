@@ -137,6 +137,7 @@ class LabPage:
     def open(self, name: str, *, state: str = "ready"):
         """Double-clicks a file in the file browser; the viewer's locator once it is `state`."""
         self.close_all()
+        self.page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
         self.page.locator(f".jp-DirListing-item[title^='Name: {name}']").dblclick()
         return self.viewer(state)
 
