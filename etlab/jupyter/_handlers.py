@@ -76,7 +76,8 @@ class ViewHandler(_Base):
         if kind == "pte":
             await self.run_json(s.pte, path, self.arg("method"))
         elif kind == "etdp":
-            await self.run_json(s.etdp, path, self.arg("program") or None, self.arg("method", "forward"))
+            await self.run_json(s.etdp, path, self.arg("program") or None, self.arg("method", "forward"),
+                                "graphs" if self.arg("part") == "graphs" else "main")
         elif kind == "etrecord":
             await self.run_json(s.etrecord, path, self.arg("method", "forward"))
         elif kind == "bpte":

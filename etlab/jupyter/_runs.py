@@ -11,8 +11,10 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
 from etlab.jupyter._program import DELEGATE, KERNEL, instruction_graph, op_label
-from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL, ETDump
+from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL
 from etlab.schema.program import KernelCall, PteFile
 
 PROFILE_COLUMNS = [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
@@ -36,25 +38,27 @@ class RunCall:
     kernel: str | None = None
 
 
-def run_calls(etdump: ETDump) -> list[RunCall]:
-    """Every OPERATOR_CALL / DELEGATE_CALL a run logged, with the kernel event just before each OPERATOR_CALL."""
+def run_calls(cols) -> list[RunCall]:
+    """Every distinct OPERATOR_CALL / DELEGATE_CALL a run logged (from `etlab.etdump.read_etdump`
+    columns), with the kernel event logged just before each OPERATOR_CALL."""
+    codes = {c: i for i, c in enumerate(cols.strings)}
+    op_code, del_code = codes.get(OPERATOR_CALL, -2), codes.get(DELEGATE_CALL, -2)
+    rows = np.flatnonzero(cols.has_profile & (cols.chain_index >= 0)
+                          & ((cols.name_code == op_code) | (cols.name_code == del_code)))
     out, seen = [], set()
-    for block in etdump.run_data or ():
-        last_kernel = None
-        for ev in block.events or ():
-            pe = ev.profile_event
-            if pe is None:
-                continue
-            if pe.name in (OPERATOR_CALL, DELEGATE_CALL) and pe.chain_index >= 0:
-                kind = KERNEL if pe.name == OPERATOR_CALL else DELEGATE
-                key = (block.name, pe.chain_index, pe.instruction_id, kind)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(RunCall(str(block.name), int(pe.chain_index), int(pe.instruction_id), kind,
-                                       last_kernel if kind == KERNEL else None))
-                last_kernel = None
-            elif pe.name and str(pe.name).startswith("native_call_"):
-                last_kernel = str(pe.name)[len("native_call_"):]
+    names, runs = cols.name_code, cols.run
+    for i in rows.tolist():
+        block = cols.runs[int(runs[i])].name or ""
+        kind = KERNEL if names[i] == op_code else DELEGATE
+        key = (block, int(cols.chain_index[i]), int(cols.instruction_id[i]), kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        kernel = None
+        if kind == KERNEL and i > 0 and runs[i - 1] == runs[i] and names[i - 1] >= 0:
+            prev = cols.strings[names[i - 1]]
+            kernel = prev[len("native_call_"):] if prev.startswith("native_call_") else None
+        out.append(RunCall(block, key[1], key[2], kind, kernel))
     return out
 
 
@@ -67,7 +71,7 @@ def _method_for(block: str, methods: list[str]) -> str | None:
     return methods[0] if len(methods) == 1 else None
 
 
-def run_mismatch(etdump: ETDump, sig: dict[str, list[list]], *, run_name: str, program_name: str,
+def run_mismatch(etdump, sig: dict[str, list[list]], *, run_name: str, program_name: str,
                  pte: PteFile | None = None) -> str | None:
     """Why a run is not of the program with signature `sig` (None when it is)."""
     calls = run_calls(etdump)
@@ -129,23 +133,24 @@ def timeline_spans(timings, max_runs: int = 200) -> list[dict]:
     return spans
 
 
-def run_blocks(etdump: ETDump) -> list[dict]:
-    """The run blocks as written: name, event count, profiled span (first start to last end, in ticks)."""
+def run_blocks(cols) -> list[dict]:
+    """The run blocks as written: name, event counts, profiled span (first start to last end, in ticks)."""
     out = []
-    for block in etdump.run_data or ():
-        evs = [e.profile_event for e in block.events or () if e.profile_event is not None]
-        span = (max(e.end_time for e in evs) - min(e.start_time for e in evs)) if evs else 0
-        out.append({"name": str(block.name), "events": len(block.events or ()),
-                    "profile_events": len(evs),
-                    "debug_events": sum(1 for e in block.events or () if e.debug_event is not None),
-                    "span_ticks": int(span)})
+    for r in cols.runs:
+        sl = slice(r.first_event, r.first_event + r.num_events)
+        prof = cols.has_profile[sl]
+        starts, ends = cols.start_time[sl][prof], cols.end_time[sl][prof]
+        out.append({"name": r.name or "", "events": r.num_events, "profile_events": int(prof.sum()),
+                    "debug_events": int(cols.has_debug[sl].sum()),
+                    "span_ticks": int(ends.max()) - int(starts.min()) if len(starts) else 0})
     return out
 
 
-def etdp_view(etdump: ETDump, inspector, *, program_kind: str | None = None, record=None,
-              pte: PteFile | None = None, method: str = "forward") -> dict:
-    """The run's blocks, profile table and timeline; with `record` (ETRecord) or `pte` also the
-    graph with its p50 overlay (the joined dashboard)."""
+def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFile | None = None,
+              method: str = "forward") -> dict:
+    """The run's blocks, profile table and timeline; paired with a .pte also its instruction graph with
+    the p50 overlay (cheap). The ETRecord's graphs come separately (`etdp_graphs`): rebuilding them is
+    the slow part, and the table and timeline should not wait for it."""
     from etlab.inspector import execute_timings, op_timings, time_unit
 
     timings = execute_timings(op_timings(inspector))
@@ -154,16 +159,9 @@ def etdp_view(etdump: ETDump, inspector, *, program_kind: str | None = None, rec
             "columns": [{"key": k, "label": f"{label} ({unit})" if k in ("p50", "avg", "min", "max") else label,
                          "numeric": num} for k, label, num in PROFILE_COLUMNS],
             "rows": profile_rows(timings), "spans": timeline_spans(timings),
-            "runs": max((t.runs for t in timings), default=0), "graphs": [], "paired": program_kind}
-    if record is not None:
-        from etlab.visualizer import GraphView
-
-        kinds = [k for k in ("aten", "edge", "runtime") if _has_graph(record, k)]
-        if kinds:
-            gv = GraphView(record, graph=kinds, inspector=inspector, method=method, overlay="latency",
-                           shown=kinds[:2] if len(kinds) > 1 else None)
-            view["graphs"] = gv.graphs
-    elif pte is not None:
+            "runs": max((t.runs for t in timings), default=0), "graphs": [], "paired": program_kind,
+            "graphs_pending": program_kind == "etrecord"}
+    if pte is not None:
         plans = list(pte.program.execution_plan or ())
         plan = next((p for p in plans if p.name == method), plans[0] if plans else None)
         if plan is not None:
@@ -171,6 +169,18 @@ def etdp_view(etdump: ETDump, inspector, *, program_kind: str | None = None, rec
             annotate_by_instruction(model, instruction_timings(timings), unit)
             view["graphs"] = [model.to_json()]
     return view
+
+
+def etdp_graphs(inspector, record, *, method: str = "forward") -> list[dict]:
+    """The ETRecord's graphs (ATen / Edge / runtime, whichever it holds) with the run's p50 on each node."""
+    from etlab.visualizer import GraphView
+
+    kinds = [k for k in ("aten", "edge", "runtime") if _has_graph(record, k)]
+    if not kinds:
+        return []
+    gv = GraphView(record, graph=kinds, inspector=inspector, method=method, overlay="latency",
+                   shown=kinds[:2] if len(kinds) > 1 else None)
+    return gv.graphs
 
 
 def _has_graph(record, kind: str) -> bool:

@@ -14,7 +14,7 @@ from pathlib import Path
 from etlab.errors import FormatError
 from etlab.jupyter._program import pte_view, signature, signature_hash
 from etlab.jupyter._records import bpte_view, etrecord_view, record_signature
-from etlab.jupyter._runs import compare_view, etdp_view, run_mismatch
+from etlab.jupyter._runs import compare_view, etdp_graphs, etdp_view, run_mismatch
 from etlab.jupyter._store import (
     Artifact,
     Cache,
@@ -64,10 +64,14 @@ class Service:
                 from etlab.etrecord import parse_etrecord
 
                 return parse_etrecord(str(path))
+            if what == "etdp":
+                from etlab.etdump import read_etdump
+
+                return read_etdump(str(path), what=self.rel(path))
             return load_file(str(path), what=self.rel(path))
 
         obj = self.cache.get(key, lambda: self._named(path, compute))
-        want = {"pte": "PteFile", "etdp": "ETDump", "bpte": "BundledProgram", "etrecord": "ETRecord"}[what]
+        want = {"pte": "PteFile", "etdp": "ETDumpColumns", "bpte": "BundledProgram", "etrecord": "ETRecord"}[what]
         if type(obj).__name__ != want:
             raise FormatError(f"{self.rel(path)}: is a {type(obj).__name__}, not the {want} its name (.{what}) says")
         return obj
@@ -130,8 +134,9 @@ class Service:
             raise FormatError(report["error"])
         return report
 
-    def etdp(self, rel: str, program: str | None = None, method: str = "forward") -> dict:
-        """The run, joined with `program` (.etrecord or .pte) or with the first matching one beside it."""
+    def etdp(self, rel: str, program: str | None = None, method: str = "forward", part: str = "main") -> dict:
+        """The run, joined with `program` (.etrecord or .pte) or with the first matching one beside it.
+        part="graphs": only the ETRecord's graphs with the run's timings (the slow half, asked for second)."""
         path = confine(self.root, rel, kinds=("etdp",))
         etdump = self._load(path, "etdp")
         mismatch, candidates = None, []
@@ -149,24 +154,32 @@ class Service:
                         break
                 except FormatError:
                     continue
-        key = ("etdp", self.rel(pair) if pair else None, file_version(pair) if pair else None, method)
+        key = (part, self.rel(pair) if pair else None, file_version(pair) if pair else None, method)
+        if part == "graphs":
+            if pair is None or artifact_kind(pair) != "etrecord":
+                return {"graphs": [], "program": self.rel(pair) if pair else None}
+            return {**self._versioned(path, key, lambda: self._named(
+                path, lambda: {"graphs": etdp_graphs(self._inspector(path, pair), self._load(pair, "etrecord"),
+                                                     method=method)})), "program": self.rel(pair)}
         view = dict(self._versioned(path, key, lambda: self._named(path, lambda: self._etdp_view(path, etdump,
                                                                                                 pair, method))))
         view.update(program=self.rel(pair) if pair else None, mismatch=mismatch, candidates=candidates,
                     programs=[self.rel(p) for p in self._programs_beside(path)])
         return view
 
-    def _etdp_view(self, path: Path, etdump, pair: Path | None, method: str) -> dict:
+    def _inspector(self, path: Path, pair: Path | None):
+        """The Inspector of a run (with the ETRecord when paired with one), cached by both files' versions."""
         from etlab.inspector import Inspector
 
-        record = pte = None
-        if pair is not None and artifact_kind(pair) == "etrecord":
-            record = self._load(pair, "etrecord")
-        elif pair is not None:
-            pte = self._load(pair, "pte")
-        ins = Inspector(etdump_path=str(path), etrecord=record)
-        return etdp_view(etdump, ins, program_kind=artifact_kind(pair) if pair else None, record=record,
-                         pte=pte, method=method)
+        record = self._load(pair, "etrecord") if pair is not None and artifact_kind(pair) == "etrecord" else None
+        key = ("inspector", str(path), file_version(path), str(pair) if record is not None else None,
+               file_version(pair) if record is not None else None)
+        return self.cache.get(key, lambda: Inspector(etdump_path=str(path), etrecord=record))
+
+    def _etdp_view(self, path: Path, etdump, pair: Path | None, method: str) -> dict:
+        kind = artifact_kind(pair) if pair else None
+        pte = self._load(pair, "pte") if kind == "pte" else None
+        return etdp_view(etdump, self._inspector(path, pair), program_kind=kind, pte=pte, method=method)
 
     def _mismatch(self, run: Path, etdump, program: Path) -> str | None:
         pte = self._load(program, "pte") if artifact_kind(program) == "pte" else None

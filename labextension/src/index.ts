@@ -4,7 +4,8 @@
 
 import { ILayoutRestorer, JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
 import { ICommandPalette, InputDialog, MainAreaWidget, WidgetTracker } from '@jupyterlab/apputils';
-import { ABCWidgetFactory, DocumentRegistry, DocumentWidget, IDocumentWidget } from '@jupyterlab/docregistry';
+import { ABCWidgetFactory, Base64ModelFactory, DocumentRegistry, DocumentWidget, IDocumentWidget } from '@jupyterlab/docregistry';
+import { Contents } from '@jupyterlab/services';
 import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { LabIcon } from '@jupyterlab/ui-components';
 
@@ -26,6 +27,18 @@ export const etlabIcon = new LabIcon({
     '<rect x="3" y="3" width="7" height="7" rx="1.5"/><rect x="14" y="14" width="7" height="7" rx="1.5"/>' +
     '<path d="M10 6.5h4.5a2 2 0 0 1 2 2V14h-1.5V8.5a.5.5 0 0 0-.5-.5H10z"/></g></svg>'
 });
+
+/** A document model that never downloads the file (fileFormat null: only its metadata is fetched):
+ * the server reads the file, so a 14 MB .pte is not sent to the browser just to open its view. */
+class MetadataOnlyModelFactory extends Base64ModelFactory {
+  get name(): string {
+    return 'etlab-metadata';
+  }
+
+  get fileFormat(): Contents.FileFormat {
+    return null;
+  }
+}
 
 class ViewerFactory extends ABCWidgetFactory<IDocumentWidget<ETLabViewer>, DocumentRegistry.IModel> {
   constructor(private kind: ViewKind, options: DocumentRegistry.IWidgetFactoryOptions<IDocumentWidget<ETLabViewer>>) {
@@ -57,6 +70,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   requires: [IDefaultFileBrowser],
   optional: [ICommandPalette, ILayoutRestorer],
   activate: (app: JupyterFrontEnd, browser: any, palette: ICommandPalette | null, restorer: ILayoutRestorer | null) => {
+    app.docRegistry.addModelFactory(new MetadataOnlyModelFactory());
     const tracker = new WidgetTracker<MainAreaWidget<ETLabViewer>>({ namespace: 'etlab' });
     for (const { kind, ext, label } of KINDS) {
       app.docRegistry.addFileType({
@@ -64,7 +78,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
         contentType: 'file', fileFormat: 'base64', icon: etlabIcon
       });
       app.docRegistry.addWidgetFactory(new ViewerFactory(kind, {
-        name: `etlab ${kind} viewer`, label: `etlab ${label} viewer`, modelName: 'base64',
+        name: `etlab ${kind} viewer`, label: `etlab ${label} viewer`, modelName: 'etlab-metadata',
         fileTypes: [`etlab-${kind}`], defaultFor: [`etlab-${kind}`], readOnly: true
       }));
     }

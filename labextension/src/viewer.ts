@@ -172,13 +172,10 @@ const ptePage: Page = async (v, d) => {
   });
 };
 
-async function runPanels(v: ETLabViewer, d: any, graphs: any[], instructionGraph: boolean): Promise<void> {
+async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>, instructionGraph: boolean): Promise<void> {
   let graph: IMounted | null = null;
-  if (graphs.length) {
-    const box = section(`Graph${graphs.length > 1 ? 's' : ''} with p50 latency (${graphs.map((g: any) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`);
-    v.body.append(box);
-    graph = await mountGraph(box, graphs, { height: 460, ...(graphs.length > 1 ? { shown: graphs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
-  }
+  const graphBox = section('Graph with p50 latency');
+  v.body.append(graphBox);
   const tableBox = section(`Profile (${d.rows.length} timed events, ${d.runs} run(s), ${d.unit})`);
   const filterNote = h('div', { class: 'jp-etlab-filter', 'data-role': 'filter-note', style: 'display:none' });
   tableBox.append(filterNote);
@@ -211,9 +208,27 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[], instructionGraph
     select({ handles: instructionGraph ? [f.instruction ?? -1] : f.handles || [], instruction: instructionGraph, label: f.name || '' }, false);
     focusGraph(f.handles || [], f.instruction ?? null, f.name || null);
   });
-  if (graph) {
+  // the table and timeline are up: the graph (rebuilt from an ETRecord on the server) may come later
+  const title = graphBox.querySelector('h3') as HTMLElement;
+  const pending = h('div', { class: 'jp-etlab-note', 'data-role': 'graph-pending' }, `building the graphs of ${d.program || 'the program'} …`);
+  graphBox.append(pending);
+  const drawGraphs = async (gs: any[]) => {
+    pending.remove();
+    if (!gs.length) {
+      graphBox.append(h('div', { class: 'jp-etlab-note' }, d.program ? 'no graph recorded' : 'no program joined: no graph (pick one above)'));
+      return;
+    }
+    title.textContent = `Graph${gs.length > 1 ? 's' : ''} with p50 latency (${gs.map((g: any) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`;
+    graph = await mountGraph(graphBox, gs, { height: 460, ...(gs.length > 1 ? { shown: gs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
     graph.el.addEventListener('etlab:select', (e: any) => {
       select({ handles: e.detail.handles || [], instruction: instructionGraph, label: e.detail.name }, true);
+    });
+  };
+  if (Array.isArray(graphs)) await drawGraphs(graphs);
+  else {
+    graphs.then(drawGraphs, (err: any) => {
+      pending.remove();
+      graphBox.append(h('div', { class: 'jp-etlab-error', 'data-role': 'graph-error' }, String(err && err.message ? err.message : err)));
     });
   }
 }
@@ -231,7 +246,10 @@ const etdpPage: Page = async (v, d) => {
   }
   v.body.append(section('Run blocks', table(['block', 'events', 'profile events', 'debug events', 'span (ticks)'],
     d.blocks.map((b: any) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks')));
-  await runPanels(v, d, d.graphs || [], d.paired === 'pte');
+  const graphs = d.graphs_pending
+    ? requestJSON('api/view/etdp', { path: d.path, program: d.program, part: 'graphs' }).then((g: any) => g.graphs as any[])
+    : d.graphs || [];
+  await runPanels(v, d, graphs, d.paired === 'pte');
 };
 
 const etrecordPage: Page = async (v, d) => {

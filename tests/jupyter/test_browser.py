@@ -136,8 +136,8 @@ def test_reload_offered_when_the_file_changes(lab_page, lab_files):
     v = lab_page.open("run2.etdp")
     bar = v.locator("xpath=..").locator("[data-role=reload-bar]")
     path = lab_files.root / "run2.etdp"
-    later = time.time() + 5
-    os.utime(path, (later, later))
+    now = time.time()  # later than the file's mtime: a new run written over it
+    os.utime(path, (now, now))
     bar.wait_for(state="visible", timeout=15_000)
     bar.locator("[data-role=reload]").click()
     lab_page.viewer()
@@ -164,4 +164,22 @@ def test_dark_theme(lab_page):
         lab_page.shot("etrecord-dark")
     finally:
         lab_page.command("apputils:change-theme", {"theme": "JupyterLab Light"})
+    assert lab_page.take_errors() == []
+
+
+def test_context_menu_and_palette(lab_page):
+    lab_page.close_all()
+    lab_page.page.evaluate("window.jupyterapp.shell.activateById('filebrowser')")
+    lab_page.page.locator(".jp-DirListing-item[title^='Name: run.etdp']").click(button="right")
+    entry = lab_page.page.locator(".lm-Menu-item[data-command='etlab:open-in-viewer']")
+    entry.wait_for(timeout=10_000)
+    entry.click()
+    v = lab_page.viewer()
+    lab_page.wait_graph(v)
+    assert v.get_attribute("data-etlab-kind") == "etdp"
+    lab_page.page.keyboard.press("Control+Shift+C")
+    palette = lab_page.page.locator(".lm-CommandPalette-item", has_text="etlab: compare runs…")
+    palette.wait_for(timeout=10_000)
+    assert lab_page.page.locator(".lm-CommandPalette-item", has_text="etlab: open dashboard for…").count() == 1
+    lab_page.page.keyboard.press("Escape")
     assert lab_page.take_errors() == []

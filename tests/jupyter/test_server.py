@@ -28,7 +28,12 @@ def test_views_as_json(lab, lab_files):
     assert len(pte["graph"]["nodes"]) == 7 and len(pte["memory"]) == 6 and pte["steps"] == 5
     status, run = lab.get_json("etlab/api/view/etdp?path=run.etdp")
     assert status == 200 and run["program"] == "mlp.etrecord" and run["mismatch"] is None
-    assert {g["kind"] for g in run["graphs"]} == {"aten", "edge"}
+    assert run["graphs"] == [] and run["graphs_pending"]  # the ETRecord's graphs come in a second request
+    status, graphs = lab.get_json("etlab/api/view/etdp?path=run.etdp&part=graphs")
+    assert status == 200 and {g["kind"] for g in graphs["graphs"]} == {"aten", "edge"}
+    assert all(n["latency"] for g in graphs["graphs"] for n in g["nodes"] if n["kind"] == "op")
+    status, with_pte = lab.get_json("etlab/api/view/etdp?path=run.etdp&program=mlp.pte")
+    assert status == 200 and not with_pte["graphs_pending"] and len(with_pte["graphs"][0]["nodes"]) == 7
     assert run["runs"] == lab_files.runs
     assert len(run["spans"]) == len(run["rows"]) * lab_files.runs
     status, rec = lab.get_json("etlab/api/view/etrecord?path=mlp.etrecord")
