@@ -59,7 +59,8 @@ demo: setup
 # JupyterLab on 127.0.0.1 over this folder (the demo's artifacts in demo_out/, the notebooks); token auth.
 lab: setup
 	@test -f demo_out/run.etdp || $(PY) -m etlab.demo
-	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR)
+	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR) \
+	  $$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
 
 test: setup browser
 	$(PY) -m pytest -n 2 --dist loadgroup -q

@@ -18,6 +18,9 @@ export interface IViewerOptions {
 }
 
 const POLL_MS = 2000;
+// Graphs of more nodes start with their module groups collapsed (expand all / a click opens them):
+// two compare panes of a MobileNetV2 laid out in full take seconds; collapsed, a fraction of that.
+const COLLAPSE_ABOVE = 120;
 
 export class ETLabViewer extends Widget {
   constructor(options: IViewerOptions) {
@@ -219,7 +222,7 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
       return;
     }
     title.textContent = `Graph${gs.length > 1 ? 's' : ''} with p50 latency (${gs.map((g: any) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`;
-    graph = await mountGraph(graphBox, gs, { height: 460, ...(gs.length > 1 ? { shown: gs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
+    graph = await mountGraph(graphBox, gs, { height: 460, collapse_threshold: COLLAPSE_ABOVE, ...(gs.length > 1 ? { shown: gs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
     graph.el.addEventListener('etlab:select', (e: any) => {
       select({ handles: e.detail.handles || [], instruction: instructionGraph, label: e.detail.name }, true);
     });
@@ -263,7 +266,7 @@ const etrecordPage: Page = async (v, d) => {
   layout.append(tree, graphHost);
   graphBox.append(layout);
   v.body.append(graphBox);
-  const graph = d.graphs.length ? await mountGraph(graphHost, d.graphs, { height: 520, ...(d.graphs.length > 1 ? { shown: d.graphs.slice(0, 2).map((g: any) => g.kind) } : {}) }) : null;
+  const graph = d.graphs.length ? await mountGraph(graphHost, d.graphs, { height: 520, collapse_threshold: COLLAPSE_ABOVE, ...(d.graphs.length > 1 ? { shown: d.graphs.slice(0, 2).map((g: any) => g.kind) } : {}) }) : null;
   for (const m of d.modules) {
     const row = h('div', { class: 'jp-etlab-module', 'data-module': m.id, style: `padding-left:${8 + m.depth * 14}px`, title: m.type },
       `${m.label} `, h('span', { class: 'jp-etlab-count' }, String(m.nodes)));
