@@ -7,8 +7,6 @@ from etlab.jupyter._program import DELEGATE, KERNEL, method_summary, signature, 
 from etlab.schema import bundled_program as B
 from etlab.schema import deserialize_pte
 
-GRAPH_TITLES = {"aten": "ATen", "edge": "Edge (lowered)", "runtime": "Runtime (planned)"}
-
 
 def record_signature(record) -> dict[str, list[list]]:
     """The program signature (see _program.signature) of an ETRecord: its instruction -> debug

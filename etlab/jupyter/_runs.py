@@ -173,28 +173,15 @@ def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFil
 
 def etdp_graphs(inspector, record, *, method: str = "forward") -> list[dict]:
     """The ETRecord's graphs (ATen / Edge / runtime, whichever it holds) with the run's p50 on each node."""
+    from etlab.jupyter._records import record_graph_kinds
     from etlab.visualizer import GraphView
 
-    kinds = [k for k in ("aten", "edge", "runtime") if _has_graph(record, k)]
+    kinds = record_graph_kinds(record)
     if not kinds:
         return []
     gv = GraphView(record, graph=kinds, inspector=inspector, method=method, overlay="latency",
                    shown=kinds[:2] if len(kinds) > 1 else None)
     return gv.graphs
-
-
-def _has_graph(record, kind: str) -> bool:
-    """Whether the ETRecord holds a graph of this kind (aten / edge / runtime)."""
-    try:
-        if kind == "aten":
-            return record.exported_program is not None
-        if kind == "edge":
-            return bool(record.methods)
-        info = record.program_info()
-        return any(name in info.graphs for name in ("et_dialect_graph_module", "et_dialect_program",
-                                                    "executorch_program"))
-    except (KeyError, ValueError):
-        return False
 
 
 def instruction_timings(timings) -> dict:
