@@ -216,6 +216,16 @@ def _shapes(values, idxs: list[int]) -> list[list]:
     return out
 
 
+def memory_plan_view(pte: PteFile, method: str | None = None) -> dict:
+    """The memory plan of one method (the first when `method` is not one): planned tensors and step count."""
+    plans = list(pte.program.execution_plan or ())
+    plan = next((p for p in plans if p.name == method), plans[0] if plans else None)
+    if plan is None:
+        return {"memory": [], "steps": 0}
+    return {"memory": [asdict(b) for b in memory_plan(plan)],
+            "steps": sum(len(c.instructions or ()) for c in plan.chains or ())}
+
+
 def pte_view(pte: PteFile, *, method: str | None = None) -> dict:
     """Everything the .pte viewer draws, as JSON-ready data."""
     plans = list(pte.program.execution_plan or ())
@@ -230,7 +240,6 @@ def pte_view(pte: PteFile, *, method: str | None = None) -> dict:
         "methods": [method_summary(pte, p) for p in plans],
         "method": str(plan.name),
         "graph": instruction_graph(plan).to_json(),
-        "memory": [asdict(b) for b in memory_plan(plan)],
-        "steps": sum(len(c.instructions or ()) for c in plan.chains or ()),
+        **memory_plan_view(pte, str(plan.name)),
         "signature": signature_hash(sig),
     }

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from etlab.errors import FormatError
-from etlab.jupyter._program import pte_view, signature, signature_hash
+from etlab.jupyter._program import memory_plan_view, pte_view, signature, signature_hash
 from etlab.jupyter._records import bpte_view, etrecord_view, record_signature
 from etlab.jupyter._runs import compare_view, etdp_graphs, etdp_view, run_mismatch
 from etlab.jupyter._store import (
@@ -179,7 +179,22 @@ class Service:
     def _etdp_view(self, path: Path, etdump, pair: Path | None, method: str) -> dict:
         kind = artifact_kind(pair) if pair else None
         pte = self._load(pair, "pte") if kind == "pte" else None
-        return etdp_view(etdump, self._inspector(path, pair), program_kind=kind, pte=pte, method=method)
+        view = etdp_view(etdump, self._inspector(path, pair), program_kind=kind, pte=pte, method=method)
+        planned = pair if kind == "pte" else self._pte_of(pair) if kind == "etrecord" else None
+        if planned is not None:
+            view.update(memory_plan_view(self._load(planned, "pte"), method), memory_source=self.rel(planned))
+        return view
+
+    def _pte_of(self, record: Path) -> Path | None:
+        """The .pte beside an ETRecord that is of the same program (its memory plan joins the dashboard)."""
+        want = signature_hash(self.program_signature(record))
+        for cand in sorted(record.parent.glob("*.pte")):
+            try:
+                if signature_hash(self.program_signature(cand)) == want:
+                    return cand
+            except (FormatError, PathError, OSError):
+                continue
+        return None
 
     def _mismatch(self, run: Path, etdump, program: Path) -> str | None:
         pte = self._load(program, "pte") if artifact_kind(program) == "pte" else None

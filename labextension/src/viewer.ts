@@ -186,6 +186,7 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
   const tbl = await mountTable(tableBox, d.columns, d.rows, 'Operators');
   const timeBox = section('Timeline');
   v.body.append(timeBox);
+  let showLive: (rows: any[] | null) => void = () => undefined;
   const select = (sel: ISelection | null, fromGraph: boolean) => {
     const rows = sel ? d.rows.filter((r: any) => matches(sel, r.handles || [], r.instruction ?? null)) : d.rows;
     if (fromGraph) {
@@ -196,6 +197,7 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
     }
     if (sel) highlight(timeBox, 'rect.span', spanPick(sel));
     else highlight(timeBox, 'rect.span', () => false);
+    showLive(sel ? rows : null);
   };
   const focusGraph = (handles: number[], instruction: number | null, name: string | null) => {
     if (!graph) return;
@@ -206,6 +208,28 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
     select({ handles: instructionGraph ? [sp.instruction ?? -1] : sp.handles, instruction: instructionGraph, label: sp.name }, true);
     focusGraph(sp.handles, sp.instruction, null);
   }));
+  // the memory plan of the program (a .pte of it beside the run): tensors live at the selected instructions
+  let mem: HTMLElement | null = null;
+  if (d.memory && d.memory.length) {
+    const memBox = section(`Memory plan (${d.memory_source}: ${d.memory.length} planned tensors over ${d.steps} steps)`);
+    mem = memoryPlan(d.memory as IBlock[], d.steps, (b) => {
+      const row = d.rows.find((r: any) => r.instruction === b.first);
+      select({ handles: instructionGraph ? [b.first] : row ? row.handles : [], instruction: instructionGraph, label: `step ${b.first}` }, true);
+      focusGraph(row ? row.handles : [], b.first, null);
+    });
+    memBox.append(mem);
+    v.body.append(memBox);
+  }
+  showLive = (rows: any[] | null) => {
+    if (!mem) return;
+    const steps = new Set((rows || []).map((r: any) => r.instruction).filter((x: any) => x !== null && x !== undefined));
+    highlight(mem, 'rect.block', (el) => {
+      const first = Number(el.getAttribute('data-first'));
+      const last = Number(el.getAttribute('data-last'));
+      for (const st of steps) if (first <= st && st <= last) return true;
+      return false;
+    });
+  };
   tbl.el.addEventListener('etlab:focus', (e: any) => {
     const f = e.detail || {};
     select({ handles: instructionGraph ? [f.instruction ?? -1] : f.handles || [], instruction: instructionGraph, label: f.name || '' }, false);

@@ -46,6 +46,10 @@ def test_etdp_dashboard_and_linked_selection(lab_page, lab, lab_files):
     assert all("relu" in rows.nth(i).inner_text().lower() for i in range(rows.count()))
     hits = v.locator("[data-role=timeline] rect.span.jp-etlab-hit").count()
     assert hits == rows.count() * lab_files.runs
+    # ... and the planned tensors live at its instruction (the memory plan of mlp.pte, same program)
+    assert v.locator("[data-role=memory] rect.block").count() == len(data["memory"]) == 6
+    live = [b for b in data["memory"] if b["first"] <= 1 <= b["last"]]  # relu is instruction 1
+    assert v.locator("[data-role=memory] rect.block.jp-etlab-hit").count() == len(live) > 0
     v.locator("[data-role=show-all]").click()
     assert rows.count() == len(data["rows"])
     # profile row -> graph node selected, spans highlighted

@@ -35,6 +35,7 @@ def test_views_as_json(lab, lab_files):
     status, with_pte = lab.get_json("etlab/api/view/etdp?path=run.etdp&program=mlp.pte")
     assert status == 200 and not with_pte["graphs_pending"] and len(with_pte["graphs"][0]["nodes"]) == 7
     assert run["runs"] == lab_files.runs
+    assert run["memory_source"] == "mlp.pte" and len(run["memory"]) == len(pte["memory"])
     assert len(run["spans"]) == len(run["rows"]) * lab_files.runs
     status, rec = lab.get_json("etlab/api/view/etrecord?path=mlp.etrecord")
     assert status == 200 and rec["kinds"] == ["aten", "edge"] and rec["signature"] == pte["signature"]
