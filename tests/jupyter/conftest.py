@@ -1,5 +1,5 @@
 """One JupyterLab server per session over a temp folder of artifacts made by etlab's compiler and
-runtime, and one Chromium page on it (Debian's /usr/bin/chromium driven by playwright; playwright
+runtime, and one Chromium page on it (per module) (Debian's /usr/bin/chromium driven by playwright; playwright
 never downloads a browser here).
 
 The folder: a delegated MLP (mlp.pte, mlp.etrecord, two runs run.etdp / run2.etdp, a bundled
@@ -95,7 +95,9 @@ def lab(lab_files, tmp_path_factory):
         assert server.alive(), "the server went down during the tests"
 
 
-@pytest.fixture(scope="session")
+# Module scope: playwright's sync API allows one running instance per process, and another browser
+# module (tests/visualizer) may run in this worker after this one.
+@pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api")
     if not os.path.exists(CHROMIUM):
@@ -156,7 +158,7 @@ class LabPage:
         return path
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lab_page(browser, lab):
     page = LabPage(browser, lab)
     yield page
