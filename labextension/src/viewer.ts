@@ -323,7 +323,8 @@ const bptePage: Page = async (v, d) => {
       result.textContent = '';
       const passed = r.cases.filter((c: any) => c.ok).length;
       result.append(h('div', { class: r.passed ? 'jp-etlab-ok' : 'jp-etlab-error', 'data-role': 'verdict' }, `${passed} of ${r.cases.length} test case(s) passed`),
-        table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c: any) => [c.method, c.index, c.ok ? 'passed' : 'FAILED', c.outputs.map((o: any) => o.text).join('; ')]), 'verify-cases'));
+        table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c: any) => [c.method, c.index,
+          h('span', { class: c.ok ? 'jp-etlab-pass' : 'jp-etlab-fail' }, c.ok ? 'passed' : 'FAILED'), c.outputs.map((o: any) => o.text).join('; ')]), 'verify-cases'));
     } catch (err: any) {
       result.textContent = '';
       result.append(h('div', { class: 'jp-etlab-error' }, String(err.message || err)));
