@@ -66,6 +66,17 @@ class OpTiming:
     start: list[float] = field(default_factory=list)  # per run, in the Inspector's time unit, from run start
 
 
+def event_label(event) -> str:
+    """A readable name for an event. Delegates often name their events by debug identifier only
+    ("0"): those become "<backend> #0: permute_copy, addmm" (the ops the ETRecord maps it to)."""
+    name = str(event.name)
+    if not (event.is_delegated_op and name.lstrip("-").isdigit()):
+        return name
+    ops = list(dict.fromkeys(str(o).split(".")[1] if str(o).count(".") >= 2 else str(o) for o in event.op_types))
+    label = f"{event.delegate_backend_name or 'delegate'} #{name}"
+    return f"{label}: {', '.join(ops)}" if ops else label
+
+
 def time_unit(inspector) -> str:
     blocks = inspector.event_blocks
     return blocks[0].target_time_scale.value if blocks else "ms"
@@ -92,11 +103,8 @@ def op_timings(inspector, instruction_handles: dict[int, tuple[int, ...]] | None
                 handles = _handles(instruction_handles.get(e.instruction_id))
             p = e.perf_data
             start = [(s - run_start[r]) / scale for r, s in enumerate(e.start_time or []) if r < len(run_start)]
-            name = e.name
-            if e.is_delegated_op and str(name).isdigit():  # delegates may name events by debug id only
-                name = f"{e.delegate_backend_name or 'delegate'} #{name}"
             out.append(OpTiming(
-                block=block.name, name=name, index=i, instruction_id=e.instruction_id, handles=handles,
+                block=block.name, name=event_label(e), index=i, instruction_id=e.instruction_id, handles=handles,
                 op_types=list(e.op_types), nodes=list(e.stack_traces), module=_innermost_module(e.module_hierarchy),
                 source=_source(e.stack_traces), is_delegated=bool(e.is_delegated_op), backend=e.delegate_backend_name,
                 p10=p.p10, p50=p.p50, p90=p.p90, avg=p.avg, min=p.min, max=p.max, runs=len(p.raw), raw=list(p.raw),
@@ -147,3 +155,21 @@ def numeric_gaps(inspector, distance: str = "MSE") -> list[GapRow]:
         rows.append(GapRow(order=i, handles=_handles(r.aot_debug_handle), aot_ops=list(r.aot_ops),
                            runtime_ops=list(r.runtime_ops), gap=gap, source=_source(traces)))
     return rows
+
+
+def ops_without_outputs(inspector) -> list[str]:
+    """Ops that ran (timed, mapped to graph nodes) in an execution block but have no recorded output:
+    the debug buffer was full, or intermediates were not asked for. Their numeric gap cannot be
+    computed, and the view says so instead of leaving them out silently. One name per op and block."""
+    missing: dict[tuple[str, tuple], str] = {}
+    for block in inspector.event_blocks:
+        if block.name == "Default":  # the load block runs no ops
+            continue
+        logged = {_handles(e.debug_handles) for e in block.events if e.debug_data}
+        for e in block.events:
+            if e.name in FRAMEWORK_EVENT_NAMES or e.name == OPERATOR_CALL or e.name == DELEGATE_CALL:
+                continue
+            handles = _handles(e.debug_handles)
+            if e.op_types and handles and not e.is_delegated_op and handles not in logged:
+                missing.setdefault((block.name, handles), event_label(e))
+    return list(missing.values())

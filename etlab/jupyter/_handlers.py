@@ -24,14 +24,20 @@ _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etlab-jupyter")
 
 @cache
 def view_module(name: str) -> str:
-    """A shared view module as one ES module: graph_view.js is assembled from its parts with the
-    vendored ELK bundle as a string constant (as in the notebook widget and the HTML report)."""
+    """A shared view module of etlab/visualizer/static as one ES module (its parts joined as in the
+    notebook widget), or theme.css, the color variables the views use (they follow JupyterLab's).
+    The graph module defines ELK for the page first: the views load big libraries once per page
+    (shared_lib.js), and here the page is JupyterLab."""
     static = resources.files("etlab.visualizer").joinpath("static")
-    text = lambda n: static.joinpath(n).read_text(encoding="utf-8")
+
+    def text(n: str) -> str:
+        return static.joinpath(n).read_text(encoding="utf-8")
+
     if name == "graph_view.js":
-        parts = "\n".join(text(n) for n in ("graph_common.js", "graph_pane.js", "graph_view.js"))
-        return f"const ELK_SOURCE = {json.dumps(text('elk.bundled.js'))};\n{parts}"
-    if name == "table_view.js":
+        elk = json.dumps(text("elk.bundled.js"))
+        parts = "\n".join(text(n) for n in ("shared_lib.js", "graph_common.js", "graph_pane.js", "graph_view.js"))
+        return f"globalThis.etlabLibs = Object.assign(globalThis.etlabLibs || {{}}, {{ elk: {elk} }});\n{parts}"
+    if name in ("table_view.js", "theme.css"):
         return text(name)
     raise KeyError(name)
 
@@ -122,7 +128,7 @@ class CompareHandler(_Base):
 
 
 class ModuleHandler(_Base):
-    """GET /etlab/modules/{graph_view,table_view}.js: the shared view modules (ES modules)."""
+    """GET /etlab/modules/{graph_view,table_view}.js, theme.css: the shared view modules and their colors."""
 
     @tornado.web.authenticated
     def get(self, name: str):
@@ -130,7 +136,8 @@ class ModuleHandler(_Base):
             source = view_module(name)
         except KeyError:
             return self._error(404, f"{name}: no such view module")
-        self.set_header("Content-Type", "text/javascript; charset=utf-8")
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        self.set_header("Content-Type", f"{kind}; charset=utf-8")
         self.finish(source)
 
 
@@ -144,7 +151,7 @@ def setup_handlers(web_app, root_dir: str) -> None:
         (url_path_join(base, "api/verify"), VerifyHandler),
         (url_path_join(base, "api/artifacts"), ArtifactsHandler),
         (url_path_join(base, "api/compare"), CompareHandler),
-        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js)"), ModuleHandler),
+        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js|theme\.css)"), ModuleHandler),
     ])
 
 

@@ -17,6 +17,7 @@ from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
+from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._reprs import (
     delegation_info_html,
     event_block_html,
@@ -34,6 +35,7 @@ __all__ = [
     "GraphView",
     "MemoryTimeline",
     "NumericGapView",
+    "PlotView",
     "ProfileView",
     "TableView",
     "build_graph_model",

@@ -11,9 +11,18 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch.fx import GraphModule
 
-from etlab.inspector import OpTiming, execute_timings, numeric_gaps, op_timings, time_unit, timings_counted_once
+from etlab.inspector import (
+    OpTiming,
+    execute_timings,
+    numeric_gaps,
+    op_timings,
+    ops_without_outputs,
+    time_unit,
+    timings_counted_once,
+)
 from etlab.visualizer import _html
 from etlab.visualizer._graph_view import GraphView
+from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._profile_data import kind_colors, op_kind
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
@@ -55,6 +64,9 @@ class DelegationView(widgets.VBox):
     `getitem` nodes only pick one output of a multi-output op or delegate call (no kernel runs):
     get_delegation_info counts them as upstream does, this view lists them apart.
     """
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
         from etlab.devtools import (
@@ -132,10 +144,14 @@ class NumericGapView(widgets.VBox):
     """The numeric gap of every matched intermediate output, in execution order (log scale), with
     a threshold; ops above it are red. A click on a point or row selects the op in the graph."""
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, inspector, *, distance: str = "MSE", threshold: float | None = None,
                  show_graph: bool = True, method: str = "forward", **kwargs):
         self.distance = distance
         self.rows = numeric_gaps(inspector, distance)
+        self.unrecorded = ops_without_outputs(inspector)
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
         self.threshold = threshold if threshold is not None else (
             10 ** math.ceil(math.log10(max(positive))) / 100 if positive else 1e-6)
@@ -154,14 +170,14 @@ class NumericGapView(widgets.VBox):
                                             "kind": "edge"}} for r in self.rows],
             title="Matched intermediate outputs", height=240)
         _link_table_to_graph(self.table, self.graph)
-        self.fig_widget = go.FigureWidget(self.figure)
-        if self.graph is not None and self.fig_widget.data:
-            self.fig_widget.data[0].on_click(self._on_point)
+        self.plot = PlotView(self.figure)
+        if self.graph is not None:
+            self.plot.on_click(self._on_point)
         self.slider = widgets.FloatLogSlider(value=self.threshold, base=10, min=-12, max=6, step=0.25,
                                              description="threshold", readout_format=".1e")
         self.slider.observe(self._on_threshold, names="value")
         self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>")
-        super().__init__([self.note, self.slider, self.fig_widget, self.table] + ([self.graph] if self.graph else []),
+        super().__init__([self.note, self.slider, self.plot, self.table] + ([self.graph] if self.graph else []),
                          **kwargs)
 
     def above_threshold(self) -> list:
@@ -169,8 +185,13 @@ class NumericGapView(widgets.VBox):
 
     def summary_text(self) -> str:
         """One line: how many matched outputs are exact, above the threshold, and the largest gap."""
+        missing = ""
+        if self.unrecorded:
+            names = ", ".join(self.unrecorded[:4]) + (", …" if len(self.unrecorded) > 4 else "")
+            missing = (f" {len(self.unrecorded)} ops ran without a recorded output ({names}): their gap is unknown; "
+                       "load the program with a larger debug_buffer_size.")
         if not self.rows:
-            return NO_GAP_NOTE
+            return NO_GAP_NOTE + missing
         exact = sum(1 for r in self.rows if r.gap == 0)
         above = len(self.above_threshold())
         largest = max((r for r in self.rows if math.isfinite(r.gap)), key=lambda r: r.gap, default=None)
@@ -178,7 +199,7 @@ class NumericGapView(widgets.VBox):
                 f"{above} above the threshold {self.threshold:.1e}")
         if largest is not None and largest.gap > 0:
             text += f"; largest gap {largest.gap:.3e} at {', '.join(largest.aot_ops)}"
-        return text + "."
+        return text + "." + missing
 
     def _figure(self) -> go.Figure:
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
@@ -211,22 +232,16 @@ class NumericGapView(widgets.VBox):
 
     def _on_threshold(self, change) -> None:
         self.threshold = float(change["new"])
-        fig = self._figure()
-        with self.fig_widget.batch_update():
-            self.fig_widget.data[0].marker.color = fig.data[0].marker.color
-            self.fig_widget.data[0].y = fig.data[0].y
-            self.fig_widget.layout.yaxis = fig.layout.yaxis
-            self.fig_widget.layout.shapes = fig.layout.shapes
-            self.fig_widget.layout.annotations = fig.layout.annotations
+        self.figure = self._figure()
+        self.plot.update(self.figure)
         self.note.value = f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"
 
-    def _on_point(self, trace, points, state) -> None:
-        for i in points.point_inds[:1]:
-            name, handles = trace.customdata[i]
-            try:
-                self.graph.focus(name or None, handles=list(handles), kind="edge")
-            except (KeyError, ValueError):
-                pass
+    def _on_point(self, point: dict) -> None:
+        name, handles = point.get("customdata") or (None, [])
+        try:
+            self.graph.focus(name or None, handles=list(handles), kind="edge")
+        except (KeyError, ValueError):
+            pass
 
     def html_fragments(self) -> list[_html.Fragment]:
         eid = _html.new_id("gap")
@@ -307,6 +322,9 @@ class ProfileView(widgets.VBox):
     """Where the time goes: a sortable, filterable op table, a rollup of p50 by module (treemap,
     colored by op kind) and the per-run timeline."""
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, inspector, program=None, method: str = "forward", **kwargs):
         handles = resolve_sources(program, method).instruction_handles() if program is not None else None
         self.unit = time_unit(inspector)
@@ -324,8 +342,7 @@ class ProfileView(widgets.VBox):
              for t in self.timings], title="Operators", height=300)
         self.rollup_figure = self._rollup()
         self.timeline_figure = self._timeline()
-        super().__init__([self.table, go.FigureWidget(self.rollup_figure), go.FigureWidget(self.timeline_figure)],
-                         **kwargs)
+        super().__init__([self.table, PlotView(self.rollup_figure), PlotView(self.timeline_figure)], **kwargs)
 
     def _rollup(self) -> go.Figure:
         r = module_rollup(timings_counted_once(self.timings), self.kind_colors, self.unit)

@@ -37,6 +37,26 @@ export async function requestJSON<T = any>(
   return data as T;
 }
 
+let themeStyle: Promise<void> | null = null;
+
+/** The views' color variables (etlab/visualizer/static/theme.css: they follow JupyterLab's theme), once per page. */
+export function viewTheme(): Promise<void> {
+  if (!themeStyle) {
+    themeStyle = (async () => {
+      const response = await ServerConnection.makeRequest(apiUrl('modules/theme.css', {}), {}, settings);
+      if (!response.ok) {
+        throw new EtlabError(`could not load the views' theme: ${response.status}`);
+      }
+      const style = document.createElement('style');
+      style.setAttribute('data-etlab-theme', '');
+      style.textContent = await response.text();
+      document.head.append(style);
+    })();
+    themeStyle.catch(() => (themeStyle = null));
+  }
+  return themeStyle;
+}
+
 const modules = new Map<string, Promise<any>>();
 
 /** A shared view module of etlab.visualizer (graph_view.js, table_view.js), loaded once as an ES module. */
@@ -44,6 +64,7 @@ export function viewModule(name: 'graph_view.js' | 'table_view.js'): Promise<any
   let p = modules.get(name);
   if (!p) {
     p = (async () => {
+      await viewTheme();
       const response = await ServerConnection.makeRequest(apiUrl(`modules/${name}`, {}), {}, settings);
       if (!response.ok) {
         throw new EtlabError(`could not load the view module ${name}: ${response.status}`);
