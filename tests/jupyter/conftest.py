@@ -1,4 +1,4 @@
-"""One JupyterLab server per session over a temp folder of artifacts made by etlab's compiler and
+"""One JupyterLab server for tests/jupyter (package scope) over a temp folder of artifacts made by etlab's compiler and
 runtime, and one Chromium page on it (per module) (Debian's /usr/bin/chromium driven by playwright; playwright
 never downloads a browser here).
 
@@ -75,12 +75,13 @@ def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
     return LabFiles(root, runs)
 
 
-@pytest.fixture(scope="session")
+# Package scope: the server lives while tests/jupyter runs, not for the rest of the session.
+@pytest.fixture(scope="package")
 def lab_files(tmp_path_factory) -> LabFiles:
     return make_lab_files(tmp_path_factory.mktemp("labroot"))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def lab(lab_files, tmp_path_factory):
     from etlab.jupyter._launch import LabServer, built_labextension
 
