@@ -4,8 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
+# The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
+LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk demo test test-spark lint schemas bench kernel clean
+.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -23,9 +25,33 @@ $(VENV)/.build-tools-installed: $(VENV)/.torch-installed
 	$(PIP) 'setuptools>=68' 'pybind11>=2.12' ninja
 	@touch $@
 
-$(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-installed
-	MAX_JOBS=2 $(PIP) --no-build-isolation -e '.[dev]' $(TORCH)
+$(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-installed $(LABEXT)
+	MAX_JOBS=2 $(PIP) --no-build-isolation -e '.[dev,lab]' $(TORCH)
 	@touch $@
+
+# The JupyterLab extension: TypeScript in labextension/, built with @jupyterlab/builder from the npm
+# registry (lockfile committed) into etlab/jupyter/labextension, which the Python package ships as
+# share/jupyter/labextensions/etlab-labextension. The builder needs JupyterLab's core package list.
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
+              labextension/package-lock.json labextension/tsconfig.json
+
+node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Debian nodejs and npm to build the JupyterLab extension"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+	  || { echo "could not install nodejs/npm: run 'apt-get install nodejs npm' as root" >&2; exit 1; }; }
+
+$(VENV)/.jupyterlab-installed: $(VENV)/.torch-installed
+	$(PIP) 'jupyterlab>=4.2,<5' $(TORCH)
+	@touch $@
+
+$(LABEXT): $(LABEXT_SRC) $(VENV)/.jupyterlab-installed | node
+	cd labextension && npm ci --no-audit --no-fund && npx tsc && \
+	  node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path \
+	  "$$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	@touch $@
+
+labextension: $(LABEXT)
 
 setup: $(VENV)/.etlab-installed
 
@@ -45,6 +71,12 @@ jdk:
 
 demo: setup
 	$(PY) -m etlab.demo
+
+# JupyterLab on 127.0.0.1 over this folder (the demo's artifacts in demo_out/, the notebooks); token auth.
+lab: setup
+	@test -f demo_out/run.etdp || $(PY) -m etlab.demo
+	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR) \
+	  $$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
 
 test: setup browser jdk
 	$(PY) -m pytest -n 2 --dist loadgroup -q
@@ -67,4 +99,5 @@ bench: setup
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so
+	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so labextension/node_modules labextension/lib \
+	  etlab/jupyter/labextension
