@@ -19,6 +19,7 @@ import operator
 from dataclasses import dataclass
 
 import torch
+from torch._dispatch.python import enable_python_dispatcher
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.fx import GraphModule, Node
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -48,13 +49,20 @@ def is_view_copy(op) -> bool:
     return isinstance(op, OpOverload) and torch.Tag.view_copy in op.tags
 
 
+# Tagged core, yet torch's core table decomposes them (as upstream's to_edge does) and portable
+# runtimes have no kernel for them: upstream's runtime refused the Swin model's adaptive_avg_pool1d.
+_DECOMPOSED_CORE_OPS = frozenset({aten.adaptive_avg_pool1d.default, aten.avg_pool1d.default, aten.col2im.default})
+
+
 def is_edge_op(op, config: EdgeCompileConfig) -> bool:
     """Whether `op` may appear in an edge graph as-is."""
     if not isinstance(op, OpOverload):
         return True  # getitem, higher-order ops and the like are handled by their own passes
     if op.namespace != "aten":
         return True  # custom ops (torch.library) are registered by their authors
-    return torch.Tag.core in op.tags or is_view_copy(op) or op in config._core_aten_ops_exception_list
+    if op in config._core_aten_ops_exception_list:
+        return True
+    return (torch.Tag.core in op.tags and op not in _DECOMPOSED_CORE_OPS) or is_view_copy(op)
 
 
 def _keep(op, config: EdgeCompileConfig) -> bool:
@@ -97,7 +105,25 @@ def _item(node: Node, fake_mode) -> bool:
     return True
 
 
+def _adaptive_avg_pool1d(node: Node, fake_mode) -> bool:
+    """(N, C, L) -> unsqueeze -> _adaptive_avg_pool2d to (1, out) -> squeeze: the kernels portable
+    runtimes have (torch's own decomposition records an in-place as_strided_)."""
+    x, (size,) = node.args[0], node.args[1]
+    graph = node.graph
+    with graph.inserting_before(node):
+        wide = call(graph, aten.unsqueeze.default, (x, -2), like=node,
+                    val=fake_call(aten.unsqueeze.default, (x, -2), {}, fake_mode))
+        pooled = call(graph, aten._adaptive_avg_pool2d.default, (wide, [1, size]), like=node,
+                      val=fake_call(aten._adaptive_avg_pool2d.default, (wide, [1, size]), {}, fake_mode))
+        out = call(graph, aten.squeeze.dims, (pooled, [-2]), like=node,
+                   val=fake_call(aten.squeeze.dims, (pooled, [-2]), {}, fake_mode))
+    node.replace_all_uses_with(out)
+    graph.erase_node(node)
+    return True
+
+
 RULES = {
+    aten.adaptive_avg_pool1d.default: _adaptive_avg_pool1d,
     aten.item.default: _item,
     aten.batch_norm.default: _batch_norm,
     aten.dropout.default: _dropout,
@@ -151,6 +177,44 @@ class _Ref:
     kind: str
     call: int
     index: int
+
+
+@dataclass(frozen=True)
+class _SizeRef:
+    """A symbolic size in a recording: the product of `coeff` and dims (input index, dim) of its inputs.
+
+    Lets a decomposition that reshapes by a dynamic size (linear on a (batch, seq, d) input views it
+    as (batch*seq, d)) be spliced in place: the sizes become sym_size/mul nodes on the inputs."""
+
+    coeff: int
+    dims: tuple[tuple[int, int], ...]
+
+
+def _size_ref(x, input_nodes: list[Node], node: Node) -> _SizeRef | int:
+    """`x` (a SymInt) as a product of input dims, or NeedsRetrace when it is not one."""
+    import sympy
+
+    expr = x.node.expr
+    if isinstance(expr, sympy.Integer):
+        return int(expr)
+    dims: dict = {}
+    for i, n in enumerate(input_nodes):
+        for d, size in enumerate(n.meta["val"].shape):
+            if isinstance(size, torch.SymInt):
+                dims.setdefault(size.node.expr, (i, d))
+    if expr in dims:
+        return _SizeRef(1, (dims[expr],))
+    coeff, found = 1, []
+    for factor in sympy.Mul.make_args(expr):
+        base, exp = factor.as_base_exp()
+        if isinstance(factor, sympy.Integer):
+            coeff *= int(factor)
+        elif base in dims and isinstance(exp, sympy.Integer) and exp > 0:
+            found += [dims[base]] * int(exp)
+        else:
+            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic size ({expr}) that is not a "
+                               "product of its inputs' sizes")
+    return _SizeRef(coeff, tuple(found))
 
 
 @dataclass
@@ -208,7 +272,10 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
     args = tree_map(to_val, tuple(node.args))
     kwargs = tree_map(to_val, dict(node.kwargs))
     recorder = _Recorder(config)
-    with fake_mode, recorder:
+    # The Python dispatcher makes composite ops take their Python decompositions (as torch's own
+    # re-trace does), and with oneDNN off those pick portable ops: otherwise nn.LSTM becomes the
+    # CPU-only aten.mkldnn_rnn_layer, which upstream lets through but no runtime has a kernel for.
+    with torch.backends.mkldnn.flags(enabled=False), enable_python_dispatcher(), fake_mode, recorder:
         result = node.target(*args, **kwargs)
 
     def to_ref(x):
@@ -217,8 +284,10 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
             if ref is None:
                 raise NeedsRetrace(f"decomposition of {node.target} uses a tensor it did not receive")
             return ref
-        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic size")
+        if isinstance(x, torch.SymInt):
+            return _size_ref(x, input_nodes, node)
+        if isinstance(x, (torch.SymFloat, torch.SymBool)):
+            raise NeedsRetrace(f"decomposition of {node.target} computes a symbolic value")
         return x
 
     calls = []
@@ -258,8 +327,25 @@ def _splice(node: Node, rec: _Recording, input_nodes: list[Node], outs: list) ->
     graph = node.graph
     made: list[Node] = []
     elems: dict[tuple[int, int], Node] = {}
+    sizes: dict = {}
+
+    def size_node(ref: _SizeRef):
+        if ref in sizes:
+            return sizes[ref]
+        result = None
+        for i, d in ref.dims:
+            src = input_nodes[i]
+            dim = call(graph, aten.sym_size.int, (src, d), like=node, val=src.meta["val"].shape[d])
+            result = dim if result is None else call(graph, operator.mul, (result, dim), like=node,
+                                                     val=result.meta["val"] * dim.meta["val"])
+        if ref.coeff != 1:
+            result = call(graph, operator.mul, (result, ref.coeff), like=node, val=result.meta["val"] * ref.coeff)
+        sizes[ref] = result
+        return result
 
     def resolve(x):
+        if isinstance(x, _SizeRef):
+            return size_node(x)
         if isinstance(x, _Ref):
             if x.kind == "in":
                 return input_nodes[x.index]

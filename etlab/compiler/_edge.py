@@ -197,6 +197,7 @@ def _lower(builder: _EdgeBuilder, config: EdgeCompileConfig) -> None:
     for sub in all_graph_modules(gm):
         if sub is not gm and has_mutation(sub):
             raise NeedsRetrace("mutation inside a control-flow branch")
+        passes.fold_constant_factories(sub, builder.make_constant, config)
         decompose(sub, builder.fake_mode, config)
 
 
@@ -210,7 +211,8 @@ def to_edge_program(ep: ExportedProgram, config: EdgeCompileConfig | None = None
         _lower(builder, config)
     except NeedsRetrace:
         table = {op: fn for op, fn in core_decompositions().items() if op not in config._preserve_ops}
-        builder = _EdgeBuilder(ep.run_decompositions(table))
+        with torch.backends.mkldnn.flags(enabled=False):  # portable RNN decompositions (see _decompose)
+            builder = _EdgeBuilder(ep.run_decompositions(table))
         _lower(builder, config)
     for sub in all_graph_modules(builder.gm):
         passes.views_to_copies(sub, builder.fake_mode)

@@ -124,13 +124,18 @@ def check_expr(expr: str, where: str) -> None:
         pos = m.end()
 
 
+# ATen operators whose names are dunders (transformers' attention masks use aten.__and__.Tensor);
+# any other "__" name stays refused, so a target never reaches a Python attribute.
+_DUNDER_OPS = frozenset({"__and__", "__or__", "__xor__", "__lshift__", "__rshift__"})
+
+
 def check_target(target, where: str) -> None:
     if not isinstance(target, str):
         raise FormatError(f"{where}: a node target is not a string")
     if target in SCALAR_TARGETS:
         return
     m = _OP_TARGET.fullmatch(target)
-    if m is None or any(part.startswith("__") for part in m.groups() if part):
+    if m is None or any(part.startswith("__") and part not in _DUNDER_OPS for part in m.groups() if part):
         raise FormatError(f"{where}: unknown operator {target!r}")
     if resolve_operator(target) is None:
         raise FormatError(f"{where}: unknown operator {target!r} (not registered in this process)")

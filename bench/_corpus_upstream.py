@@ -1,0 +1,219 @@
+"""Upstream ExecuTorch's results for corpus models, cached by content (used by bench/corpus.py and
+tests/corpus).
+
+Two kinds of cached artifacts under `cache_root()` (~/.cache/etlab/corpus, or ETLAB_CORPUS_CACHE):
+
+- `compile/<key>/`: one model compiled by upstream from the same ExportedProgram etlab compiled
+  (torch.export.save files), its XNNPACK-lowered program, and upstream's runtime outputs of both.
+  The key hashes the model's name, the corpus file defining it, _entry.py, bench/_ref_corpus.py,
+  setup.sh, the torch and transformers versions and RECIPE: a model is re-done only when something
+  that shapes it changed.
+- `run/<sha256 of the .pte and inputs>/`: upstream's runtime outputs for one etlab-written `.pte`
+  (re-done whenever etlab's compiler writes different bytes).
+
+Jobs are built in a temporary directory and renamed into place under a file lock, so concurrent
+harnesses (pytest-xdist workers) do each one once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+REF_SCRIPT = HERE / "_ref_corpus.py"
+SETUP_SH = REPO.parent / "shared" / "reference" / "setup.sh"
+ENTRY_SOURCE = REPO / "etlab" / "models" / "corpus" / "_entry.py"
+RECIPE = "corpus-v1 repeat=2"
+JOB_TIMEOUT_S = 3600
+
+
+def cache_root() -> Path:
+    env = os.environ.get("ETLAB_CORPUS_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "etlab" / "corpus"
+
+
+def _transformers_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("transformers")
+    except Exception:  # not installed: the torch.nn entries do not need it
+        return "none"
+
+
+def compile_key(name: str, source: Path) -> str:
+    """Content key of upstream's compile of corpus model `name`, defined in file `source` (see module
+    docstring). torch.export.save output is not byte-stable (control-flow subgraph names), so the
+    key hashes the sources that define the model rather than the saved program."""
+    h = hashlib.sha256(f"{RECIPE}\0{name}\0{torch.__version__}\0{_transformers_version()}".encode())
+    for p in [Path(source), ENTRY_SOURCE, REF_SCRIPT, SETUP_SH]:
+        data = p.read_bytes() if p.is_file() else b""
+        h.update(f"\0{p.name}\0{len(data)}\0".encode())
+        h.update(data)
+    return h.hexdigest()
+
+
+def run_key(pte: bytes, inputs: dict[str, Path]) -> str:
+    """Content key of an upstream run of `pte` on the saved inputs of each method."""
+    h = hashlib.sha256(RECIPE.encode() + pte)
+    for method, path in sorted(inputs.items()):
+        h.update(method.encode() + b"\0" + Path(path).read_bytes())
+    return h.hexdigest()
+
+
+def ref_env() -> dict[str, str]:
+    """The reference python's environment: none of etlab's import paths, one thread per process."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    return env
+
+
+@dataclass
+class PendingJob:
+    """A job for the reference python, built in `tmp`, renamed to `final` when it has finished."""
+
+    kind: str  # "compile" or "run"
+    tmp: Path
+    final: Path
+    spec: dict = field(default_factory=dict)
+
+
+def _complete(d: Path, marker: str) -> bool:
+    return (d / marker).is_file()
+
+
+def _marker(kind: str) -> str:
+    return "upstream.json" if kind == "compile" else "status.json"
+
+
+def cached(kind: str, key: str) -> Path | None:
+    """The finished artifact directory of (kind, key), or None."""
+    d = cache_root() / kind / key
+    if _complete(d, _marker(kind)):
+        with contextlib.suppress(OSError):
+            os.utime(d / _marker(kind))
+        return d
+    return None
+
+
+def new_job(kind: str, key: str) -> PendingJob:
+    """A fresh temporary directory for a job whose result will live at cache/<kind>/<key>."""
+    root = cache_root() / kind
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{key[:12]}-", dir=root))
+    return PendingJob(kind, tmp, root / key)
+
+
+def _publish(job: PendingJob) -> Path:
+    """Renames a finished job into place (another process may have got there first)."""
+    if _complete(job.final, _marker(job.kind)):
+        shutil.rmtree(job.tmp, ignore_errors=True)
+        return job.final
+    if job.final.exists():
+        shutil.rmtree(job.final, ignore_errors=True)
+    os.rename(job.tmp, job.final)
+    return job.final
+
+
+def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log=print) -> None:
+    """Runs the jobs with the reference python in `parallel` processes, publishing each job as soon as
+    it has finished (so an interrupted run keeps what it did). Cheap run jobs go first.
+
+    One lock per cache root keeps concurrent harnesses from running the same jobs twice; jobs that
+    another process finished meanwhile are dropped before starting.
+    """
+    if not jobs:
+        return
+    root = cache_root()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        todo = sorted((j for j in jobs if not _complete(j.final, _marker(j.kind))), key=lambda j: j.kind != "run")
+        for j in jobs:
+            if j not in todo:
+                shutil.rmtree(j.tmp, ignore_errors=True)
+        if not todo:
+            return
+        groups = [todo[i::parallel] for i in range(parallel) if todo[i::parallel]]
+        logdir = Path(tempfile.mkdtemp(prefix=".logs-", dir=root))
+        procs = []
+        for i, group in enumerate(groups):
+            spec = logdir / f"jobs-{i}.json"
+            spec.write_text(json.dumps([{**j.spec, "kind": j.kind} for j in group]))
+            with open(logdir / f"ref-{i}.log", "w") as log_file:
+                procs.append(subprocess.Popen([ref_python, str(REF_SCRIPT), str(spec)], stdout=log_file,
+                                              stderr=subprocess.STDOUT, env=ref_env(), stdin=subprocess.DEVNULL))
+        deadline = time.monotonic() + JOB_TIMEOUT_S * max(len(g) for g in groups)
+        pending = list(todo)
+        try:
+            while pending:
+                for j in list(pending):
+                    if _complete(j.tmp, _marker(j.kind)):
+                        _publish(j)
+                        pending.remove(j)
+                if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.5)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        for j in pending:
+            if _complete(j.tmp, _marker(j.kind)):
+                _publish(j)
+            else:
+                log(f"upstream {j.kind} job {j.spec} left no result; reference logs in {logdir}")
+                shutil.rmtree(j.tmp, ignore_errors=True)
+        if len(pending) == 0 or all(_complete(j.final, _marker(j.kind)) for j in pending):
+            shutil.rmtree(logdir, ignore_errors=True)
+
+
+_OPERATORS_SNIPPET = ("import json; from executorch.runtime import Runtime; "
+                      "print(json.dumps(sorted(Runtime.get().operator_registry.operator_names)))")
+
+
+def upstream_operators(ref_python: str | None) -> set[str] | None:
+    """Operator names upstream's runtime has kernels for ('aten::add.out'), cached per setup.sh;
+    None when unknown (no reference python and nothing cached)."""
+    key = hashlib.sha256(SETUP_SH.read_bytes() if SETUP_SH.is_file() else b"").hexdigest()[:16]
+    path = cache_root() / f"operators-{key}.json"
+    if path.is_file():
+        return set(json.loads(path.read_text()))
+    if ref_python is None:
+        return None
+    p = subprocess.run([ref_python, "-c", _OPERATORS_SNIPPET], capture_output=True, text=True, env=ref_env(),
+                       timeout=600)
+    if p.returncode != 0:
+        return None
+    names = json.loads(p.stdout.strip().splitlines()[-1])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(names))
+    os.replace(tmp, path)
+    return set(names)
+
+
+def prune(kind: str, keep: int) -> None:
+    """Drops all but the `keep` most recently used artifact directories of `kind`."""
+    root = cache_root() / kind
+    if not root.is_dir():
+        return
+    dirs = [p for p in root.iterdir() if p.is_dir() and len(p.name) == 64 and _complete(p, _marker(kind))]
+    dirs.sort(key=lambda p: (p / _marker(kind)).stat().st_mtime, reverse=True)
+    for p in dirs[keep:]:
+        shutil.rmtree(p, ignore_errors=True)

@@ -1,0 +1,422 @@
+"""Corpus coverage: every model of etlab.models.corpus compiled, run and inspected by etlab, side by
+side with upstream ExecuTorch.
+
+    .venv/bin/python bench/corpus.py [--models lstm bert ...] [--repeat 3] [--parallel 2] [--no-write]
+
+Per model: torch.export (timed); etlab `to_edge(...).to_executorch()` (median of warm runs) next to
+upstream's on the same ExportedProgram (torch.export.save'd, compiled by bench/_ref_corpus.py with
+the reference python; warm run); etlab's runtime on etlab's .pte vs eager (max abs error, within
+the entry's tolerance); upstream's runtime on etlab's .pte; etlab's runtime on upstream's .pte;
+upstream's XNNPACK-lowered .pte loaded and inspected by etlab (run where etlab has the backend);
+the Inspector on an ETDump with intermediate outputs, its numeric gap and the HTML report.
+
+Upstream artifacts are cached by content (bench/_corpus_upstream.py), so a second run only redoes
+what changed. Writes the `## corpus` section of bench/RESULTS.md unless --no-write.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import _corpus_upstream as up  # noqa: E402
+import torch  # noqa: E402
+from _common import reference_python, write_section  # noqa: E402
+
+from etlab.compiler import to_edge  # noqa: E402
+from etlab.models.corpus import CORPUS, CorpusEntry, max_abs_error, within_tolerance  # noqa: E402
+from etlab.runtime import Runtime  # noqa: E402
+from etlab.schema import load_pte  # noqa: E402
+
+DEBUG_BUFFER_SIZE = 64 << 20
+UPSTREAM_OPERATORS: set[str] | None = None  # kernels of upstream's runtime, set by measure()
+# Fast subset for `make test` (tests/corpus): one of each family the corpus covers, small compiles.
+FAST = ("lstm", "mobilenet_v3", "upsample_modes", "sdpa_attention", "cond", "dynamic_conv1d",
+        "recommendation_tower", "gpt2")
+
+
+@dataclass
+class Check:
+    """One column of the coverage table: ok, failed (with why), or not applicable (with why)."""
+
+    ok: bool | None
+    detail: str = ""
+
+    @property
+    def unmeasured(self) -> bool:
+        return self.ok is None and self.detail.startswith("not measured")
+
+    def cell(self) -> str:
+        mark = {True: "ok", False: "FAIL", None: "n/a"}[self.ok]
+        return f"{mark} {self.detail}".strip()
+
+
+@dataclass
+class ModelResult:
+    """Everything measured for one corpus model."""
+
+    name: str
+    source: str
+    export_s: float | None = None
+    etlab_compile_s: float | None = None
+    upstream_compile_s: float | None = None
+    checks: dict[str, Check] = field(default_factory=dict)
+
+    @property
+    def speedup(self) -> float | None:
+        if self.etlab_compile_s and self.upstream_compile_s:
+            return self.upstream_compile_s / self.etlab_compile_s
+        return None
+
+    @property
+    def green(self) -> bool:
+        """Every check passed (a check upstream cannot do, marked n/a with its reason, does not count;
+        one not measured does)."""
+        return bool(self.checks) and all(c.ok is not False and not c.unmeasured for c in self.checks.values())
+
+
+COLUMNS = ("export", "etlab compile", "etlab run", "upstream runs etlab pte", "upstream compile",
+           "etlab runs upstream pte", "xnnpack pte", "inspector")
+
+
+def _short(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".strip().splitlines()
+    return (text[0] if text else type(e).__name__)[:160].replace("|", "/")
+
+
+def _outputs_check(got: list[torch.Tensor], want: list[torch.Tensor], entry: CorpusEntry) -> Check:
+    err = max_abs_error(got, want)
+    ok = len(got) == len(want) and all(within_tolerance(g, w, entry.atol, entry.rtol) for g, w in zip(got, want))
+    return Check(ok, f"max err {err:.1e}" if math.isfinite(err) else "outputs differ in count or shape")
+
+
+def _run_all(pte: bytes | Path, methods: dict[str, tuple]) -> dict[str, list[torch.Tensor]]:
+    program = Runtime.get().load_program(pte)
+    return {m: list(program.load_method(m).execute(list(ins))) for m, ins in methods.items()}
+
+
+def _compare_methods(outs: dict[str, list], eager: dict[str, list], entry: CorpusEntry) -> Check:
+    checks = [_outputs_check(outs[m], eager[m], entry) for m in eager]
+    worst = max((max_abs_error(outs[m], eager[m]) for m in eager), default=0.0)
+    return Check(all(c.ok for c in checks), f"max err {worst:.1e}")
+
+
+@dataclass
+class _Work:
+    """A model between the etlab phase and the upstream phase."""
+
+    entry: CorpusEntry
+    result: ModelResult
+    methods: dict[str, tuple] | None = None
+    eager: dict[str, list] | None = None
+    programs: dict | None = None
+    pte: bytes | None = None
+    compile_dir: Path | None = None
+    run_dir: Path | None = None
+
+
+def etlab_phase(entry: CorpusEntry, repeat: int, jobs: list[up.PendingJob] | None) -> _Work:
+    """Export, compile and run with etlab; saves what upstream needs and queues its jobs."""
+    work = _Work(entry, ModelResult(entry.name, entry.source))
+    checks = work.result.checks
+    try:
+        built = entry.build()
+        work.methods, work.eager = built[1], entry.eager(built)
+        t = time.perf_counter()
+        work.programs = entry.export(built)
+        work.result.export_s = time.perf_counter() - t
+        checks["export"] = Check(True, f"{work.result.export_s:.1f}s")
+    except Exception as e:
+        checks["export"] = Check(False, _short(e))
+        return work
+    try:
+        times = []
+        for _ in range(max(repeat, 1)):
+            t = time.perf_counter()
+            work.pte = bytes(to_edge(work.programs).to_executorch().buffer)
+            times.append(time.perf_counter() - t)
+        work.result.etlab_compile_s = statistics.median(times[1:] or times)
+        checks["etlab compile"] = Check(True, f"{work.result.etlab_compile_s * 1e3:.0f} ms")
+    except Exception as e:
+        checks["etlab compile"] = Check(False, _short(e))
+        return work
+    try:
+        checks["etlab run"] = _compare_methods(_run_all(work.pte, work.methods), work.eager, entry)
+    except Exception as e:
+        checks["etlab run"] = Check(False, _short(e))
+    _queue_upstream(work, jobs)
+    return work
+
+
+def _save_inputs(d: Path, methods: dict[str, tuple]) -> dict[str, Path]:
+    paths = {}
+    for m, ins in methods.items():
+        paths[m] = d / f"{m}.inputs.pt"
+        torch.save(list(ins), paths[m])
+    return paths
+
+
+def _queue_upstream(work: _Work, jobs: list[up.PendingJob] | None) -> None:
+    """Finds upstream's cached results for this model; queues jobs for the missing ones (when `jobs`
+    is a list: None means report only what is cached)."""
+    name, methods = work.entry.name, list(work.methods)
+    key = up.compile_key(name, Path(sys.modules[work.entry.factory.__module__].__file__))
+    work.compile_dir = up.cached("compile", key)
+    if work.compile_dir is None and jobs is not None:
+        job = up.new_job("compile", key)
+        for m, ep in work.programs.items():
+            torch.export.save(ep, job.tmp / f"{m}.pt2")
+        _save_inputs(job.tmp, work.methods)
+        job.spec = {"dir": str(job.tmp), "methods": methods}
+        jobs.append(job)
+        work.compile_dir = job.final
+    with tempfile.TemporaryDirectory() as scratch:
+        inputs = _save_inputs(Path(scratch), work.methods)
+        rkey = up.run_key(work.pte, inputs)
+    work.run_dir = up.cached("run", rkey)
+    if work.run_dir is None and jobs is not None:
+        job = up.new_job("run", rkey)
+        _save_inputs(job.tmp, work.methods)
+        (job.tmp / "etlab.pte").write_bytes(work.pte)
+        job.spec = {"pte": str(job.tmp / "etlab.pte"), "inputs_dir": str(job.tmp), "methods": methods,
+                    "out": str(job.tmp)}  # the job runs before the rename into place
+        jobs.append(job)
+        work.run_dir = job.final
+
+
+def _load_outputs(prefix: Path, methods) -> dict[str, list[torch.Tensor]]:
+    return {m: torch.load(f"{prefix}.{m}.out.pt", weights_only=True) for m in methods}
+
+
+def upstream_phase(work: _Work) -> None:
+    """Reads upstream's results for one model and runs etlab on upstream's programs."""
+    import json
+
+    checks, entry = work.result.checks, work.entry
+    if work.methods is None or work.pte is None:
+        return
+    status_file = (work.run_dir or Path("/nonexistent")) / "status.json"
+    if work.run_dir is None:
+        checks["upstream runs etlab pte"] = Check(None, "not measured (no cached upstream run)")
+    elif not status_file.is_file():
+        checks["upstream runs etlab pte"] = Check(False, "no upstream result (see the job's ref.log)")
+    else:
+        status = json.loads(status_file.read_text())
+        if status.get("ok"):
+            got = _load_outputs(work.run_dir / "upstream", work.methods)
+            checks["upstream runs etlab pte"] = _compare_methods(got, work.eager, entry)
+        else:
+            checks["upstream runs etlab pte"] = _upstream_run_failure(work, status.get("error", "?"))
+    if work.compile_dir is None:
+        for col in ("upstream compile", "etlab runs upstream pte", "xnnpack pte"):
+            checks[col] = Check(None, "not measured (no cached upstream compile)")
+        return
+    result_file = work.compile_dir / "upstream.json"
+    if not result_file.is_file():
+        checks["upstream compile"] = Check(False, "no upstream result (see the job's ref.log)")
+        return
+    res = json.loads(result_file.read_text())
+    comp = res.get("compile") or res.get("load") or {}
+    if not comp.get("ok"):
+        # Upstream itself cannot compile it: named, not counted against etlab.
+        checks["upstream compile"] = Check(None, f"upstream fails: {comp.get('error', '?')[:140]}")
+        checks["etlab runs upstream pte"] = Check(None, "upstream wrote no .pte")
+    else:
+        times = comp["times"]
+        work.result.upstream_compile_s = statistics.median(times[1:] or times)
+        checks["upstream compile"] = Check(True, f"{work.result.upstream_compile_s:.1f}s")
+        try:
+            outs = _run_all(work.compile_dir / "upstream.pte", work.methods)
+            checks["etlab runs upstream pte"] = _compare_methods(outs, work.eager, entry)
+        except Exception as e:
+            checks["etlab runs upstream pte"] = Check(False, _short(e))
+    checks["xnnpack pte"] = _xnnpack_check(work, res)
+
+
+def _kernel_names(pte: bytes | Path) -> set[str]:
+    plans = load_pte(pte).program.execution_plan
+    return {f"{op.name}.{op.overload}" if op.overload else op.name for p in plans for op in (p.operators or [])}
+
+
+def _upstream_run_failure(work: _Work, error: str) -> Check:
+    """Why upstream's runtime failed on etlab's .pte. Kernels its portable library lacks are named, and
+    the failure is n/a when upstream's own .pte needs the same missing kernels (upstream cannot run
+    the model either)."""
+    if UPSTREAM_OPERATORS is None:
+        return Check(False, error[:160])
+    missing = sorted(_kernel_names(work.pte) - UPSTREAM_OPERATORS)
+    if not missing:
+        return Check(False, error[:160])
+    own = work.compile_dir / "upstream.pte" if work.compile_dir else None
+    own_missing = sorted(_kernel_names(own) - UPSTREAM_OPERATORS) if own and own.is_file() else []
+    if own_missing and set(own_missing) >= set(missing):
+        return Check(None, f"upstream's runtime has no {', '.join(missing)} kernel (its own .pte needs it too)")
+    if own is None or not own.is_file():
+        return Check(None, f"upstream's runtime has no {', '.join(missing)} kernel (and upstream cannot compile "
+                           "this model)")
+    return Check(False, f"upstream's runtime has no {', '.join(missing)} kernel")
+
+
+def _xnnpack_check(work: _Work, res: dict) -> Check:
+    """etlab reads upstream's XNNPACK program (delegates, backend ids, remaining kernels) and runs it if
+    a backend named like the delegate is registered; the status says which of these held."""
+    xnn = res.get("xnnpack", {})
+    if not xnn.get("ok"):
+        return Check(None, f"upstream cannot lower: {xnn.get('error', '?')[:120]}")
+    path = work.compile_dir / "xnnpack.pte"
+    try:
+        pte = load_pte(path)
+        plans = pte.program.execution_plan
+        delegates = sum(len(p.delegates or []) for p in plans)
+        ops = sorted({op.name for p in plans for op in (p.operators or [])})
+        backends = sorted({d.id for p in plans for d in (p.delegates or [])})
+    except Exception as e:
+        return Check(False, f"etlab cannot read it: {_short(e)}")
+    detail = f"read: {delegates} {'/'.join(backends) or 'no'} delegates, {len(ops)} kernels"
+    try:
+        outs = _run_all(path, work.methods)
+        check = _compare_methods(outs, work.eager, work.entry)
+        return Check(check.ok, f"{detail}; ran, {check.detail}")
+    except Exception as e:
+        reason = str(e)
+        if delegates and any(f"backend {b!r}" in reason for b in backends):
+            return Check(True, f"{detail}; not run: etlab has no {'/'.join(backends)} runtime backend")
+        return Check(False, f"{detail}; run failed: {_short(e)}")
+
+
+def inspector_check(work: _Work, outdir: Path) -> None:
+    """ETRecord + ETDump with intermediate outputs -> Inspector table, numeric gap and HTML report."""
+    from etlab.inspector import Inspector
+    from etlab.visualizer import show
+
+    checks = work.result.checks
+    if work.pte is None:
+        return
+    method = next(iter(work.methods))
+    try:
+        et = to_edge(work.programs, generate_etrecord=True).to_executorch()
+        pte, rec = outdir / f"{work.entry.name}.pte", outdir / f"{work.entry.name}.etrecord"
+        et.write_to_file(str(pte))
+        record = et.get_etrecord()
+        if method == "forward":
+            record.update_representative_inputs(list(work.methods[method]))
+        record.save(str(rec))
+        program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=DEBUG_BUFFER_SIZE)
+        program.load_method(method).execute(list(work.methods[method]))
+        etdp, dbg = outdir / f"{work.entry.name}.etdp", outdir / f"{work.entry.name}.bin"
+        program.write_etdump_result_to_file(str(etdp), str(dbg))
+        inspector = Inspector(etdump_path=etdp, etrecord=rec, debug_buffer_path=dbg)
+        rows = len(inspector.to_dataframe())
+        gap = inspector.calculate_numeric_gap("MSE")
+        dash = show(inspector, et, method=method)
+        html = Path(dash.save_html(outdir / f"{work.entry.name}.html"))
+        worst = float(gap["gap"].map(lambda g: max(g) if isinstance(g, (list, tuple)) else g).max()) \
+            if len(gap) and "gap" in gap else float("nan")
+        missing = f", no {'/'.join(dash.missing)} view" if getattr(dash, "missing", None) else ""
+        ok = rows > 0 and html.stat().st_size > 0
+        checks["inspector"] = Check(ok, f"{rows} rows, gap {len(gap)} ops (max MSE {worst:.1e}), html "
+                                        f"{html.stat().st_size // 1024} KiB{missing}")
+    except Exception as e:
+        checks["inspector"] = Check(False, _short(e))
+
+
+def measure(names: list[str], *, repeat: int = 3, parallel: int = 1, ref_python: str | None = None,
+            outdir: Path | None = None, log=print) -> list[ModelResult]:
+    """Runs the whole harness on `names`. Without a reference python only cached upstream results are
+    reported; the rest are n/a, "not measured"."""
+    global UPSTREAM_OPERATORS
+    UPSTREAM_OPERATORS = up.upstream_operators(ref_python)
+    jobs: list[up.PendingJob] | None = [] if ref_python else None
+    works = []
+    for name in names:
+        t = time.perf_counter()
+        works.append(etlab_phase(CORPUS[name], repeat, jobs))
+        log(f"[corpus] etlab {name}: {time.perf_counter() - t:.1f}s")
+    if ref_python and jobs:
+        log(f"[corpus] upstream: {len(jobs)} uncached jobs ({sum(j.kind == 'compile' for j in jobs)} compiles)")
+        t = time.perf_counter()
+        up.run_jobs(ref_python, jobs, parallel=parallel, log=log)
+        log(f"[corpus] upstream jobs took {time.perf_counter() - t:.1f}s")
+    with tempfile.TemporaryDirectory() as scratch:
+        out = outdir or Path(scratch)
+        for work in works:
+            try:
+                upstream_phase(work)
+            except Exception as e:
+                work.result.checks["upstream compile"] = Check(False, _short(e))
+                log(traceback.format_exc())
+            inspector_check(work, out)
+    return [w.result for w in works]
+
+
+def render(results: list[ModelResult], repeat: int) -> str:
+    green = sum(r.green for r in results)
+    unmeasured = [r.name for r in results if any(c.unmeasured for c in r.checks.values())]
+    ratios = [r.speedup for r in results if r.speedup]
+    median_ratio = statistics.median(ratios) if ratios else float("nan")
+    lines = [
+        "## corpus", "",
+        f"`make corpus` (bench/corpus.py): {len(results)} architectures from etlab.models.corpus. Compile = "
+        f"to_edge + to_executorch + serialize from the same ExportedProgram, etlab median of {max(repeat - 1, 1)} "
+        "warm runs, upstream the warm run of 2. Errors are max |program - eager| over all outputs. n/a = a check "
+        "upstream itself cannot do (named), not counted against green. Upstream's compile times come from the "
+        "content-keyed cache and were measured when that entry was made; etlab's in this run "
+        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end): the speed-up is side by "
+        "side only on a cold cache.", "",
+        f"**Fully green: {green}/{len(results)}**; median compile speed-up vs upstream {median_ratio:.1f}x "
+        f"(min {min(ratios, default=float('nan')):.1f}x, over {len(ratios)} models)."
+        + (f" Upstream not measured for {len(unmeasured)}: {', '.join(unmeasured)}." if unmeasured else ""), "",
+        "| model | source | speed-up | " + " | ".join(COLUMNS) + " |",
+        "|---|---|---:|" + "---|" * len(COLUMNS),
+    ]
+    for r in results:
+        speed = f"{r.speedup:.1f}x" if r.speedup else "n/a"
+        cells = [r.checks.get(c, Check(None, "not reached")).cell() for c in COLUMNS]
+        lines.append(f"| {r.name} | {r.source} | {speed} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="*", default=None, help="corpus names (default: all)")
+    p.add_argument("--fast", action="store_true", help="only the fast subset make test runs")
+    p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--parallel", type=int, default=2, help="reference-python processes for upstream jobs")
+    p.add_argument("--cached-only", action="store_true", help="report cached upstream results, start no jobs")
+    p.add_argument("--no-write", action="store_true")
+    p.add_argument("--out", type=Path, default=None, help="keep .pte/.etrecord/.etdp/.html per model here")
+    a = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    names = list(FAST) if a.fast else (a.models or list(CORPUS))
+    unknown = [n for n in names if n not in CORPUS]
+    if unknown:
+        p.error(f"unknown corpus models {unknown}; choose from {sorted(CORPUS)}")
+    ref = None if a.cached_only else reference_python()
+    if not a.cached_only and ref is None:
+        print("corpus: the upstream reference python is unavailable (../shared/reference/setup.sh)", file=sys.stderr)
+        return 2
+    if a.out:
+        a.out.mkdir(parents=True, exist_ok=True)
+    results = measure(names, repeat=a.repeat, parallel=a.parallel, ref_python=ref, outdir=a.out)
+    text = render(results, a.repeat)
+    print(text)
+    if not a.no_write and not a.models and not a.fast:
+        write_section("corpus", text)
+    return 0 if all(r.green for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

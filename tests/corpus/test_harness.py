@@ -1,0 +1,41 @@
+"""bench/corpus.py on the fast subset, against upstream ExecuTorch (marker interop): every check green.
+
+Upstream's compiles and runs are cached by content (bench/_corpus_upstream.py), so a warm run is
+etlab-only work; a cold cache adds about a minute per model on 2 cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.corpus.conftest import load_bench_corpus
+
+corpus = load_bench_corpus()
+
+pytestmark = [pytest.mark.corpus, pytest.mark.interop]
+
+
+def test_fast_subset_is_green_next_to_upstream(ref_python, tmp_path):
+    results = corpus.measure(list(corpus.FAST), repeat=1, parallel=2, ref_python=ref_python, outdir=tmp_path,
+                             log=lambda *_: None)
+    table = corpus.render(results, repeat=1)
+    failing = {r.name: {k: c.detail for k, c in r.checks.items() if c.ok is False} for r in results if not r.green}
+    assert not failing, table
+    for r in results:
+        assert set(r.checks) == set(corpus.COLUMNS), (r.name, sorted(r.checks))
+        ran = r.checks["upstream runs etlab pte"]
+        assert ran.ok or "has no" in ran.detail, (r.name, ran)  # n/a only for a kernel upstream lacks
+        assert (tmp_path / f"{r.name}.html").stat().st_size > 0
+    assert f"Fully green: {len(results)}/{len(results)}" in table
+
+
+def test_render_counts_green_and_names_failures():
+    ok = corpus.ModelResult("a", "torch.nn", etlab_compile_s=0.1, upstream_compile_s=2.0,
+                            checks={c: corpus.Check(True) for c in corpus.COLUMNS})
+    bad = corpus.ModelResult("b", "torch.nn", checks={"export": corpus.Check(True),
+                                                      "etlab compile": corpus.Check(False, "CompileError: x")})
+    na = corpus.ModelResult("c", "torch.nn", checks={"upstream compile": corpus.Check(None, "upstream fails: y")})
+    table = corpus.render([ok, bad, na], repeat=3)
+    assert "Fully green: 2/3" in table
+    assert "FAIL CompileError: x" in table and "n/a upstream fails: y" in table
+    assert "20.0x" in table
