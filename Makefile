@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup browser demo test lint schemas bench clean
+.PHONY: setup browser demo test lint schemas bench fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,13 @@ schemas: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# The standing fuzz campaign (tests/fuzz): every loader, load+execute, Inspector+report, for a time
+# budget; saves reproducers under tests/fuzz/reproducers/ and rewrites the Robustness section of bench/RESULTS.md.
+FUZZ_SECONDS ?= 600
+FUZZ_WORKERS ?= 2
+fuzz: setup
+	$(PY) -m tests.fuzz.campaign --seconds $(FUZZ_SECONDS) --workers $(FUZZ_WORKERS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

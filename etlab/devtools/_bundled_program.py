@@ -208,10 +208,19 @@ def bundled_value(value: ConfigValue) -> B.Value:
     raise ValueError(f"cannot bundle a {type(value).__name__}")
 
 
+# Quantized and bit dtypes: torch.frombuffer crashes the process on them.
+_NOT_PLAIN = {getattr(torch, n) for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4", "bits16", "bits8",
+                                          "bits4x2", "bits2x4", "bits1x8") if hasattr(torch, n)}
+
+
 def tensor_from_bundled(t: B.Tensor) -> torch.Tensor:
     """A schema tensor as a torch tensor (a copy; strides follow its dim order)."""
     dtype = scalar_type_to_dtype(t.scalar_type)
+    if dtype in _NOT_PLAIN:
+        raise ValueError(f"bundled tensor: scalar type {dtype} is not supported for test-case values")
     sizes = [int(s) for s in t.sizes or []]
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"bundled tensor: negative size in {sizes}")
     order = [int(d) for d in t.dim_order or []] or list(range(len(sizes)))
     if sorted(order) != list(range(len(sizes))):
         raise ValueError(f"bundled tensor: dim_order {order} is not a permutation of its {len(sizes)} dimensions")
