@@ -65,7 +65,8 @@ def results_section(t: Totals, targets: list[str], command: str) -> str:
         lines += ["| finding | inputs | owner | reproducer |", "|---|---:|---|---|"]
         repo = REPRODUCERS.parents[2]
         for f in findings:
-            where = Path(f.reproducer).resolve().relative_to(repo) if f.reproducer else "(not saved: cap reached)"
+            where = Path(f.reproducer).resolve().relative_to(repo) if f.reproducer else \
+                "(counted, not saved)" if f.outcome == "unnamed" else "(not saved: cap reached)"
             lines.append(f"| {f.outcome}: {f.target} {f.error.split(' ')[0]} in {f.frame} | {f.count:,} | "
                          f"{owner_of(f.frame)} | {where} |")
     else:

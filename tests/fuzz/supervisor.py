@@ -104,8 +104,12 @@ def _context():
     """The fork-server context, its server preloaded with warmed-up targets (created once)."""
     global _CONTEXT
     if _CONTEXT is None:
-        _CONTEXT = multiprocessing.get_context("forkserver")
-        _CONTEXT.set_forkserver_preload(["tests.fuzz.preload"])
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["tests.fuzz.preload"])
+        p = ctx.Process(target=os.getpid)  # returns once the server has warmed up and forked it
+        p.start()
+        p.join()
+        _CONTEXT = ctx
     return _CONTEXT
 
 
@@ -195,14 +199,17 @@ class Campaign:
 
     def _args(self, wid: int, restart: int, seconds: float, findings: Path) -> list[str]:
         order = self.targets[wid % len(self.targets):] + self.targets[: wid % len(self.targets)]
-        return ["--targets", ",".join(order), "--seconds", f"{seconds:.2f}", "--slice", str(self.slice),
+        return ["--targets", ",".join(order), "--seconds", f"{self.seconds:.2f}", "--epoch", str(self.epoch),
+                "--slice", str(self.slice),
                 "--seed", str(self.seed * 1000 + wid * 100 + restart), "--findings", str(findings)]
 
     def run(self) -> Totals:
         from tests.fuzz.seeds import load_seeds
 
         load_seeds()  # build the seed cache once, before the workers race to
+        _context()  # warm the fork server first: the time budget is for fuzzing
         start = time.monotonic()
+        self.epoch = time.time()
         deadline = start + self.seconds
         with tempfile.TemporaryDirectory(prefix="etlab-fuzz-") as tmp:
             work = Path(tmp)
@@ -220,7 +227,7 @@ class Campaign:
                     if died is None and stuck > self.hang_seconds:
                         os.kill(w.proc.pid, signal.SIGUSR1)  # faulthandler: where is it stuck
                         time.sleep(0.3)
-                        self._record_death(w, "hang", f"no answer for {stuck:.1f} s")
+                        self._record_death(w, "hang", f"timeout (no answer for {stuck:.1f} s)")
                         w.kill()
                         died = -9
                     elif died is not None and not w.done:

@@ -130,6 +130,15 @@ def run_etrecord(case: Case) -> None:
     record.program_info()
 
 
+def run_etrecord_graphs(case: Case) -> None:
+    from etlab.etrecord import parse_etrecord
+
+    record = parse_etrecord(_named("model.etrecord", case["model.etrecord"]))
+    record.edge_dialect_program  # noqa: B018 (graphs are rebuilt on first access)
+    record.exported_program  # noqa: B018
+    record.graph_map  # noqa: B018
+
+
 def run_inspector(case: Case) -> None:
     from etlab.etrecord import parse_etrecord
     from etlab.inspector import Inspector
@@ -147,6 +156,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("bpte", "bpte", {"model.bpte": 1}, run_bpte, ".bpte loader, embedded program and test-case tensors"),
     Target("etdp", "run", {"run.etdp": 1}, run_etdp, ".etdp loaders (deserialize_etdump and read_etdump)"),
     Target("etrecord", "run", {"model.etrecord": 1}, run_etrecord, ".etrecord loader (parse_etrecord, program_info)"),
+    Target("etrecord_graphs", "run", {"model.etrecord": 1}, run_etrecord_graphs,
+           ".etrecord graphs rebuilt (edge, ATen, graph_map ExportedPrograms)"),
     Target("debug_buffer", "run", {"run.etdp": 3, "run.bin": 1}, run_debug_buffer,
            "debug buffer tensors addressed by an ETDump (debug_value)", model_share=0.5),
     Target("execute", "program", {"model.pte": 8, "inputs.bpte": 1}, run_execute,
@@ -204,6 +215,7 @@ class MemberMutators:
     flat: mutate.FlatMap | None = None
     model: mutate.ModelMutator | None = None
     etrecord: mutate.EtrecordMutator | None = None
+    pool: list[bytes] = field(default_factory=list)  # recent model-level variants
 
     @classmethod
     def build(cls, name: str, data: bytes) -> MemberMutators:
@@ -221,13 +233,14 @@ class MemberMutators:
         if self.etrecord is not None and r < 0.85:
             return self.etrecord(rng)
         if self.model is not None and r < model_share:
-            out = self.model(rng)
-            if out is not None:
-                if rng.random() < 0.2:  # a well-formed file with hostile meaning, then a little damage
-                    buf = bytearray(out)
+            variant = self._variant(rng)
+            if variant is not None:
+                if rng.random() < 0.5:
+                    return variant
+                buf = bytearray(variant)  # a well-formed file with hostile meaning, then a little damage
+                for _ in range(rng.choice((1, 1, 2, 4))):
                     mutate.mutate_bytes(rng, buf)
-                    return bytes(buf)
-                return out
+                return bytes(buf)
         buf = bytearray(self.data)
         for _ in range(rng.choice((1, 1, 1, 2, 2, 3, 4, 8))):
             if self.flat is not None and rng.random() < 0.7:
@@ -235,6 +248,22 @@ class MemberMutators:
             else:
                 mutate.mutate_bytes(rng, buf)
         return bytes(buf)
+
+    def _variant(self, rng: random.Random) -> bytes | None:
+        """A model-level variant: freshly encoded one time in four, else one of the last 64 reused.
+
+        Why a pool: encoding a model costs several times what loading it does; reusing recent
+        variants (each then damaged differently) keeps the loader, not the encoder, the bottleneck.
+        """
+        if len(self.pool) < 64 or rng.random() < 0.25:
+            out = self.model(rng)
+            if out is not None:
+                if len(self.pool) < 64:
+                    self.pool.append(out)
+                else:
+                    self.pool[rng.randrange(64)] = out
+            return out
+        return rng.choice(self.pool)
 
 
 def make_input(target: Target, seeds: list[Case], rng: random.Random) -> Case:

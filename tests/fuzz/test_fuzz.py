@@ -16,7 +16,7 @@ import pytest
 from tests.fuzz.supervisor import OTHER_OWNER, REPRODUCERS, Campaign, read_finding, replay, reproducer_dirs
 from tests.fuzz.targets import TARGETS, classify
 
-SMOKE_SECONDS = 25
+SMOKE_SECONDS = 20
 FOLDERS = reproducer_dirs(REPRODUCERS)
 
 

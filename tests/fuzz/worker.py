@@ -174,17 +174,21 @@ def fuzz(args, inflight: Inflight) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (_address_space() + ADDRESS_SPACE_HEADROOM, resource.RLIM_INFINITY))
     _emit({"t": "ready"})
     rng = random.Random(args.seed)
-    deadline = time.monotonic() + args.seconds
+    # The schedule is on the wall clock from the campaign's start (--epoch), so a worker restarted
+    # after a crash carries on with the target the schedule says, instead of starting over.
+    epoch = args.epoch or time.time()
+    deadline = epoch + args.seconds
     slice_s = max(0.5, args.seconds / len(targets)) if args.slice <= 0 else args.slice
     counts: dict[str, dict[str, int]] = {n: {} for n in names}
     sigs: dict[str, int] = {}  # finding signature -> inputs, since the last stats message
     reported: set[str] = set()  # signatures this worker has sent an input of
     last_flush = time.monotonic()
     peak = _peak_rss()
-    ti = 0
-    while time.monotonic() < deadline:
-        ti = (ti + 1) % len(targets)
-        target, slice_end = targets[ti], min(deadline, time.monotonic() + slice_s)
+    while time.time() < deadline:
+        k = int((time.time() - epoch) / slice_s)
+        ti = k % len(targets)
+        target = targets[ti]
+        slice_end = time.monotonic() + max(0.0, min(deadline, epoch + (k + 1) * slice_s) - time.time())
         tcounts = counts[target.name]
         slice_start = time.monotonic()
         while (now := time.monotonic()) < slice_end:
@@ -198,7 +202,9 @@ def fuzz(args, inflight: Inflight) -> None:
             now_peak = _peak_rss()
             grown, peak = now_peak - peak, now_peak  # what this input added to the peak
             if (exc is not None and _is_memory_error(exc)) or grown > MEMORY_FACTOR * size + MEMORY_SLACK:
-                outcome, err = "memory", f"peak memory +{grown >> 20} MiB for a {size}-byte input"
+                outcome = "memory"
+                err = "allocation-failed" if exc is not None and _is_memory_error(exc) else \
+                    f"peak-rss (+{grown >> 20} MiB for a {size}-byte input)"
             key = f"{outcome}:{err}" if err else outcome
             tcounts[key] = tcounts.get(key, 0) + 1
             if outcome in ("exception", "memory", "unnamed"):
@@ -233,7 +239,9 @@ def replay(args, inflight: Inflight) -> None:
     from tests.fuzz.seeds import read_case
     from tests.fuzz.targets import TARGETS, classify
 
+    resource.setrlimit(resource.RLIMIT_AS, (_address_space() + ADDRESS_SPACE_HEADROOM, resource.RLIM_INFINITY))
     _emit({"t": "ready"})
+    peak = _peak_rss()
     for folder in args.replay:
         folder = Path(folder)
         target = TARGETS[folder.parent.name]
@@ -242,8 +250,10 @@ def replay(args, inflight: Inflight) -> None:
         exc = _run_one(target.run, case)
         inflight.end()
         outcome, err = classify(exc, case)
-        if exc is not None and _is_memory_error(exc):
-            outcome = "memory"
+        now_peak = _peak_rss()
+        grown, peak = now_peak - peak, now_peak
+        if (exc is not None and _is_memory_error(exc)) or grown > MEMORY_FACTOR * len(encode_case(case)) + MEMORY_SLACK:
+            outcome, err = "memory", f"peak +{grown >> 20} MiB" if exc is None else err
         _emit({"t": "replayed", "path": str(folder), "outcome": outcome, "error": err,
                "message": str(exc)[:500] if exc is not None else "",
                "trace": "".join(traceback.format_exception(exc))[-4000:] if exc is not None else ""})
@@ -261,6 +271,7 @@ def entry(argv: list[str], conn, log: str) -> None:
     p.add_argument("--seconds", type=float, default=10)
     p.add_argument("--slice", type=float, default=0, help="seconds per target before moving on (0: even split)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--epoch", type=float, default=0, help="the campaign's start (time.time()); the schedule's zero")
     p.add_argument("--findings", default=".")
     p.add_argument("--replay", nargs="*")
     args = p.parse_args(argv)
