@@ -42,8 +42,8 @@ def results_section(t: Totals, targets: list[str], command: str) -> str:
         f"{len(real)} distinct signature(s); {t.restarts} worker restart(s).**", "",
         "Outcomes: ok = accepted (and run); clean = FormatError / LoadError / ExecutionError / ValueError naming "
         "the input; unnamed = one of those without the input's name in the message; exception = any other "
-        "exception type; crash = the worker died on a signal; hang = one input ran > 5 s; memory = peak memory "
-        "grew by more than 50x the input (+64 MiB for the interpreter).", "",
+        "exception type; crash = the worker died on a signal; hang = one input used > 5 s of CPU (or 50 s of wall "
+        "time); memory = peak memory grew by more than 50x the input (+64 MiB for the interpreter).", "",
         "| target | what | inputs | inputs/s (all workers) | ok | clean | unnamed | exception | crash | hang "
         "| memory |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

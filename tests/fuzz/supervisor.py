@@ -18,6 +18,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import tempfile
 import time
 from collections import Counter
@@ -87,17 +88,35 @@ class Totals:
         return sum(sum(c.values()) for t, c in self.per_target.items() if target in (None, t))
 
 
-def _read_inflight(path: Path) -> tuple[int, int, int, dict[str, bytes] | None]:
-    """(state, seq, target index, case) of a worker's record; case None when idle."""
+def _read_inflight(path: Path, with_case: bool = True) -> tuple[int, int, int, dict[str, bytes] | None]:
+    """(state, seq, target index, case) of a worker's record; case None when idle or not asked for.
+
+    Only read the case of a worker that has stopped (dead or stuck): a running one may be
+    rewriting it."""
     with open(path, "rb") as f:
         head = f.read(HEADER.size)
         magic, state, seq, tindex, length = HEADER.unpack(head) if len(head) == HEADER.size else (0, 0, 0, 0, 0)
-        if magic != MAGIC or state != RUNNING:
+        if magic != MAGIC or state != RUNNING or not with_case:
             return state, seq, tindex, None
-        return state, seq, tindex, decode_case(f.read(length))
+        try:
+            return state, seq, tindex, decode_case(f.read(length))
+        except (UnicodeDecodeError, struct.error):
+            return state, seq, tindex, None
 
 
 _CONTEXT = None
+WALL_FACTOR = 10  # a worker that neither finishes nor uses the CPU is hung after 10x the hang time
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICKS
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _context():
@@ -132,7 +151,7 @@ class WorkerProc:
         child.close()
         self.ready = False
         self.done = False
-        self.seen_seq, self.seen_at = -1, time.monotonic()
+        self.seen_seq, self.seen_at, self.seen_cpu = -1, time.monotonic(), 0.0
 
     def messages(self) -> list[dict]:
         out = []
@@ -148,15 +167,19 @@ class WorkerProc:
         return self.proc.exitcode
 
     def stuck_for(self) -> float:
-        """Seconds the current input has been running (0 when idle or not yet ready)."""
-        state, seq, _t, _c = _read_inflight(self.inflight)
-        now = time.monotonic()
+        """Seconds the current input has been running (0 when idle or not yet ready): CPU seconds,
+        or a tenth of the wall time if that is more (a worker blocked without using the CPU).
+
+        Why CPU time: the machine is shared; with ten busy processes on two cores a one-second
+        input takes five seconds of wall time, and that is not a hang."""
+        state, seq, _t, _c = _read_inflight(self.inflight, with_case=False)
+        now, cpu = time.monotonic(), _cpu_seconds(self.proc.pid)
         if not self.ready or state != RUNNING:
-            self.seen_seq, self.seen_at = -1, now
+            self.seen_seq = -1
             return 0.0
         if seq != self.seen_seq:
-            self.seen_seq, self.seen_at = seq, now
-        return now - self.seen_at
+            self.seen_seq, self.seen_at, self.seen_cpu = seq, now, cpu
+        return max(cpu - self.seen_cpu, (now - self.seen_at) / WALL_FACTOR)
 
     def stderr_tail(self) -> str:
         """The last fatal-error report (faulthandler) of the log, without its list of extension modules."""
@@ -227,7 +250,7 @@ class Campaign:
                     if died is None and stuck > self.hang_seconds:
                         os.kill(w.proc.pid, signal.SIGUSR1)  # faulthandler: where is it stuck
                         time.sleep(0.3)
-                        self._record_death(w, "hang", f"timeout (no answer for {stuck:.1f} s)")
+                        self._record_death(w, "hang", f"timeout (one input ran {stuck:.1f} s)")
                         w.kill()
                         died = -9
                     elif died is not None and not w.done:

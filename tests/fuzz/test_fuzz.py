@@ -62,3 +62,28 @@ def test_classify_outcomes():
     assert classify(ValueError("bad offset"), case) == ("unnamed", "ValueError")
     assert classify(KeyError("model.pte"), case) == ("exception", "KeyError")
     assert classify(TypeError("model.pte"), case) == ("exception", "TypeError")
+
+
+def test_flatmap_finds_every_kind_of_field():
+    """The structure-aware mutator sees the offsets, lengths, tags and enums of each format's seed,
+    and every position it would overwrite lies inside the file."""
+    import struct
+
+    from tests.fuzz.mutate import FlatMap
+    from tests.fuzz.seeds import load_seeds
+
+    seeds = load_seeds()
+    files = {"program": ("model.pte", "program", 0), "bpte": ("model.bpte", "bundled_program", 0),
+             "run": ("run.etdp", "etdump", 4)}
+    for kind, (member, ns, base) in files.items():
+        data = seeds[kind][0][member]
+        fmap = FlatMap(data, ns, base)
+        kinds = {f.kind for f in fmap.fields}
+        assert {"uoffset", "soffset", "vtslot", "vlen", "scalar"} <= kinds, (member, kinds)
+        assert all(0 <= f.pos and f.pos + f.width <= len(data) for f in fmap.fields)
+        # every vector length it found is a real one: its elements fit in the file
+        assert all(struct.unpack_from("<I", data, f.pos)[0] * 1 <= len(data) for f in fmap.fields if f.kind == "vlen")
+    pte = FlatMap(seeds["program"][0]["model.pte"], "program")
+    assert {"tag", "enum"} <= {f.kind for f in pte.fields}  # EValue / Instruction unions, scalar types
+    ptd = seeds["ptd"][0]["model.ptd"]
+    assert FlatMap(ptd, "flat_tensor", int.from_bytes(ptd[16:24], "little")).fields
