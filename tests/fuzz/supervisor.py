@@ -366,7 +366,7 @@ def known_signatures(root: Path) -> dict[str, Path]:
     return {read_finding(d)["signature"]: d for d in reproducer_dirs(root)}
 
 
-def replay(folders: list[Path], hang_seconds: float = HANG_SECONDS) -> dict[Path, dict]:
+def replay(folders: list[Path], hang_seconds: float = 2.0) -> dict[Path, dict]:
     """Runs each reproducer once in a worker subprocess; returns its outcome (crashes and hangs too)."""
     results: dict[Path, dict] = {}
     todo = [Path(f) for f in folders]
