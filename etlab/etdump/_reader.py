@@ -123,6 +123,7 @@ class ETDumpColumns:
     allocation_size: np.ndarray        # uint64
     values: ValueColumns | None        # debug entries, rows = np.flatnonzero(has_debug)
     buffer: np.ndarray = field(repr=False, default=None)  # the FlatBuffer bytes (metadata is read from it)
+    has_run_data: bool = True          # False when the root's run_data vector is absent (not just empty)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -241,7 +242,7 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
         has_profile=has_p, has_debug=has_d, has_allocation=has_a, name_code=name_code, chain_index=chain,
         instruction_id=instr, delegate_id_int=did, delegate_id_str_code=did_str, start_time=start, end_time=end,
         metadata_start=meta_start, metadata_len=meta_len, allocator_id=allocator_id,
-        allocation_size=allocation_size, values=values, buffer=data,
+        allocation_size=allocation_size, values=values, buffer=data, has_run_data=bool(run_data[0] >= 0),
     )
 
 
