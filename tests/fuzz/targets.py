@@ -126,9 +126,31 @@ def _inputs(case: Case) -> list:
     return list(suites[0].test_cases[0].inputs) if suites and suites[0].test_cases else []
 
 
-def run_execute(case: Case) -> None:
-    from etlab.runtime import Runtime
+class ScaleBackend:
+    """The backend the runtime tests' delegate seed names: multiplies by its processed byte.
+    (Stateless, unlike the tests' recording one: a worker runs it millions of times.)"""
 
+    def init(self, processed, compile_specs):
+        if len(processed) < 1:
+            raise ValueError("ScaleBackend: empty processed bytes")
+        return int(processed[0])
+
+    def execute(self, handle, args, context):
+        import torch
+
+        x, out = args
+        torch.mul(x, handle, out=out)
+
+
+_BACKENDS: list = []
+
+
+def run_execute(case: Case) -> None:
+    from etlab.runtime import Runtime, register_backend
+
+    if not _BACKENDS:  # registered in fuzz workers only, never in a test process that imports this
+        _BACKENDS.append(ScaleBackend())
+        register_backend("ScaleBackend", _BACKENDS[0])
     inputs = _inputs(case)
     files = [_named("model.ptd", case["model.ptd"])] if "model.ptd" in case else []
     trace = len(case["model.pte"]) % 2 == 0  # half the inputs also record an ETDump
@@ -299,9 +321,18 @@ class MemberMutators:
         return rng.choice(self.pool)
 
 
+def _seed_weights(target: Target, seeds: list[Case]) -> list[float]:
+    """Seeds are picked with weight 1/sqrt(size of the members mutated): small seeds parse faster,
+    so they give more inputs per second, while the large zoo seeds still come up often."""
+    key = ("weights", len(seeds))
+    if key not in target.mutators:
+        target.mutators[key] = [1 / max(1, sum(len(c.get(n, b"")) for n in target.members)) ** 0.5 for c in seeds]
+    return target.mutators[key]
+
+
 def make_input(target: Target, seeds: list[Case], rng: random.Random) -> Case:
     """One input: a seed with one of its mutable members (occasionally two) mutated."""
-    index = rng.randrange(len(seeds))
+    index = rng.choices(range(len(seeds)), _seed_weights(target, seeds))[0]
     case = dict(seeds[index])
     names = [n for n in target.members if n in case]
     weights = [target.members[n] for n in names]
