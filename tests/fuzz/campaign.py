@@ -68,7 +68,7 @@ def results_section(t: Totals, targets: list[str], command: str) -> str:
             where = Path(f.reproducer).resolve().relative_to(repo) if f.reproducer else \
                 "(counted, not saved)" if f.outcome == "unnamed" else "(not saved: cap reached)"
             lines.append(f"| {f.outcome}: {f.target} {f.error.split(' ')[0]} in {f.frame} | {f.count:,} | "
-                         f"{owner_of(f.frame)} | {where} |")
+                         f"{owner_of(f.frame, f.target)} | {where} |")
     else:
         lines.append("No findings.")
     return "\n".join(lines) + "\n"

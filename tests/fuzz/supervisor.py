@@ -47,8 +47,15 @@ def innermost_etlab_frame(trace: str, most_recent_first: bool) -> str:
     return f"etlab/{f.rsplit('/etlab/', 1)[1]}:{fn}"
 
 
-def owner_of(frame: str) -> str:
-    return OTHER_OWNER if frame.startswith(_OTHER_PATHS) else "loaders (issue 9 item 5)"
+_RUNTIME_TARGETS = ("execute", "execute_ptd")
+
+
+def owner_of(frame: str, target: str = "") -> str:
+    """Who fixes a finding: by its innermost etlab frame; without one (a memory blow-up that raised
+    nothing, a crash outside etlab), load+execute findings are the runtime's."""
+    if frame.startswith(_OTHER_PATHS) or (frame == "?" and target in _RUNTIME_TARGETS):
+        return OTHER_OWNER
+    return "loaders (issue 9 item 5)"
 
 
 @dataclass
@@ -343,7 +350,8 @@ def save_reproducer(root: Path, f: Finding, case: dict[str, bytes]) -> Path:
         (d / name).write_bytes(data)
     (d / FINDING_FILE).write_text(
         f"signature: {f.signature}\noutcome: {f.outcome}\nerror: {f.error}\nframe: {f.frame}\n"
-        f"owner: {owner_of(f.frame)}\nfound: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n{f.trace}\n")
+        f"owner: {owner_of(f.frame, f.target)}\nfound: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}\n\n"
+        f"{f.trace}\n")
     return d
 
 

@@ -14,6 +14,7 @@ would. `run` returns normally or raises; `classify` turns what it raised into an
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import random
 import re
@@ -79,7 +80,36 @@ def run_bpte(case: Case) -> None:
 
 
 class ReadersDisagree(AssertionError):
-    """The two ETDump readers gave different answers for one file: one of them is wrong."""
+    """The two ETDump readers gave different answers for one file: one of them is wrong.
+
+    `where` (what differs: which reader rejected, or the first differing field) goes into the
+    finding's signature, so that different disagreements are saved separately."""
+
+    def __init__(self, message: str, where: str):
+        super().__init__(message)
+        self.where = where
+
+
+def _first_difference(a, b, path: str = "") -> str | None:
+    """The path of the first field where two decoded models differ (list indices as []).
+    Byte fields compare by content (one reader gives views, the other bytes)."""
+    bytes_like = (bytes, bytearray, memoryview)
+    if isinstance(a, bytes_like) and isinstance(b, bytes_like):
+        return None if bytes(a) == bytes(b) else path
+    if type(a) is not type(b):
+        return f"{path} ({type(a).__name__} vs {type(b).__name__})"
+    if dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            d = _first_difference(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+            if d:
+                return d
+        return None
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return f"{path} (length)"
+        return next((d for x, y in zip(a, b) if (d := _first_difference(x, y, f"{path}[]"))), None)
+    same = a == b or (isinstance(a, float) and a != a and b != b)
+    return None if same else path
 
 
 def run_etdp(case: Case) -> None:
@@ -100,9 +130,12 @@ def run_etdp(case: Case) -> None:
     if isinstance(schema, FormatError) and isinstance(fast, FormatError):
         raise schema
     if isinstance(schema, FormatError) or isinstance(fast, FormatError):
-        raise ReadersDisagree(f"deserialize_etdump: {schema!s:.200}; read_etdump: {fast!s:.200}")
-    if schema != fast:
-        raise ReadersDisagree("deserialize_etdump and read_etdump().to_model() decode different content")
+        which = "read_etdump rejects" if isinstance(fast, FormatError) else "deserialize_etdump rejects"
+        raise ReadersDisagree(f"deserialize_etdump: {schema!s:.200}; read_etdump: {fast!s:.200}", which)
+    where = _first_difference(schema, fast)
+    if where:
+        raise ReadersDisagree(f"deserialize_etdump and read_etdump().to_model() differ at {where}",
+                              f"differ at {where}")
 
 
 def run_debug_buffer(case: Case) -> None:

@@ -148,7 +148,10 @@ def _run_one(run, case):
 
 
 def frame_of(exc: BaseException) -> str:
-    """'etlab/x/y.py:function' of the innermost etlab frame that raised `exc` ('?' if none)."""
+    """'etlab/x/y.py:function' of the innermost etlab frame that raised `exc` ('?' if none), or
+    the exception's own `where` (a differential check says what differs)."""
+    if isinstance(getattr(exc, "where", None), str):
+        return exc.where
     for fs in reversed(traceback.extract_tb(exc.__traceback__)):
         f = fs.filename.replace(os.sep, "/")
         if "/etlab/" in f and "/tests/" not in f:
