@@ -43,7 +43,7 @@ def results_section(t: Totals, targets: list[str], command: str) -> str:
         "Outcomes: ok = accepted (and run); clean = FormatError / LoadError / ExecutionError / ValueError naming "
         "the input; unnamed = one of those without the input's name in the message; exception = any other "
         "exception type; crash = the worker died on a signal; hang = one input used > 5 s of CPU (or 50 s of wall "
-        "time); memory = peak memory grew by more than 50x the input (+16 MiB for the interpreter).", "",
+        "time); memory = peak memory grew by more than 50x the input (+32 MiB for the interpreter).", "",
         "| target | what | inputs | inputs/s (all workers) | ok | clean | unnamed | exception | crash | hang "
         "| memory |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",

@@ -37,7 +37,7 @@ MAGIC = 0x5A5A4631
 IDLE, RUNNING = 0, 1
 INFLIGHT_SIZE = 32 << 20
 MEMORY_FACTOR = 50            # an input may make the worker's peak memory grow by 50x its size ...
-MEMORY_SLACK = 16 << 20       # ... plus this much for the interpreter's own growth (caches, lazy imports)
+MEMORY_SLACK = 32 << 20       # ... plus this much for the interpreter's own growth (caches, lazy imports)
 ADDRESS_SPACE_HEADROOM = 3 << 30  # hard backstop (RLIMIT_AS) above the warmed-up worker's address space
 STATS_EVERY = 0.5
 
