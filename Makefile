@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
 
-.PHONY: setup browser demo test lint schemas bench fuzz clean
+.PHONY: setup browser demo test lint schemas bench kernel fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +33,10 @@ demo: setup
 
 test: setup browser
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# The notebooks declare a kernel named "etlab": this registers the venv's python under that name.
+kernel: setup
+	$(PY) -m ipykernel install --user --name etlab --display-name "etlab (Python 3)"
 
 lint: setup
 	$(PY) -m ruff check etlab tests bench

@@ -35,7 +35,7 @@ from etlab.compiler._delegation_lowering import (
     program_with_shared_state,
     splice_delegate,
 )
-from etlab.compiler._lowered import CompileSpec, LoweredBackendModule
+from etlab.facts.lowered import CompileSpec, LoweredBackendModule
 
 __all__ = [
     "BackendDetails",

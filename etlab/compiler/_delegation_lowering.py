@@ -37,7 +37,7 @@ from torch.fx import Graph, GraphModule, Node
 from torch.utils import _pytree as pytree
 
 from etlab.compiler._errors import CompileError
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate
 
 TAG_KEY = "delegation_tag"
 _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)

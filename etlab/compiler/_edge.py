@@ -13,7 +13,6 @@ program go through torch's `run_decompositions` (a whole re-trace).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import torch
@@ -33,44 +32,9 @@ from etlab.compiler._config import EdgeCompileConfig
 from etlab.compiler._decompose import NeedsRetrace, core_decompositions, decompose
 from etlab.compiler._errors import CompileError
 from etlab.compiler._functionalize import functionalize, has_mutation
-from etlab.compiler._graph import all_graph_modules, fake_mode_of, submodules_of
+from etlab.compiler._graph import fake_mode_of
 from etlab.compiler._verify import verify_graph, verify_outputs
-
-
-def copy_graph_module(gm: GraphModule, val_map: dict | None = None) -> GraphModule:
-    """A structural copy: new nodes (metadata dicts copied shallowly), shared tensors, copied subgraphs.
-
-    Node names can change (fx renames nodes that shadow builtins, e.g. 'input'); `val_map` receives
-    old node -> new node.
-    """
-    graph = torch.fx.Graph()
-    val_map = {} if val_map is None else val_map
-    out = graph.graph_copy(gm.graph, val_map)
-    old_out = gm.graph.output_node()
-    new_out = graph.output(out)
-    new_out.meta = copy.copy(old_out.meta)
-    root = torch.nn.Module()
-    for name, child in gm.named_children():
-        setattr(root, name, copy_graph_module(child) if isinstance(child, GraphModule) else child)
-    for node in graph.nodes:
-        if node.op == "get_attr" and not hasattr(root, node.target):
-            _set_nested(root, node.target, _get_nested(gm, node.target))
-    return GraphModule(root, graph)
-
-
-def _get_nested(obj, target: str):
-    for part in target.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-def _set_nested(obj, target: str, value) -> None:
-    *path, last = target.split(".")
-    for part in path:
-        if not hasattr(obj, part):
-            setattr(obj, part, torch.nn.Module())
-        obj = getattr(obj, part)
-    setattr(obj, last, value)
+from etlab.facts.fx import all_graph_modules, copy_graph_module, submodules_of
 
 
 def assign_debug_handles(gm: GraphModule) -> None:

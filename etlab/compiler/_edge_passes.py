@@ -12,6 +12,7 @@ from torch.fx import GraphModule, Node
 from etlab.compiler import _dim_order_ops
 from etlab.compiler._functionalize import is_view_op
 from etlab.compiler._graph import call
+from etlab.compiler._shapes import dim_order_of
 
 aten = torch.ops.aten
 
@@ -26,20 +27,6 @@ def copy_variant(op: OpOverload) -> OpOverload | None:
     name = op._schema.name.split("::")[-1]
     packet = getattr(getattr(torch.ops, op.namespace), f"{name}_copy", None)
     return getattr(packet, op._overloadname, None) if packet is not None else None
-
-
-def dim_order_of(val: torch.Tensor) -> list[int]:
-    """The dim order of a strided tensor: dimensions from outermost to innermost in memory.
-
-    Contiguous tensors (size-1 dims make strides ambiguous) are always 0..n-1.
-    """
-    n = val.dim()
-    if n == 0 or val.is_contiguous():
-        return list(range(n))
-    if n == 4 and val.is_contiguous(memory_format=torch.channels_last):
-        return [0, 2, 3, 1]
-    strides = [int(s) if isinstance(s, int) else s.node.hint or 1 for s in val.stride()]
-    return sorted(range(n), key=lambda d: (-strides[d], d))
 
 
 def _contiguous_like(val, fake_mode):

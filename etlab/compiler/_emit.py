@@ -10,7 +10,6 @@ MoveCalls. Every kernel/delegate instruction records the debug handles of the no
 from __future__ import annotations
 
 import operator
-import re
 from dataclasses import dataclass, field
 
 import torch
@@ -22,10 +21,12 @@ from torch.utils import _pytree as pytree
 
 from etlab.compiler._emit_values import ValueTable
 from etlab.compiler._errors import CompileError
-from etlab.compiler._graph import submodules_of
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.compiler._memory_planning import linearize
 from etlab.compiler._out_variants import kernel_name
 from etlab.compiler._tensor_spec import TensorSpec
+from etlab.facts.fx import node_op_name, submodules_of
+from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.facts.source import stack_frames
 from etlab.schema import program as P
 
 aten = torch.ops.aten
@@ -35,7 +36,6 @@ _SYM_KERNELS = {
     operator.truediv: "truediv", operator.mod: "mod", operator.eq: "eq", operator.gt: "gt", operator.lt: "lt",
     operator.ge: "ge", operator.le: "le", operator.neg: "neg",
 }
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in ([^\n]+)\n\s*([^\n]*)')
 
 
 @dataclass
@@ -53,16 +53,21 @@ class _MethodEmitter:
         self.delegate_store = delegates
         self.instructions: list[P.Instruction] = []
         self.stacktraces: list[P.FrameList | None] = []
+        self.labels: list[str] = []  # per instruction: what it runs, "node (operator)"
         self.operators: list[P.Operator] = []
         self._op_index: dict[tuple[str, str], int] = {}
         self.delegates: list[P.BackendDelegate] = []
         self.out = EmittedMethod(P.ExecutionPlan(name=name))
 
     # -- instructions ---------------------------------------------------------------------------------------
-    def _append(self, args, node: Node | None, handles: list[int] | None = None) -> int:
+    def _append(self, args, node: Node | None, handles: list[int] | None = None, label: str | None = None) -> int:
+        """Appends an instruction; records on `node` (meta "instruction") the index of the last one it emits."""
         self.instructions.append(P.Instruction(args))
         self.stacktraces.append(_frames(node) if node is not None else None)
         idx = len(self.instructions) - 1
+        self.labels.append(label or (f"{node.name} ({node_op_name(node)})" if node is not None else ""))
+        if node is not None:
+            node.meta["instruction"] = idx
         if handles is None and node is not None and node.meta.get("debug_handle") is not None:
             handles = [node.meta["debug_handle"]]
         if handles:
@@ -182,13 +187,16 @@ class _MethodEmitter:
         pred_idx = self.values.of_node(pred, node) if isinstance(pred, Node) else self.values.add(P.Bool(bool(pred)))
         out_values = [self.values.spec(s) for s in node.meta["spec"]]
         self.values.node_index[node] = out_values
-        jump_to_false = self._append(P.JumpFalseCall(cond_value_index=pred_idx), node, handles=[])
+        jump_to_false = self._append(P.JumpFalseCall(cond_value_index=pred_idx), node, handles=[],
+                                     label=f"{node.name}: jump to false branch")
         self._emit_branch(true_gm, operands, out_values, node)
         always_false = self.values.add(P.Bool(False))
-        jump_to_end = self._append(P.JumpFalseCall(cond_value_index=always_false), node, handles=[])
+        jump_to_end = self._append(P.JumpFalseCall(cond_value_index=always_false), node, handles=[],
+                                   label=f"{node.name}: jump past false branch")
         self.instructions[jump_to_false].instr_args.destination_instruction = len(self.instructions)
         self._emit_branch(false_gm, operands, out_values, node)
         self.instructions[jump_to_end].instr_args.destination_instruction = len(self.instructions)
+        node.meta["instruction"] = len(self.instructions) - 1  # a cond ends with its last result move
 
     def _emit_branch(self, branch: GraphModule, operands, out_values: list[int], cond: Node) -> None:
         for ph, operand in zip([n for n in branch.graph.nodes if n.op == "placeholder"], operands):
@@ -196,8 +204,9 @@ class _MethodEmitter:
                 self.values.node_index[ph] = self.values.of_node(operand, cond)
         self.emit_graph(branch)
         results = branch.graph.output_node().args[0]
-        for res, dst in zip(results if isinstance(results, (list, tuple)) else [results], out_values):
-            self._append(P.MoveCall(move_from=self.values.of_node(res, cond), move_to=dst), None)
+        for i, (res, dst) in enumerate(zip(results if isinstance(results, (list, tuple)) else [results], out_values)):
+            self._append(P.MoveCall(move_from=self.values.of_node(res, cond), move_to=dst), None,
+                         label=f"{cond.name}: move result {i}")
 
     def _emit_delegate(self, gm: GraphModule, node: Node) -> None:
         lowered = getattr(gm, node.args[0].target)
@@ -252,7 +261,10 @@ class _MethodEmitter:
         stack = self.stacktraces if self.config.emit_stacktrace else None
         plan.chains = [P.Chain(inputs=[], outputs=[], instructions=self.instructions,
                                stacktrace=[f or P.FrameList([]) for f in stack] if stack is not None else None)]
+        gm.meta["instruction_labels"] = self.labels
         memory_plan = gm.meta.get("memory_plan")
+        if memory_plan is not None:
+            memory_plan.step_to_instruction = _step_to_instruction(gm)
         plan.non_const_buffer_sizes = list(memory_plan.buffer_sizes) if memory_plan is not None else [0]
         in_spec, out_spec = self.program.call_spec.in_spec, self.program.call_spec.out_spec
         plan.container_meta_type = P.ContainerMetadata(
@@ -261,12 +273,20 @@ class _MethodEmitter:
         return self.out
 
 
+def _step_to_instruction(gm: GraphModule) -> list[int]:
+    """Per planner step (`linearize` order): the latest instruction emitted at or before it, -1 before any."""
+    latest, out = -1, []
+    for node in linearize(gm):
+        latest = node.meta.get("instruction", latest)
+        out.append(latest)
+    return out
+
+
 def _frames(node: Node) -> P.FrameList | None:
-    trace = node.meta.get("stack_trace")
-    if not trace:
+    frames = stack_frames(node.meta.get("stack_trace"))
+    if not frames:
         return None
-    return P.FrameList([P.Frame(filename=f, lineno=int(line), name=name.strip(), context=code.strip())
-                        for f, line, name, code in _FRAME.findall(trace)])
+    return P.FrameList([P.Frame(filename=f.filename, lineno=f.lineno, name=f.name, context=f.code) for f in frames])
 
 
 def emit_method(name: str, gm: GraphModule, program: ExportedProgram, constants, delegates,

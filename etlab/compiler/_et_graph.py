@@ -17,12 +17,12 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import _dim_order_ops
-from etlab.compiler._edge import copy_graph_module
-from etlab.compiler._edge_passes import dim_order_of
 from etlab.compiler._errors import CompileError
-from etlab.compiler._graph import call, submodules_of
+from etlab.compiler._graph import call
 from etlab.compiler._out_variants import out_variant
+from etlab.compiler._shapes import dim_order_of
 from etlab.compiler._tensor_spec import TensorSpec, spec_from_val
+from etlab.facts.fx import copy_graph_module, submodules_of
 
 aten = torch.ops.aten
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator
 
 import torch
 from torch.fx import GraphModule, Node
@@ -29,25 +28,6 @@ def call(graph: torch.fx.Graph, target, args, kwargs=None, *, like: Node, val=No
 
 def getitem(graph: torch.fx.Graph, source: Node, index: int, *, val=None) -> Node:
     return call(graph, operator.getitem, (source, index), like=source, val=val)
-
-
-def submodules_of(node: Node, root: torch.nn.Module) -> list[GraphModule]:
-    """The GraphModules a control-flow node calls (its get_attr arguments)."""
-    subs = []
-    for arg in node.args:
-        if isinstance(arg, Node) and arg.op == "get_attr":
-            mod = getattr(root, arg.target, None)
-            if isinstance(mod, GraphModule):
-                subs.append(mod)
-    return subs
-
-
-def all_graph_modules(gm: GraphModule) -> Iterator[GraphModule]:
-    """gm and every GraphModule nested under it (control-flow branches), outermost first."""
-    yield gm
-    for _, mod in gm.named_children():
-        if isinstance(mod, GraphModule):
-            yield from all_graph_modules(mod)
 
 
 def fake_mode_of(gm: GraphModule):

@@ -71,6 +71,11 @@ class EdgeProgramManager:
         self._generate_etrecord = generate_etrecord
 
     @property
+    def aten_programs(self) -> dict[str, ExportedProgram]:
+        """The exported (ATen) programs per method, kept when compiled with generate_etrecord=True ({} otherwise)."""
+        return dict(self._aten_programs or {})
+
+    @property
     def methods(self) -> set[str]:
         return set(self._edge_programs)
 
@@ -94,7 +99,7 @@ class EdgeProgramManager:
         for name, method_passes in per.items():
             ep = self._edge_programs[name]
             gm = ep.graph_module
-            from etlab.compiler._edge import copy_graph_module
+            from etlab.facts.fx import copy_graph_module
 
             gm = copy_graph_module(gm)
             for p in method_passes:
@@ -141,6 +146,11 @@ class ExecutorchProgramManager:
         self.config = config
         self._edge = edge
         self._buffer: bytes | None = None
+
+    @property
+    def edge_program_manager(self) -> EdgeProgramManager:
+        """The EdgeProgramManager this program was compiled from."""
+        return self._edge
 
     @property
     def methods(self) -> set[str]:

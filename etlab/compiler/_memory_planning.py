@@ -15,15 +15,15 @@ tensors in several arenas.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import torch
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
-from etlab.compiler._graph import submodules_of
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
+from etlab.facts.fx import submodules_of
 
 
 @dataclass(eq=False)
@@ -46,10 +46,13 @@ class MemoryPlan:
     lower_bounds: list[int] = field(default_factory=lambda: [0])
     blocks: list[Block] = field(default_factory=list)
     num_steps: int = 0
+    # per planner step: the latest runtime instruction at or before it (-1 before the first); set by
+    # the emitter, so that analyses speak in instructions without re-deriving the emission order
+    step_to_instruction: list[int] = field(default_factory=list)
 
 
 def linearize(gm: GraphModule) -> Iterator[Node]:
-    """Nodes in emission order, control-flow branches inlined before their cond node."""
+    """Nodes in emission order, control-flow branches inlined before their cond node: the planner's steps."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target is torch.ops.higher_order.cond:
             for branch in submodules_of(node, gm):
@@ -57,16 +60,17 @@ def linearize(gm: GraphModule) -> Iterator[Node]:
         yield node
 
 
-def _specs_of(value) -> list[TensorSpec]:
+def specs_of(value) -> list[TensorSpec]:
+    """The TensorSpecs in a node's "spec" (one, or a list/tuple of them)."""
     if isinstance(value, TensorSpec):
         return [value]
     if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _specs_of(v)]
+        return [s for v in value for s in specs_of(v)]
     return []
 
 
 def _node_specs(node: Node) -> list[TensorSpec]:
-    return _specs_of(node.meta.get("spec"))
+    return specs_of(node.meta.get("spec"))
 
 
 def compute_lifetimes(gm: GraphModule) -> tuple[list[TensorSpec], int]:
@@ -89,7 +93,7 @@ def compute_lifetimes(gm: GraphModule) -> tuple[list[TensorSpec], int]:
             spec.lifetime[0] = 0
             if node.meta.get("mutable_buffer") is not None:
                 spec.lifetime[1] = last  # state persists across calls
-    for spec in _specs_of([a.meta.get("spec") for a in gm.graph.output_node().all_input_nodes]):
+    for spec in specs_of([a.meta.get("spec") for a in gm.graph.output_node().all_input_nodes]):
         spec.lifetime[1] = last
     return list(specs.values()), len(order)
 
@@ -107,17 +111,22 @@ def _blocks(specs: list[TensorSpec]) -> list[Block]:
     return [b for b in groups.values() if b.mem_id is not None and not any(s.const for s in b.specs)]
 
 
+def live_bytes(intervals: Iterable[tuple[int, int, int]], num_steps: int) -> list[int]:
+    """Bytes live at each step 0 .. num_steps-1, from (first step, last step, bytes) per block."""
+    delta = [0] * (num_steps + 1)
+    for start, end, size in intervals:
+        delta[start] += size
+        delta[min(end, num_steps - 1) + 1] -= size
+    live, acc = [], 0
+    for d in delta[:num_steps]:
+        acc += d
+        live.append(acc)
+    return live
+
+
 def lower_bound(blocks: list[Block], num_steps: int) -> int:
     """Max over steps of the bytes live at that step: no plan can use less."""
-    delta = [0] * (num_steps + 2)
-    for b in blocks:
-        delta[b.start] += b.size
-        delta[b.end + 1] -= b.size
-    best = live = 0
-    for d in delta:
-        live += d
-        best = max(best, live)
-    return best
+    return max(live_bytes(((b.start, b.end, b.size) for b in blocks), num_steps), default=0)
 
 
 def naive(blocks: list[Block], mem_id: int) -> int:

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from etlab.compiler._shapes import dim_order_of, upper_bound
+
 ALIGNMENT = 16  # every planned tensor starts on a 16-byte boundary
 
 
@@ -61,8 +63,6 @@ class TensorSpec:
 
 
 def spec_from_val(val: torch.Tensor, range_constraints: dict, name: str = "") -> TensorSpec:
-    from etlab.compiler._verify import upper_bound
-
     shape, dynamic = [], False
     for s in val.shape:
         if isinstance(s, int):
@@ -73,7 +73,5 @@ def spec_from_val(val: torch.Tensor, range_constraints: dict, name: str = "") ->
             if bound is None:
                 raise ValueError(f"{name}: dimension {s} has no upper bound")
             shape.append(bound)
-    from etlab.compiler._edge_passes import dim_order_of
-
     return TensorSpec(dtype=val.dtype, shape=tuple(shape), dim_order=tuple(dim_order_of(val)), dynamic=dynamic,
                       name=name, requires_grad=bool(getattr(val, "requires_grad", False)))

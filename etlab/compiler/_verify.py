@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import operator
 
-import sympy
 import torch
 from torch._ops import HigherOrderOperator, OpOverload
 from torch.fx import GraphModule, Node
 
 from etlab.compiler._config import EdgeCompileConfig
 from etlab.compiler._decompose import is_edge_op
-from etlab.compiler._errors import CompileError, op_name
+from etlab.compiler._errors import CompileError
 from etlab.compiler._graph import tensor_vals
+from etlab.compiler._shapes import upper_bound
+from etlab.facts.fx import op_name
 
 # Element types every portable kernel is built for.
 _REAL = {torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float32, torch.float64}
@@ -71,28 +72,6 @@ def _check_dtypes(node: Node) -> None:
                                         f"(supported: {', '.join(sorted(str(d) for d in SUPPORTED_DTYPES))})")
         if name in _FLOAT_ONLY and v.dtype not in _FLOAT:
             raise CompileError.at(node, f"the runtime kernel computes in floating point only, got {v.dtype}")
-
-
-def upper_bound(expr, range_constraints: dict) -> int | None:
-    """Largest value a symbolic size can take under export's range constraints (None if unbounded)."""
-    if isinstance(expr, int):
-        return expr
-    if isinstance(expr, torch.SymInt):
-        if expr.node.is_constant():
-            return int(expr)
-        expr = expr.node.expr
-    from torch.utils._sympy.numbers import int_oo
-    from torch.utils._sympy.value_ranges import ValueRanges, bound_sympy
-
-    ranges = {s: ValueRanges(r.lower, r.upper) if hasattr(r, "lower") else r for s, r in range_constraints.items()}
-    bound = bound_sympy(sympy.sympify(expr), ranges).upper
-    if bound in (sympy.oo, int_oo) or not getattr(bound, "is_number", False):
-        return None
-    try:
-        value = int(bound)
-    except (TypeError, ValueError, AttributeError, OverflowError):
-        return None
-    return None if value >= 2**62 else value
 
 
 def _check_bounded(node: Node, range_constraints: dict) -> None:

@@ -18,56 +18,62 @@
     inspector = profile(model, inputs, iterations=10)
 """
 
-from etlab.devtools._bundled_config import ConfigValue, MethodTestCase, MethodTestSuite
-from etlab.devtools._bundled_program import (
-    BundledProgram,
-    bundled_value,
-    check_bundle,
-    deserialize_from_flatbuffer_to_bundled_program,
-    method_test_suites_from_schema,
-    serialize_from_bundled_program_to_flatbuffer,
-    tensor_from_bundled,
-    value_from_bundled,
-)
-from etlab.devtools._bundled_runtime import (
-    BundledVerification,
-    BundledVerificationError,
-    OutputCheck,
-    bundled_test_case_count,
-    load_bundled_input,
-    load_bundled_program,
-    verify_bundled_program,
-    verify_method_outputs,
-)
-from etlab.devtools._delegation_info import (
-    BackendBreakdown,
-    DelegationBreakdown,
-    DelegationInfo,
-    format_delegated_graph,
-    get_delegation_info,
-    lowered_modules,
-    op_type_of,
-    print_delegated_graph,
-    print_delegation_info,
-)
-from etlab.devtools._memory_trace import (
-    PlannedTensor,
-    generate_memory_trace,
-    live_bytes_per_step,
-    memory_lower_bound,
-    memory_plan_dataframe,
-    memory_trace_events,
-    planned_tensors,
-)
-from etlab.devtools._profile import profile
+import importlib
 
-__all__ = [
-    "BackendBreakdown", "BundledProgram", "BundledVerification", "BundledVerificationError", "ConfigValue",
-    "DelegationBreakdown", "DelegationInfo", "MethodTestCase", "MethodTestSuite", "OutputCheck", "PlannedTensor",
-    "bundled_test_case_count", "bundled_value", "check_bundle", "deserialize_from_flatbuffer_to_bundled_program",
-    "format_delegated_graph", "generate_memory_trace", "get_delegation_info", "live_bytes_per_step",
-    "load_bundled_input", "load_bundled_program", "lowered_modules", "memory_lower_bound", "memory_plan_dataframe",
-    "memory_trace_events", "method_test_suites_from_schema", "op_type_of", "planned_tensors", "print_delegated_graph",
-    "print_delegation_info", "profile", "serialize_from_bundled_program_to_flatbuffer", "tensor_from_bundled",
-    "value_from_bundled", "verify_bundled_program", "verify_method_outputs",
-]
+# public name -> the module that defines it; loaded on first use, so that importing one analysis
+# (e.g. DelegationInfo for the views) does not import the compiler and runtime that profile() needs.
+_WHERE = {
+    "BackendBreakdown": "_delegation_info",
+    "OCCURRENCES_IN_DELEGATED_GRAPHS": "_delegation_info",
+    "OCCURRENCES_IN_NON_DELEGATED_GRAPHS": "_delegation_info",
+    "BundledProgram": "_bundled_program",
+    "BundledVerification": "_bundled_runtime",
+    "BundledVerificationError": "_bundled_runtime",
+    "ConfigValue": "_bundled_config",
+    "DelegationBreakdown": "_delegation_info",
+    "DelegationInfo": "_delegation_info",
+    "MethodTestCase": "_bundled_config",
+    "MethodTestSuite": "_bundled_config",
+    "OutputCheck": "_bundled_runtime",
+    "PlannedTensor": "_memory_trace",
+    "bundled_test_case_count": "_bundled_runtime",
+    "bundled_value": "_bundled_program",
+    "check_bundle": "_bundled_program",
+    "deserialize_from_flatbuffer_to_bundled_program": "_bundled_program",
+    "format_delegated_graph": "_delegation_info",
+    "generate_memory_trace": "_memory_trace",
+    "get_delegation_info": "_delegation_info",
+    "live_bytes_per_step": "_memory_trace",
+    "load_bundled_input": "_bundled_runtime",
+    "load_bundled_program": "_bundled_runtime",
+    "lowered_modules": "_delegation_info",
+    "memory_lower_bound": "_memory_trace",
+    "memory_plan_dataframe": "_memory_trace",
+    "memory_trace_events": "_memory_trace",
+    "method_test_suites_from_schema": "_bundled_program",
+    "op_type_of": "_delegation_info",
+    "planned_tensors": "_memory_trace",
+    "print_delegated_graph": "_delegation_info",
+    "print_delegation_info": "_delegation_info",
+    "profile": "_profile",
+    "serialize_from_bundled_program_to_flatbuffer": "_bundled_program",
+    "tensor_from_bundled": "_bundled_program",
+    "value_from_bundled": "_bundled_program",
+    "verify_bundled_program": "_bundled_runtime",
+    "verify_method_outputs": "_bundled_runtime",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str):
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))

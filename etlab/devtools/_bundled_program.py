@@ -13,9 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
-from etlab.compiler import ExecutorchProgramManager
-from etlab.compiler._constants import tensor_bytes
-from etlab.compiler._edge_passes import dim_order_of
+from etlab.compiler import ExecutorchProgramManager, dim_order_of, tensor_bytes
 from etlab.devtools._bundled_config import ConfigValue, MethodTestCase, MethodTestSuite
 from etlab.schema import bundled_program as B
 from etlab.schema import (

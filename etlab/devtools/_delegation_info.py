@@ -12,21 +12,21 @@ op or delegate call) are counted as non-delegated nodes.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pandas as pd
-from torch._ops import OpOverload
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.facts import display
+from etlab.facts.fx import op_name, op_type_of
+from etlab.facts.lowered import LoweredBackendModule, is_delegate_call, lowered_module_of
+from etlab.facts.lowered import lowered_modules as all_lowered_modules
 
 # Column names of get_operator_delegation_dataframe(), as upstream names them.
 OCCURRENCES_IN_DELEGATED_GRAPHS = "occurrences_in_delegated_graphs"
 OCCURRENCES_IN_NON_DELEGATED_GRAPHS = "occurrences_in_non_delegated_graphs"
-_CALL_DELEGATE_TYPE = "executorch_call_delegate"
 
 
 @dataclass
@@ -57,10 +57,8 @@ class DelegationInfo:
     delegation_by_operator: dict[str, DelegationBreakdown]
     delegation_by_backend: dict[str, BackendBreakdown] = field(default_factory=dict)
 
-    def _repr_html_(self) -> str:
-        from etlab.visualizer import delegation_info_html
-
-        return delegation_info_html(self)
+    def _repr_html_(self) -> str | None:
+        return display.html(self)  # the views register it (etlab.facts.display)
 
     def get_summary(self) -> str:
         """Subgraph and node counts as printable lines, then one line per backend."""
@@ -96,43 +94,11 @@ def _as_graph_module(graph_module, what: str = "graph_module") -> GraphModule:
                     f"got {type(graph_module).__name__}")
 
 
-def op_type_of(node: Node) -> str:
-    """Upstream's operator type of a call_function node: `aten.convolution.default` ->
-    `aten_convolution_default`, `aten.add.Tensor` -> `aten_add_tensor`, `operator.getitem` -> `getitem`.
-
-    That is torch.fx's name for a node of that target (snake case, Python identifier) without a
-    numeric suffix, as upstream's edge graphs name their nodes.
-    """
-    if not isinstance(node, Node):
-        raise TypeError(f"op_type_of takes a torch.fx Node, got {type(node).__name__}")
-    name = re.sub(r"(?<=[a-z])([A-Z])", r"_\1", _target_name(node)).lower()
-    return re.sub(r"_\d+$", "", re.sub(r"[^0-9a-zA-Z_]+", "_", name))
-
-
-def _lowered_module_of(gm: GraphModule, node: Node) -> LoweredBackendModule | None:
-    if node.op != "get_attr":
-        return None
-    obj = gm
-    for part in str(node.target).split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            return None
-    return obj if isinstance(obj, LoweredBackendModule) else None
-
-
-def _is_call_delegate(node: Node) -> bool:
-    return node.op == "call_function" and (
-        node.target is executorch_call_delegate or getattr(node.target, "__name__", None) == _CALL_DELEGATE_TYPE
-    )
-
-
 def lowered_modules(graph_module) -> Iterator[tuple[str, LoweredBackendModule]]:
     """(attribute name, module) of every LoweredBackendModule the graph fetches with get_attr."""
-    gm = _as_graph_module(graph_module)
-    for node in gm.graph.nodes:
-        lowered = _lowered_module_of(gm, node)
-        if lowered is not None:
-            yield node.name, lowered
+    for path, attr, lowered in all_lowered_modules(_as_graph_module(graph_module)):
+        if path == "":
+            yield attr, lowered
 
 
 def get_delegation_info(graph_module) -> DelegationInfo:
@@ -156,9 +122,9 @@ def get_delegation_info(graph_module) -> DelegationInfo:
 
     num_subgraphs = 0
     for node in gm.graph.nodes:
-        if node.op == "call_function" and not _is_call_delegate(node):
+        if node.op == "call_function" and not is_delegate_call(node):
             count(node, delegated=False)
-        lowered = _lowered_module_of(gm, node)
+        lowered = lowered_module_of(gm, node) if node.op == "get_attr" else None
         if lowered is None:
             continue
         num_subgraphs += 1
@@ -189,12 +155,6 @@ def print_delegation_info(graph_module) -> None:
 # --- the graph printout -------------------------------------------------------------------------
 
 
-def _target_name(node: Node) -> str:
-    if node.op == "call_function" and not isinstance(node.target, OpOverload):
-        return getattr(node.target, "__name__", None) or str(node.target)
-    return str(node.target)  # OpOverload: aten.relu.default
-
-
 def _fmt_arg(arg) -> str:
     if isinstance(arg, Node):
         return f"%{arg.name}"
@@ -214,18 +174,15 @@ def _fmt_node(node: Node) -> str:
     if node.op == "get_attr":
         return f"%{node.name} = get_attr[{node.target}]"
     args = [_fmt_arg(a) for a in node.args] + [f"{k}={_fmt_arg(v)}" for k, v in node.kwargs.items()]
-    return f"%{node.name} = {_target_name(node)}({', '.join(args)})"
+    return f"%{node.name} = {op_name(node.target)}({', '.join(args)})"
 
 
 def _format_lines(gm: GraphModule, indent: str, lines: list[str]) -> None:
     for node in gm.graph.nodes:
-        lowered = _lowered_module_of(gm, node)
-        if lowered is not None:
+        if node.op == "get_attr" and lowered_module_of(gm, node) is not None:
             continue  # shown where the delegate call uses it
         lines.append(indent + _fmt_node(node))
-        if not _is_call_delegate(node) or not node.args or not isinstance(node.args[0], Node):
-            continue
-        lowered = _lowered_module_of(gm, node.args[0])
+        lowered = lowered_module_of(gm, node) if is_delegate_call(node) else None
         if lowered is None:
             continue
         inner_gm = lowered.original_module.graph_module

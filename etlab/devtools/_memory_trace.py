@@ -5,13 +5,13 @@ writes it). A tensor lives from the instruction that writes it to the last instr
 reads it, both included; what is alive before the first instruction (inputs) starts at step 0,
 and outputs (and mutable state) live to the last instruction.
 
-The planner counts its own steps (`TensorSpec.lifetime`): every node of the planned graph,
-placeholders included. Nodes that run no instruction (placeholders, `getitem`, views whose
-memory is planned) are mapped to the latest instruction at or before them, so lifetimes keep
-their order and no two tensors that overlap for the planner stop overlapping here. The peak of
-live bytes (`memory_lower_bound`) therefore equals the planner's `MemoryPlan.lower_bounds`,
-with one exception: an input that is never read is freed by the planner before the first
-instruction, while here nothing is earlier than instruction 0, so it counts there too.
+The planner counts its own steps (`TensorSpec.lifetime`, every node of the planned graph,
+placeholders included); the emitter records, per planner step, the latest instruction at or before
+it (`MemoryPlan.step_to_instruction`), so lifetimes keep their order and no two tensors that overlap
+for the planner stop overlapping here. The peak of live bytes (`memory_lower_bound`) therefore
+equals the planner's `MemoryPlan.lower_bounds`, with one exception: an input that is never read is
+freed by the planner before the first instruction, while here nothing is earlier than
+instruction 0, so it counts there too.
 
 Tensors that share storage (a view and its base) are one block for the planner: the live-bytes
 helpers count such a block once, over the union of its members' lifetimes.
@@ -20,19 +20,15 @@ helpers count such a block once, over the union of its members' lifetimes.
 from __future__ import annotations
 
 import json
-import operator
 import os
 from dataclasses import asdict, dataclass, fields
 
 import pandas as pd
-import torch
-from torch._ops import OpOverload
-from torch.fx import GraphModule, Node
+from torch.fx import GraphModule
 
-from etlab.compiler import ExecutorchProgramManager
-from etlab.compiler._graph import submodules_of
-from etlab.compiler._memory_planning import _specs_of, linearize
-from etlab.compiler._tensor_spec import TensorSpec, align
+from etlab.compiler import ExecutorchProgramManager, TensorSpec, align, linearize, live_bytes, specs_of
+from etlab.facts.fx import node_op_name
+from etlab.facts.source import module_path, source_line
 from etlab.schema import write_atomic
 
 COLUMNS = ["tensor", "mem_id", "offset", "size", "first_step", "last_step", "producing_op", "debug_handle"]
@@ -57,35 +53,6 @@ class PlannedTensor:
     source: str  # last line of the defining node's stack trace ("" when unknown)
 
 
-def _producing_op(node: Node) -> str:
-    if node.op != "call_function":
-        return node.op
-    if isinstance(node.target, OpOverload):
-        return str(node.target)  # aten.addmm.out
-    return getattr(node.target, "__name__", None) or str(node.target)
-
-
-def _module_path(node: Node) -> str:
-    stack = node.meta.get("nn_module_stack") or {}
-    return list(stack.values())[-1][0] if stack else ""
-
-
-_TORCH_DIR = os.path.dirname(torch.__file__)
-
-
-def _source_line(node: Node) -> str:
-    """The innermost stack-trace frame in the user's code (torch's own frames skipped), with its
-    line of code: 'File "/m/model.py", line 12, in forward: x = self.fc(x)'."""
-    lines = [ln.strip() for ln in (node.meta.get("stack_trace") or "").strip().splitlines()]
-    frames = [i for i, ln in enumerate(lines) if ln.startswith("File ")]
-    user = [i for i in frames if _TORCH_DIR not in lines[i]]
-    if not (user or frames):
-        return ""
-    i = (user or frames)[-1]
-    code = lines[i + 1] if i + 1 < len(lines) and not lines[i + 1].startswith("File ") else ""
-    return f"{lines[i]}: {code}" if code else lines[i]
-
-
 def _planned_graph(program_manager, method_name: str) -> GraphModule:
     if not isinstance(program_manager, ExecutorchProgramManager):
         raise TypeError("program_manager must be an ExecutorchProgramManager (the result of to_executorch()), "
@@ -98,60 +65,21 @@ def _planned_graph(program_manager, method_name: str) -> GraphModule:
     return program_manager.exported_program(method_name).graph_module
 
 
-# --- planner steps -> runtime instructions ------------------------------------------------------
-
-
-def _runs_no_instruction(node: Node) -> bool:
-    """Nodes the emitter (etlab/compiler/_emit.py) turns into no instruction."""
-    if node.op != "call_function" or node.target is operator.getitem:
-        return True
-    if node.meta.get("et_view"):  # a view of planned or constant memory is only a value
-        spec = node.meta.get("spec")
-        root = spec.root() if isinstance(spec, TensorSpec) else None
-        return root is not None and not spec.dynamic and (
-            root.const or (root.mem_id is not None and root.mem_offset is not None))
-    return False
-
-
-def _emit_order(gm: GraphModule, instructions: list[str], index_of: dict[Node, int]) -> None:
-    """Appends gm's instructions as the emitter orders them; index_of: node -> its (last) instruction.
-
-    A cond is: jump to the false branch, true branch, moves of its results, jump past the false
-    branch, false branch, moves; the cond node itself is mapped to its last instruction.
-    """
-    for node in gm.graph.nodes:
-        if node.op == "call_function" and node.target is torch.ops.higher_order.cond:
-            n_out = len(_specs_of(node.meta.get("spec")))
-            instructions.append(f"{node.name}: jump to false branch")
-            for k, branch in enumerate(submodules_of(node, gm)):
-                _emit_order(branch, instructions, index_of)
-                instructions.extend(f"{node.name}: move result {i}" for i in range(n_out))
-                if k == 0:
-                    instructions.append(f"{node.name}: jump past false branch")
-            index_of[node] = len(instructions) - 1
-        elif not _runs_no_instruction(node):
-            index_of[node] = len(instructions)
-            instructions.append(f"{node.name} ({_producing_op(node)})")
-
-
 @dataclass
 class InstructionSteps:
-    """How the planner's steps map onto a method's runtime instructions."""
+    """How the planner's steps map onto a method's runtime instructions (both recorded by the compiler)."""
 
     instructions: list[str]  # per instruction: "node (operator)", in execution order
     step_to_instruction: list[int]  # per planner step: the latest instruction at or before it, -1 before any
 
 
 def instruction_steps(gm: GraphModule) -> InstructionSteps:
-    """The runtime instructions of a planned graph, and where each planner step falls among them."""
-    instructions: list[str] = []
-    index_of: dict[Node, int] = {}
-    _emit_order(gm, instructions, index_of)
-    latest, per_step = -1, []
-    for node in linearize(gm):  # the planner's steps: same order as the instructions (a cond after its branches)
-        latest = index_of.get(node, latest)
-        per_step.append(latest)
-    return InstructionSteps(instructions, per_step)
+    """The runtime instructions of a planned and emitted graph, and where each planner step falls among them."""
+    plan = gm.meta.get("memory_plan")
+    labels = gm.meta.get("instruction_labels")
+    if plan is None or labels is None or len(plan.step_to_instruction) != plan.num_steps:
+        raise ValueError("the graph has no emitted memory plan; was it compiled with to_executorch()?")
+    return InstructionSteps(list(labels), list(plan.step_to_instruction))
 
 
 def planned_tensors(program_manager, method_name: str = "forward") -> list[PlannedTensor]:
@@ -164,7 +92,7 @@ def planned_tensors(program_manager, method_name: str = "forward") -> list[Plann
     for node in linearize(gm):
         if node.op == "output":
             continue
-        specs = _specs_of(node.meta.get("spec"))
+        specs = specs_of(node.meta.get("spec"))
         for k, spec in enumerate(specs):
             if id(spec) in names:
                 continue
@@ -179,10 +107,11 @@ def planned_tensors(program_manager, method_name: str = "forward") -> list[Plann
             first, last = (max(to_instruction[s], 0) for s in spec.lifetime)
             t = PlannedTensor(
                 tensor=name, mem_id=int(spec.mem_id), offset=int(spec.mem_offset), size=int(spec.nbytes),
-                first_step=first, last_step=last, producing_op=_producing_op(node),
+                first_step=first, last_step=last, producing_op=node_op_name(node),
                 debug_handle=int(handle) if isinstance(handle, int) else None,
                 dtype=str(spec.dtype).replace("torch.", ""), shape=tuple(int(d) for d in spec.shape),
-                storage="", module=_module_path(node), source=_source_line(node),
+                storage="", module=module_path(node.meta.get("nn_module_stack")),
+                source=source_line(node.meta.get("stack_trace")),
             )
             pending.append((spec, t))
             out.append(t)
@@ -246,14 +175,9 @@ def live_bytes_per_step(plan, mem_id: int | None = None, *, aligned: bool = True
         df = df[df["mem_id"] == mem_id]
     last = int(df["last_step"].max()) + 1 if len(df) else 0
     num_steps = max(int(df.attrs.get("num_steps") or 0), last)
-    delta = [0] * (num_steps + 1)
-    for b in _blocks(df, aligned).itertuples(index=False):
-        delta[b.first_step] += int(b.size)
-        delta[b.last_step + 1] -= int(b.size)
-    live, acc = [], 0
-    for d in delta[:num_steps]:
-        acc += d
-        live.append(acc)
+    blocks = _blocks(df, aligned)
+    live = live_bytes(zip(blocks["first_step"].tolist(), blocks["last_step"].tolist(), blocks["size"].tolist()),
+                      num_steps)
     series = pd.Series(live, index=pd.RangeIndex(num_steps, name="step"), name="live_bytes", dtype="int64")
     return series
 

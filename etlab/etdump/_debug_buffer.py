@@ -10,23 +10,24 @@ dtype are right, and any attempt to read values fails loudly instead of showing 
 
 from __future__ import annotations
 
+import functools
 import math
 import mmap
 import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from etlab.errors import FormatError
 from etlab.etdump._reader import ETDumpColumns
 from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
 
-# Quantized and bit types hold plain integers in memory; read them as such.
-_STORAGE = {ScalarType.QINT8: torch.int8, ScalarType.QUINT8: torch.uint8, ScalarType.QINT32: torch.int32,
-            ScalarType.BITS16: torch.uint16}
+if TYPE_CHECKING:
+    import torch
+
 _VT_INT, _VT_BOOL, _VT_FLOAT, _VT_DOUBLE, _VT_TENSOR, _VT_TENSOR_LIST = 1, 2, 3, 4, 5, 6
 
 
@@ -61,22 +62,28 @@ def load_debug_buffer(source) -> DebugBuffer:
         raise FormatError(f"{path}: is a directory, not a debug-buffer file") from None
 
 
-def _dtype_of(st: ScalarType) -> torch.dtype:
-    if st in _STORAGE:
-        return _STORAGE[st]
-    if st in (ScalarType.QUINT4X2, ScalarType.QUINT2X4):
-        return torch.uint8  # packed sub-byte elements: expose the raw bytes' element type
-    return scalar_type_to_dtype(st)
+@functools.cache
+def _dtypes() -> tuple[dict[int, torch.dtype], dict[int, int]]:
+    """Per scalar type: the dtype a recorded tensor is read as, and its element size. Built on first
+    use, so that reading an ETDump without tensors needs no torch."""
+    import torch
 
-
-_DTYPES = {int(st): _dtype_of(st) for st in ScalarType}
-_ITEMSIZE = {k: torch.empty((), dtype=d).element_size() for k, d in _DTYPES.items()}
+    # Quantized and bit types hold plain integers in memory; read them as such.
+    storage = {ScalarType.QINT8: torch.int8, ScalarType.QUINT8: torch.uint8, ScalarType.QINT32: torch.int32,
+               ScalarType.BITS16: torch.uint16}
+    # packed sub-byte elements: expose the raw bytes' element type
+    packed = {ScalarType.QUINT4X2: torch.uint8, ScalarType.QUINT2X4: torch.uint8}
+    dtypes = {int(st): storage.get(st) or packed.get(st) or scalar_type_to_dtype(st) for st in ScalarType}
+    return dtypes, {k: torch.empty((), dtype=d).element_size() for k, d in dtypes.items()}
 
 
 def tensor_from_debug_buffer(buffer: DebugBuffer | None, scalar_type: int, sizes: list[int],
                              strides: list[int] | None, offset: int, ctx: str) -> torch.Tensor:
     """One recorded tensor: a view of the buffer with the recorded strides, bounds-checked."""
-    dtype = _DTYPES[scalar_type]
+    import torch
+
+    dtypes, itemsizes = _dtypes()
+    dtype = dtypes[scalar_type]
     what = buffer.what if buffer is not None else "debug buffer"
     if any(s < 0 for s in sizes):
         raise FormatError(f"{what}: {ctx} has negative sizes {sizes}")
@@ -89,7 +96,7 @@ def tensor_from_debug_buffer(buffer: DebugBuffer | None, scalar_type: int, sizes
     if buffer is None or offset == -1:  # no buffer, or the runtime did not keep this tensor's data
         return torch.empty(sizes, dtype=dtype, device="meta")
     extent = numel if contiguous else 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
-    nbytes = extent * _ITEMSIZE[scalar_type]
+    nbytes = extent * itemsizes[scalar_type]
     if offset < 0 or offset + nbytes > len(buffer):
         raise FormatError(f"{what}: {ctx} needs bytes [{offset}, {offset + nbytes}) but the debug buffer "
                           f"holds {len(buffer)} bytes")

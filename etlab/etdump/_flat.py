@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from etlab.errors import FormatError
-from etlab.schema._generated.layouts import LAYOUTS
+from etlab.schema import LAYOUTS
 
 _MIN, _MAX, _OR = np.minimum.reduce, np.maximum.reduce, np.bitwise_or.reduce
 _ANY = np.logical_or.reduce  # x.any() without its Python-level wrapper (pass axis=None for 2-D)

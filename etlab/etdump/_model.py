@@ -3,10 +3,14 @@ with the generic verified decoder, field for field."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from etlab.etdump._reader import ETDumpColumns, TensorColumns, ValueColumns
 from etlab.schema import etdump as s
+
+if TYPE_CHECKING:
+    from etlab.etdump._reader import ETDumpColumns, TensorColumns, ValueColumns
 
 
 def _tensor(t: TensorColumns, i: int) -> s.Tensor:

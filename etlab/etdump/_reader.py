@@ -14,9 +14,8 @@ import numpy as np
 
 from etlab.errors import FormatError
 from etlab.etdump._flat import FlatBuffer
+from etlab.schema import LAYOUTS, read_bytes
 from etlab.schema import etdump as schema
-from etlab.schema._files import read_bytes
-from etlab.schema._generated.layouts import LAYOUTS
 
 _NS = "etdump"
 _VALUE_TYPES = LAYOUTS["enums"]["etdump.ValueType"]["values"]

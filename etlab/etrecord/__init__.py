@@ -16,7 +16,7 @@ malicious file raises `etlab.FormatError`.
 from etlab.errors import FormatError
 from etlab.etrecord._etrecord import ETRecord, generate_etrecord
 from etlab.etrecord._parse import parse_etrecord
-from etlab.etrecord._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
+from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
 
 __all__ = [
     "DebugHandle", "DelegateInfo", "ETRecord", "FormatError", "MethodInfo", "OpInfo", "ProgramInfo",

@@ -22,8 +22,8 @@ from torch.export import ExportedProgram
 from etlab.etrecord import _info
 from etlab.etrecord._archive import dump_json, write_archive
 from etlab.etrecord._graphs import ProgramWriter
-from etlab.etrecord._program_info import DebugHandle, MethodInfo, OpInfo, ProgramInfo
 from etlab.etrecord._values import TensorStore, encode_value
+from etlab.facts.program_info import DebugHandle, MethodInfo, OpInfo, ProgramInfo
 
 FORMAT = "etlab.etrecord"
 VERSION = 1

@@ -28,31 +28,14 @@ from torch._export.serde import serialize as serde
 from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
-from etlab.compiler._edge import copy_graph_module
-from etlab.compiler._lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
 from etlab.errors import FormatError
 from etlab.etrecord._archive import dump_json
 from etlab.etrecord._graph_check import check_name, sanitize_program
 from etlab.etrecord._values import TensorStore, TensorTable, decode_value, encode_value
+from etlab.facts.fx import copy_graph_module, graph_modules
+from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate, lowered_modules
 
 log = logging.getLogger(__name__)
-
-
-def graph_modules(gm: GraphModule) -> dict[str, GraphModule]:
-    """gm ("") and every GraphModule under it (control-flow branches) by dotted module path."""
-    return {path: mod for path, mod in gm.named_modules() if isinstance(mod, GraphModule)}
-
-
-def lowered_modules(gm: GraphModule) -> list[tuple[str, str, LoweredBackendModule]]:
-    """(graph path, attribute, module) of each LoweredBackendModule a graph reads with get_attr."""
-    found = []
-    for path, sub in graph_modules(gm).items():
-        for node in sub.graph.nodes:
-            if node.op == "get_attr":
-                mod = getattr(sub, node.target, None)
-                if isinstance(mod, LoweredBackendModule):
-                    found.append((path, node.target, mod))
-    return found
 
 
 class ProgramWriter:

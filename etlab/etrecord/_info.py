@@ -21,9 +21,10 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule, Interpreter, Node
 from torch.utils import _pytree as pytree
 
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
-from etlab.etrecord._graphs import graph_modules, lowered_modules
-from etlab.etrecord._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
+from etlab.facts.fx import graph_modules, op_name
+from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate, lowered_modules
+from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
+from etlab.facts.source import module_hierarchy
 
 MAIN_CHAIN = 0  # etlab's emitter puts a whole method (cond branches inlined) in one chain
 
@@ -33,26 +34,6 @@ def unique_handles(handles) -> DebugHandle:
     if isinstance(handles, int):
         return (handles,)
     return tuple(dict.fromkeys(int(h) for h in handles))
-
-
-def op_type(target) -> str:
-    if isinstance(target, torch._ops.OpOverload):
-        return str(target)  # "aten.linear.default"
-    if isinstance(target, torch._ops.HigherOrderOperator):
-        return target.name()
-    return getattr(target, "__name__", str(target))
-
-
-def module_hierarchy(stack) -> dict[str, tuple[str, str]] | None:
-    if not stack:
-        return None
-    out = {}
-    for key, val in stack.items():
-        path, ty = val if isinstance(val, (tuple, list)) and len(val) == 2 else (str(val), "")
-        if isinstance(ty, type):
-            ty = f"{ty.__module__}.{ty.__qualname__}"
-        out[str(key)] = (str(path), str(ty))
-    return out
 
 
 def _handle_list(handle) -> list[int]:
@@ -68,7 +49,7 @@ def collect_ops(ep: ExportedProgram) -> dict[int, list[OpInfo]]:
                 handle = node.meta.get("debug_handle")
                 if node.op != "call_function" or handle is None or node.target is operator.getitem:
                     continue
-                info = OpInfo(node.name, op_type(node.target), node.meta.get("stack_trace"),
+                info = OpInfo(node.name, op_name(node.target), node.meta.get("stack_trace"),
                               module_hierarchy(node.meta.get("nn_module_stack")))
                 for h in _handle_list(handle):
                     ops.setdefault(h, []).append(info)

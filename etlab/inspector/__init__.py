@@ -8,6 +8,9 @@
 - `Inspector`, `EventBlock`, `Event`, `PerfData`, `TimeScale`
 - `ProgramInfo` / `MethodInfo` / `DelegateInfo` / `OpInfo`: what an ETRecord provides (the
   Inspector's `etrecord=` argument accepts a ProgramInfo, or an object with `program_info()`)
+- rollups for views and reports: `op_timings` (`OpTiming` per timed event: percentiles, handles,
+  ops, module, the user's source line), `execute_timings`, `timings_counted_once`, `numeric_gaps`
+  (`GapRow`), `time_unit`
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
 """
@@ -16,8 +19,43 @@ from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
 from etlab.inspector._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
+from etlab.inspector._rollups import (
+    GapRow,
+    OpTiming,
+    event_label,
+    execute_timings,
+    numeric_gaps,
+    op_timings,
+    time_unit,
+    timings_counted_once,
+)
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
-    "DebugHandle", "DelegateInfo", "Event", "EventBlock", "Inspector", "MethodInfo", "OpInfo", "PerfData",
-    "ProgramInfo", "TimeScale", "compare_results", "cosine_similarity", "l1", "mse", "snr",
+    "DELEGATE_CALL",
+    "FRAMEWORK_EVENT_NAMES",
+    "OPERATOR_CALL",
+    "DebugHandle",
+    "DelegateInfo",
+    "Event",
+    "EventBlock",
+    "GapRow",
+    "Inspector",
+    "MethodInfo",
+    "OpInfo",
+    "OpTiming",
+    "PerfData",
+    "ProgramInfo",
+    "TimeScale",
+    "compare_results",
+    "cosine_similarity",
+    "event_label",
+    "execute_timings",
+    "l1",
+    "mse",
+    "numeric_gaps",
+    "op_timings",
+    "snr",
+    "time_unit",
+    "timings_counted_once",
 ]

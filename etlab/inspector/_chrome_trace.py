@@ -15,9 +15,10 @@ from collections.abc import Callable
 import numpy as np
 
 from etlab.etdump import ETDumpColumns
-from etlab.inspector._events import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, TimeScale, time_scale_factor
+from etlab.inspector._events import TimeScale, time_scale_factor
 from etlab.inspector._grouping import elapsed_ticks
 from etlab.schema import write_atomic
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES
 
 _PID = 1
 

@@ -13,7 +13,6 @@ import sys
 
 import numpy as np
 import pandas as pd
-import torch
 
 from etlab.errors import FormatError
 from etlab.inspector._events import TimeScale
@@ -130,7 +129,8 @@ def render(df: pd.DataFrame, fmt: str) -> str:
 
 def _plain(v):
     """JSON-ready form of a cell: tensors as "float32[4, 64]", NaN as None, numpy as Python."""
-    if isinstance(v, torch.Tensor):
+    torch = sys.modules.get("torch")  # no tensor exists unless torch was imported
+    if torch is not None and isinstance(v, torch.Tensor):
         return f"{str(v.dtype).replace('torch.', '')}{list(v.shape)}"
     if isinstance(v, dict):
         return {str(k): _plain(x) for k, x in v.items()}

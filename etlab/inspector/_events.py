@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from etlab.facts import display
+
 
 class TimeScale(enum.Enum):
     NS = "ns"
@@ -21,11 +23,6 @@ class TimeScale(enum.Enum):
 
 _PER_SECOND = {TimeScale.NS: 1e9, TimeScale.US: 1e6, TimeScale.MS: 1e3, TimeScale.S: 1.0, TimeScale.CYCLES: 1.0}
 
-# Events the runtime itself emits around methods; they belong to no graph node.
-FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Method::execute"})
-# The runtime's per-instruction wrapper event: its time is the kernel's plus dispatch overhead.
-OPERATOR_CALL = "OPERATOR_CALL"
-DELEGATE_CALL = "DELEGATE_CALL"
 
 
 def time_scale(value, arg: str) -> TimeScale:
@@ -128,10 +125,8 @@ class EventBlock:
     reference_output: list | None = None
     num_runs: int = 1
 
-    def _repr_html_(self) -> str:
-        from etlab.visualizer import event_block_html  # display lives a layer up
-
-        return event_block_html(self)
+    def _repr_html_(self) -> str | None:
+        return display.html(self)  # the views register it (etlab.facts.display)
 
     def to_dataframe(self, include_units: bool = False, include_delegate_debug_data: bool = False):
         """This block's events, one row each (same columns as Inspector.to_dataframe)."""

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import io
 import sys
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from etlab.inspector._events import OPERATOR_CALL, EventBlock
+from etlab.schema.etdump import OPERATOR_CALL
+
+if TYPE_CHECKING:
+    from etlab.inspector._events import EventBlock
 
 STAT_NAMES = ("p10", "p50", "p90", "avg", "min", "max")
 # Hidden when printing: bulky or only useful programmatically. Per-run lists (raw times, start

@@ -10,10 +10,9 @@ import numpy as np
 import pandas as pd
 
 from etlab.etdump import DebugBuffer, debug_rows_of, debug_value, load_debug_buffer, read_etdump
+from etlab.facts import display
 from etlab.inspector import _frames
 from etlab.inspector._events import (
-    FRAMEWORK_EVENT_NAMES,
-    OPERATOR_CALL,
     Event,
     EventBlock,
     PerfData,
@@ -24,6 +23,7 @@ from etlab.inspector._events import (
 from etlab.inspector._grouping import BlockTable, group_events
 from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
 from etlab.schema import write_atomic
+from etlab.schema.etdump import FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 
 class Inspector:
@@ -299,14 +299,15 @@ class Inspector:
         """The notebook dashboard of this run (graph, memory, delegation, numeric gap, profile);
         pass the ExecutorchProgramManager as `program` for the runtime graph and memory plan.
         `.save_html(path)` on the result writes it as one offline file."""
-        from etlab.visualizer import show  # display lives a layer up; imported only when asked for
+        return display.show(self, program, method=method)  # the views register it (etlab.facts.display)
 
-        return show(self, program, method=method)
+    @property
+    def program_info(self) -> ProgramInfo | None:
+        """What the ETRecord says about the program (op names, modules, source lines, graphs), or None."""
+        return self._program
 
-    def _repr_html_(self) -> str:
-        from etlab.visualizer import inspector_html
-
-        return inspector_html(self)
+    def _repr_html_(self) -> str | None:
+        return display.html(self)
 
     def __repr__(self) -> str:
         n = sum(len(t) for t in self._tables)

@@ -9,17 +9,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
-import torch
 
-from etlab.inspector._events import OPERATOR_CALL
+from etlab.schema.etdump import OPERATOR_CALL
 
 if TYPE_CHECKING:
+    import torch
+
     from etlab.inspector._inspector import Inspector
 
 DebugHandle = tuple[int, ...]
 
 
 def _as_float(x) -> torch.Tensor:
+    import torch
+
     if isinstance(x, torch.Tensor):
         if x.device.type == "meta":
             raise ValueError("tensor has no data (meta device): give the Inspector the debug buffer")
@@ -38,18 +41,24 @@ def _pair(a, b) -> tuple[torch.Tensor, torch.Tensor]:
 
 def mse(reference, value) -> float:
     """Mean squared error."""
+    import torch
+
     a, b = _pair(reference, value)
     return float(torch.mean((a - b) ** 2)) if a.numel() else 0.0
 
 
 def l1(reference, value) -> float:
     """Sum of absolute differences."""
+    import torch
+
     a, b = _pair(reference, value)
     return float(torch.sum(torch.abs(a - b)))
 
 
 def snr(reference, value) -> float:
     """Signal-to-noise ratio in dB: 10 log10(power(reference) / power(reference - value)); inf when equal."""
+    import torch
+
     a, b = _pair(reference, value)
     if a.numel() == 0:
         return math.inf
@@ -61,6 +70,8 @@ def snr(reference, value) -> float:
 
 
 def cosine_similarity(reference, value) -> float:
+    import torch
+
     a, b = _pair(reference, value)
     na, nb = float(torch.linalg.vector_norm(a)), float(torch.linalg.vector_norm(b))
     if na == 0.0 or nb == 0.0:
@@ -78,6 +89,8 @@ def compare_results(reference_output: Sequence, run_output: Sequence, metrics: S
     """Compares two lists of outputs pairwise: metric name -> one value per pair (None where a
     pair is not numeric). Metrics: snr, mse, l1, cosine_similarity (default: all). With
     plot=True, also shows a bar chart per metric (plotly)."""
+    import torch
+
     if reference_output is None or run_output is None:
         raise ValueError("compare_results: both reference_output and run_output are needed")
     if len(reference_output) != len(run_output):
@@ -161,6 +174,8 @@ def merge_overlapping(entries: list[RuntimeIntermediate]) -> list[RuntimeInterme
 
 
 def _pick_runtime_value(runtime_output, aot_value, num_outputs: int, index: int):
+    import torch
+
     if not isinstance(runtime_output, (list, tuple)):
         return runtime_output
     if not runtime_output:
@@ -207,6 +222,8 @@ def match_intermediates(aot: dict[DebugHandle, Any], runtime: list[RuntimeInterm
 
 
 def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
+    import torch
+
     program = inspector._program
     if program is None:
         raise ValueError("calculate_numeric_gap needs the recorded program: create the Inspector with an etrecord")

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from etlab.etrecord._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
-from etlab.inspector._events import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES
+from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES
 
 __all__ = ["DebugHandle", "DelegateInfo", "JoinedColumns", "MethodInfo", "OpInfo", "ProgramInfo", "in_module",
            "join_block", "resolve_program_info"]

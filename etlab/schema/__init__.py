@@ -10,7 +10,9 @@ Every loader treats its input as untrusted and raises `etlab.FormatError` naming
 
 from etlab.errors import FormatError
 from etlab.schema import bundled_program, etdump, flat_tensor, program
-from etlab.schema._files import load_file, read_bytes, write_atomic
+from etlab.schema._files import read_bytes, write_atomic
+from etlab.schema._generated.layouts import LAYOUTS
+from etlab.schema._load_any import load_file
 from etlab.schema.bundled_program import deserialize_bundled_program, serialize_bundled_program
 from etlab.schema.etdump import deserialize_etdump, serialize_etdump
 from etlab.schema.flat_tensor import PtdFile, deserialize_ptd, serialize_ptd
@@ -18,7 +20,7 @@ from etlab.schema.program import PteFile, deserialize_pte, load_pte, serialize_p
 from etlab.schema.scalar_type import ScalarType, dtype_to_scalar_type, scalar_type_to_dtype
 
 __all__ = [
-    "FormatError", "PtdFile", "PteFile", "ScalarType", "bundled_program", "deserialize_bundled_program",
+    "LAYOUTS", "FormatError", "PtdFile", "PteFile", "ScalarType", "bundled_program", "deserialize_bundled_program",
     "deserialize_etdump", "deserialize_ptd", "deserialize_pte", "dtype_to_scalar_type", "etdump", "flat_tensor",
     "load_file", "load_pte", "program", "read_bytes", "scalar_type_to_dtype", "serialize_bundled_program",
     "serialize_etdump", "serialize_ptd", "serialize_pte", "write_atomic",

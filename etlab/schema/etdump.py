@@ -10,6 +10,13 @@ from dataclasses import dataclass, field
 
 from etlab.schema._codec import TableCodec, make_enum
 
+# Event names the ExecuTorch runtime writes by convention (not graph nodes):
+# around methods (they belong to no node) ...
+FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Method::execute"})
+# ... the per-instruction wrapper (its time is the kernel's plus dispatch) and a delegate call.
+OPERATOR_CALL = "OPERATOR_CALL"
+DELEGATE_CALL = "DELEGATE_CALL"
+
 ScalarType = make_enum("scalar_type.ScalarType")
 ValueType = make_enum("etdump.ValueType")
 

@@ -17,7 +17,13 @@ from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
-from etlab.visualizer._reprs import delegation_info_html, event_block_html, inspector_html, repr_mimebundle
+from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._reprs import (
+    delegation_info_html,
+    event_block_html,
+    inspector_html,
+    repr_mimebundle,
+)
 from etlab.visualizer._table import TableView
 
 __all__ = [
@@ -29,6 +35,7 @@ __all__ = [
     "GraphView",
     "MemoryTimeline",
     "NumericGapView",
+    "PlotView",
     "ProfileView",
     "TableView",
     "build_graph_model",
@@ -39,3 +46,17 @@ __all__ = [
     "repr_mimebundle",
     "show",
 ]
+
+
+def _register_reprs() -> None:
+    """Hands the reprs and the dashboard to etlab.facts.display, which the analysis objects ask."""
+    from etlab.devtools import DelegationInfo
+    from etlab.facts import display
+    from etlab.inspector import EventBlock, Inspector
+
+    display.register(Inspector, html=inspector_html, show=show)
+    display.register(EventBlock, html=event_block_html)
+    display.register(DelegationInfo, html=delegation_info_html)
+
+
+_register_reprs()

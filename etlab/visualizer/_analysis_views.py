@@ -11,18 +11,11 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch.fx import GraphModule
 
+from etlab.inspector import OpTiming, execute_timings, numeric_gaps, op_timings, time_unit, timings_counted_once
 from etlab.visualizer import _html
 from etlab.visualizer._graph_view import GraphView
-from etlab.visualizer._profile_data import (
-    OpTiming,
-    execute_timings,
-    kind_colors,
-    numeric_gaps,
-    op_kind,
-    op_timings,
-    time_unit,
-    timings_counted_once,
-)
+from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._profile_data import kind_colors, op_kind
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
 
@@ -64,8 +57,11 @@ class DelegationView(widgets.VBox):
     get_delegation_info counts them as upstream does, this view lists them apart.
     """
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
-        from etlab.devtools._delegation_info import (  # no public devtools API yet
+        from etlab.devtools import (
             OCCURRENCES_IN_DELEGATED_GRAPHS,
             OCCURRENCES_IN_NON_DELEGATED_GRAPHS,
             get_delegation_info,
@@ -140,6 +136,9 @@ class NumericGapView(widgets.VBox):
     """The numeric gap of every matched intermediate output, in execution order (log scale), with
     a threshold; ops above it are red. A click on a point or row selects the op in the graph."""
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, inspector, *, distance: str = "MSE", threshold: float | None = None,
                  show_graph: bool = True, method: str = "forward", **kwargs):
         self.distance = distance
@@ -162,14 +161,14 @@ class NumericGapView(widgets.VBox):
                                             "kind": "edge"}} for r in self.rows],
             title="Matched intermediate outputs", height=240)
         _link_table_to_graph(self.table, self.graph)
-        self.fig_widget = go.FigureWidget(self.figure)
-        if self.graph is not None and self.fig_widget.data:
-            self.fig_widget.data[0].on_click(self._on_point)
+        self.plot = PlotView(self.figure)
+        if self.graph is not None:
+            self.plot.on_click(self._on_point)
         self.slider = widgets.FloatLogSlider(value=self.threshold, base=10, min=-12, max=6, step=0.25,
                                              description="threshold", readout_format=".1e")
         self.slider.observe(self._on_threshold, names="value")
         self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>")
-        super().__init__([self.note, self.slider, self.fig_widget, self.table] + ([self.graph] if self.graph else []),
+        super().__init__([self.note, self.slider, self.plot, self.table] + ([self.graph] if self.graph else []),
                          **kwargs)
 
     def above_threshold(self) -> list:
@@ -219,22 +218,16 @@ class NumericGapView(widgets.VBox):
 
     def _on_threshold(self, change) -> None:
         self.threshold = float(change["new"])
-        fig = self._figure()
-        with self.fig_widget.batch_update():
-            self.fig_widget.data[0].marker.color = fig.data[0].marker.color
-            self.fig_widget.data[0].y = fig.data[0].y
-            self.fig_widget.layout.yaxis = fig.layout.yaxis
-            self.fig_widget.layout.shapes = fig.layout.shapes
-            self.fig_widget.layout.annotations = fig.layout.annotations
+        self.figure = self._figure()
+        self.plot.update(self.figure)
         self.note.value = f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"
 
-    def _on_point(self, trace, points, state) -> None:
-        for i in points.point_inds[:1]:
-            name, handles = trace.customdata[i]
-            try:
-                self.graph.focus(name or None, handles=list(handles), kind="edge")
-            except (KeyError, ValueError):
-                pass
+    def _on_point(self, point: dict) -> None:
+        name, handles = point.get("customdata") or (None, [])
+        try:
+            self.graph.focus(name or None, handles=list(handles), kind="edge")
+        except (KeyError, ValueError):
+            pass
 
     def html_fragments(self) -> list[_html.Fragment]:
         eid = _html.new_id("gap")
@@ -315,6 +308,9 @@ class ProfileView(widgets.VBox):
     """Where the time goes: a sortable, filterable op table, a rollup of p50 by module (treemap,
     colored by op kind) and the per-run timeline."""
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, inspector, program=None, method: str = "forward", **kwargs):
         handles = resolve_sources(program, method).instruction_handles() if program is not None else None
         self.unit = time_unit(inspector)
@@ -332,8 +328,7 @@ class ProfileView(widgets.VBox):
              for t in self.timings], title="Operators", height=300)
         self.rollup_figure = self._rollup()
         self.timeline_figure = self._timeline()
-        super().__init__([self.table, go.FigureWidget(self.rollup_figure), go.FigureWidget(self.timeline_figure)],
-                         **kwargs)
+        super().__init__([self.table, PlotView(self.rollup_figure), PlotView(self.timeline_figure)], **kwargs)
 
     def _rollup(self) -> go.Figure:
         r = module_rollup(timings_counted_once(self.timings), self.kind_colors, self.unit)

@@ -52,16 +52,28 @@ window.etlabShowTab = function (name) {
 </script>"""
 
 _TAB_CSS = """<style>
-.etlab-tabs { display: flex; gap: 2px; border-bottom: 1px solid #ccc; margin-bottom: 10px; }
-.etlab-tabs > button { border: 1px solid #ccc; border-bottom: none; background: #f4f6f9; padding: 6px 14px;
-  cursor: pointer; border-radius: 5px 5px 0 0; font: inherit; }
-.etlab-tabs > button.active { background: #fff; font-weight: 600; position: relative; top: 1px; }
+.etlab-tabs { display: flex; gap: 2px; border-bottom: 1px solid var(--etlab-border); margin-bottom: 10px; }
+.etlab-tabs > button { border: 1px solid var(--etlab-border); border-bottom: none; background: var(--etlab-bg-alt);
+  color: var(--etlab-fg); padding: 6px 14px; cursor: pointer; border-radius: 5px 5px 0 0; font: inherit; }
+.etlab-tabs > button.active { background: var(--etlab-bg); font-weight: 600; position: relative; top: 1px; }
 </style>"""
+
+
+_TITLES = {"summary": "Summary", "graph": "Graph", "memory": "Memory", "delegation": "Delegation",
+           "gap": "Numeric gap", "profile": "Profile"}
+
+
+def _missing_html(missing: dict[str, str]) -> str:
+    items = "".join(f"<li><b>{html.escape(_TITLES.get(k, k))}</b>: {html.escape(v)}</li>" for k, v in missing.items())
+    return f"<div class='etlab-note etlab-theme' data-role='missing-tabs'><p>Tabs not shown:</p><ul>{items}</ul></div>"
 
 
 class Dashboard(widgets.Tab):
     """Tabs: Summary, Graph (compare mode when several graphs are known; the first two shown), Memory, Delegation,
     Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`)."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, program=None, *, method: str = "forward", **kwargs):
         try:
@@ -73,7 +85,7 @@ class Dashboard(widgets.Tab):
         self.views: dict[str, object] = {}
         self.missing: dict[str, str] = {}
         kinds = sources.available()
-        self.views["summary"] = widgets.HTML(inspector_summary_html(inspector))
+        summary = self.views["summary"] = widgets.HTML(inspector_summary_html(inspector))
         if kinds:
             # two panes at most to start with (ATen and Edge when all three are known): three side by
             # side with the details panel leave each too narrow to read; the toolbar adds the third
@@ -85,7 +97,8 @@ class Dashboard(widgets.Tab):
         memory = _memory_source(sources)
         try:
             if memory is None:
-                raise ValueError("no planned program: pass the ExecutorchProgramManager or an ETRecord that records it")
+                raise ValueError("no planned program: pass the ExecutorchProgramManager, as in "
+                                 "inspector.show(et) or show(inspector, et)")
             self.views["memory"] = MemoryTimeline(memory, method)
         except (ValueError, TypeError, KeyError) as e:
             self.missing["memory"] = str(e)
@@ -95,8 +108,9 @@ class Dashboard(widgets.Tab):
             self.missing["delegation"] = "no edge graph"
         self.views["gap"] = NumericGapView(inspector, show_graph=False)
         self.views["profile"] = ProfileView(inspector, program, method)
-        titles = {"summary": "Summary", "graph": "Graph", "memory": "Memory", "delegation": "Delegation",
-                  "gap": "Numeric gap", "profile": "Profile"}
+        titles = _TITLES
+        if self.missing:  # say on the first tab, not only in `.missing`, why a tab is not there
+            summary.value += _missing_html(self.missing)
         super().__init__(children=list(self.views.values()), **kwargs)
         for i, key in enumerate(self.views):
             self.set_title(i, titles[key])
@@ -139,10 +153,6 @@ class Dashboard(widgets.Tab):
             frags.append(_html.Fragment(f'<section class="etlab-tab" data-tab="{key}"{style}>'))
             frags.extend(parts)
             frags.append(_html.Fragment("</section>"))
-        if self.missing:
-            notes = "".join(f"<li>{html.escape(k)}: {html.escape(v)}</li>" for k, v in self.missing.items())
-            frags.append(_html.Fragment(f"<details class='etlab-note'><summary>not shown</summary><ul>{notes}</ul>"
-                                        "</details>"))
         frags.insert(0, _html.Fragment(f'<nav class="etlab-tabs">{"".join(buttons)}</nav>', scripts=[_GLUE]))
         return _html.page(title, frags, extra_head=_TAB_CSS)
 

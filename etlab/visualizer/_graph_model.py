@@ -14,13 +14,15 @@ parameters/buffers/constants (listed under their consumer as `weights`).
 
 from __future__ import annotations
 
-import operator
-import re
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
+
+from etlab.facts.fx import is_getitem, node_op_name
+from etlab.facts.lowered import is_delegate_call, lowered_module_of
+from etlab.facts.source import module_stack, source_line
 
 GRAPH_KINDS = ("aten", "edge", "runtime")
 
@@ -140,60 +142,9 @@ def _shape_facts(node: Node) -> tuple[list[list], list[str], int | None]:
     return shapes, dtypes, total
 
 
-def source_line(stack_trace: str | None) -> str:
-    """The innermost frame of a stack trace as "file.py:LINE in fn: code" ("" when there is none)."""
-    lines = (stack_trace or "").rstrip().splitlines()
-    for i in range(len(lines) - 1, -1, -1):
-        m = re.match(r'\s*File "([^"]+)", line (\d+), in (\S+)', lines[i])
-        if m:
-            code = lines[i + 1].strip() if i + 1 < len(lines) and not lines[i + 1].lstrip().startswith("File ") else ""
-            where = f"{m.group(1).rsplit('/', 1)[-1]}:{m.group(2)} in {m.group(3)}"
-            return f"{where}: {code}" if code else where
-    return ""
-
-
-def _module_stack(node: Node) -> list[tuple[str, str]]:
-    """(path, type) of the modules enclosing a node, outermost first, the root module left out."""
-    stack = node.meta.get("nn_module_stack") or {}
-    out = []
-    for val in stack.values():
-        path, typ = (val[0], val[1]) if isinstance(val, (tuple, list)) and len(val) >= 2 else (str(val), "")
-        typ = getattr(typ, "__name__", None) or str(typ)
-        if path:
-            out.append((str(path), typ))
-    return out
-
-
-def _op_name(node: Node) -> str:
-    if node.op != "call_function":
-        return node.op
-    target = node.target
-    name = getattr(target, "__name__", None) if not isinstance(target, torch._ops.OpOverload) else None
-    return name or str(target)
-
-
-def _is_getitem(node: Node) -> bool:
-    return node.op == "call_function" and node.target is operator.getitem
-
-
-def _is_delegate_call(node: Node) -> bool:
-    return node.op == "call_function" and getattr(node.target, "__name__", "") == "executorch_call_delegate"
-
-
 def _is_control_flow(node: Node) -> bool:
     return node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator) and \
-        not _is_delegate_call(node)
-
-
-def _lowered_module(gm: torch.nn.Module, node: Node):
-    """The LoweredBackendModule a delegate call runs (its first argument, a get_attr)."""
-    arg = node.args[0] if node.args else None
-    if not isinstance(arg, Node) or arg.op != "get_attr":
-        return None
-    obj = gm
-    for part in str(arg.target).split("."):
-        obj = getattr(obj, part, None)
-    return obj if hasattr(obj, "backend_id") else None
+        not is_delegate_call(node)
 
 
 def _user_input_names(ep: ExportedProgram | None, gm: GraphModule) -> tuple[set[str], set[str]]:
@@ -233,9 +184,9 @@ class _Builder:
     def add_node(self, node: Node, kind: str, group: str | None, *, op: str | None = None,
                  handles: list[int] | None = None, backend: str | None = None) -> GraphNode:
         shapes, dtypes, nbytes = _shape_facts(node)
-        stack = _module_stack(node)
+        stack = module_stack(node.meta.get("nn_module_stack"))
         trace = node.meta.get("stack_trace") or ""
-        g = GraphNode(id=len(self.model.nodes), name=node.name, kind=kind, op=op or _op_name(node), group=group,
+        g = GraphNode(id=len(self.model.nodes), name=node.name, kind=kind, op=op or node_op_name(node), group=group,
                       handles=node_handles(node) if handles is None else handles, shapes=shapes, dtypes=dtypes,
                       bytes=nbytes, module=stack[-1][0] if stack else "", module_type=stack[-1][1] if stack else "",
                       source=source_line(trace), stack_trace=trace, backend=backend)
@@ -309,14 +260,14 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
                     if isinstance(src, int):
                         b.link(src, out.id)
             continue
-        if _is_getitem(node):
+        if is_getitem(node):
             src = value.get(node.args[0].name) if isinstance(node.args[0], Node) else None
             value[node.name] = src[node.args[1]] if isinstance(src, list) and node.args[1] < len(src) else src
             continue
-        if _is_delegate_call(node):
+        if is_delegate_call(node):
             value[node.name] = _add_delegate(b, gm, node, value, kind)
             continue
-        group = b.module_group(_module_stack(node))
+        group = b.module_group(module_stack(node.meta.get("nn_module_stack")))
         handles = handles_of(node) if handles_of is not None else None
         g = b.add_node(node, "control_flow" if _is_control_flow(node) else "op", group, handles=handles)
         for arg in node.all_input_nodes:
@@ -338,7 +289,7 @@ def _delegate_handles(lowered) -> list[int]:
 
 
 def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: str):
-    lowered = _lowered_module(gm, node)
+    lowered = lowered_module_of(gm, node)
     backend = str(getattr(lowered, "backend_id", "delegate"))
     b.backend_color(backend)
     inputs = [value.get(a.name) if isinstance(a, Node) else None for a in node.args[1:]]
@@ -348,7 +299,8 @@ def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: s
         handles = _delegate_handles(lowered) if original is not None else node_handles(node)
         stacks = []
         if original is not None:
-            stacks = [_module_stack(n) for n in original.graph_module.graph.nodes if n.op == "call_function"]
+            stacks = [module_stack(n.meta.get("nn_module_stack"))
+                      for n in original.graph_module.graph.nodes if n.op == "call_function"]
         group = _common_parent(b, [b.module_group(s) for s in stacks]) if stacks else None
         g = b.add_node(node, "delegate", group, op=f"delegate: {backend}", handles=handles, backend=backend)
         for src in inputs:
@@ -396,14 +348,14 @@ def aten_handle_lookup(edge_program) -> dict[tuple[str, str], list[int]]:
 
     def visit(g: GraphModule):
         for node in g.graph.nodes:
-            if _is_delegate_call(node):
-                lowered = _lowered_module(g, node)
+            if is_delegate_call(node):
+                lowered = lowered_module_of(g, node)
                 if lowered is not None and getattr(lowered, "original_module", None) is not None:
                     visit(lowered.original_module.graph_module)
                 continue
             fn = node.meta.get("torch_fn")
             if fn and node_handles(node):
-                stack = _module_stack(node)
+                stack = module_stack(node.meta.get("nn_module_stack"))
                 key = (str(fn[0]), stack[-1][0] if stack else "")
                 table.setdefault(key, set()).update(node_handles(node))
 
@@ -419,7 +371,7 @@ def aten_handles_of(edge_program):
         fn = node.meta.get("torch_fn")
         if not fn:
             return node_handles(node)
-        stack = _module_stack(node)
+        stack = module_stack(node.meta.get("nn_module_stack"))
         return table.get((str(fn[0]), stack[-1][0] if stack else ""), [])
 
     return handles_of

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import html
 import os
 
 import anywidget
 import traitlets
 
+from etlab.inspector import numeric_gaps, op_timings, time_unit
 from etlab.visualizer import _html
 from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
-from etlab.visualizer._profile_data import annotate, numeric_gaps, op_timings, time_unit
+from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
 
 OVERLAYS = ("none", "latency", "gap", "bytes")
@@ -70,6 +72,7 @@ class GraphView(anywidget.AnyWidget):
     """
 
     _esm = traitlets.Unicode(_html.graph_module_source()).tag(sync=True)
+    _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
     graphs = traitlets.List(traitlets.Dict()).tag(sync=True)
     overlay = traitlets.Unicode("none").tag(sync=True)
     focus_target = traitlets.Dict(default_value={}).tag(sync=True)
@@ -88,6 +91,7 @@ class GraphView(anywidget.AnyWidget):
             sources.inspector = inspector
         self.models = graph_models(sources, kinds, gap_distance=gap_distance)
         super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay, options=options, **kwargs)
+        _html.serve_libraries(self)
 
     @classmethod
     def from_models(cls, models: list[GraphModel], *, overlay: str = "none", height: int = 560,
@@ -97,6 +101,7 @@ class GraphView(anywidget.AnyWidget):
         view.models = list(models)
         options = _options([m.kind for m in models], height, collapse_threshold, shown)
         anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay, options=options)
+        _html.serve_libraries(view)
         return view
 
     @property
@@ -116,6 +121,24 @@ class GraphView(anywidget.AnyWidget):
                            f"{[m.kind for m in self.models]}")
         self.focus_target = {"name": name, "handles": list(handles or []), "kind": kind}
 
+    def static_html(self) -> str:
+        """What the graphs hold, per graph: nodes, module groups, delegates and the most frequent ops."""
+        parts = []
+        for m in self.models:
+            ops: dict[str, int] = {}
+            for n in m.nodes:
+                if n.kind == "op":
+                    ops[n.op] = ops.get(n.op, 0) + 1
+            top = ", ".join(f"{op} ×{k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
+            delegates = sum(n.kind == "delegate" for n in m.nodes) + sum(g.kind == "delegate" for g in m.groups)
+            parts.append(f"<p><b>{html.escape(m.title)}</b>: {len(m.nodes)} nodes, "
+                         f"{sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} delegated "
+                         f"partitions. Ops: {html.escape(top) or '–'}</p>")
+        return "".join(parts)
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def state(self) -> dict:
         """The widget traits a standalone page renders from."""
         return {"graphs": self.graphs, "overlay": self.overlay, "focus_target": self.focus_target or None,
@@ -123,7 +146,7 @@ class GraphView(anywidget.AnyWidget):
 
     def html_fragment(self) -> _html.Fragment:
         return _html.anywidget_fragment(_html.graph_module_source(), self.state(), what="GraphView",
-                                        expose="etlabGraphView")
+                                        expose="etlabGraphView", libraries=("elk",))
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
         """Writes the view as a standalone offline HTML file (assets inlined)."""

@@ -41,12 +41,46 @@ def script_safe(code: str, what: str) -> str:
 
 
 @cache
+@cache
 def graph_module_source() -> str:
     """The GraphView ES module: its parts in one module (they share names; graph_view.js holds the
-    export), with the vendored ELK bundle prepended as a string constant."""
-    elk = static_text("elk.bundled.js")
-    parts = (static_text(name) for name in ("graph_common.js", "graph_pane.js", "graph_view.js"))
-    return f"const ELK_SOURCE = {json_for_script(elk)};\n" + "\n".join(parts)
+    export). ELK is not in it: the page loads it once (shared_lib.js, `serve_libraries`)."""
+    return "\n".join(static_text(name) for name in ("shared_lib.js", "graph_common.js", "graph_pane.js",
+                                                     "graph_view.js"))
+
+
+@cache
+def plot_module_source() -> str:
+    """The PlotView ES module; plotly.js is loaded once per page, like ELK."""
+    return "\n".join(static_text(name) for name in ("shared_lib.js", "plot_view.js"))
+
+
+def library_source(name: str) -> str:
+    """The source of a library the views load once per page (shared_lib.js)."""
+    sources = {"elk": lambda: static_text("elk.bundled.js"), "plotly": plotly_js}
+    if name not in sources:
+        raise KeyError(f"no library {name!r}; known: {sorted(sources)}")
+    return sources[name]()
+
+
+def serve_libraries(widget) -> None:
+    """Answers the widget front end's requests for a shared library (sent once per page)."""
+
+    def on_msg(_widget, content, _buffers) -> None:
+        if isinstance(content, dict) and content.get("type") == "etlab:need-library":
+            name = str(content.get("name"))
+            try:
+                widget.send({"type": "etlab:library", "name": name, "source": library_source(name)})
+            except KeyError:
+                pass
+
+    widget.on_msg(on_msg)
+
+
+def libraries_script(names) -> str:
+    """A page's shared libraries, defined before its views run."""
+    libs = ",".join(f"{json.dumps(n)}:{json_for_script(library_source(n))}" for n in sorted(set(names)))
+    return f"<script>globalThis.etlabLibs = Object.assign(globalThis.etlabLibs || {{}}, {{{libs}}});</script>"
 
 
 # A stand-in for the anywidget model inside a standalone page: get/set/on/off/save_changes.
@@ -57,6 +91,7 @@ function etlabModel(state) {
     get: (k) => state[k],
     set: (k, v) => { state[k] = v; (handlers["change:" + k] || []).forEach((f) => f()); },
     on: (ev, f) => { (handlers[ev] = handlers[ev] || []).push(f); },
+    emit: (ev, ...args) => (handlers[ev] || []).forEach((f) => f(...args)),
     off: (ev, f) => { handlers[ev] = (handlers[ev] || []).filter((g) => g !== f); },
     save_changes: () => {},
   };
@@ -71,10 +106,11 @@ class Fragment:
     body: str
     scripts: list[str] = field(default_factory=list)
     needs_plotly: bool = False
+    libraries: tuple[str, ...] = ()  # shared libraries its module loads (defined once in the page's head)
 
 
 def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id: str | None = None,
-                       expose: str | None = None) -> Fragment:
+                       expose: str | None = None, libraries: tuple[str, ...] = ()) -> Fragment:
     """Renders an anywidget ES module into a div with `state` as its model's traits.
 
     expose: a window property under which the page keeps {model, el} (dashboard glue uses it).
@@ -86,7 +122,7 @@ def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id
             f"const el = document.getElementById({json.dumps(eid)});\n"
             f"render({{ model, el }});\n{expose_js}\n")
     return Fragment(body=f'<div id="{eid}" class="etlab-view"></div>',
-                    scripts=[f'<script type="module">\n{code}</script>'])
+                    scripts=[f'<script type="module">\n{code}</script>'], libraries=libraries)
 
 
 def plotly_fragment(fig, *, element_id: str | None = None, height: int | None = None) -> Fragment:
@@ -106,16 +142,24 @@ def plotly_js() -> str:
     return script_safe(get_plotlyjs(), "plotly.js")
 
 
+@cache
+def theme_css() -> str:
+    """The color variables every view uses (static/theme.css): Lab, VS Code, light and dark."""
+    return static_text("theme.css")
+
+
 PAGE_CSS = """
-body { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px; color: #222; }
+body.etlab-theme { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; margin: 16px;
+  color: var(--etlab-fg); background: var(--etlab-bg); }
 h1 { font-size: 18px; margin: 0 0 10px 0; }
-.etlab-note { color: #666; margin: 4px 0 10px 0; }
+.etlab-note { color: var(--etlab-fg-muted); margin: 4px 0 10px 0; }
 table.etlab-table { border-collapse: collapse; font-size: 12px; }
-table.etlab-table th, table.etlab-table td { border-bottom: 1px solid #eee; padding: 3px 8px; text-align: left; }
-table.etlab-table th { background: #f6f7f9; cursor: pointer; position: sticky; top: 0; }
+table.etlab-table th, table.etlab-table td { border-bottom: 1px solid var(--etlab-border); padding: 3px 8px;
+  text-align: left; }
+table.etlab-table th { background: var(--etlab-bg-alt); cursor: pointer; position: sticky; top: 0; }
 table.etlab-table tr.clickable { cursor: pointer; }
-table.etlab-table tr.clickable:hover { background: #eef4ff; }
-.etlab-scroll { max-height: 420px; overflow: auto; border: 1px solid #eee; }
+table.etlab-table tr.clickable:hover { background: var(--etlab-hover); }
+.etlab-scroll { max-height: 420px; overflow: auto; border: 1px solid var(--etlab-border); }
 """
 
 
@@ -133,15 +177,60 @@ document.addEventListener('etlab:focus', function (e) {
 def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
     """A complete HTML document holding the fragments, with every asset inline."""
     head_scripts = f"<script>{plotly_js()}</script>" if any(f.needs_plotly for f in fragments) else ""
+    libraries = [name for f in fragments for name in f.libraries]
+    if libraries:
+        head_scripts += libraries_script(libraries)
     body = "\n".join(f.body for f in fragments)
     scripts = "\n".join(s for f in fragments for s in f.scripts)
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
-            f"<title>{html.escape(title)}</title><style>{PAGE_CSS}</style>{extra_head}{head_scripts}</head>\n"
-            f"<body>\n<h1>{html.escape(title)}</h1>\n{body}\n{FOCUS_GLUE}\n{scripts}\n</body></html>\n")
+            f"<title>{html.escape(title)}</title><style>{theme_css()}{PAGE_CSS}</style>{extra_head}{head_scripts}"
+            f"</head>\n<body class=\"etlab-theme\">\n<h1>{html.escape(title)}</h1>\n{body}\n{FOCUS_GLUE}\n"
+            f"{scripts}\n</body></html>\n")
 
 
 def write_page(path: str | os.PathLike, text: str) -> os.PathLike:
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"save_html: path must be a str or os.PathLike, got {type(path).__name__}")
     return write_atomic(path, text.encode("utf-8"))
+
+
+# --- what a notebook shows where the widget cannot be drawn -------------------------------------------
+
+FRONTEND_MISSING = (
+    "<p class='etlab-note' data-role='widget-fallback'>This is a static copy of an etlab view. The interactive "
+    "view needs the Jupyter widget front end where the notebook is opened: <code>pip install anywidget "
+    "ipywidgets</code> in the environment that runs Jupyter (not only in the kernel's), then reload; a saved "
+    "notebook shows this copy until it is run again. Offline: <code>view.save_html('view.html')</code>.</p>")
+
+
+def static_html(widget, depth: int = 0) -> str:
+    """A static HTML copy of a view (its tables and text; charts by title): what saved notebooks,
+    nbconvert and front ends without the widget manager show instead of the interactive widget."""
+    own = getattr(widget, "static_html", None)
+    if callable(own):
+        return own()
+    if hasattr(widget, "value") and type(widget).__name__ == "HTML":
+        return str(widget.value)
+    children = getattr(widget, "children", None) or ()
+    titles = getattr(widget, "titles", None) or ()
+    parts = []
+    for i, child in enumerate(children):
+        if i < len(titles) and titles[i]:
+            parts.append(f"<h{min(3 + depth, 6)}>{html.escape(str(titles[i]))}</h{min(3 + depth, 6)}>")
+        parts.append(static_html(child, depth + 1))
+    return "".join(parts)
+
+
+def with_static_fallback(widget, bundle):
+    """The widget's mime bundle (a dict, or a (data, metadata) pair) plus a `text/html` copy, which
+    every front end ranks below the widget view."""
+    if isinstance(bundle, tuple):
+        return (with_static_fallback(widget, bundle[0]), *bundle[1:])
+    if bundle is None:
+        return None
+    body = static_html(widget)
+    bundle = dict(bundle)
+    bundle["text/html"] = (f"<style>{theme_css()}{PAGE_CSS.replace('body.etlab-theme', '.etlab-static')}</style>"
+                           f"<div class='etlab-static etlab-theme'>{FRONTEND_MISSING}{body}</div>")
+    return bundle

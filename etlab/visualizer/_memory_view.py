@@ -17,12 +17,13 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from etlab.visualizer import _html
+from etlab.visualizer._plot_view import PlotView
 
 TENSOR_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
 
 
 def _plan_frame(program_manager, method: str) -> pd.DataFrame:
-    from etlab.devtools._memory_trace import memory_plan_dataframe  # devtools has no public __init__ yet
+    from etlab.devtools import memory_plan_dataframe
 
     if isinstance(program_manager, pd.DataFrame):
         return program_manager
@@ -30,7 +31,7 @@ def _plan_frame(program_manager, method: str) -> pd.DataFrame:
 
 
 def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
-    from etlab.devtools._memory_trace import live_bytes_per_step
+    from etlab.devtools import live_bytes_per_step
 
     return live_bytes_per_step(df, mem_id)
 
@@ -59,7 +60,7 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
                    f"memory id {m}: live bytes (peak, the lower bound: {bound:,} bytes{used})"]
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
                         row_heights=[0.7, 0.3] * max(len(mem_ids), 1), subplot_titles=titles or ["no planned tensors"])
-    fig.update_annotations(x=0, xanchor="left")  # subplot titles left, clear of the legend
+    fig.update_annotations(x=0, xanchor="left")  # subplot titles left-aligned
     for i, m in enumerate(mem_ids):
         part = df[df["mem_id"] == m]
         first, last = part["first_step"].to_numpy(), part["last_step"].to_numpy()
@@ -107,8 +108,9 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
         fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
         fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
     fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)), bargap=0,
-                      margin={"l": 70, "r": 20, "t": 90, "b": 40}, hovermode="closest", template="plotly_white",
-                      legend={"orientation": "h", "x": 1, "xanchor": "right", "y": 1.0, "yanchor": "bottom"})
+                      margin={"l": 70, "r": 20, "t": 90, "b": 90}, hovermode="closest", template="plotly_white",
+                      # under the plots: above them it ran into the (left-aligned) subplot titles
+                      legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.08, "yanchor": "top"})
     return fig
 
 
@@ -119,13 +121,16 @@ class MemoryTimeline(widgets.VBox):
     `save_html(path)` writes it as a standalone offline page.
     """
 
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
     def __init__(self, program_manager, method: str = "forward", **kwargs):
         self.data = _plan_frame(program_manager, method)
         self.method = method
         steps = int(self.data.attrs.get("num_steps") or 0)
         self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "
                                                      f"over {steps} instructions")
-        super().__init__([go.FigureWidget(self.figure)], **kwargs)
+        super().__init__([PlotView(self.figure)], **kwargs)
 
     @property
     def num_tensors(self) -> int:

@@ -1,7 +1,7 @@
 """Rich notebook reprs (HTML) for the Inspector, an EventBlock and delegation info.
 
-The classes live below the visualizer, so they call these (lazily):
-    def _repr_html_(self): from etlab.visualizer import inspector_html; return inspector_html(self)
+The classes live below the visualizer: importing etlab.visualizer hands these to
+`etlab.facts.display`, which their `_repr_html_` and `Inspector.show` ask.
 """
 
 from __future__ import annotations
@@ -10,9 +10,18 @@ import html
 
 import pandas as pd
 
-_STYLE = ("<style>.etlab-repr{font:12px system-ui,sans-serif}.etlab-repr table{border-collapse:collapse}"
-          ".etlab-repr td,.etlab-repr th{padding:2px 8px;border-bottom:1px solid #eee;text-align:left}"
-          ".etlab-repr th{background:#f4f6f9}.etlab-repr .n{text-align:right}</style>")
+from etlab.inspector import event_label
+from etlab.visualizer._html import theme_css
+
+
+def _style() -> str:
+    """The reprs' CSS: the theme's variables (so tables stay readable on dark themes) and the table rules."""
+    return (f"<style>{theme_css()}.etlab-repr{{font:12px system-ui,sans-serif;color:var(--etlab-fg)}}"
+            ".etlab-repr table{border-collapse:collapse}"
+            ".etlab-repr td,.etlab-repr th{padding:2px 8px;border-bottom:1px solid var(--etlab-border);"
+            "text-align:left;color:var(--etlab-fg)}"
+            ".etlab-repr th{background:var(--etlab-bg-alt)}.etlab-repr .n{text-align:right}</style>")
+
 
 _MAX_ROWS = 30
 
@@ -39,27 +48,28 @@ def event_block_html(block) -> str:
     rows = []
     for e in block.events:
         p = e.perf_data
-        rows.append({"event": e.name, "ops": ", ".join(e.op_types or []), f"p50 ({unit})": p.p50 if p else None,
+        rows.append({"event": event_label(e), "ops": ", ".join(e.op_types or []), f"p50 ({unit})": p.p50 if p else None,
                      f"avg ({unit})": p.avg if p else None, "delegated": bool(e.is_delegated_op),
                      "backend": e.delegate_backend_name or "", "debug handles": e.debug_handles})
     df = pd.DataFrame(rows).fillna("")
-    return (f"{_STYLE}<div class='etlab-repr'><b>EventBlock {html.escape(block.name)!s}</b> · {len(block.events)} "
+    return (f"{_style()}<div class='etlab-repr etlab-theme'><b>EventBlock {html.escape(block.name)!s}</b> · "
+            f"{len(block.events)} "
             f"events · {block.num_runs} run(s){_table(df)}</div>")
 
 
 def inspector_html(inspector) -> str:
     """The Inspector: what it read, then each event block's table."""
     blocks = inspector.event_blocks
-    parts = [f"{_STYLE}<div class='etlab-repr'><b>{html.escape(repr(inspector))}</b>"]
+    parts = [f"{_style()}<div class='etlab-repr etlab-theme'><b>{html.escape(repr(inspector))}</b>"]
     for block in blocks:
-        parts.append(event_block_html(block).replace(_STYLE, ""))
+        parts.append(event_block_html(block).replace(_style(), ""))
     parts.append("<p>Views: <code>etlab.visualizer.show(inspector)</code></p></div>")
     return "".join(parts)
 
 
 def inspector_summary_html(inspector) -> str:
     """The dashboard's first tab: totals per block and the 10 slowest ops."""
-    from etlab.visualizer._profile_data import execute_timings, op_timings, time_unit, timings_counted_once
+    from etlab.inspector import execute_timings, op_timings, time_unit, timings_counted_once
 
     timings = timings_counted_once(execute_timings(op_timings(inspector)))  # a delegate call, not also its insides
     unit = time_unit(inspector)
@@ -69,7 +79,8 @@ def inspector_summary_html(inspector) -> str:
     blocks = "".join(f"<li>{html.escape(b.name)}: {len(b.events)} events over {b.num_runs} run(s)</li>"
                      for b in inspector.event_blocks)
     total = sum(t.p50 for t in timings)
-    return (f"{_STYLE}<div class='etlab-repr' data-etlab-view='summary'><p><b>{html.escape(repr(inspector))}</b></p>"
+    return (f"{_style()}<div class='etlab-repr etlab-theme' data-etlab-view='summary'>"
+            f"<p><b>{html.escape(repr(inspector))}</b></p>"
             f"<ul>{blocks}</ul><p>sum of op p50: {total:.4g} {unit}</p><p><b>slowest ops</b></p>"
             f"{_table(df) if len(df) else '<p>no timed ops</p>'}</div>")
 
@@ -78,7 +89,7 @@ def delegation_info_html(info) -> str:
     """DelegationInfo: the summary per backend and the operator table."""
     backends = pd.DataFrame([{"backend": b.backend_id, "subgraphs": b.num_subgraphs, "delegated nodes": b.num_nodes}
                              for b in info.delegation_by_backend.values()])
-    return (f"{_STYLE}<div class='etlab-repr'><p>{info.num_delegated_subgraphs} delegated subgraph(s), "
+    return (f"{_style()}<div class='etlab-repr etlab-theme'><p>{info.num_delegated_subgraphs} delegated subgraph(s), "
             f"{info.num_delegated_nodes} delegated node(s), {info.num_non_delegated_nodes} not delegated</p>"
             f"{_table(backends) if len(backends) else ''}{_table(info.get_operator_delegation_dataframe())}</div>")
 
@@ -94,3 +105,4 @@ def repr_mimebundle(obj, include=None, exclude=None) -> dict:
     else:
         raise TypeError(f"no rich repr for {type(obj).__name__}")
     return {"text/html": text, "text/plain": repr(obj)}
+

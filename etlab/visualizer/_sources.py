@@ -95,7 +95,7 @@ def resolve_sources(obj, method: str = "forward", inspector=None) -> ProgramSour
     out = ProgramSources(method=method, inspector=inspector)
     if _is_inspector(obj):
         out.inspector = obj
-        program = getattr(obj, "_program", None)  # the Inspector's ProgramInfo (from its ETRecord)
+        program = obj.program_info  # from its ETRecord (None without one)
         if program is not None:
             _from_recorded(program, method, out)
         if out.edge is None and callable(getattr(obj, "get_exported_program", None)):
@@ -109,15 +109,13 @@ def resolve_sources(obj, method: str = "forward", inspector=None) -> ProgramSour
         if method not in obj.methods:
             raise ValueError(f"no method {method!r}; methods are {sorted(obj.methods)}")
         out.runtime = obj.exported_program(method)
-        edge_mgr = getattr(obj, "_edge", None)  # the EdgeProgramManager it was compiled from
-        if edge_mgr is not None:
-            out.edge = edge_mgr.exported_program(method)
-            aten = getattr(edge_mgr, "_aten_programs", None) or {}
-            out.aten = aten.get(method)
+        edge_mgr = obj.edge_program_manager  # the EdgeProgramManager it was compiled from
+        out.edge = edge_mgr.exported_program(method)
+        out.aten = edge_mgr.aten_programs.get(method)
         return out
     if _is_edge_manager(obj):
         out.edge = obj.exported_program(method)
-        out.aten = (getattr(obj, "_aten_programs", None) or {}).get(method)
+        out.aten = obj.aten_programs.get(method)
         return out
     if isinstance(obj, (ExportedProgram, GraphModule)):
         out.edge = out.aten = obj  # one graph, shown as whichever kind is asked for

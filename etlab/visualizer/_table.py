@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import math
 
 import anywidget
@@ -28,11 +29,22 @@ def _clean(v):
     return str(v)
 
 
+def _cell(v) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.5g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
 class TableView(anywidget.AnyWidget):
     """Rows with sortable columns and a filter box; a click sets `clicked` (and, in a page,
     sends the row's `focus` to the graph)."""
 
     _esm = traitlets.Unicode(_html.static_text("table_view.js")).tag(sync=True)
+    _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     columns = traitlets.List(traitlets.Dict()).tag(sync=True)
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
@@ -48,6 +60,18 @@ class TableView(anywidget.AnyWidget):
     def state(self) -> dict:
         return {"columns": self.columns, "rows": self.rows, "title": self.title, "height": self.height,
                 "clicked": {}}
+
+    def static_html(self, max_rows: int = 100) -> str:
+        """The rows as a plain HTML table (the first `max_rows`)."""
+        head = "".join(f"<th>{html.escape(c['label'])}</th>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c['key'])))}</td>" for c in self.columns)
+                       + "</tr>" for r in self.rows[:max_rows])
+        more = f"<p>… {len(self.rows) - max_rows} more rows</p>" if len(self.rows) > max_rows else ""
+        title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
+        return f"{title}<table class='etlab-table'><tr>{head}</tr>{body}</table>{more}"
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def html_fragment(self) -> _html.Fragment:
         return _html.anywidget_fragment(_html.static_text("table_view.js"), self.state(), what="TableView")

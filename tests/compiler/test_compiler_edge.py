@@ -10,7 +10,7 @@ from torch.export.graph_signature import OutputKind
 
 from etlab.compiler import EdgeCompileConfig, to_edge
 from etlab.compiler._decompose import is_edge_op
-from etlab.compiler._graph import all_graph_modules
+from etlab.facts.fx import all_graph_modules
 from etlab.models import METHOD_INPUTS
 
 

@@ -7,8 +7,7 @@ import operator
 import pytest
 import torch
 
-from etlab.compiler import ExecutorchBackendConfig, to_edge
-from etlab.compiler._lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
+from etlab.compiler import CompileSpec, ExecutorchBackendConfig, LoweredBackendModule, executorch_call_delegate, to_edge
 from etlab.schema import deserialize_ptd, deserialize_pte, load_pte
 from etlab.schema import program as P
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 import torch
 
-from etlab.compiler._delegation import to_backend
+from etlab.compiler import to_backend
 from etlab.compiler.backends import DemoPartitioner
 from etlab.models import make_mlp
 

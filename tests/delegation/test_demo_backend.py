@@ -7,9 +7,8 @@ import struct
 import pytest
 import torch
 
-from etlab.compiler._delegation import DelegationError, to_backend
+from etlab.compiler import CompileSpec, DelegationError, executorch_call_delegate, to_backend
 from etlab.compiler._delegation_lowering import program_with_shared_state
-from etlab.compiler._lowered import CompileSpec, executorch_call_delegate
 from etlab.compiler.backends import DemoBackend, DemoPartitioner
 from etlab.errors import FormatError
 from etlab.runtime._errors import ExecutionError

@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from etlab.compiler import to_edge_transform_and_lower
-from etlab.compiler._lowered import CompileSpec
+from etlab.compiler import CompileSpec, to_edge_transform_and_lower
 from etlab.compiler.backends import DemoPartitioner
 from etlab.runtime import Runtime
 from etlab.schema import deserialize_etdump, deserialize_pte

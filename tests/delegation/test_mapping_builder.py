@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from etlab.compiler._delegation import DelegateMappingBuilder, DelegationError
+from etlab.compiler import DelegateMappingBuilder, DelegationError
 
 
 def _nodes(*handles):

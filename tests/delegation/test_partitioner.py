@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from etlab.compiler._delegation import DelegationSpec
+from etlab.compiler import CompileSpec, DelegationSpec
 from etlab.compiler._delegation_lowering import program_with_shared_state
-from etlab.compiler._lowered import CompileSpec
 from etlab.compiler.backends import DemoPartitioner
 
 from .conftest import edge_like

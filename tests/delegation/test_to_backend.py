@@ -9,16 +9,17 @@ import pytest
 import torch
 from torch.export.graph_signature import InputKind
 
-from etlab.compiler._delegation import (
+from etlab.compiler import (
     BackendDetails,
     DelegationError,
     DelegationSpec,
+    LoweredBackendModule,
     Partitioner,
     PartitionResult,
     PreprocessResult,
+    executorch_call_delegate,
     to_backend,
 )
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
 from etlab.compiler.backends import DemoPartitioner
 
 from .conftest import edge_like

@@ -13,8 +13,7 @@ import pytest
 import torch
 from torch.fx import Graph, GraphModule
 
-from etlab.compiler import to_edge_transform_and_lower
-from etlab.compiler._lowered import LoweredBackendModule, executorch_call_delegate
+from etlab.compiler import LoweredBackendModule, executorch_call_delegate, to_edge_transform_and_lower
 from etlab.compiler.backends import DemoPartitioner
 from etlab.devtools import format_delegated_graph, get_delegation_info, op_type_of, print_delegated_graph
 

@@ -231,3 +231,148 @@ def test_five_thousand_nodes_stay_responsive(browser, tmp_path):
           f"zoom in step {zoom * 1000:.0f} ms, zoom out step {zoom_out * 1000:.0f} ms, pan step {pan * 1000:.0f} ms, "
           f"select {select * 1000:.0f} ms, {in_dom} of 5000 nodes in the DOM")
     assert page.errors == []
+
+
+# JupyterLab's dark theme as it sets itself on <body> (a subset of its variables), for pages outside Lab.
+LAB_DARK = """() => {
+  const b = document.body; b.dataset.jpThemeLight = 'false';
+  const v = {'--jp-ui-font-color1': 'rgba(255,255,255,.87)', '--jp-ui-font-color2': 'rgba(255,255,255,.54)',
+             '--jp-layout-color0': '#111111', '--jp-layout-color2': '#424242', '--jp-layout-color3': '#616161',
+             '--jp-border-color1': '#616161', '--jp-border-color2': '#424242', '--jp-brand-color1': '#1976d2',
+             '--jp-brand-color3': '#0d47a1'};
+  for (const [k, x] of Object.entries(v)) b.style.setProperty(k, x);
+  b.style.background = '#111111';  // Lab paints its layout color behind the output area
+}"""
+
+# The lowest text/background contrast ratio (WCAG) over visible text in the given selectors.
+MIN_CONTRAST = """(selectors) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lin = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
+  const lum = ([r, g, b]) => .2126 * lin(r) + .7152 * lin(g) + .0722 * lin(b);
+  const blend = (top, under) => { const a = top.length > 3 ? top[3] : 1;
+                                  return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)); };
+  function background(el) {  // the first opaque background up the tree, blending translucent ones over it
+    const layers = [];
+    for (let e = el; e; e = e.parentElement) {
+      const c = rgb(getComputedStyle(e).backgroundColor);
+      if (c.length && !(c.length > 3 && c[3] === 0)) { layers.push(c); if (c.length === 3 || c[3] === 1) break; }
+    }
+    let base = [255, 255, 255];
+    for (const l of layers.reverse()) base = blend(l, base);
+    return base;
+  }
+  let worst = {ratio: 99, text: '', selector: ''};
+  for (const sel of selectors) for (const el of document.querySelectorAll(sel)) {
+    if (!el.offsetParent || !el.textContent.trim()) continue;
+    const fg = blend(rgb(getComputedStyle(el).color), background(el)), bg = background(el);
+    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
+    const ratio = (hi + .05) / (lo + .05);
+    if (ratio < worst.ratio) worst = {ratio, text: el.textContent.trim().slice(0, 40), selector: sel};
+  }
+  return worst;
+}"""
+
+TEXT = [".etlab-tv td", ".etlab-tv th", ".etlab-repr td", ".etlab-repr th", ".etlab-repr p", ".etlab-tabs > button",
+        "[data-role=details] td"]
+
+
+@pytest.mark.parametrize("theme", ["light", "dark", "lab-dark"])
+def test_tables_are_readable_in_light_and_dark_themes(browser, report, theme):
+    """Every table's text keeps WCAG AA contrast (>= 4.5:1) on the system's light and dark schemes and
+    on JupyterLab's dark theme (text used to stay #222 on dark backgrounds)."""
+    _, path = report
+    page = Page(browser, path)
+    p = page.page
+    p.emulate_media(color_scheme="light" if theme == "light" else "dark")
+    if theme == "lab-dark":
+        p.evaluate(LAB_DARK)
+    page.wait_ready()
+    p.click("nav.etlab-tabs button[data-tab=graph]")
+    p.locator(".pane[data-pane='1'] [data-node-name=relu]").click()
+    worst = {"ratio": 99}
+    for tab in ("summary", "graph", "delegation", "gap", "profile"):
+        p.click(f"nav.etlab-tabs button[data-tab={tab}]")
+        p.wait_for_timeout(100)
+        found = p.evaluate(MIN_CONTRAST, TEXT)
+        worst = min(worst, found, key=lambda w: w["ratio"])
+        page.shot(f"theme_{theme}_{tab}")
+    assert worst["ratio"] >= 4.5, worst
+    assert page.errors == []
+
+
+def test_focus_before_the_first_layout_selects_the_node_once_drawn(browser, mlp_run, tmp_path):
+    """focus() called while the graph is still being laid out used to throw 'this.nodeEls is not iterable'."""
+    path = GraphView(mlp_run.manager, "edge").save_html(tmp_path / "g.html")
+    page = Page(browser, path)
+    p = page.page
+    p.evaluate("() => window.etlabGraphView.model.set('focus_target', {name: 'relu', handles: [], kind: null})")
+    page.wait_ready()
+    p.wait_for_function("document.querySelector('[data-role=details-name]')?.textContent === 'relu'")
+    assert p.locator(".node.selected").count() == 1
+    assert page.errors == []
+
+
+def test_collapsed_group_totals_carry_their_unit(browser, report):
+    _, path = report
+    page = Page(browser, path)
+    p = page.page
+    page.wait_ready()
+    p.click("nav.etlab-tabs button[data-tab=graph]")
+    p.click("button[data-role=collapse-all]")
+    p.wait_for_selector(".pane[data-pane='1'] .group.collapsed .sub", state="attached")
+    subs = p.locator(".pane[data-pane='1'] .group.collapsed .sub").all_text_contents()
+    assert subs and all(s.endswith(" ms") for s in subs), subs  # "3 ops · 19.49 ms", not "3 ops · 19.49"
+    assert page.errors == []
+
+
+def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
+    """In a notebook, ELK and plotly.js come from the kernel once per page (a custom widget message),
+    not inside every widget's state: two graphs and two charts here ask for each library once."""
+    import plotly.graph_objects as go
+
+    from etlab.visualizer import PlotView, _html
+
+    views = [(GraphView(mlp_run.manager, "edge"), _html.graph_module_source()),
+             (GraphView(mlp_run.manager, "aten"), _html.graph_module_source()),
+             (PlotView(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2]))), _html.plot_module_source()),
+             (PlotView(go.Figure(go.Scatter(x=[1, 2], y=[2, 1]))), _html.plot_module_source())]
+    libs = {name: _html.library_source(name) for name in ("elk", "plotly")}
+    # a stand-in kernel: answers each etlab:need-library message like serve_libraries does
+    kernel = ("<script>window.kernelLibs = " + _html.json_for_script(libs) + "; window.asked = [];"
+              "window.connect = (model) => { model.send = (c) => { window.asked.push(c.name);"
+              "setTimeout(() => model.emit('msg:custom', {type: 'etlab:library', name: c.name,"
+              "source: window.kernelLibs[c.name]}), 50); }; return model; };</script>")
+    body, scripts = [], []
+    for i, (view, module) in enumerate(views):
+        state = view.state() if hasattr(view, "state") else {"figure": view.figure, "clicked": {}}
+        body.append(f'<div id="v{i}"></div>')
+        scripts.append(f"<script type='module'>{module}\n{_html.MODEL_SHIM}\n"
+                       f"const model = window.connect(etlabModel({_html.json_for_script(state)}));\n"
+                       f"render({{ model, el: document.getElementById('v{i}') }});</script>")
+    path = tmp_path / "kernel.html"
+    path.write_text(f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{_html.theme_css()}</style>{kernel}"
+                    "</head><body>"
+                    f"{''.join(body)}{''.join(scripts)}</body></html>")
+    page = Page(browser, path)
+    p = page.page
+    p.wait_for_function("document.querySelectorAll('[data-etlab-view=graph][data-state=ready]').length === 2",
+                        timeout=60_000)
+    p.wait_for_function("document.querySelectorAll('[data-etlab-view=plot][data-state=ready]').length === 2",
+                        timeout=60_000)
+    assert sorted(p.evaluate("window.asked")) == ["elk", "plotly"]
+    assert p.locator("[data-etlab-view=plot] .main-svg").count() >= 2
+    page.shot("kernel_served_libraries")
+    assert page.errors == []
+
+
+def test_views_answer_library_requests_and_keep_libraries_out_of_their_state(mlp_run):
+    import plotly.graph_objects as go
+
+    from etlab.visualizer import PlotView
+
+    for view in (GraphView(mlp_run.manager, "edge"), PlotView(go.Figure(go.Bar(x=[1], y=[1])))):
+        sent = []
+        view.send = lambda content, buffers=None, sent=sent: sent.append(content)
+        view._handle_custom_msg({"type": "etlab:need-library", "name": "elk"}, [])
+        assert sent and sent[0]["type"] == "etlab:library" and "ELK" in sent[0]["source"]
+        assert len(view._esm) < 200_000  # neither ELK (1.7 MB) nor plotly.js (4.7 MB) rides in the state

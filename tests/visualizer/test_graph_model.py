@@ -7,7 +7,7 @@ import json
 import pytest
 
 from etlab.visualizer import GraphView, build_graph_model
-from etlab.visualizer._graph_model import aten_handles_of, source_line
+from etlab.visualizer._graph_model import aten_handles_of
 from etlab.visualizer._synthetic import synthetic_graph_model
 
 
@@ -24,7 +24,9 @@ def test_edge_graph_expands_delegates_into_backend_partitions(mlp_run):
     assert not any(n.name.startswith("getitem") for n in m.nodes)  # plumbing left out
     addmm = m.node_named("addmm_default")
     assert addmm.shapes == [[4, 64]] and addmm.dtypes == ["float32"] and addmm.bytes == 4 * 64 * 4
-    assert addmm.handles and addmm.module == "fc1" and "F.linear" in addmm.source
+    assert addmm.handles and addmm.module == "fc1"
+    # the source is the model's line (not torch's linear.py); the full stack is kept for the details panel
+    assert addmm.source.startswith("zoo.py:") and "self.fc1(x)" in addmm.source and "F.linear" in addmm.stack_trace
     relu = m.node_named("relu")
     assert (m.node_named("addmm_default").id, relu.id) in m.edges  # the delegate's output feeds relu
 
@@ -80,13 +82,6 @@ def test_focus_and_bad_input(mlp_run):
         GraphView(mlp_run.manager, "edge", shown=["runtime"])
     with pytest.raises(TypeError, match="expected an ExecutorchProgramManager"):
         GraphView(42)
-
-
-def test_source_line_is_the_innermost_frame():
-    trace = ('  File "/a/b/model.py", line 12, in forward\n    x = self.fc(x)\n'
-             '  File "/t/linear.py", line 134, in forward\n    return F.linear(input, w)\n')
-    assert source_line(trace) == "linear.py:134 in forward: return F.linear(input, w)"
-    assert source_line(None) == ""
 
 
 def test_synthetic_graph_is_grouped_for_collapse():

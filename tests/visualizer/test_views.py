@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from etlab.inspector import execute_timings, op_timings, timings_counted_once
 from etlab.visualizer import (
     DelegationView,
     MemoryTimeline,
@@ -19,7 +20,6 @@ from etlab.visualizer import (
     repr_mimebundle,
     show,
 )
-from etlab.visualizer._profile_data import execute_timings, op_timings, timings_counted_once
 
 
 def test_memory_timeline_has_one_rectangle_per_planned_tensor(mlp_run):
@@ -83,10 +83,10 @@ def test_numeric_gap_view(mlp_inspector):
                                           f"{len(view.above_threshold())} above the threshold 1.0e-03")
     assert "1.0e-03" in view.note.value
     # zero gaps sit on a floor labeled as such, not on a made-up small number
-    axis = view.fig_widget.layout.yaxis
+    axis = view.figure.layout.yaxis
     assert (axis.ticktext[0] == "0 (exact)") == (exact > 0)
     if exact:
-        zeros = [y for r, y in zip(view.rows, view.fig_widget.data[0].y) if r.gap == 0]
+        zeros = [y for r, y in zip(view.rows, view.figure.data[0].y) if r.gap == 0]
         assert set(zeros) == {axis.tickvals[0]}
 
 
@@ -94,7 +94,8 @@ def test_profile_view(mlp_inspector):
     view = ProfileView(mlp_inspector)
     names = [r["name"] for r in view.table.rows]
     assert names.count("native_call_relu.out") == 2
-    assert "DemoBackend #0" in names  # delegate-internal events named by backend and id
+    # delegate-internal events the backend names "0" are named by backend, id and the ops they cover
+    assert "DemoBackend #0: permute_copy, addmm" in names and "0" not in names
     tree = view.rollup_figure.data[0]
     assert tree.type == "treemap" and "p50" in view.rollup_figure.layout.title.text
     ids = list(tree.ids)
@@ -179,3 +180,33 @@ def test_rich_reprs_and_show_are_wired(mlp_inspector, mlp_run):
     info = get_delegation_info(mlp_run.manager.exported_program().graph_module)
     assert "delegated" in info._repr_html_()
     assert isinstance(mlp_inspector.show(mlp_run.manager), Dashboard)
+
+
+def test_dashboard_says_on_its_first_tab_why_a_tab_is_missing(mlp_inspector, tmp_path):
+    """Without the program manager there is no Memory tab; the Summary tab says why and what to pass."""
+    dash = show(mlp_inspector)
+    assert "memory" not in dash.views and "memory" in dash.missing
+    summary = dash.views["summary"].value
+    assert "data-role='missing-tabs'" in summary and "Memory" in summary and "inspector.show(et)" in summary
+    page = dash.page()
+    assert "inspector.show(et)" in page
+
+
+def test_every_view_carries_a_static_html_copy(mlp_run, mlp_inspector):
+    """Saved notebooks, nbconvert and front ends without the widget manager show the text/html copy:
+    the message saying what is missing, the tables and what the graphs hold."""
+    def data(bundle):
+        return bundle[0] if isinstance(bundle, tuple) else bundle
+
+    dash = show(mlp_inspector, mlp_run.manager)
+    bundle = data(dash._repr_mimebundle_())
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    static = bundle["text/html"]
+    assert "data-role='widget-fallback'" in static and "pip install anywidget ipywidgets" in static
+    assert "native_call_relu.out" in static  # the profile table's rows
+    assert "relu" in static and "nodes" in static  # the graph's summary
+    for name in ("graph", "delegation", "gap", "profile", "memory"):
+        view_bundle = data(dash.views[name]._repr_mimebundle_())
+        assert "widget-fallback" in view_bundle["text/html"], name
+    table = dash.views["profile"].table
+    assert table.static_html().count("<tr>") == len(table.rows) + 1

@@ -26,8 +26,8 @@ from etlab.compiler._delegation import (
     PartitionResult,
     PreprocessResult,
 )
-from etlab.compiler._lowered import CompileSpec
 from etlab.compiler.backends._demo_format import DemoOp, DemoProgram, Opcode, encode_demo_program
+from etlab.facts.lowered import CompileSpec
 
 aten = torch.ops.aten
 _OPCODES = {

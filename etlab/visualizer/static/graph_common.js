@@ -10,7 +10,7 @@ const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-scree
 
 let layoutEngine = null;
 
-function makeLayoutEngine() {
+function makeLayoutEngine(ELK_SOURCE) {
   const handler = `
     const elk = new ELK();
     self.onmessage = (e) => {
@@ -50,60 +50,65 @@ function makeLayoutEngine() {
   return { layout: (graph) => elk.layout(graph) };
 }
 
-function engine() {
-  if (!layoutEngine) layoutEngine = makeLayoutEngine();
+// The layout engine of the page, made once ELK's source is there (see shared_lib.js).
+function engine(model) {
+  if (!layoutEngine) {
+    layoutEngine = sharedLibrary(model, "elk").then(makeLayoutEngine);
+    layoutEngine.catch(() => { layoutEngine = null; }); // a later view may ask again
+  }
   return layoutEngine;
 }
 
 // --- styles --------------------------------------------------------------------------------------
 
 const CSS = `
-.etlab-gv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; display: flex;
-  flex-direction: column; border: 1px solid #ddd; border-radius: 6px; background: #fff; }
-.etlab-gv .bar { display: flex; gap: 8px; align-items: center; padding: 6px 8px; border-bottom: 1px solid #eee;
+.etlab-gv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--etlab-fg); display: flex;
+  flex-direction: column; border: 1px solid var(--etlab-border); border-radius: 6px; background: var(--etlab-bg); }
+.etlab-gv .bar { display: flex; gap: 8px; align-items: center; padding: 6px 8px; border-bottom: 1px solid var(--etlab-border);
   flex-wrap: wrap; }
 .etlab-gv .bar input[type=search] { width: 220px; padding: 3px 6px; }
 .etlab-gv .bar button, .etlab-gv .bar select { padding: 2px 8px; }
-.etlab-gv .status { color: #666; margin-left: auto; }
+.etlab-gv .status { color: var(--etlab-fg-muted); margin-left: auto; }
 .etlab-gv .main { display: flex; min-height: 0; }
 .etlab-gv .panes { display: flex; flex: 1; min-width: 0; }
-.etlab-gv .pane { flex: 1; min-width: 0; position: relative; border-right: 1px solid #eee; }
+.etlab-gv .pane { flex: 1; min-width: 0; position: relative; border-right: 1px solid var(--etlab-border); }
 .etlab-gv .pane:last-child { border-right: none; }
-.etlab-gv .pane-title { position: absolute; top: 4px; left: 8px; font-weight: 600; background: rgba(255,255,255,.85);
+.etlab-gv .pane-title { position: absolute; top: 4px; left: 8px; font-weight: 600; background: var(--etlab-bg); opacity: .9;
   padding: 1px 4px; border-radius: 3px; pointer-events: none; z-index: 2; }
 .etlab-gv svg.canvas { width: 100%; height: 100%; display: block; cursor: grab; user-select: none; }
 .etlab-gv svg.canvas.dragging { cursor: grabbing; }
 .etlab-gv .node rect { stroke: #7a8899; stroke-width: 1; rx: 4; }
-.etlab-gv .node text { font-size: 11px; fill: #1b1b1b; pointer-events: none; }
-.etlab-gv .node text.sub { fill: #555; font-size: 10px; }
+.etlab-gv .node text { font-size: 11px; fill: var(--etlab-node-fg); pointer-events: none; }
+.etlab-gv .node text.sub { fill: var(--etlab-node-fg-muted); font-size: 10px; }
 .etlab-gv .node { cursor: pointer; }
-.etlab-gv .node.dark text { fill: #fff; }
+.etlab-gv .node.dark text, .etlab-gv .group.collapsed.dark text { fill: #fff; }
 .etlab-gv .node.input rect, .etlab-gv .node.output rect { fill: #eef3e8; stroke: #6a8f4e; }
-.etlab-gv .node.selected rect { stroke: #0b62d6; stroke-width: 3; }
-.etlab-gv .node.linked rect { stroke: #0b62d6; stroke-width: 2.5; stroke-dasharray: 4 2; }
+.etlab-gv .node.selected rect { stroke: var(--etlab-accent); stroke-width: 3; }
+.etlab-gv .node.linked rect { stroke: var(--etlab-accent); stroke-width: 2.5; stroke-dasharray: 4 2; }
 .etlab-gv .node.match rect { stroke: #e8a400; stroke-width: 3; }
-.etlab-gv .group > rect { fill: rgba(120, 140, 170, .06); stroke: #a9b4c2; stroke-width: 1; rx: 6; }
+.etlab-gv .group > rect { fill: var(--etlab-group-fill); stroke: var(--etlab-group-stroke); stroke-width: 1; rx: 6; }
 .etlab-gv .group.delegate > rect { fill: rgba(255,255,255,0); stroke-width: 2.5; }
-.etlab-gv .group .glabel { font-size: 11px; fill: #445; cursor: pointer; }
-.etlab-gv .group.collapsed > rect { fill: #f1f3f7; stroke-dasharray: 5 3; cursor: pointer; }
+.etlab-gv .group .glabel { font-size: 11px; fill: var(--etlab-fg); cursor: pointer; }
+.etlab-gv .group.collapsed > rect { fill: #e9edf3; stroke-dasharray: 5 3; cursor: pointer; }
+.etlab-gv .group.collapsed .glabel { fill: var(--etlab-node-fg); }
 .etlab-gv .group.collapsed.delegate > rect { stroke-dasharray: none; fill: #fbf6f6; }
-.etlab-gv .group.selected > rect { stroke: #0b62d6; stroke-width: 3; }
-.etlab-gv .group.linked > rect { stroke: #0b62d6; stroke-width: 2.5; }
-.etlab-gv .edge { fill: none; stroke: #8a96a6; stroke-width: 1.1; }
+.etlab-gv .group.selected > rect { stroke: var(--etlab-accent); stroke-width: 3; }
+.etlab-gv .group.linked > rect { stroke: var(--etlab-accent); stroke-width: 2.5; }
+.etlab-gv .edge { fill: none; stroke: var(--etlab-edge); stroke-width: 1.1; }
 .etlab-gv .lod-low text { display: none; }
-.etlab-gv .details { width: 300px; border-left: 1px solid #eee; padding: 8px 10px; overflow: auto; }
+.etlab-gv .details { width: 300px; border-left: 1px solid var(--etlab-border); padding: 8px 10px; overflow: auto; }
 .etlab-gv .details h4 { margin: 0 0 6px 0; font-size: 13px; word-break: break-all; }
 .etlab-gv .details table { border-collapse: collapse; width: 100%; }
-.etlab-gv .details td { vertical-align: top; padding: 2px 4px; border-bottom: 1px solid #f2f2f2; word-break: break-word; }
-.etlab-gv .details td.k { color: #666; white-space: nowrap; }
-.etlab-gv .details pre { white-space: pre-wrap; font-size: 10px; background: #f7f7f7; padding: 4px; max-height: 160px; overflow: auto; }
+.etlab-gv .details td { vertical-align: top; padding: 2px 4px; border-bottom: 1px solid var(--etlab-border); word-break: break-word; }
+.etlab-gv .details td.k { color: var(--etlab-fg-muted); white-space: nowrap; }
+.etlab-gv .details pre { white-space: pre-wrap; font-size: 10px; background: var(--etlab-bg-alt); color: var(--etlab-fg); padding: 4px; max-height: 160px; overflow: auto; }
 .etlab-gv .matches { max-height: 120px; overflow: auto; margin: 4px 0; }
 .etlab-gv .matches div { cursor: pointer; padding: 1px 2px; }
-.etlab-gv .matches div:hover { background: #eef4ff; }
+.etlab-gv .matches div:hover { background: var(--etlab-hover); }
 .etlab-gv .legend { display: flex; align-items: center; gap: 4px; }
-.etlab-gv .legend .ramp { width: 90px; height: 10px; border: 1px solid #ccc; }
+.etlab-gv .legend .ramp { width: 90px; height: 10px; border: 1px solid var(--etlab-border); }
 .etlab-gv .backend-key { display: inline-flex; align-items: center; gap: 3px; }
-.etlab-gv .pane-toggles { display: inline-flex; gap: 8px; align-items: center; color: #444; }
+.etlab-gv .pane-toggles { display: inline-flex; gap: 8px; align-items: center; color: var(--etlab-fg-muted); }
 .etlab-gv .pane-toggles label { display: inline-flex; gap: 3px; align-items: center; cursor: pointer; }
 .etlab-gv .backend-key i { width: 12px; height: 12px; border: 2.5px solid; border-radius: 3px; display: inline-block; }
 `;

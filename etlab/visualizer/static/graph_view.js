@@ -1,5 +1,5 @@
 // GraphView: one or more graphs side by side (compare mode), laid out by ELK (elkjs, vendored) in a
-// web worker, drawn in SVG. The Python side prepends `const ELK_SOURCE = "...";` to this module.
+// web worker (ELK loaded once per page, see shared_lib.js), drawn in SVG.
 // Concatenated in this order by _html.graph_module_source: graph_common.js (layout worker, styles,
 // helpers), graph_pane.js (one laid-out graph), graph_view.js (the toolbar, panes and details).
 //
@@ -32,7 +32,7 @@ class View {
   build() {
     const graphs = this.model.get("graphs") || [];
     const height = this.options.height || 560;
-    this.root = h("div", { class: "etlab-gv", "data-etlab-view": "graph" });
+    this.root = h("div", { class: "etlab-gv etlab-theme", "data-etlab-view": "graph" });
     const bar = h("div", { class: "bar" });
     this.overlaySel = h("select", { "data-role": "overlay", title: "color nodes by" });
     for (const [k, o] of Object.entries(OVERLAYS)) {

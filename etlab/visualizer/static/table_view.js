@@ -3,20 +3,21 @@
 // "etlab:focus" DOM event with the row's `focus` ({name, handles, kind}) for page-level glue.
 
 const CSS = `
-.etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: #222; }
+.etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--etlab-fg); }
 .etlab-tv .bar { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
 .etlab-tv .bar input { width: 240px; padding: 3px 6px; }
-.etlab-tv .bar .count { color: #666; }
-.etlab-tv .scroll { overflow: auto; border: 1px solid #e4e4e4; }
+.etlab-tv .bar .count { color: var(--etlab-fg-muted); }
+.etlab-tv .scroll { overflow: auto; border: 1px solid var(--etlab-border); background: var(--etlab-bg); }
 .etlab-tv table { border-collapse: collapse; min-width: 40%; }
-.etlab-tv th { position: sticky; top: 0; background: #f4f6f9; text-align: left; padding: 4px 8px; cursor: pointer;
-  border-bottom: 1px solid #ddd; white-space: nowrap; }
-.etlab-tv td { padding: 3px 8px; border-bottom: 1px solid #f0f0f0; max-width: 420px; overflow: hidden;
+.etlab-tv th { position: sticky; top: 0; background: var(--etlab-bg-alt); color: var(--etlab-fg); text-align: left; padding: 4px 8px; cursor: pointer;
+  border-bottom: 1px solid var(--etlab-border); white-space: nowrap; }
+.etlab-tv td { padding: 3px 8px; border-bottom: 1px solid var(--etlab-border); color: var(--etlab-fg); max-width: 420px; overflow: hidden;
   text-overflow: ellipsis; white-space: nowrap; }
 .etlab-tv td.num { text-align: right; font-variant-numeric: tabular-nums; }
-.etlab-tv tr.row:hover { background: #eef4ff; }
+.etlab-tv tr.row:hover { background: var(--etlab-hover); }
 .etlab-tv tr.row.focusable { cursor: pointer; }
-.etlab-tv tr.row.selected { background: #dce9ff; }
+.etlab-tv tr.row.selected { background: var(--etlab-selected); }
+.etlab-tv tr.row.selected td { color: var(--etlab-selected-fg); }
 `;
 
 function fmt(v, numeric) {
@@ -37,7 +38,7 @@ function render({ model, el }) {
     el.appendChild(st);
   }
   const root = document.createElement("div");
-  root.className = "etlab-tv";
+  root.className = "etlab-tv etlab-theme";
   root.setAttribute("data-etlab-view", "table");
   el.appendChild(root);
   let sortKey = null, sortDir = 1, filter = "", selected = null;

@@ -95,3 +95,41 @@ def _call_delegate_autograd(lowered_module, *args):
 def _call_delegate_fake(mode, lowered_module, *args):
     with mode:
         return _run_original(lowered_module, *args)
+
+
+# --- finding lowered modules in a graph ---------------------------------------------------------
+
+
+def is_delegate_call(node: torch.fx.Node) -> bool:
+    """A call of `executorch_call_delegate` (ours, or a same-named operator from a deserialized graph)."""
+    if node.op != "call_function":
+        return False
+    target = node.target
+    name = target.name() if isinstance(target, HigherOrderOperator) else getattr(target, "__name__", None)
+    return target is executorch_call_delegate or name == "executorch_call_delegate"
+
+
+def lowered_module_of(gm: torch.nn.Module, node: torch.fx.Node) -> LoweredBackendModule | None:
+    """The LoweredBackendModule a node refers to: a get_attr of one, or a delegate call (its first argument)."""
+    if is_delegate_call(node) and node.args and isinstance(node.args[0], torch.fx.Node):
+        node = node.args[0]
+    if node.op != "get_attr":
+        return None
+    try:
+        mod = gm.get_submodule(str(node.target))
+    except AttributeError:
+        return None
+    return mod if isinstance(mod, LoweredBackendModule) else None
+
+
+def lowered_modules(gm: torch.fx.GraphModule) -> list[tuple[str, str, LoweredBackendModule]]:
+    """(graph path, attribute, module) of each LoweredBackendModule read by gm or a graph nested in it."""
+    found = []
+    for path, sub in gm.named_modules():
+        if not isinstance(sub, torch.fx.GraphModule):
+            continue
+        for node in sub.graph.nodes:
+            mod = lowered_module_of(sub, node) if node.op == "get_attr" else None
+            if mod is not None:
+                found.append((path, str(node.target), mod))
+    return found

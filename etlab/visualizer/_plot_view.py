@@ -1,0 +1,56 @@
+"""PlotView: a plotly figure as a widget whose state is the figure's JSON only.
+
+plotly's own FigureWidget carries plotly.js (about 5 MB) in every widget's state, so a notebook with
+a few charts weighs tens of MB and sends the library once per chart. Here the front end loads
+plotly.js once per page (static/shared_lib.js) and each chart sends only its data.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Callable
+
+import anywidget
+import plotly.graph_objects as go
+import traitlets
+
+from etlab.visualizer import _html
+
+
+def _figure_json(fig: go.Figure) -> dict:
+    return json.loads(fig.to_json())  # plotly's encoder: numpy arrays, dates, NaN as null
+
+
+class PlotView(anywidget.AnyWidget):
+    """A plotly figure; `update(fig)` redraws it, `on_click(fn)` calls fn(point) for a clicked point
+    (`{"curve", "index", "customdata", "label", "id"}`)."""
+
+    _esm = traitlets.Unicode(_html.plot_module_source()).tag(sync=True)
+    _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
+    figure = traitlets.Dict().tag(sync=True)
+    clicked = traitlets.Dict(default_value={}).tag(sync=True)
+
+    def __init__(self, fig: go.Figure, **kwargs):
+        if not isinstance(fig, go.Figure):
+            raise TypeError(f"PlotView takes a plotly Figure, got {type(fig).__name__}")
+        self.fig = fig
+        super().__init__(figure=_figure_json(fig), **kwargs)
+        _html.serve_libraries(self)
+
+    def update(self, fig: go.Figure) -> None:
+        self.fig = fig
+        self.figure = _figure_json(fig)
+
+    def on_click(self, callback: Callable[[dict], None]) -> None:
+        self.observe(lambda change: change["new"] and callback(change["new"]), names="clicked")
+
+    def static_html(self) -> str:
+        title = self.fig.layout.title.text or "chart"
+        return f"<p><i>chart: {html.escape(str(title).split('<br>')[0])}</i></p>"
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
+    def html_fragment(self) -> _html.Fragment:
+        return _html.plotly_fragment(self.fig)
