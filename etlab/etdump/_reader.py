@@ -190,6 +190,11 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     prof_pos, dbg_pos, alloc_ev_pos = events.read(("profile_event", None, None), ("debug_event", None, None),
                                                   ("allocation_event", None, None))
     has_p, has_d, has_a = prof_pos >= 0, dbg_pos >= 0, alloc_ev_pos >= 0
+    several = has_p.astype(np.int8) + has_d + has_a > 1
+    if several.any():
+        i = int(np.flatnonzero(several)[0])
+        r = int(run_of_event[i])
+        raise FormatError(f"{name}: run {r} event {i - starts[r]} {schema.SEVERAL_KINDS}")
     kind = np.full(n, EventKind.EMPTY, dtype=np.int8)
     kind[has_a] = EventKind.ALLOCATION
     kind[has_d] = EventKind.DEBUG
