@@ -1,8 +1,8 @@
 """The fuzz campaign in `make test`: a short smoke run, and every saved reproducer as a regression test.
 
 The smoke run (20 s on 2 workers, every target) must find nothing new in the loaders; new
-findings in code another engineer owns are reported as warnings (with their reproducers kept
-in the test's temporary folder); `make fuzz` is the long run. Each reproducer under tests/fuzz/reproducers/
+findings in code another engineer owns are reported as warnings (their reproducers are kept
+under build/fuzz-smoke/); `make fuzz` is the long run. Each reproducer under tests/fuzz/reproducers/
 is run in a worker subprocess (a crash or hang is caught, not fatal) and must now be accepted or
 rejected with a clean error. Reproducers of defects in code another engineer owns (see their
 FINDING.txt "owner") are expected failures until that code is fixed.
@@ -10,6 +10,7 @@ FINDING.txt "owner") are expected failures until that code is fixed.
 
 from __future__ import annotations
 
+import time
 import warnings
 from pathlib import Path
 
@@ -47,11 +48,12 @@ def test_reproducer_now_fails_cleanly(folder: Path, replayed, request):
 
 
 @pytest.mark.xdist_group("fuzz")
-def test_smoke_campaign(tmp_path):
+def test_smoke_campaign():
     """Every target runs and finds nothing new (known findings are the reproducers above)."""
     known = {read_finding(d)["signature"]: d for d in FOLDERS}
-    campaign = Campaign(list(TARGETS), seconds=SMOKE_SECONDS, workers=2, seed=1, reproducers=tmp_path / "new",
-                        slice_seconds=0)
+    # New reproducers go where they outlive the test's temporary folders: build/ (not tracked)
+    out = REPRODUCERS.parents[2] / "build" / "fuzz-smoke" / time.strftime("%Y%m%d-%H%M%S")
+    campaign = Campaign(list(TARGETS), seconds=SMOKE_SECONDS, workers=2, seed=1, reproducers=out, slice_seconds=0)
     campaign.known.update(known)
     totals = campaign.run()
     for name in TARGETS:
@@ -63,7 +65,7 @@ def test_smoke_campaign(tmp_path):
                       + "; ".join(f"{f.signature} ({f.reproducer})" for f in theirs), stacklevel=1)
     ours = [f for f in new if f not in theirs]
     details = "\n\n".join(f"{f.signature}\n{f.trace[-2000:]}" for f in ours)
-    assert not ours, f"new findings (reproducers in {tmp_path / 'new'}):\n{details}"
+    assert not ours, f"new findings (reproducers in {out}):\n{details}"
 
 
 def test_classify_outcomes():
