@@ -1,6 +1,6 @@
 """The fuzz campaign in `make test`: a short smoke run, and every saved reproducer as a regression test.
 
-The smoke run (20 s on 2 workers, every target) must find nothing new in the loaders; new
+The smoke run (15 s on 2 workers, every target) must find nothing new in the loaders; new
 findings in code another engineer owns are reported as warnings (their reproducers are kept
 under build/fuzz-smoke/); `make fuzz` is the long run. Each reproducer under tests/fuzz/reproducers/
 is run in a worker subprocess (a crash or hang is caught, not fatal) and must now be accepted or
@@ -27,7 +27,7 @@ from tests.fuzz.supervisor import (
 )
 from tests.fuzz.targets import TARGETS, classify
 
-SMOKE_SECONDS = 20
+SMOKE_SECONDS = 15
 FOLDERS = reproducer_dirs(REPRODUCERS)
 
 
