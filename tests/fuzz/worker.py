@@ -214,14 +214,13 @@ def fuzz(args, inflight: Inflight) -> None:
                 frame = frame_of(exc) if exc is not None else "?"
                 sig = f"{target.name}|{outcome}|{err.split(' ')[0]}|{frame}"
                 sigs[sig] = sigs.get(sig, 0) + 1
-                if sig in reported and outcome != "memory":
-                    continue
-                reported.add(sig)
-                info = {"t": "finding", "target": target.name, "outcome": outcome, "error": err,
-                        "seq": inflight.seq, "size": size, "frame": frame,
-                        "trace": "".join(traceback.format_exception(exc))[-6000:] if exc is not None else err}
-                info["path"] = _save_finding(Path(args.findings), case, info)
-                _emit(info)
+                if sig not in reported or outcome == "memory":  # one input per signature is enough
+                    reported.add(sig)
+                    info = {"t": "finding", "target": target.name, "outcome": outcome, "error": err,
+                            "seq": inflight.seq, "size": size, "frame": frame,
+                            "trace": "".join(traceback.format_exception(exc))[-6000:] if exc is not None else err}
+                    info["path"] = _save_finding(Path(args.findings), case, info)
+                    _emit(info)
                 if outcome == "memory":  # the peak only grows: a fresh worker measures the next input
                     tcounts["seconds"] = tcounts.get("seconds", 0) + time.monotonic() - slice_start
                     _emit({"t": "stats", "counts": counts, "sigs": sigs})
