@@ -257,6 +257,32 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 )}
 
 
+# Targets that misbehave on purpose, for the test of the supervisor itself (never in a campaign's
+# default list): each input crashes the worker, spins for ever, or allocates 128 MiB.
+def _selftest_crash(case: Case) -> None:
+    import ctypes
+
+    ctypes.string_at(0)  # SIGSEGV
+
+
+def _selftest_hang(case: Case) -> None:
+    while True:
+        pass
+
+
+def _selftest_memory(case: Case) -> None:
+    block = bytearray(128 << 20)
+    block[::4096] = b"x" * len(block[::4096])  # touch every page: resident, not just reserved
+
+
+SELFTEST_TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("selftest_crash", "ptd", {"model.ptd": 1}, _selftest_crash, "supervisor self-test: SIGSEGV"),
+    Target("selftest_hang", "ptd", {"model.ptd": 1}, _selftest_hang, "supervisor self-test: endless loop"),
+    Target("selftest_memory", "ptd", {"model.ptd": 1}, _selftest_memory, "supervisor self-test: 128 MiB"),
+)}
+WORKER_TARGETS = {**TARGETS, **SELFTEST_TARGETS}  # what a worker can be asked to run
+
+
 def classify(exc: BaseException | None, case: Case) -> tuple[str, str]:
     """(outcome, error type name) of one run; see the module docstring."""
     if exc is None:

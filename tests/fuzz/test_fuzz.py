@@ -68,6 +68,24 @@ def test_smoke_campaign():
     assert not ours, f"new findings (reproducers in {out}):\n{details}"
 
 
+@pytest.mark.xdist_group("fuzz")
+def test_supervisor_catches_crash_hang_and_memory(tmp_path):
+    """Workers that crash, spin or blow up memory on every input: each is caught, its in-flight
+    input saved as a reproducer (the seed's bytes, mutated), and the worker restarted."""
+    expected = {"selftest_crash": "crash", "selftest_hang": "hang", "selftest_memory": "memory"}
+    for name, outcome in expected.items():
+        campaign = Campaign([name], seconds=4, workers=1, seed=2, reproducers=tmp_path, hang_seconds=1.0)
+        totals = campaign.run()
+        assert [f.outcome for f in totals.findings.values()] == [outcome], (name, totals.findings)
+        (f,) = totals.findings.values()
+        saved = Path(f.reproducer)
+        assert saved.parent == tmp_path / name and read_finding(saved)["signature"] == f.signature
+        assert (saved / "model.ptd").stat().st_size > 0  # the input that was running, not an empty record
+        if outcome == "crash":
+            assert f.error == "SIGSEGV" and "_selftest_crash" in f.trace  # faulthandler's traceback
+            assert totals.restarts >= 1
+
+
 def test_classify_outcomes():
     """The outcome rules the campaign counts by: clean needs a clean type and the input's name."""
     from etlab import FormatError

@@ -169,11 +169,11 @@ def _save_finding(folder: Path, case: dict[str, bytes], info: dict) -> str:
 
 def fuzz(args, inflight: Inflight) -> None:
     from tests.fuzz.seeds import load_seeds
-    from tests.fuzz.targets import TARGETS, classify, make_input
+    from tests.fuzz.targets import WORKER_TARGETS, classify, make_input
 
     seeds = load_seeds()
     names = args.targets.split(",")
-    targets = [TARGETS[n] for n in names]
+    targets = [WORKER_TARGETS[n] for n in names]
     resource.setrlimit(resource.RLIMIT_AS, (_address_space() + ADDRESS_SPACE_HEADROOM, resource.RLIM_INFINITY))
     _emit({"t": "ready"})
     rng = random.Random(args.seed)
@@ -239,7 +239,8 @@ def fuzz(args, inflight: Inflight) -> None:
 
 def replay(args, inflight: Inflight) -> None:
     from tests.fuzz.seeds import read_case
-    from tests.fuzz.targets import TARGETS, classify
+    from tests.fuzz.targets import WORKER_TARGETS as TARGETS
+    from tests.fuzz.targets import classify
 
     resource.setrlimit(resource.RLIMIT_AS, (_address_space() + ADDRESS_SPACE_HEADROOM, resource.RLIM_INFINITY))
     _emit({"t": "ready"})
