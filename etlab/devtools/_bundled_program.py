@@ -252,18 +252,27 @@ def value_from_bundled(v: B.Value) -> ConfigValue:
 
 
 def method_test_suites_from_schema(bundled: B.BundledProgram) -> list[MethodTestSuite]:
-    """The test suites of a deserialized .bpte as MethodTestSuite / MethodTestCase with torch tensors."""
-    return [
-        MethodTestSuite(
-            method_name=s.method_name or "",
-            test_cases=[
-                MethodTestCase([value_from_bundled(v) for v in c.inputs or []],
-                               [value_from_bundled(v) for v in c.expected_outputs or []])
-                for c in s.test_cases or []
-            ],
-        )
-        for s in bundled.method_test_suites or []
-    ]
+    """The test suites of a deserialized .bpte as MethodTestSuite / MethodTestCase with torch tensors.
+
+    A value that cannot be decoded raises ValueError saying where it is (method, test case, input
+    or expected output), since the schema model does not know which file it came from."""
+    suites = []
+    for s in bundled.method_test_suites or []:
+        name = s.method_name or ""
+        cases = []
+        for i, c in enumerate(s.test_cases or []):
+            values = {}
+            for role, vals in (("input", c.inputs), ("expected output", c.expected_outputs)):
+                try:
+                    values[role] = [value_from_bundled(v) for v in vals or []]
+                except ValueError as e:
+                    raise ValueError(f"method {name!r}: test case {i}: {role}: {e}") from None
+            try:
+                cases.append(MethodTestCase(values["input"], values["expected output"]))
+            except ValueError as e:
+                raise ValueError(f"method {name!r}: test case {i}: {e}") from None
+        suites.append(MethodTestSuite(method_name=name, test_cases=cases))
+    return suites
 
 
 def serialize_from_bundled_program_to_flatbuffer(bundled_program: BundledProgram) -> bytes:
