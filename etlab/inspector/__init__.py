@@ -26,6 +26,7 @@ from etlab.inspector._rollups import (
     execute_timings,
     numeric_gaps,
     op_timings,
+    ops_without_outputs,
     time_unit,
     timings_counted_once,
 )
@@ -55,6 +56,7 @@ __all__ = [
     "mse",
     "numeric_gaps",
     "op_timings",
+    "ops_without_outputs",
     "snr",
     "time_unit",
     "timings_counted_once",

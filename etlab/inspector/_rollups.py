@@ -155,3 +155,21 @@ def numeric_gaps(inspector, distance: str = "MSE") -> list[GapRow]:
         rows.append(GapRow(order=i, handles=_handles(r.aot_debug_handle), aot_ops=list(r.aot_ops),
                            runtime_ops=list(r.runtime_ops), gap=gap, source=_source(traces)))
     return rows
+
+
+def ops_without_outputs(inspector) -> list[str]:
+    """Ops that ran (timed, mapped to graph nodes) in an execution block but have no recorded output:
+    the debug buffer was full, or intermediates were not asked for. Their numeric gap cannot be
+    computed, and the view says so instead of leaving them out silently. One name per op and block."""
+    missing: dict[tuple[str, tuple], str] = {}
+    for block in inspector.event_blocks:
+        if block.name == "Default":  # the load block runs no ops
+            continue
+        logged = {_handles(e.debug_handles) for e in block.events if e.debug_data}
+        for e in block.events:
+            if e.name in FRAMEWORK_EVENT_NAMES or e.name == OPERATOR_CALL or e.name == DELEGATE_CALL:
+                continue
+            handles = _handles(e.debug_handles)
+            if e.op_types and handles and not e.is_delegated_op and handles not in logged:
+                missing.setdefault((block.name, handles), event_label(e))
+    return list(missing.values())

@@ -11,7 +11,15 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 from torch.fx import GraphModule
 
-from etlab.inspector import OpTiming, execute_timings, numeric_gaps, op_timings, time_unit, timings_counted_once
+from etlab.inspector import (
+    OpTiming,
+    execute_timings,
+    numeric_gaps,
+    op_timings,
+    ops_without_outputs,
+    time_unit,
+    timings_counted_once,
+)
 from etlab.visualizer import _html
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._plot_view import PlotView
@@ -143,6 +151,7 @@ class NumericGapView(widgets.VBox):
                  show_graph: bool = True, method: str = "forward", **kwargs):
         self.distance = distance
         self.rows = numeric_gaps(inspector, distance)
+        self.unrecorded = ops_without_outputs(inspector)
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
         self.threshold = threshold if threshold is not None else (
             10 ** math.ceil(math.log10(max(positive))) / 100 if positive else 1e-6)
@@ -176,8 +185,13 @@ class NumericGapView(widgets.VBox):
 
     def summary_text(self) -> str:
         """One line: how many matched outputs are exact, above the threshold, and the largest gap."""
+        missing = ""
+        if self.unrecorded:
+            names = ", ".join(self.unrecorded[:4]) + (", …" if len(self.unrecorded) > 4 else "")
+            missing = (f" {len(self.unrecorded)} ops ran without a recorded output ({names}): their gap is unknown; "
+                       "load the program with a larger debug_buffer_size.")
         if not self.rows:
-            return NO_GAP_NOTE
+            return NO_GAP_NOTE + missing
         exact = sum(1 for r in self.rows if r.gap == 0)
         above = len(self.above_threshold())
         largest = max((r for r in self.rows if math.isfinite(r.gap)), key=lambda r: r.gap, default=None)
@@ -185,7 +199,7 @@ class NumericGapView(widgets.VBox):
                 f"{above} above the threshold {self.threshold:.1e}")
         if largest is not None and largest.gap > 0:
             text += f"; largest gap {largest.gap:.3e} at {', '.join(largest.aot_ops)}"
-        return text + "."
+        return text + "." + missing
 
     def _figure(self) -> go.Figure:
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]

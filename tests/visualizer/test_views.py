@@ -210,3 +210,34 @@ def test_every_view_carries_a_static_html_copy(mlp_run, mlp_inspector):
         assert "widget-fallback" in view_bundle["text/html"], name
     table = dash.views["profile"].table
     assert table.static_html().count("<tr>") == len(table.rows) + 1
+
+
+def test_numeric_gap_view_reports_ops_whose_outputs_were_not_kept(mlp_inspector, tmp_path):
+    """A debug buffer too small for the run drops intermediates; the view names the ops it could not
+    compare instead of leaving them out silently."""
+    import warnings
+
+    import torch
+
+    from etlab.compiler import to_edge
+    from etlab.inspector import Inspector, ops_without_outputs
+    from etlab.models import make_mlp
+    from etlab.runtime import Runtime
+
+    assert ops_without_outputs(mlp_inspector) == []  # 1 MiB was enough for the MLP
+    model, inputs = make_mlp()
+    manager = to_edge(torch.export.export(model, inputs), generate_etrecord=True).to_executorch()
+    manager.write_to_file(tmp_path / "m.pte")
+    program = Runtime.get().load_program(tmp_path / "m.pte", enable_etdump=True, debug_buffer_size=2048)
+    program.load_method("forward").execute(list(inputs))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the runtime warns that events were dropped
+        program.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "run.bin")
+    record = manager.get_etrecord()
+    record.update_representative_inputs(list(inputs))
+    small = Inspector(etdump_path=tmp_path / "run.etdp", debug_buffer_path=tmp_path / "run.bin", etrecord=record)
+    missing = ops_without_outputs(small)
+    assert missing, "2 KiB cannot hold the MLP's intermediates"
+    view = NumericGapView(small, show_graph=False)
+    assert f"{len(missing)} ops ran without a recorded output" in view.summary_text()
+    assert "debug_buffer_size" in view.summary_text()
