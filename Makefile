@@ -4,8 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip install --disable-pip-version-check -q
 TORCH  := torch==2.13.0
+# The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
+LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser demo test lint schemas bench kernel fuzz clean
+.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel fuzz clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -15,9 +17,41 @@ $(VENV)/.torch-installed: | $(PY)
 	$(PIP) $(TORCH)
 	@touch $@
 
-$(VENV)/.etlab-installed: pyproject.toml $(VENV)/.torch-installed
-	$(PIP) -e '.[dev]' $(TORCH)
+# The native runtime core (etlab/runtime/_native) compiles against the installed torch, so the
+# build tools come first and etlab installs without build isolation (2 compile jobs, -O2).
+NATIVE_SRC := setup.py $(wildcard etlab/runtime/_native/*.cpp etlab/runtime/_native/*.h)
+
+$(VENV)/.build-tools-installed: $(VENV)/.torch-installed
+	$(PIP) 'setuptools>=68' 'pybind11>=2.12' ninja
 	@touch $@
+
+$(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-installed $(LABEXT)
+	MAX_JOBS=2 $(PIP) --no-build-isolation -e '.[dev,lab]' $(TORCH)
+	@touch $@
+
+# The JupyterLab extension: TypeScript in labextension/, built with @jupyterlab/builder from the npm
+# registry (lockfile committed) into etlab/jupyter/labextension, which the Python package ships as
+# share/jupyter/labextensions/etlab-labextension. The builder needs JupyterLab's core package list.
+LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
+              labextension/package-lock.json labextension/tsconfig.json
+
+node:
+	@command -v npm >/dev/null 2>&1 || { \
+	  echo "installing Debian nodejs and npm to build the JupyterLab extension"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null) \
+	  || { echo "could not install nodejs/npm: run 'apt-get install nodejs npm' as root" >&2; exit 1; }; }
+
+$(VENV)/.jupyterlab-installed: $(VENV)/.torch-installed
+	$(PIP) 'jupyterlab>=4.2,<5' $(TORCH)
+	@touch $@
+
+$(LABEXT): $(LABEXT_SRC) $(VENV)/.jupyterlab-installed | node
+	cd labextension && npm ci --no-audit --no-fund && npx tsc && \
+	  node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path \
+	  "$$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	@touch $@
+
+labextension: $(LABEXT)
 
 setup: $(VENV)/.etlab-installed
 
@@ -28,11 +62,28 @@ browser:
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
 	  || { echo "could not install chromium: run 'apt-get install chromium' as root" >&2; exit 1; }; }
 
+# A JDK for Spark (etlab.fleet's cluster path, tested in local mode): Debian's default, 17 on bookworm.
+jdk:
+	@command -v java >/dev/null 2>&1 || { \
+	  echo "installing Debian's JDK for the Spark tests"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq default-jdk-headless >/dev/null) \
+	  || { echo "could not install a JDK: run 'apt-get install default-jdk-headless' as root" >&2; exit 1; }; }
+
 demo: setup
 	$(PY) -m etlab.demo
 
-test: setup browser
+# JupyterLab on 127.0.0.1 over this folder (the demo's artifacts in demo_out/, the notebooks); token auth.
+lab: setup
+	@test -f demo_out/run.etdp || $(PY) -m etlab.demo
+	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR) \
+	  $$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
+
+test: setup browser jdk
 	$(PY) -m pytest -n 2 --dist loadgroup -q
+
+# The Spark tests alone (they are part of `make test` too).
+test-spark: setup jdk
+	$(PY) -m pytest -q -m spark tests/fleet
 
 # The notebooks declare a kernel named "etlab": this registers the venv's python under that name.
 kernel: setup
@@ -55,4 +106,5 @@ fuzz: setup
 	$(PY) -m tests.fuzz.campaign --seconds $(FUZZ_SECONDS) --workers $(FUZZ_WORKERS)
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so labextension/node_modules labextension/lib \
+	  etlab/jupyter/labextension

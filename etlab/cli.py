@@ -3,6 +3,7 @@
     etlab info FILE                      what is inside a .pte / .ptd / .bpte / .etdp
     etlab inspect --etdump P [...]       the Inspector's table (table, csv, tsv, json; --chrome-trace)
     etlab report --etdump P [...] -o F   the whole dashboard as one offline HTML file
+    etlab fleet ingest|query|stats|diff  ETDumps of many devices and builds in one store (etlab.fleet)
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _info(args) -> int:
 _DELEGATED = {
     "inspect": ("etlab.inspector._cli", "inspect_main", "the Inspector's table for an ETDump (+ ETRecord)"),
     "report": ("etlab.visualizer._cli", "report_main", "write the dashboard as an offline HTML report"),
+    "fleet": ("etlab.fleet", "fleet_main", "fleet analysis: ingest many ETDumps, query with SQL, diff builds"),
 }
 
 

@@ -18,18 +18,26 @@ from typing import Any
 
 VIEWS_PACKAGE = "etlab.visualizer"  # registers its renderers when imported
 
-_HTML: dict[type, Callable[[Any], str]] = {}
-_SHOW: dict[type, Callable[..., Any]] = {}
+# keyed by class, or by "package.ClassName" for a class of a package the views do not import
+_HTML: dict[type | str, Callable[[Any], str]] = {}
+_SHOW: dict[type | str, Callable[..., Any]] = {}
 _LOCK = threading.Lock()
 _loaded = False
 
 
-def register(cls: type, *, html: Callable[[Any], str] | None = None, show: Callable[..., Any] | None = None) -> None:
-    """Use `html(obj)` as the notebook repr and `show(obj, ...)` as the view of instances of `cls`."""
+def register(cls: type | str, *, html: Callable[[Any], str] | None = None,
+             show: Callable[..., Any] | None = None) -> None:
+    """Use `html(obj)` as the notebook repr and `show(obj, ...)` as the view of instances of `cls`
+    (a class, or "package.ClassName": a class of that name defined in that package)."""
     if html is not None:
         _HTML[cls] = html
     if show is not None:
         _SHOW[cls] = show
+
+
+def _named(cls: type, key: str) -> bool:
+    package, _, name = key.rpartition(".")
+    return cls.__name__ == name and (cls.__module__ == package or cls.__module__.startswith(package + "."))
 
 
 def _lookup(table: dict[type, Callable], obj) -> Callable | None:
@@ -38,6 +46,9 @@ def _lookup(table: dict[type, Callable], obj) -> Callable | None:
         for cls in type(obj).__mro__:
             if cls in table:
                 return table[cls]
+            for key, fn in table.items():
+                if isinstance(key, str) and _named(cls, key):
+                    return fn
         if attempt or _loaded:
             return None
         with _LOCK:

@@ -26,6 +26,7 @@ import warnings
 import torch
 
 from etlab.runtime._interpreter import timed_event_count, timed_events
+from etlab.runtime._native import debug_arena as native_debug_arena
 from etlab.schema import etdump as E
 from etlab.schema import write_atomic
 from etlab.schema.scalar_type import dtype_to_scalar_type
@@ -47,7 +48,7 @@ class DebugLevel(enum.IntEnum):
 
 # Event tuples: ("P", name, chain, instr, did_int, did_str, metadata, start, end),
 # ("D", chain, instr, did_int, did_str, name, value, is_output), ("A", allocator_id, size), and
-# ("T", chains key, timestamps): a whole `run_timed` run, expanded when written.
+# ("T", chains key, timestamps[, event count]): a whole `run_timed` run, expanded when written.
 # Everything kept is a flat tuple of plain values (no nesting), which the garbage collector stops
 # tracking after one look: a long trace must not make every later collection slower.
 
@@ -72,7 +73,8 @@ class EventTracer:
         self._chains: list = []  # bound chains of each traced method, by key
         self._count = 0
         self._debug = torch.zeros(debug_buffer_size, dtype=torch.uint8)
-        self._debug_used = 0
+        # Offsets in the debug buffer, reserved under a lock; native traced runs share the allocator.
+        self.debug_arena = native_debug_arena(self._debug) or _DebugArena(debug_buffer_size)
         self._warned = False
 
     @property
@@ -110,6 +112,8 @@ class EventTracer:
             self._runs.append(("Execute", bundled_input_index, first, len(self._run_events)))
 
     def _timed_count(self, event: tuple) -> int:
+        if len(event) > 3:  # counted by the native core as it ran
+            return event[3]
         chains = self._chains[event[1]]
         if not any(chain.jumps for chain in chains):  # straight-line: known without reading the record
             return sum(chain.events_per_run for chain in chains)
@@ -133,6 +137,11 @@ class EventTracer:
             else:
                 out.append(e)
         return out
+
+    def count_dropped(self, n: int) -> None:
+        """Counts `n` values a native traced run could not fit into the debug buffer."""
+        with self._lock:
+            self._drop(n)
 
     def _drop(self, n: int) -> None:
         self.dropped_events += n
@@ -169,16 +178,23 @@ class EventTracer:
         except ValueError:
             return None
         nbytes = t.numel() * t.element_size()
-        with self._lock:
-            offset = -(-self._debug_used // DEBUG_ALIGNMENT) * DEBUG_ALIGNMENT
-            if offset + nbytes > self._debug.numel():
-                self._drop(1)
-                return None
-            self._debug_used = offset + nbytes
+        offset = self.debug_arena.reserve(nbytes, DEBUG_ALIGNMENT)
+        if offset < 0:
+            self.count_dropped(1)
+            return None
         if nbytes:
             self._debug[offset : offset + nbytes].view(t.dtype).view(t.shape).copy_(t)
-        strides = torch.empty(t.shape, dtype=t.dtype, device="meta").stride()
-        return E.Tensor(scalar_type=scalar_type, sizes=list(t.shape), strides=list(strides), offset=offset)
+        return _tensor_entry(scalar_type, t.shape, offset)
+
+    def debug_event_of_record(self, chain: int, instruction: int, record) -> tuple | None:
+        """The debug event of a value a native traced run logged (see `_native._core`): a tensor or
+        tensor list already copied into the debug buffer (kept as its record, made into an ETDump
+        value when the trace is written), a Python value, or None (nothing logged)."""
+        if record is None:
+            return None
+        if record[0] == "V":
+            return self.debug_event(chain, instruction, record[1])
+        return ("D", chain, instruction, -1, None, None, record, False)
 
     def debug_event(self, chain: int, instruction: int, value, *, did_int: int = -1, did_str: str | None = None,
                     name: str | None = None, is_output: bool = False) -> tuple | None:
@@ -202,8 +218,7 @@ class EventTracer:
         return E.ETDump(version=0, run_data=run_data)
 
     def debug_buffer(self) -> bytes:
-        with self._lock:
-            return self._debug[: self._debug_used].numpy().tobytes()
+        return self._debug[: self.debug_arena.used].numpy().tobytes()
 
     def write(self, etdump_path, debug_buffer_path=None) -> None:
         if self.dropped_events:
@@ -214,6 +229,41 @@ class EventTracer:
             write_atomic(debug_buffer_path, self.debug_buffer())
 
 
+class _DebugArena:
+    """The debug-buffer allocator when the native core is not built (same interface as its DebugArena)."""
+
+    def __init__(self, size: int):
+        self._size = size
+        self.used = 0
+        self._lock = threading.Lock()
+
+    def reserve(self, nbytes: int, alignment: int) -> int:
+        """Offset of `nbytes` bytes aligned to `alignment`, or -1 when they do not fit."""
+        with self._lock:
+            offset = -(-self.used // alignment) * alignment
+            if offset + nbytes > self._size:
+                return -1
+            self.used = offset + nbytes
+            return offset
+
+
+def _tensor_entry(scalar_type: int, sizes, offset: int) -> E.Tensor:
+    """The ETDump form of a tensor stored contiguously at `offset` of the debug buffer."""
+    strides, step = [], 1
+    for size in reversed(sizes):  # torch's contiguous strides: empty dimensions count as 1
+        strides.append(step)
+        step *= max(size, 1)
+    return E.Tensor(scalar_type=scalar_type, sizes=list(sizes), strides=strides[::-1], offset=offset)
+
+
+def _value_of_record(record: tuple) -> E.Value:
+    """The ETDump value of a native debug record: ("T", scalar type, sizes, offset) or ("L", members)."""
+    if record[0] == "T":
+        return E.Value(val=E.ValueType.Tensor, tensor=_tensor_entry(*record[1:]))
+    members = [_tensor_entry(*m) for m in record[1]]
+    return E.Value(val=E.ValueType.TensorList, tensor_list=E.TensorList(tensors=members))
+
+
 def _event(e: tuple) -> E.Event:
     if e[0] == "P":
         _, name, chain, instr, did_int, did_str, metadata, start, end = e
@@ -222,6 +272,8 @@ def _event(e: tuple) -> E.Event:
             delegate_debug_id_str=did_str, delegate_debug_metadata=metadata, start_time=start, end_time=end))
     if e[0] == "D":
         _, chain, instr, did_int, did_str, name, value, is_output = e
+        if isinstance(value, tuple):
+            value = _value_of_record(value)
         if is_output:
             value.output = E.Bool(True)
         return E.Event(debug_event=E.DebugEvent(

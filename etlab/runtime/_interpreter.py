@@ -7,7 +7,9 @@ can replace without changing the rest.
 
 Three loops: `run` (no tracing), `run_timed` (tracing without logged values: it only appends
 timestamps, which `timed_events` turns into events when the trace is written) and `run_traced`
-(events built as it goes, for logged values and delegate events).
+(events built as it goes, for logged values and delegate events). `PythonCore` bundles them for
+a method; the native core (`etlab.runtime._native`) has the same interface and is the default
+when built (`Runtime.get(core="python")` selects this one).
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def run_timed(chains: list[BoundChain], record) -> None:
         add(_END)
 
 
-def _step_events(info: StepInfo, start: int, end: int) -> list[tuple]:
+def step_events(info: StepInfo, start: int, end: int) -> list[tuple]:
+    """The profile events of one step that ran from `start` to `end` (shared by both cores)."""
     events = []
     if info.name is not None:
         events.append(("P", info.name, info.chain, info.instruction, -1, None, None, start, end))
@@ -152,7 +155,7 @@ def timed_event_count(chains: list[BoundChain], record) -> int:
 
 def timed_events(chains: list[BoundChain], record) -> list[tuple]:
     """The event tuples of a `run_timed` record (made when the trace is written, not while running)."""
-    return [e for info, start, end in _walk_timed(chains, record) for e in _step_events(info, start, end)]
+    return [e for info, start, end in _walk_timed(chains, record) for e in step_events(info, start, end)]
 
 
 def run_traced(chains: list[BoundChain], events: list, values: list, tracer, context) -> None:
@@ -181,5 +184,30 @@ def run_traced(chains: list[BoundChain], events: list, values: list, tracer, con
                     event = tracer.debug_event(info.chain, info.instruction, values[slot])
                     if event is not None:
                         append(event)
-            events.extend(_step_events(info, start, now()))
+            events.extend(step_events(info, start, now()))
             pc = nxt if type(nxt) is Goto else pc + 1
+
+
+@dataclass
+class PythonCore:
+    """The reference core: a method's bound chains run by the loops above."""
+
+    chains: list[BoundChain]
+    values: list
+    name: str = "python"
+    clock: Callable[[], int] = time.perf_counter_ns  # the clock of its trace timestamps
+
+    def run(self) -> None:
+        run(self.chains)
+
+    def run_timed(self) -> tuple[tuple, None]:
+        """The record (a tuple of ints: the garbage collector stops tracking it after one look); the
+        number of events it stands for is left to the tracer (None)."""
+        record: list[int] = []
+        run_timed(self.chains, record)
+        return tuple(record), None
+
+    def run_traced(self, events: list, tracer, context) -> None:
+        if context is not None:
+            context.events = events
+        run_traced(self.chains, events, self.values, tracer, context)

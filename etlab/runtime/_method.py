@@ -9,7 +9,6 @@ the GIL.
 from __future__ import annotations
 
 import threading
-import time
 import warnings
 import weakref
 from collections.abc import Callable, Sequence
@@ -21,7 +20,7 @@ from etlab.runtime._binding import BoundPlan
 from etlab.runtime._delegate import LoadedDelegate
 from etlab.runtime._errors import ExecutionError
 from etlab.runtime._event_tracer import PROGRAM_OUTPUT_CHAIN, UNSET_CHAIN, UNSET_INSTRUCTION, EventTracer
-from etlab.runtime._interpreter import StepFailed, run, run_timed, run_traced
+from etlab.runtime._interpreter import PythonCore, StepFailed
 from etlab.runtime._memory import Arenas, dim_order_strides, reshape_in_place
 from etlab.runtime._meta import MethodMeta, ScalarInfo, ValueInfo
 from etlab.runtime._values import ValueTable
@@ -99,7 +98,7 @@ class Method:
 
     def __init__(self, program, meta: MethodMeta, table: ValueTable, plan_inputs: list[int],
                  plan_outputs: list[int], bound: BoundPlan, arenas: Arenas, delegates: list[LoadedDelegate],
-                 tracer: EventTracer | None, context, scratch: list[int] = ()):
+                 tracer: EventTracer | None, context, scratch: list[int] = (), core=None):
         self.program = program
         self.name = meta.name
         self._meta = meta
@@ -107,6 +106,8 @@ class Method:
         self._inputs = list(plan_inputs)
         self._outputs = list(plan_outputs)
         self._bound = bound
+        # The loop that runs the bound chains: the native core, or the Python reference.
+        self._core = core if core is not None else PythonCore(bound.chains, table.values)
         self._arenas = arenas
         self._tracer = tracer
         self._chains_key = tracer.register_chains(bound.chains) if tracer is not None else -1
@@ -121,6 +122,11 @@ class Method:
     @property
     def metadata(self) -> MethodMeta:
         return self._meta
+
+    @property
+    def core(self) -> str:
+        """Which core runs this method: "native" or "python"."""
+        return self._core.name
 
     @property
     def operators(self) -> list[str]:
@@ -169,25 +175,23 @@ class Method:
     def _execute(self, inputs: Sequence[Any], bundled_input_index: int) -> list:
         inputs = self._check_inputs(inputs)
         tracer = self._tracer
-        start = time.perf_counter_ns() if tracer is not None else 0
+        clock = self._core.clock
+        start = clock() if tracer is not None else 0
         events: list[tuple] = []
         try:
             # Inputs are detached and nothing the runtime owns requires grad: no autograd to switch off.
             for t in self._scratch:
                 t.resize_(0)
             self._set_inputs(inputs)
-            chains = self._bound.chains
+            core = self._core
             if tracer is None:
-                run(chains)
+                core.run()
             elif self._context is None and not tracer.logs_intermediates:
-                record: list[int] = []
-                run_timed(chains, record)
-                # A tuple of ints: the garbage collector stops tracking it after one look.
-                events.append(("T", self._chains_key, tuple(record)))
+                record, count = core.run_timed()
+                events.append(("T", self._chains_key, record) if count is None else
+                              ("T", self._chains_key, record, count))
             else:
-                if self._context is not None:
-                    self._context.events = events
-                run_traced(chains, events, self._table.values, tracer, self._context)
+                core.run_traced(events, tracer, self._context)
             outputs = [_copy_out(self._table.values[s]) for s in self._outputs]
         except StepFailed as failed:
             info = self._bound.chains[failed.chain].infos[failed.index] if failed.index >= 0 else None
@@ -195,13 +199,12 @@ class Method:
             raise ExecutionError(f"method {self.name!r}: {where} failed: "
                                  f"{type(failed.error).__name__}: {failed.error}") from failed.error
         if tracer is not None:
-            self._finish_trace(tracer, events, start, bundled_input_index, outputs)
+            self._finish_trace(tracer, events, start, clock(), bundled_input_index, outputs)
         return outputs
 
-    def _finish_trace(self, tracer: EventTracer, events: list, start: int, bundled_input_index: int,
+    def _finish_trace(self, tracer: EventTracer, events: list, start: int, end: int, bundled_input_index: int,
                       outputs: list) -> None:
-        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start,
-                       time.perf_counter_ns()))
+        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end))
         if tracer.logs_outputs:
             for value in outputs:
                 event = tracer.debug_event(PROGRAM_OUTPUT_CHAIN, UNSET_INSTRUCTION, value, is_output=True)

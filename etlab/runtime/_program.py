@@ -6,7 +6,7 @@ import enum
 import os
 import threading
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from etlab.errors import FormatError
 from etlab.runtime._binding import bind, classify, dynamic_scratch
@@ -16,6 +16,7 @@ from etlab.runtime._event_tracer import DEFAULT_MAX_EVENTS, UNSET_CHAIN, UNSET_I
 from etlab.runtime._memory import allocate_arenas
 from etlab.runtime._meta import MethodMeta, method_meta
 from etlab.runtime._method import Method
+from etlab.runtime._native import choose_core
 from etlab.runtime._registry import BackendRegistry, OperatorRegistry
 from etlab.runtime._values import DataSources, build_value_table
 from etlab.schema import deserialize_bundled_program, deserialize_ptd, deserialize_pte, read_bytes
@@ -60,8 +61,9 @@ class Program:
     independent Method (its own memory and mutable state)."""
 
     def __init__(self, pte: P.PteFile, what: str, *, data: DataSources, tracer: EventTracer | None,
-                 bundled: BundledProgram | None, keepalive: Any = None):
+                 bundled: BundledProgram | None, keepalive: Any = None, core: str | None = None):
         self._pte = pte
+        self.core = choose_core(core)  # "native" or "python": what runs this program's methods
         self._what = what
         self._data = data
         self._tracer = tracer
@@ -108,6 +110,11 @@ class Program:
             delegates = init_delegates(self._pte, plan, what)
             context = DelegateContext(self._tracer) if self._tracer is not None and delegates else None
             bound = bind(plan, table, kernels, delegates, context or NULL_CONTEXT)
+            core = None
+            if self.core == "native":
+                from etlab.runtime._native._plan import build_native_core
+
+                core = build_native_core(plan, table, bound.chains, kernels, context, self._tracer)
         except BaseException as e:
             for d in delegates:
                 d.destroy()
@@ -116,7 +123,7 @@ class Program:
             raise LoadError(f"{self._what}: {e}") from e
         init_end = time.perf_counter_ns()
         method = Method(self, meta, table, list(plan.inputs or []), list(plan.outputs or []), bound, arenas,
-                        delegates, self._tracer, context, dynamic_scratch(plan, table))
+                        delegates, self._tracer, context, dynamic_scratch(plan, table), core)
         if self._tracer is not None:
             self._trace_load(name, load_start, init_start, init_end, arenas)
         return method
@@ -153,23 +160,31 @@ class Program:
 
 
 class Runtime:
-    """The process-wide runtime: registries and `load_program`. Get it with `Runtime.get()`."""
+    """The process-wide runtime: registries and `load_program`. Get it with `Runtime.get()`.
 
-    _instance: Runtime | None = None
+    `Runtime.get(core="python")` (or `"native"`) returns a runtime whose programs run on that core;
+    `Runtime.get()` uses the default, chosen when each program loads: ETLAB_RUNTIME_CORE if set,
+    else the native core when it is built, else the Python core (with a warning).
+    """
+
+    _instances: ClassVar[dict[str | None, Runtime]] = {}
     _lock = threading.Lock()
 
-    def __init__(self) -> None:
+    def __init__(self, core: str | None = None) -> None:
+        self.core = core
         self.operator_registry = OperatorRegistry()
         self.backend_registry = BackendRegistry()
 
     @staticmethod
-    def get() -> Runtime:
+    def get(core: str | None = None) -> Runtime:
+        if core is not None:
+            choose_core(core)  # fails now for an unknown or unbuilt core
         with Runtime._lock:
-            if Runtime._instance is None:
+            if core not in Runtime._instances:
                 import etlab.runtime.backends  # noqa: F401  (built-in backends register themselves)
 
-                Runtime._instance = Runtime()
-            return Runtime._instance
+                Runtime._instances[core] = Runtime(core)
+            return Runtime._instances[core]
 
     def load_program(self, data, *, verification: Verification = Verification.Minimal, enable_etdump: bool = False,
                      debug_buffer_size: int = 0, etdump_debug_level: DebugLevel | int | None = None,
@@ -201,7 +216,7 @@ class Runtime:
                 level = DebugLevel.INTERMEDIATE_OUTPUTS if debug_buffer_size > 0 else DebugLevel.NO_LOGGING
             tracer = EventTracer(debug_level=DebugLevel(level), debug_buffer_size=debug_buffer_size,
                                  max_events=etdump_max_events, trace_allocations=trace_allocations)
-        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=view)
+        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=view, core=self.core)
 
 
 def load_program(data, **kwargs) -> Program:

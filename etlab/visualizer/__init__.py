@@ -14,6 +14,7 @@
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._cli import report_main
 from etlab.visualizer._dashboard import Dashboard, show
+from etlab.visualizer._fleet_view import FleetDiffView
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
@@ -29,6 +30,7 @@ from etlab.visualizer._table import TableView
 __all__ = [
     "Dashboard",
     "DelegationView",
+    "FleetDiffView",
     "GraphGroup",
     "GraphModel",
     "GraphNode",
@@ -57,6 +59,7 @@ def _register_reprs() -> None:
     display.register(Inspector, html=inspector_html, show=show)
     display.register(EventBlock, html=event_block_html)
     display.register(DelegationInfo, html=delegation_info_html)
+    display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow
 
 
 _register_reprs()

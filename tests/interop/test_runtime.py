@@ -6,6 +6,8 @@
 - the runtime's `.etdp` has upstream's structure event for event (names, chain and instruction
   ids, debug values' kinds, shapes and strides), its logged values match upstream's, and
   upstream's Inspector reads it (delegate events included) into the same events as its own.
+
+Every test runs on both runtime cores (native and Python; `tests/runtime/_cores.py`).
 """
 
 from __future__ import annotations
@@ -25,11 +27,14 @@ from etlab.runtime import Runtime, register_backend, unregister_backend
 from etlab.schema import deserialize_etdump
 from etlab.schema.scalar_type import scalar_type_to_dtype
 from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cache_root, external_ptd, run_ref
+from tests.runtime import _cores
 from tests.runtime._programs import ScaleBackend, delegate_program
 
 # One worker: the traces and the reference Inspector run are session fixtures, made once per process.
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("runtime_interop")]
 
+runtime_core = _cores.runtime_core  # autouse: every test here runs on both runtime cores
+CORES = _cores.CORES
 HERE = Path(__file__).resolve().parent
 REF_EXPORT = HERE / "ref_export_runtime.py"
 FIXTURE_MODELS = ("mlp", "cnn", "transformer")
@@ -167,8 +172,8 @@ def _logged_values(etdp: Path, buf: Path) -> list[torch.Tensor]:
     return values
 
 
-def _trace_like_upstream(pte: Path, inputs: list, iters: int, out: Path) -> tuple[Path, Path]:
-    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=16 << 20)
+def _trace_like_upstream(pte: Path, inputs: list, iters: int, out: Path, core: str) -> tuple[Path, Path]:
+    program = Runtime.get(core=core).load_program(pte, enable_etdump=True, debug_buffer_size=16 << 20)
     method = program.load_method("forward")
     for _ in range(iters):
         method.execute(inputs)
@@ -191,14 +196,16 @@ def _traced_cases(upstream_artifacts, runtime_exports) -> dict:
 @pytest.fixture(scope="session")
 def our_traces(upstream_artifacts, runtime_exports, tmp_path_factory) -> dict:
     traces = {}
-    for m, (d, inputs, iters) in _traced_cases(upstream_artifacts, runtime_exports).items():
-        traces[m] = (d, *_trace_like_upstream(d / "model.pte", inputs, iters, tmp_path_factory.mktemp(m)))
+    for core in CORES:
+        for m, (d, inputs, iters) in _traced_cases(upstream_artifacts, runtime_exports).items():
+            out = tmp_path_factory.mktemp(f"{core}-{m}")
+            traces[core, m] = (d, *_trace_like_upstream(d / "model.pte", inputs, iters, out, core))
     return traces
 
 
 @pytest.mark.parametrize("model", FIXTURE_MODELS + TRACED_EXTRA)
-def test_etdump_has_upstreams_structure_and_values(model, our_traces):
-    d, etdp, buf = our_traces[model]
+def test_etdump_has_upstreams_structure_and_values(model, our_traces, runtime_core):
+    d, etdp, buf = our_traces[runtime_core, model]
     assert _signature(etdp) == _signature(d / "run.etdp")
     ours, theirs = _logged_values(etdp, buf), _logged_values(d / "run.etdp", d / "run.bin")
     assert len(ours) == len(theirs) > 0
@@ -207,28 +214,32 @@ def test_etdump_has_upstreams_structure_and_values(model, our_traces):
 
 
 @pytest.fixture(scope="session")
-def delegate_trace(tmp_path_factory) -> Path:
+def delegate_trace(tmp_path_factory) -> dict[str, Path]:
+    outs = {}
     register_backend("ScaleBackend", ScaleBackend())
     try:
-        program = Runtime.get().load_program(delegate_program(factor=2), enable_etdump=True, debug_buffer_size=4096)
-        method = program.load_method("forward")
-        for _ in range(2):
-            method.execute([torch.ones(2, 2)])
+        for core in CORES:
+            program = Runtime.get(core=core).load_program(delegate_program(factor=2), enable_etdump=True,
+                                                          debug_buffer_size=4096)
+            method = program.load_method("forward")
+            for _ in range(2):
+                method.execute([torch.ones(2, 2)])
+            outs[core] = tmp_path_factory.mktemp(f"delegate-{core}")
+            program.write_etdump_result_to_file(outs[core] / "ours.etdp", outs[core] / "ours.bin")
     finally:
         unregister_backend("ScaleBackend")
-    out = tmp_path_factory.mktemp("delegate")
-    program.write_etdump_result_to_file(out / "ours.etdp", out / "ours.bin")
-    return out
+    return outs
 
 
 @pytest.fixture(scope="session")
 def inspected(ref_python, our_traces, delegate_trace, tmp_path_factory) -> tuple[dict, dict]:
     """Upstream's Inspector on our traces and on upstream's own, in one reference process."""
     files = {}
-    for m, (d, etdp, buf) in our_traces.items():
-        files[("ours", m)] = f"{etdp},{buf}"
+    for (core, m), (d, etdp, buf) in our_traces.items():
+        files[(core, m)] = f"{etdp},{buf}"
         files[("upstream", m)] = f"{d / 'run.etdp'},{d / 'run.bin'}"
-    files[("ours", "delegate")] = f"{delegate_trace / 'ours.etdp'},{delegate_trace / 'ours.bin'}"
+    for core, out in delegate_trace.items():
+        files[(core, "delegate")] = f"{out / 'ours.etdp'},{out / 'ours.bin'}"
     out = tmp_path_factory.mktemp("inspect") / "inspect.json"
     run_ref(ref_python, REF_EXPORT, "inspect", out, *files.values(), timeout=900)
     result = json.loads(out.read_text())
@@ -236,16 +247,16 @@ def inspected(ref_python, our_traces, delegate_trace, tmp_path_factory) -> tuple
 
 
 @pytest.mark.parametrize("model", FIXTURE_MODELS + TRACED_EXTRA)
-def test_upstream_inspector_reads_our_etdump_like_its_own(model, inspected):
+def test_upstream_inspector_reads_our_etdump_like_its_own(model, inspected, runtime_core):
     blocks, _ = inspected
-    ours, theirs = blocks[("ours", model)], blocks[("upstream", model)]
+    ours, theirs = blocks[(runtime_core, model)], blocks[("upstream", model)]
     assert sum(len(b["events"]) for b in ours) > 0
     assert ours == theirs  # names, instruction ids, counts of timings, debug shapes and dtypes
 
 
-def test_upstream_inspector_reads_our_delegate_events(inspected):
+def test_upstream_inspector_reads_our_delegate_events(inspected, runtime_core):
     blocks, _ = inspected
-    execute = [b for b in blocks[("ours", "delegate")] if b["name"] == "Execute"]
+    execute = [b for b in blocks[(runtime_core, "delegate")] if b["name"] == "Execute"]
     assert len(execute) == 1  # two identical runs grouped into one block
     events = {(e["name"], json.dumps(e["delegate_debug_identifier"])): e for e in execute[0]["events"]}
     assert events[("scale_op", '"scale_op"')]["is_delegated_op"] is True

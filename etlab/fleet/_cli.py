@@ -1,0 +1,214 @@
+"""`etlab fleet ...`: ingest ETDumps into a store, query it, compare builds.
+
+    etlab fleet ingest DIR|FILE... --store S [--pattern P] [--tag K=V]... [--workers N] [--engine spark]
+    etlab fleet query S "SQL" [--format table|csv|json] [--engine duckdb|spark]
+    etlab fleet stats S percentiles|slowest|variance|outliers [--by COL,...] [--where SQL]
+    etlab fleet diff S --base build=A --head build=B [--per device_class] [--threshold 0.05] [--html F]
+    etlab fleet generate OUT [--devices-per-class N] [--sessions N] [--runs N] [--regression OP=FACTOR]
+
+Exit codes: 0 fine; 1 `diff` found a regression (or `ingest --strict` skipped a bad file);
+2 an error (missing store, bad arguments, SQL error), one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from etlab.errors import FormatError
+
+
+def _print_frame(df, fmt: str) -> None:
+    if fmt == "csv":
+        sys.stdout.write(df.to_csv(index=False))
+    elif fmt == "json":
+        sys.stdout.write(df.to_json(orient="records", lines=False, default_handler=str) + "\n")
+    else:
+        from tabulate import tabulate
+
+        shown = df.copy()
+        for col in shown.columns[shown.dtypes == "float64"]:
+            shown[col] = [f"{v:.6g}" for v in shown[col]]
+        print(tabulate(shown, headers="keys", showindex=False, disable_numparse=True))
+        print(f"({len(df)} row{'s' if len(df) != 1 else ''})")
+
+
+def _columns_arg(text: str | None) -> list[str]:
+    return [c.strip() for c in text.split(",") if c.strip()] if text else []
+
+
+def _ingest(args) -> int:
+    from etlab.fleet._tags import parse_tag_args
+
+    tags = parse_tag_args(args.tag)
+    if args.engine == "spark":
+        from etlab.fleet._spark import SparkFleet
+
+        with SparkFleet(args.master) as sf:
+            summary = sf.ingest(args.sources, args.store, pattern=args.pattern, tags=tags)
+    else:
+        from etlab.fleet._ingest import ingest
+
+        summary = ingest(args.sources, args.store, pattern=args.pattern, tags=tags, workers=args.workers,
+                         progress=not args.no_progress)
+    print(summary.format())
+    return 1 if args.strict and summary.files_bad else 0
+
+
+def _query(args) -> int:
+    if args.engine == "spark":
+        from etlab.fleet._spark import SparkFleet
+
+        with SparkFleet(args.master) as sf:
+            df = sf.sql(args.store, args.sql)
+    else:
+        from etlab.fleet._queries import FleetDB
+
+        with FleetDB(args.store) as db:
+            df = db.sql(args.sql)
+    _print_frame(df, args.format)
+    return 0
+
+
+def _stats(args) -> int:
+    from etlab.fleet._queries import READY_QUERIES
+
+    make = READY_QUERIES[args.query]
+    kwargs = {"where": args.where}
+    if args.by is not None:
+        kwargs["by"] = _columns_arg(args.by)
+    if args.query == "percentiles":
+        kwargs["dialect"] = args.engine   # the engine's one-sort form of the three quantiles
+    if args.query == "outliers":
+        kwargs["z"] = args.z
+    if args.query == "slowest":
+        kwargs["limit"] = args.limit
+    args.sql = make(**kwargs)
+    return _query(args)
+
+
+def _diff(args) -> int:
+    from etlab.fleet._diff import diff
+
+    result = diff(args.store, args.base, args.head, key=_columns_arg(args.key), strata=_columns_arg(args.per),
+                  where=args.where, adjust_by=None if args.adjust_by == "none" else args.adjust_by,
+                  threshold=args.threshold, alpha=args.alpha, n_boot=args.bootstrap,
+                  seed=args.seed)
+    if args.format == "table":
+        print(result.format(only_flagged=not args.all))
+    else:
+        _print_frame(result.table, args.format)
+    if args.html:
+        path = result.view().save_html(args.html)
+        print(f"wrote {path}", file=sys.stderr)
+    return result.exit_code
+
+
+def _generate(args) -> int:
+    from etlab.fleet._synthetic import FleetSpec, Regression, generate_fleet
+
+    regression = None
+    if args.regression != "none":
+        op, sep, factor = args.regression.rpartition("=")
+        if not sep:
+            raise ValueError(f"--regression {args.regression!r}: expected OP=FACTOR or none")
+        regression = Regression(build=args.regression_build, op=op, factor=float(factor))
+    spec = FleetSpec(devices_per_class=args.devices_per_class, sessions=args.sessions, runs=args.runs,
+                     regression=regression, seed=args.seed)
+    fleet = generate_fleet(args.out, spec, workers=args.workers)
+    print(f"wrote {len(fleet.files)} ETDumps (+ sidecars) under {args.out}: {len(fleet.devices)} devices, "
+          f"builds {', '.join(spec.builds)}, {len(fleet.outlier_runs)} planted outlier run(s), "
+          f"regression {regression}")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="etlab fleet", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    def engine(sp):
+        sp.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb")
+        sp.add_argument("--master", default="local[2]", help="Spark master URL (with --engine spark)")
+
+    def output(sp):
+        sp.add_argument("--format", choices=("table", "csv", "json"), default="table")
+
+    ing = sub.add_parser("ingest", help="add .etdp files (directories are walked) to a store")
+    ing.add_argument("sources", nargs="+")
+    ing.add_argument("--store", required=True)
+    ing.add_argument("--pattern", help="relative path pattern with tags, e.g. '{build}/{device}/*.etdp'")
+    ing.add_argument("--tag", action="append", help="default tag KEY=VALUE (program, method, device, "
+                                                     "device_class, build, label.NAME); repeatable")
+    ing.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
+    ing.add_argument("--no-progress", action="store_true")
+    ing.add_argument("--strict", action="store_true", help="exit 1 if any file was bad")
+    engine(ing)
+    ing.set_defaults(run=_ingest)
+
+    q = sub.add_parser("query", help="run SQL over the views `events` and `files`")
+    q.add_argument("store")
+    q.add_argument("sql")
+    engine(q)
+    output(q)
+    q.set_defaults(run=_query)
+
+    st = sub.add_parser("stats", help="a ready-made query")
+    st.add_argument("store")
+    st.add_argument("query", choices=("percentiles", "slowest", "variance", "outliers"))
+    st.add_argument("--by", help="grouping columns, comma separated")
+    st.add_argument("--where", help="extra SQL condition on events")
+    st.add_argument("--z", type=float, default=5.0, help="outliers: robust z-score threshold")
+    st.add_argument("--limit", type=int, default=20, help="slowest: how many ops")
+    engine(st)
+    output(st)
+    st.set_defaults(run=_stats)
+
+    d = sub.add_parser("diff", help="compare two slices per op; exit 1 on a regression")
+    d.add_argument("store")
+    d.add_argument("--base", required=True, help="COLUMN=VALUE[,...], e.g. build=A")
+    d.add_argument("--head", required=True, help="COLUMN=VALUE[,...], e.g. build=B")
+    d.add_argument("--key", default="op", help="what an op is: op, or op,debug_handle")
+    d.add_argument("--per", default="", help="compare separately per these columns, e.g. device_class")
+    d.add_argument("--where", help="extra SQL condition on events")
+    d.add_argument("--adjust-by", default="device", help="compare each run to its device's typical base time "
+                                                          "(a column, or none for raw times)")
+    d.add_argument("--threshold", type=float, default=0.05, help="smallest p50 change flagged (0.05 = 5%%)")
+    d.add_argument("--alpha", type=float, default=0.05, help="significance after Holm correction")
+    d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the interval")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--all", action="store_true", help="print every op, not only flagged ones")
+    d.add_argument("--html", help="also write the view as an offline HTML file")
+    output(d)
+    d.set_defaults(run=_diff)
+
+    g = sub.add_parser("generate", help="write a synthetic fleet (with a planted regression)")
+    g.add_argument("out")
+    g.add_argument("--devices-per-class", type=int, default=2)
+    g.add_argument("--sessions", type=int, default=2)
+    g.add_argument("--runs", type=int, default=8)
+    g.add_argument("--regression", default="convolution.out=1.25", help="OP=FACTOR, or none")
+    g.add_argument("--regression-build", default="B")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--workers", type=int, default=1)
+    g.set_defaults(run=_generate)
+    return p
+
+
+def fleet_main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return args.run(args)
+    except (FormatError, FileNotFoundError, ValueError) as e:
+        print(f"etlab fleet: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # SQL errors from DuckDB/Spark: one line, not a traceback
+        if any(m in type(e).__module__ for m in ("duckdb", "pyspark", "py4j")):
+            print(f"etlab fleet: error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
+                  file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(fleet_main())

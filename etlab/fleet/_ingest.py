@@ -1,0 +1,263 @@
+"""Ingest: a tree (or list) of .etdp files -> the Parquet fleet store, in parallel and resumable.
+
+The driver walks the sources, tags each file (defaults < path pattern < sidecar JSON), leaves out
+files the manifest already holds (same path, size and mtime), and hands chunks of files to a
+process pool. A worker reads its files with the columnar `read_etdump`, writes one Parquet part
+per (program, build) partition and returns the manifest rows; the driver commits each chunk by
+writing its manifest part. A file that cannot be read or tagged is a "bad" manifest row with the
+reason: it is counted and reported, never stops the ingest, and is tried again next time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import multiprocessing
+import os
+import stat
+import time
+import uuid
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from etlab.errors import FormatError
+from etlab.fleet import _store
+from etlab.fleet._events import FileEvents, events_table, file_events
+from etlab.fleet._store import FileRecord
+from etlab.fleet._tags import FileTags, PathPattern, read_sidecar, sidecar_path
+
+ETDUMP_SUFFIX = ".etdp"
+
+
+@dataclass
+class IngestItem:
+    """One source file as planned by the driver: where it is, its identity and its tags (or why not)."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    file_id: int
+    tags: FileTags | None
+    error: str | None = None
+
+
+@dataclass
+class IngestSummary:
+    """What an ingest did; `bad` lists (path, reason) for every file skipped as unreadable or untagged."""
+
+    store: str
+    files_found: int = 0
+    files_already_stored: int = 0
+    files_ingested: int = 0
+    bad: list[tuple[str, str]] = field(default_factory=list)
+    events: int = 0
+    runs: int = 0
+    dropped_events: int = 0
+    not_profile_events: int = 0
+    leftovers_removed: int = 0
+    seconds: float = 0.0
+
+    def add(self, records: list[FileRecord]) -> None:
+        """Counts one committed chunk's manifest rows."""
+        for r in records:
+            if r.status == "ok":
+                self.files_ingested += 1
+                self.events += r.events
+                self.runs += r.runs
+                self.dropped_events += r.dropped
+                self.not_profile_events += r.not_profile
+            else:
+                self.bad.append((r.path, r.error or ""))
+
+    @property
+    def files_bad(self) -> int:
+        return len(self.bad)
+
+    def format(self, max_bad: int = 20) -> str:
+        """The human summary printed by `etlab fleet ingest`."""
+        lines = [
+            f"store {self.store}: {self.files_found} file(s) found, {self.files_ingested} ingested, "
+            f"{self.files_already_stored} already stored (not read again), {self.files_bad} bad (skipped)",
+            f"  {self.events} events from {self.runs} run block(s) in {self.seconds:.1f} s; "
+            f"{self.dropped_events} profile event(s) dropped (end before start), "
+            f"{self.not_profile_events} debug/allocation event(s) not stored",
+        ]
+        if self.leftovers_removed:
+            lines.append(f"  {self.leftovers_removed} leftover part(s) of an interrupted ingest removed")
+        for path, reason in self.bad[:max_bad]:
+            lines.append(f"  bad: {path}: {reason}")
+        if self.files_bad > max_bad:
+            lines.append(f"  ... and {self.files_bad - max_bad} more bad file(s) (see the store's manifest)")
+        return "\n".join(lines)
+
+
+def _is_regular(path: str) -> os.stat_result | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st if stat.S_ISREG(st.st_mode) else None
+
+
+def discover(sources) -> list[tuple[Path, Path]]:
+    """(file, root) for every .etdp under the sources (directories walked without following
+    links; files taken as given), sorted; the root is what path patterns are matched against."""
+    found: dict[str, tuple[Path, Path]] = {}
+    for src in [sources] if isinstance(sources, (str, os.PathLike)) else sources:
+        src = Path(src)
+        if src.is_dir():
+            for dirpath, dirnames, filenames in os.walk(src):
+                dirnames.sort()
+                for name in filenames:
+                    if name.endswith(ETDUMP_SUFFIX):
+                        p = Path(dirpath) / name
+                        found.setdefault(os.path.abspath(p), (p, src))
+        elif src.exists():
+            found.setdefault(os.path.abspath(src), (src, src.parent))
+        else:
+            raise FileNotFoundError(f"{src}: no such file or directory")
+    return [found[k] for k in sorted(found)]
+
+
+def file_identity(path: str, size: int, mtime_ns: int) -> int:
+    """A stable 63-bit id of one version of one file (path, size, mtime): the store's file_id."""
+    digest = hashlib.blake2b(f"{path}\0{size}\0{mtime_ns}".encode("utf-8", "surrogateescape"), digest_size=8)
+    return int.from_bytes(digest.digest(), "little") & ((1 << 63) - 1)
+
+
+def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None) -> FileTags:
+    tags = defaults
+    if pattern is not None:
+        rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
+        captured = pattern.match(rel)
+        if captured is None:
+            raise FormatError(f"path does not match the pattern {pattern.text!r}")
+        tags = tags.merged(captured)
+    sidecar = sidecar_path(path)
+    if sidecar is not None:
+        tags = tags.merged(read_sidecar(sidecar))
+    return tags.finished(str(path))
+
+
+def plan_ingest(sources, store: Path, *, pattern: str | None = None, tags: dict | None = None
+                ) -> tuple[list[IngestItem], int]:
+    """The files still to ingest (tagged, or with the reason they cannot be) and how many are
+    already stored (same path, size and mtime)."""
+    defaults = FileTags().merged(tags or {})
+    pat = PathPattern.compile(pattern) if pattern else None
+    # Only stored files count as done: a bad file is tried again (its sidecar may have been fixed),
+    # and each attempt adds a manifest row.
+    seen = _store.read_manifest(store).select(["path", "size", "mtime_ns", "status"]).to_pylist()
+    done = {(r["path"], r["size"], r["mtime_ns"]) for r in seen if r["status"] == "ok"}
+    items, already = [], 0
+    for path, root in discover(sources):
+        key = os.path.abspath(path)  # links are not resolved: the name given is the name reported
+        st = _is_regular(key)
+        if st is None:
+            items.append(IngestItem(key, -1, -1, file_identity(key, -1, -1), None, "not a regular file"))
+            continue
+        if (key, st.st_size, st.st_mtime_ns) in done:
+            already += 1
+            continue
+        item = IngestItem(key, st.st_size, st.st_mtime_ns, file_identity(key, st.st_size, st.st_mtime_ns), None)
+        try:
+            item.tags = _tag(path, root, defaults, pat)
+        except (FormatError, OSError) as e:
+            item.error = _reason(e, key)
+        items.append(item)
+    return items, already
+
+
+def _reason(e: BaseException, path: str) -> str:
+    """An error message without the file's own path repeated in front."""
+    msg = str(e) or type(e).__name__
+    for prefix in (f"{path}: ", f"{Path(path).name}: "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    return msg if isinstance(e, (FormatError, OSError)) else f"{type(e).__name__}: {msg}"
+
+
+def read_file_events(item: IngestItem) -> FileEvents:
+    """Reads and converts one planned file; raises with the reason when it is bad."""
+    from etlab.etdump import read_etdump
+
+    if item.tags is None:
+        raise FormatError(item.error or "untagged")
+    return file_events(read_etdump(item.path), item.file_id, item.tags)
+
+
+def _record(item: IngestItem, chunk: str, ev: FileEvents | None, error: str | None) -> FileRecord:
+    t = item.tags
+    return FileRecord(
+        file_id=item.file_id, path=item.path, size=item.size, mtime_ns=item.mtime_ns,
+        status="bad" if error else "ok", error=error, events=len(ev) if ev else 0, runs=ev.runs if ev else 0,
+        dropped=ev.dropped if ev else 0, not_profile=ev.not_profile if ev else 0,
+        program=t and t.program, build=t and t.build, method=t and t.method, device=t and t.device,
+        device_class=t and t.device_class, labels=t.labels_json() if t else None, chunk=chunk,
+    )
+
+
+def ingest_chunk(store: str, chunk: str, items: list[IngestItem]) -> list[FileRecord]:
+    """Worker: reads a chunk of files, writes its event parts, returns its manifest rows (not yet committed)."""
+    records, by_partition = [], defaultdict(list)
+    for item in items:
+        try:
+            ev = read_file_events(item)
+        except Exception as e:  # any defect of one untrusted file skips that file, never the ingest
+            records.append(_record(item, chunk, None, _reason(e, item.path)))
+            continue
+        records.append(_record(item, chunk, ev, None))
+        by_partition[(item.tags.program, item.tags.build)].append(ev)
+    for (program, build), evs in sorted(by_partition.items()):
+        _store.write_events_part(Path(store), program, build, chunk, events_table(evs))
+    return records
+
+
+def _chunks(items: list[IngestItem], workers: int, chunk_files: int | None) -> list[list[IngestItem]]:
+    """Chunks big enough to amortize a Parquet part, small enough to keep every worker busy."""
+    size = chunk_files or max(8, min(256, math.ceil(len(items) / (workers * 4))))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = None, workers: int | None = None,
+           chunk_files: int | None = None, progress: bool = False) -> IngestSummary:
+    """Ingests every .etdp under `sources` into `store` (created if needed); see the module docstring.
+
+    workers: processes (default: all cores; 1 runs in this process). Files already stored (same
+    path, size, mtime) are not read again; files that were bad are tried again.
+    """
+    from tqdm.auto import tqdm
+
+    t0 = time.perf_counter()
+    root = _store.init_store(store)
+    committed = {str(c) for c in _store.read_manifest(root).column("chunk").to_pylist()}
+    summary = IngestSummary(store=str(root), leftovers_removed=_store.remove_orphans(root, committed))
+    items, summary.files_already_stored = plan_ingest(sources, root, pattern=pattern, tags=tags)
+    summary.files_found = len(items) + summary.files_already_stored
+    workers = max(1, workers or os.cpu_count() or 1)
+    chunks = _chunks(items, workers, chunk_files)
+    bar = tqdm(total=len(items), unit="file", desc="ingest", disable=not progress, leave=False)
+
+    def commit(chunk: str, records: list[FileRecord]) -> None:
+        _store.write_manifest_part(root, chunk, records)
+        summary.add(records)
+        bar.update(len(records))
+
+    ids = [uuid.uuid4().hex for _ in chunks]
+    try:
+        if workers == 1 or len(chunks) <= 1:
+            for chunk, part in zip(ids, chunks):
+                commit(chunk, ingest_chunk(str(root), chunk, part))
+        else:
+            ctx = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+            with ProcessPoolExecutor(max_workers=min(workers, len(chunks)), mp_context=ctx) as pool:
+                futures = {pool.submit(ingest_chunk, str(root), c, p): c for c, p in zip(ids, chunks)}
+                for fut in as_completed(futures):
+                    commit(futures[fut], fut.result())
+    finally:
+        bar.close()
+    summary.bad.sort()
+    summary.seconds = time.perf_counter() - t0
+    return summary

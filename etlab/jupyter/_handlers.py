@@ -1,0 +1,166 @@
+"""HTTP endpoints of the server extension (under /etlab/): JSON for the JupyterLab viewers, and the
+shared view modules of etlab/visualizer/static. Token-authenticated like every Jupyter endpoint;
+reading runs in a small thread pool so the server keeps answering while a big file is read, and
+every failure is a JSON error with the reader's message (the server stays up)."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from importlib import resources
+
+import tornado.web
+from jupyter_server.base.handlers import APIHandler
+from jupyter_server.utils import url_path_join
+from tornado.ioloop import IOLoop
+
+from etlab.errors import FormatError
+from etlab.jupyter._service import Service
+from etlab.jupyter._store import PathError, clean_json
+
+_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etlab-jupyter")
+
+
+@cache
+def view_module(name: str) -> str:
+    """A shared view module of etlab/visualizer/static as one ES module (its parts joined as in the
+    notebook widget), or theme.css, the color variables the views use (they follow JupyterLab's).
+    The graph module defines ELK for the page first: the views load big libraries once per page
+    (shared_lib.js), and here the page is JupyterLab."""
+    static = resources.files("etlab.visualizer").joinpath("static")
+
+    def text(n: str) -> str:
+        return static.joinpath(n).read_text(encoding="utf-8")
+
+    if name == "graph_view.js":
+        elk = json.dumps(text("elk.bundled.js"))
+        parts = "\n".join(text(n) for n in ("shared_lib.js", "graph_common.js", "graph_pane.js", "graph_view.js"))
+        return f"globalThis.etlabLibs = Object.assign(globalThis.etlabLibs || {{}}, {{ elk: {elk} }});\n{parts}"
+    if name in ("table_view.js", "theme.css"):
+        return text(name)
+    raise KeyError(name)
+
+
+class _Base(APIHandler):
+    @property
+    def service(self) -> Service:
+        return self.settings["etlab_service"]
+
+    async def run_json(self, fn, *args):
+        """Runs fn(*args) in the pool and answers its JSON; a bad file or path answers {"error": message}."""
+        try:
+            result = await IOLoop.current().run_in_executor(_pool, fn, *args)
+        except PathError as e:
+            return self._error(e.status, str(e))
+        except FormatError as e:
+            return self._error(422, str(e))
+        except Exception as e:  # a reader bug must not take the server down: report it like a bad file
+            self.log.exception("etlab: %s failed", self.request.path)
+            return self._error(500, f"{type(e).__name__}: {e}")
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(clean_json(result), allow_nan=False, separators=(",", ":")))
+
+    def _error(self, status: int, message: str):
+        self.set_status(status)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps({"error": message}))
+
+    def arg(self, name: str, default: str | None = None) -> str | None:
+        return self.get_query_argument(name, default)
+
+
+class ViewHandler(_Base):
+    """GET /etlab/api/view/{pte|etdp|etrecord|bpte}?path=...[&program=...&method=...]"""
+
+    @tornado.web.authenticated
+    async def get(self, kind: str):
+        path = self.arg("path")
+        if path is None:
+            return self._error(400, "path: missing query argument")
+        s = self.service
+        if kind == "pte":
+            await self.run_json(s.pte, path, self.arg("method"))
+        elif kind == "etdp":
+            await self.run_json(s.etdp, path, self.arg("program") or None, self.arg("method", "forward"),
+                                "graphs" if self.arg("part") == "graphs" else "main")
+        elif kind == "etrecord":
+            await self.run_json(s.etrecord, path, self.arg("method", "forward"))
+        elif kind == "bpte":
+            await self.run_json(s.bpte, path)
+        else:
+            self._error(404, f"{kind}: no viewer for this kind")
+
+
+class StatHandler(_Base):
+    """GET /etlab/api/stat?path=...: size and mtime (the viewers poll it to offer a reload)."""
+
+    @tornado.web.authenticated
+    async def get(self):
+        await self.run_json(self.service.stat, self.arg("path", ""))
+
+
+class VerifyHandler(_Base):
+    """POST /etlab/api/verify?path=x.bpte: runs the bundled test cases with etlab's runtime."""
+
+    @tornado.web.authenticated
+    async def post(self):
+        await self.run_json(self.service.verify, self.arg("path", ""))
+
+
+class ArtifactsHandler(_Base):
+    """GET /etlab/api/artifacts?folder=...: the artifacts under a folder grouped by program."""
+
+    @tornado.web.authenticated
+    async def get(self):
+        await self.run_json(self.service.artifacts, self.arg("folder", ""))
+
+
+class CompareHandler(_Base):
+    """GET /etlab/api/compare?a=run1.etdp&b=run2.etdp[&program=model.pte]"""
+
+    @tornado.web.authenticated
+    async def get(self):
+        a, b = self.arg("a"), self.arg("b")
+        if not a or not b:
+            return self._error(400, "compare: give two runs, a= and b=")
+        await self.run_json(self.service.compare, a, b, self.arg("program") or None)
+
+
+class ModuleHandler(_Base):
+    """GET /etlab/modules/{graph_view,table_view}.js, theme.css: the shared view modules and their colors."""
+
+    @tornado.web.authenticated
+    def get(self, name: str):
+        try:
+            source = view_module(name)
+        except KeyError:
+            return self._error(404, f"{name}: no such view module")
+        kind = "text/css" if name.endswith(".css") else "text/javascript"
+        self.set_header("Content-Type", f"{kind}; charset=utf-8")
+        self.finish(source)
+
+
+def setup_handlers(web_app, root_dir: str) -> None:
+    """Registers the endpoints on the server's web app, serving files under root_dir."""
+    web_app.settings["etlab_service"] = Service(root_dir)
+    base = url_path_join(web_app.settings["base_url"], "etlab")
+    web_app.add_handlers(".*$", [
+        (url_path_join(base, "api/view/(pte|etdp|etrecord|bpte)"), ViewHandler),
+        (url_path_join(base, "api/stat"), StatHandler),
+        (url_path_join(base, "api/verify"), VerifyHandler),
+        (url_path_join(base, "api/artifacts"), ArtifactsHandler),
+        (url_path_join(base, "api/compare"), CompareHandler),
+        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js|theme\.css)"), ModuleHandler),
+    ])
+
+
+def warm_up() -> None:
+    """Imports the readers and views in the pool once, so the first file opened paints quickly."""
+    def load():
+        import etlab.inspector
+        import etlab.visualizer  # noqa: F401
+
+        view_module("graph_view.js")
+
+    _pool.submit(load)

@@ -1,0 +1,245 @@
+"""What the .pte viewer shows, computed from the verified file alone (no torch graph needed):
+the summary, the instruction graph (a `GraphModel` the shared graph_view.js draws) and the memory
+plan (planned tensors with their lifetimes over instruction steps).
+
+Also the program's signature: which instructions call a kernel and which a delegate, per method.
+A .pte, its .etrecord and its .etdp runs agree on it, so it groups files by program and tells a
+mismatched pair apart (see `signature_hash`, `run_mismatch`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from etlab.schema.program import DelegateCall, KernelCall, PteFile, Tensor, TensorList
+
+# Element sizes by ScalarType value (upstream's scalar_type.fbs order); unknown types count 1 byte.
+_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1, 12: 1, 13: 1,
+                  14: 4, 15: 2, 16: 1, 17: 1, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
+
+# Signature kinds: a kernel call and a delegate call, as the runtime logs them (OPERATOR_CALL / DELEGATE_CALL).
+KERNEL, DELEGATE = "K", "D"
+
+
+@dataclass
+class PlannedBlock:
+    """One planned tensor of the memory plan: where it lives and the instruction steps it is live for."""
+
+    value: int
+    memory_id: int
+    offset: int
+    size: int
+    first: int
+    last: int
+    shape: list[int] = field(default_factory=list)
+    dtype: str = ""
+
+
+def op_label(op) -> str:
+    """'aten::add.out' for an Operator entry (the name the runtime profiles it under, minus 'native_call_')."""
+    return f"{op.name}.{op.overload}" if op.overload else str(op.name)
+
+
+def _tensor_bytes(t: Tensor) -> int:
+    """Bytes of a tensor value's storage (its declared sizes times the element size)."""
+    n = 1
+    for s in t.sizes or ():
+        n *= max(int(s), 0)
+    return n * _ELEMENT_BYTES.get(int(t.scalar_type), 1)
+
+
+def _dtype(t: Tensor) -> str:
+    st = t.scalar_type
+    return getattr(st, "name", str(st)).lower()
+
+
+def _call_args(args) -> list[int]:
+    return [int(a) for a in (args.args or ())] if isinstance(args, (KernelCall, DelegateCall)) else []
+
+
+def _expand_lists(values, args: list[int]) -> list[int]:
+    """A call's value indices with tensor lists expanded into their members (a cat's inputs, a split's outputs)."""
+    out = []
+    for a in args:
+        out.append(a)
+        v = values[a].val if 0 <= a < len(values) else None
+        if isinstance(v, TensorList):
+            out.extend(int(i) for i in v.items or ())
+    return out
+
+
+def signature(pte: PteFile) -> dict[str, list[list]]:
+    """Per method: [chain, instruction, K|D] of every kernel and delegate call (the join keys of a run)."""
+    sig = {}
+    for plan in pte.program.execution_plan or ():
+        rows = []
+        for c, chain in enumerate(plan.chains or ()):
+            for i, ins in enumerate(chain.instructions or ()):
+                if isinstance(ins.instr_args, KernelCall):
+                    rows.append([c, i, KERNEL])
+                elif isinstance(ins.instr_args, DelegateCall):
+                    rows.append([c, i, DELEGATE])
+        sig[str(plan.name)] = rows
+    return sig
+
+
+def signature_hash(sig: dict[str, list[list]]) -> str:
+    """A short stable hash of a signature: files with the same hash are of the same program."""
+    text = json.dumps({m: sorted(map(tuple, rows)) for m, rows in sorted(sig.items())}, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def memory_plan(plan) -> list[PlannedBlock]:
+    """Planned (non-constant) tensors of one method with the first and last instruction step that
+    touches them; method inputs are live from step 0, outputs to the last step."""
+    values = plan.values or ()
+    instructions = [ins for chain in plan.chains or () for ins in chain.instructions or ()]
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    for step, ins in enumerate(instructions):
+        for a in _expand_lists(values, _call_args(ins.instr_args)):
+            first.setdefault(a, step)
+            last[a] = step
+    end = max(len(instructions) - 1, 0)
+    for a in plan.inputs or ():
+        first[int(a)] = 0
+    for a in plan.outputs or ():
+        last[int(a)] = end
+    blocks = []
+    for idx, ev in enumerate(values):
+        t = ev.val
+        if not isinstance(t, Tensor) or t.allocation_info is None or idx not in first:
+            continue
+        info = t.allocation_info
+        blocks.append(PlannedBlock(idx, int(info.memory_id), int(info.memory_offset_low) +
+                                   (int(info.memory_offset_high) << 32), _tensor_bytes(t), first[idx],
+                                   last.get(idx, first[idx]), [int(s) for s in t.sizes or ()], _dtype(t)))
+    return blocks
+
+
+def _value_label(values, idx: int) -> str:
+    v = values[idx].val if 0 <= idx < len(values) else None
+    if isinstance(v, Tensor):
+        return f"{_dtype(v)}{list(v.sizes or ())}"
+    return type(v).__name__ if v is not None else "none"
+
+
+def method_summary(pte: PteFile, plan) -> dict:
+    """One method's row of the summary: inputs/outputs, operators with call counts, delegates, arenas."""
+    values = plan.values or ()
+    instructions = [ins for chain in plan.chains or () for ins in chain.instructions or ()]
+    ops = [op_label(o) for o in plan.operators or ()]
+    counts = {name: 0 for name in ops}
+    delegate_calls = {}
+    for ins in instructions:
+        a = ins.instr_args
+        if isinstance(a, KernelCall) and 0 <= a.op_index < len(ops):
+            counts[ops[a.op_index]] += 1
+        elif isinstance(a, DelegateCall):
+            delegate_calls[a.delegate_index] = delegate_calls.get(a.delegate_index, 0) + 1
+    const_bytes = 0
+    for ev in values:
+        t = ev.val
+        if isinstance(t, Tensor) and t.allocation_info is None and t.data_buffer_idx > 0:
+            const_bytes += _tensor_bytes(t)
+    return {
+        "name": str(plan.name),
+        "inputs": [_value_label(values, int(i)) for i in plan.inputs or ()],
+        "outputs": [_value_label(values, int(i)) for i in plan.outputs or ()],
+        "instructions": len(instructions),
+        "values": len(values),
+        "operators": [{"name": k, "calls": v} for k, v in counts.items()],
+        "delegates": [{"index": i, "backend": str(d.id), "calls": delegate_calls.get(i, 0)}
+                      for i, d in enumerate(plan.delegates or ())],
+        "arena_bytes": [int(s) for s in list(plan.non_const_buffer_sizes or ())[1:]],
+        "constant_bytes": const_bytes,
+    }
+
+
+def instruction_graph(plan):
+    """The method as a graph of its instructions: an edge from the instruction that last wrote a value
+    to every instruction that reads it; delegate calls colored by backend (a `GraphModel`)."""
+    from etlab.visualizer import GraphModel, GraphNode
+
+    values = plan.values or ()
+    ops = [op_label(o) for o in plan.operators or ()]
+    delegates = [str(d.id) for d in plan.delegates or ()]
+    model = GraphModel(title=f"instructions of {plan.name!r}", kind="runtime", method=str(plan.name))
+    colors = ["#d62728", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b"]
+    writer: dict[int, int] = {}
+    for i in plan.inputs or ():
+        node = GraphNode(id=len(model.nodes), name=f"input_{len(model.nodes)}", kind="input", op="placeholder",
+                         group=None, shapes=_shapes(values, [int(i)]))
+        model.nodes.append(node)
+        writer[int(i)] = node.id
+    instructions = [ins for chain in plan.chains or () for ins in chain.instructions or ()]
+    for step, ins in enumerate(instructions):
+        a = ins.instr_args
+        args = _expand_lists(values, _call_args(a))
+        if isinstance(a, KernelCall):
+            op = ops[a.op_index] if 0 <= a.op_index < len(ops) else f"op #{a.op_index}"
+            node = GraphNode(id=len(model.nodes), name=f"{step}: {op.split('::')[-1]}", kind="op", op=op, group=None)
+        elif isinstance(a, DelegateCall):
+            backend = delegates[a.delegate_index] if 0 <= a.delegate_index < len(delegates) else "?"
+            model.backend_colors.setdefault(backend, colors[len(model.backend_colors) % len(colors)])
+            node = GraphNode(id=len(model.nodes), name=f"{step}: {backend} #{a.delegate_index}", kind="delegate",
+                             op="executorch_call_delegate", group=None, backend=backend)
+        else:
+            continue
+        node.handles = [step]  # the instruction id: what the memory plan and the run's events key on
+        # out variants write their last args; earlier args are read
+        reads, written = (args[:-1], args[-1:]) if isinstance(a, KernelCall) else (args, args)
+        for r in reads:
+            if r in writer and writer[r] != node.id:
+                model.edges.append((writer[r], node.id))
+        node.shapes = _shapes(values, written)
+        model.nodes.append(node)
+        for w in written:
+            writer[w] = node.id
+    for o in plan.outputs or ():
+        node = GraphNode(id=len(model.nodes), name=f"output_{len(model.nodes)}", kind="output", op="output",
+                         group=None, shapes=_shapes(values, [int(o)]))
+        if int(o) in writer:
+            model.edges.append((writer[int(o)], node.id))
+        model.nodes.append(node)
+    return model
+
+
+def _shapes(values, idxs: list[int]) -> list[list]:
+    out = []
+    for i in idxs:
+        v = values[i].val if 0 <= i < len(values) else None
+        if isinstance(v, Tensor):
+            out.append([int(s) for s in v.sizes or ()])
+    return out
+
+
+def memory_plan_view(pte: PteFile, method: str | None = None) -> dict:
+    """The memory plan of one method (the first when `method` is not one): planned tensors and step count."""
+    plans = list(pte.program.execution_plan or ())
+    plan = next((p for p in plans if p.name == method), plans[0] if plans else None)
+    if plan is None:
+        return {"memory": [], "steps": 0}
+    return {"memory": [asdict(b) for b in memory_plan(plan)],
+            "steps": sum(len(c.instructions or ()) for c in plan.chains or ())}
+
+
+def pte_view(pte: PteFile, *, method: str | None = None) -> dict:
+    """Everything the .pte viewer draws, as JSON-ready data."""
+    plans = list(pte.program.execution_plan or ())
+    if not plans:
+        return {"methods": [], "graph": None, "memory": [], "signature": "", "segments": len(pte.segments)}
+    plan = next((p for p in plans if p.name == method), plans[0])
+    sig = signature(pte)
+    return {
+        "version": pte.program.version,
+        "segments": len(pte.segments),
+        "segment_bytes": sum(len(s) for s in pte.segments),
+        "methods": [method_summary(pte, p) for p in plans],
+        "method": str(plan.name),
+        "graph": instruction_graph(plan).to_json(),
+        **memory_plan_view(pte, str(plan.name)),
+        "signature": signature_hash(sig),
+    }

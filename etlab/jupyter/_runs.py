@@ -1,0 +1,248 @@
+"""What the .etdp viewer shows: run blocks, the profile table, a per-run timeline and, with the
+program beside it (.etrecord or .pte), the joined dashboard; plus the comparison of two runs.
+
+The pairing is checked first: a run matches a program when every call it logged sits on an
+instruction of the same kind (kernel / delegate, and for a .pte the same kernel) in that program.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from etlab.jupyter._program import DELEGATE, KERNEL, instruction_graph, op_label
+from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL
+from etlab.schema.program import KernelCall, PteFile
+
+PROFILE_COLUMNS = [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
+                   ("backend", "backend", False), ("instruction", "instr", True), ("p50", "p50", True),
+                   ("avg", "avg", True), ("min", "min", True), ("max", "max", True), ("runs", "runs", True),
+                   ("source", "source", False)]
+
+
+class PairingError(ValueError):
+    """A run and a program that are not of the same program (the message says where they differ)."""
+
+
+@dataclass
+class RunCall:
+    """A call a run logged: its block, chain, instruction, kind and, for kernels, the kernel's event name."""
+
+    block: str
+    chain: int
+    instruction: int
+    kind: str
+    kernel: str | None = None
+
+
+def run_calls(cols) -> list[RunCall]:
+    """Every distinct OPERATOR_CALL / DELEGATE_CALL a run logged (from `etlab.etdump.read_etdump`
+    columns), with the kernel event logged just before each OPERATOR_CALL."""
+    codes = {c: i for i, c in enumerate(cols.strings)}
+    op_code, del_code = codes.get(OPERATOR_CALL, -2), codes.get(DELEGATE_CALL, -2)
+    rows = np.flatnonzero(cols.has_profile & (cols.chain_index >= 0)
+                          & ((cols.name_code == op_code) | (cols.name_code == del_code)))
+    out, seen = [], set()
+    names, runs = cols.name_code, cols.run
+    for i in rows.tolist():
+        block = cols.runs[int(runs[i])].name or ""
+        kind = KERNEL if names[i] == op_code else DELEGATE
+        key = (block, int(cols.chain_index[i]), int(cols.instruction_id[i]), kind)
+        if key in seen:
+            continue
+        seen.add(key)
+        kernel = None
+        if kind == KERNEL and i > 0 and runs[i - 1] == runs[i] and names[i - 1] >= 0:
+            prev = cols.strings[names[i - 1]]
+            kernel = prev[len("native_call_"):] if prev.startswith("native_call_") else None
+        out.append(RunCall(block, key[1], key[2], kind, kernel))
+    return out
+
+
+def _method_for(block: str, methods: list[str]) -> str | None:
+    """The method an event block ran (the Inspector's rule: its name, else forward, else the only one)."""
+    if block in methods:
+        return block
+    if "forward" in methods:
+        return "forward"
+    return methods[0] if len(methods) == 1 else None
+
+
+def run_mismatch(etdump, sig: dict[str, list[list]], *, run_name: str, program_name: str,
+                 pte: PteFile | None = None) -> str | None:
+    """Why a run is not of the program with signature `sig` (None when it is)."""
+    calls = run_calls(etdump)
+    if not calls:
+        return None
+    methods = list(sig)
+    kinds = {m: {(c, i): k for c, i, k in rows} for m, rows in sig.items()}
+    plans = {str(p.name): p for p in (pte.program.execution_plan or ())} if pte is not None else {}
+    for call in calls:
+        method = _method_for(call.block, methods)
+        if method is None:
+            return (f"{run_name} does not match {program_name}: run block {call.block!r} is none of its "
+                    f"methods {methods}")
+        have = kinds[method].get((call.chain, call.instruction))
+        if have is None:
+            return (f"{run_name} does not match {program_name}: the run called instruction {call.instruction} "
+                    f"(chain {call.chain}) of {method!r}, which has no such call; the run is of another program")
+        if have != call.kind:
+            what = {KERNEL: "a kernel call", DELEGATE: "a delegate call"}
+            return (f"{run_name} does not match {program_name}: instruction {call.instruction} of {method!r} is "
+                    f"{what[have]} in the program but the run logged {what[call.kind]} there; "
+                    "the run is of another program")
+        if call.kernel and method in plans:
+            plan = plans[method]
+            ins = plan.chains[call.chain].instructions[call.instruction].instr_args
+            ops = plan.operators or ()
+            if isinstance(ins, KernelCall) and 0 <= ins.op_index < len(ops):
+                want = op_label(ops[ins.op_index]).split("::")[-1]
+                if want != call.kernel:
+                    return (f"{run_name} does not match {program_name}: instruction {call.instruction} of "
+                            f"{method!r} runs {want} in the program but {call.kernel} in the run")
+    return None
+
+
+def _num(v) -> float | None:
+    return None if v is None or (isinstance(v, float) and not math.isfinite(v)) else float(v)
+
+
+def profile_rows(timings) -> list[dict]:
+    """The profile table's rows (TableView format); a row with debug handles focuses its graph node."""
+    return [{"name": t.name, "ops": ", ".join(t.op_types), "module": t.module, "backend": t.backend or "",
+             "instruction": t.instruction_id, "p50": _num(t.p50), "avg": _num(t.avg), "min": _num(t.min),
+             "max": _num(t.max), "runs": t.runs, "source": t.source, "handles": list(t.handles),
+             "focus": {"name": t.nodes[-1] if t.nodes else None, "handles": list(t.handles),
+                       "instruction": t.instruction_id} if (t.handles or t.instruction_id is not None) else None}
+            for t in timings]
+
+
+def timeline_spans(timings, max_runs: int = 200) -> list[dict]:
+    """Per run, each timed event as a span [start, start + duration] from the run's start."""
+    spans = []
+    for row, t in enumerate(timings):
+        for r, (start, dur) in enumerate(zip(t.start, t.raw)):
+            if r >= max_runs:
+                break
+            spans.append({"run": r, "row": row, "start": _num(start), "dur": _num(dur), "name": t.name,
+                          "handles": list(t.handles), "instruction": t.instruction_id,
+                          "delegated": bool(t.is_delegated)})
+    return spans
+
+
+def run_blocks(cols) -> list[dict]:
+    """The run blocks as written: name, event counts, profiled span (first start to last end, in ticks)."""
+    out = []
+    for r in cols.runs:
+        sl = slice(r.first_event, r.first_event + r.num_events)
+        prof = cols.has_profile[sl]
+        starts, ends = cols.start_time[sl][prof], cols.end_time[sl][prof]
+        out.append({"name": r.name or "", "events": r.num_events, "profile_events": int(prof.sum()),
+                    "debug_events": int(cols.has_debug[sl].sum()),
+                    "span_ticks": int(ends.max()) - int(starts.min()) if len(starts) else 0})
+    return out
+
+
+def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFile | None = None,
+              method: str = "forward") -> dict:
+    """The run's blocks, profile table and timeline; paired with a .pte also its instruction graph with
+    the p50 overlay (cheap). The ETRecord's graphs come separately (`etdp_graphs`): rebuilding them is
+    the slow part, and the table and timeline should not wait for it."""
+    from etlab.inspector import execute_timings, op_timings, time_unit
+
+    timings = execute_timings(op_timings(inspector))
+    unit = time_unit(inspector)
+    view = {"blocks": run_blocks(etdump), "unit": unit,
+            "columns": [{"key": k, "label": f"{label} ({unit})" if k in ("p50", "avg", "min", "max") else label,
+                         "numeric": num} for k, label, num in PROFILE_COLUMNS],
+            "rows": profile_rows(timings), "spans": timeline_spans(timings),
+            "runs": max((t.runs for t in timings), default=0), "graphs": [], "paired": program_kind,
+            "graphs_pending": program_kind == "etrecord"}
+    if pte is not None:
+        plans = list(pte.program.execution_plan or ())
+        plan = next((p for p in plans if p.name == method), plans[0] if plans else None)
+        if plan is not None:
+            model = instruction_graph(plan)
+            annotate_by_instruction(model, instruction_timings(timings), unit)
+            view["graphs"] = [model.to_json()]
+    return view
+
+
+def etdp_graphs(inspector, record, *, method: str = "forward") -> list[dict]:
+    """The ETRecord's graphs (ATen / Edge / runtime, whichever it holds) with the run's p50 on each node."""
+    from etlab.jupyter._records import record_graph_kinds
+    from etlab.visualizer import GraphView
+
+    kinds = record_graph_kinds(record)
+    if not kinds:
+        return []
+    gv = GraphView(record, graph=kinds, inspector=inspector, method=method, overlay="latency",
+                   shown=kinds[:2] if len(kinds) > 1 else None)
+    return gv.graphs
+
+
+def instruction_timings(timings) -> dict:
+    """Instruction id -> its one timing: the kernel's event, or the whole DELEGATE_CALL (not the
+    backend's inner events, which share the instruction id)."""
+    return {t.instruction_id: t for t in timings if t.instruction_id is not None and not t.is_delegated}
+
+
+def annotate_by_instruction(model, by_instruction: dict, unit: str, *, ratio: bool = False) -> None:
+    """Puts each instruction's timing on its node (node.handles[0] is the instruction id)."""
+    model.time_unit = unit
+    for node in model.nodes:
+        if not node.handles:
+            continue
+        t = by_instruction.get(node.handles[0])
+        if t is None:
+            continue
+        if ratio:
+            node.latency = {"p50": t, "p10": t, "p90": t, "avg": t, "min": t, "max": t, "runs": 1}
+        else:
+            node.latency = {"p50": t.p50, "p10": t.p10, "p90": t.p90, "avg": t.avg, "min": t.min, "max": t.max,
+                            "runs": t.runs, "events": [t.name], "shared": 1}
+
+
+def compare_view(ins_a, ins_b, *, name_a: str, name_b: str, pte: PteFile | None = None,
+                 method: str = "forward") -> dict:
+    """Per-op p50 of two runs of one program side by side (delta, ratio B/A), and the instruction
+    graph colored by the ratio when the program's .pte is known."""
+    from etlab.inspector import execute_timings, op_timings, time_unit
+
+    unit = time_unit(ins_a)
+    a = {(t.instruction_id, t.name): t for t in execute_timings(op_timings(ins_a))}
+    b = {(t.instruction_id, t.name): t for t in execute_timings(op_timings(ins_b))}
+    rows, ratio_by_instr = [], {}
+    for key in [*a, *(k for k in b if k not in a)]:
+        ta, tb = a.get(key), b.get(key)
+        pa = _num(ta.p50) if ta else None
+        pb = _num(tb.p50) if tb else None
+        ratio = pb / pa if pa and pb is not None else None
+        t = ta or tb
+        rows.append({"name": t.name, "instruction": t.instruction_id, "ops": ", ".join(t.op_types),
+                     "p50_a": pa, "p50_b": pb, "delta": (pb - pa) if pa is not None and pb is not None else None,
+                     "ratio": ratio,
+                     "focus": {"name": None, "handles": [t.instruction_id], "instruction": t.instruction_id}
+                     if t.instruction_id is not None else None})
+        if ratio is not None and t.instruction_id is not None and not t.is_delegated:
+            ratio_by_instr[t.instruction_id] = ratio
+    columns = [{"key": "name", "label": "event", "numeric": False},
+               {"key": "instruction", "label": "instr", "numeric": True},
+               {"key": "ops", "label": "ops", "numeric": False},
+               {"key": "p50_a", "label": f"p50 A ({unit})", "numeric": True},
+               {"key": "p50_b", "label": f"p50 B ({unit})", "numeric": True},
+               {"key": "delta", "label": f"B - A ({unit})", "numeric": True},
+               {"key": "ratio", "label": "B / A", "numeric": True}]
+    graphs = []
+    if pte is not None:
+        plans = list(pte.program.execution_plan or ())
+        plan = next((p for p in plans if p.name == method), plans[0] if plans else None)
+        if plan is not None:
+            model = instruction_graph(plan)
+            model.title = f"p50 ratio {Path(name_b).name} / {Path(name_a).name} per instruction"
+            annotate_by_instruction(model, ratio_by_instr, "× (B / A)", ratio=True)
+            graphs = [model.to_json()]
+    return {"a": name_a, "b": name_b, "unit": unit, "columns": columns, "rows": rows, "graphs": graphs}

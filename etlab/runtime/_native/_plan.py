@@ -1,0 +1,213 @@
+"""Translating a bound plan (`_binding.BoundPlan`) into a native plan, and running it.
+
+Each instruction becomes a native step when everything it touches is fixed at load time (the
+tensor objects, which keep their identity for the life of a method, and non-dynamic scalars);
+otherwise it calls back the Python step `_binding` already made for it, so both cores share one
+definition of what an instruction does. `NativeCore` has the interface of
+`_interpreter.PythonCore` (`run`, `run_timed`, `run_traced`) and raises the same `StepFailed`.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections import Counter
+from dataclasses import dataclass, field
+
+from etlab.runtime._interpreter import BoundChain, Goto, Step, StepFailed, StepInfo, step_events
+from etlab.runtime._native import _core
+from etlab.runtime._values import OPT_TENSOR_LIST, TENSOR, TENSOR_LIST, ValueTable
+from etlab.schema import program as P
+from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
+
+_STEP_FIELDS = 6  # (chain, index, start, end, python events so far, debug records so far)
+
+
+def _et_scalar_types() -> list[int]:
+    """c10::ScalarType index -> ExecuTorch ScalarType (-1: none); the two enums share numbering."""
+    table = [-1] * 64
+    for st in ScalarType:
+        try:
+            scalar_type_to_dtype(int(st))
+        except ValueError:
+            continue
+        table[int(st)] = int(st)
+    return table
+
+
+_ET_SCALAR_TYPES = _et_scalar_types()
+
+
+def _slot_is_fixed(table: ValueTable, slot: int) -> bool:
+    """Can the native core capture this slot's value at load time? Tensors (and lists of them)
+    keep their identity while the method runs; other values must not change."""
+    kind = table.kinds[slot]
+    return kind in (TENSOR, TENSOR_LIST, OPT_TENSOR_LIST) or table.resolver(slot) is None
+
+
+def _native_kernel_args(entry, table: ValueTable, slots: list[int]):
+    """(operator handle name, overload, argument values, result tensor) for a torch kernel the native
+    core can call itself, or None."""
+    from etlab.runtime._torch_kernels import _resolve, _result_slot
+
+    if entry.origin != "torch":
+        return None
+    op = _resolve(entry.name)
+    schema = getattr(op, "_schema", None)
+    if schema is None or len(slots) < len(schema.arguments):
+        return None
+    params = slots[: len(schema.arguments)]
+    if not all(_slot_is_fixed(table, s) for s in params):
+        return None
+    result = _result_slot(schema, table, slots)
+    if result is not None and table.kinds[result] != TENSOR:
+        return None  # a Python scalar result: the Python step stores it
+    return (schema.name, schema.overload_name, [table.values[s] for s in params],
+            None if result is None else table.values[result])
+
+
+def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
+    """The native form of the two direct kernels of `_direct_kernels` (same conditions, same calls):
+    a list of (operator, overload, argument values, result) calls, the second an alternative chosen
+    by `choose()` per thread count as the Python step does, or None."""
+    from etlab.runtime._direct_kernels import _all_static
+
+    if entry.origin != "builtin" or len(slots) < 10 or not _all_static(table, slots[:10]):
+        return None
+    v = [table.values[s] for s in slots[:10]]
+    if entry.name == "aten::_native_batch_norm_legit_no_training.out":
+        x, weight, bias, mean, var, momentum, eps, out, save_mean, save_invstd = v
+        return [("aten::native_batch_norm", "out",
+                 [x, weight, bias, mean, var, False, momentum, eps, out, save_mean, save_invstd], None), None]
+    if entry.name != "aten::convolution.out":
+        return None
+    import torch
+
+    x, weight, bias, stride, padding, dilation, transposed, output_padding, groups, out = v
+    generic = ("aten::convolution", "out", v, None)
+    select = getattr(torch._C, "_select_conv_backend", None)
+    if (select is None or transposed or groups != 1 or x.dim() != 4 or any(d != 1 for d in dilation)
+            or not (x.is_contiguous() and weight.is_contiguous() and out.is_contiguous())):
+        return [generic, None]
+    backend_args = (x, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
+    slow2d = torch._C._ConvBackend.Slow2d
+    direct = ("aten::thnn_conv2d", "out", [x, weight, list(weight.shape[2:]), bias, stride, padding, out], None)
+    return [generic, (direct, lambda: select(*backend_args) == slow2d)]
+
+
+def _with_context(step: Step, context, info: StepInfo) -> Step:
+    """A delegate step that first tells the delegate context which instruction runs (as run_traced does)."""
+    chain, instruction = info.chain, info.instruction
+
+    def delegate_step():
+        context.chain, context.instruction = chain, instruction
+        return step()
+
+    return delegate_step
+
+
+@dataclass
+class NativeCore:
+    """A method's plan run by the native core; `python_steps` counts the steps it calls back, by operator."""
+
+    chains: list[BoundChain]
+    plan: object  # _core.NativePlan
+    python_steps: Counter = field(default_factory=Counter)
+    name: str = "native"
+    clock: object = _core.clock_ns  # perf_counter_ns's clock, read from the time-stamp counter
+
+    def _failed(self, error: BaseException) -> StepFailed:
+        return StepFailed(self.plan.failed_chain, self.plan.failed_index, error)
+
+    def run(self) -> None:
+        try:
+            self.plan.run()
+        except Exception as e:
+            raise self._failed(e) from e
+
+    def run_timed(self) -> tuple[array, int]:
+        """The record `_interpreter.run_timed` makes, as an array of int64 (not tracked by the collector),
+        and the number of events it stands for."""
+        try:
+            raw, count = self.plan.run_timed()
+        except Exception as e:
+            raise self._failed(e) from e
+        record = array("q")
+        record.frombytes(raw)
+        return record, count
+
+    def run_traced(self, events: list, tracer, context) -> None:
+        """`_interpreter.run_traced`: the same events in the same order; tensors are copied into the
+        debug buffer natively, and the records become event tuples after the run."""
+        python_events: list = []
+        if context is not None:
+            context.events = python_events
+        try:
+            raw, records, dropped = self.plan.run_traced(tracer.debug_arena, python_events)
+        except Exception as e:
+            raise self._failed(e) from e
+        if dropped:
+            tracer.count_dropped(dropped)
+        steps = array("q")
+        steps.frombytes(raw)
+        python_pos = record_pos = 0
+        for k in range(0, len(steps), _STEP_FIELDS):
+            c, pc, start, end, python_end, record_end = steps[k : k + _STEP_FIELDS]
+            info = self.chains[c].infos[pc]
+            events.extend(python_events[python_pos:python_end])
+            python_pos = python_end
+            for record in records[record_pos:record_end]:
+                event = tracer.debug_event_of_record(info.chain, info.instruction, record)
+                if event is not None:
+                    events.append(event)
+            record_pos = record_end
+            events.extend(step_events(info, start, end))
+        events.extend(python_events[python_pos:])
+
+
+def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[BoundChain], kernels: dict,
+                      context, tracer) -> NativeCore:
+    """The native plan of a bound method (`chains` and `kernels` from `_binding.bind`)."""
+    native = _core.NativePlan(Goto, table.values, _ET_SCALAR_TYPES)
+    core = NativeCore(chains, native)
+    log = tracer is not None and tracer.logs_intermediates
+    for c, (chain, bound) in enumerate(zip(plan.chains or [], chains)):
+        native.add_chain(bound.jumps)
+        for i, (instr, step, info) in enumerate(zip(chain.instructions or [], bound.steps, bound.infos)):
+            _add_step(native, core, table, c, instr.instr_args, step, info, kernels, context)
+            if log:
+                for slot in info.log_slots:
+                    native.add_log(c, i, table.values[slot], slot)
+        native.set_event_counts(c, [info.event_count for info in bound.infos])
+    return core
+
+
+def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: Step, info: StepInfo,
+              kernels: dict, context) -> None:
+    values = table.values
+    if isinstance(args, P.KernelCall):
+        entry, slots = kernels[info.operator], list(args.args or [])
+        call = _native_kernel_args(entry, table, slots)
+        calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
+        if calls is not None:
+            try:
+                native.add_kernel(c, *calls[0])
+            except (ValueError, TypeError, RuntimeError):
+                pass  # an argument the native core cannot represent: the Python step runs it
+            else:
+                if calls[1] is not None:
+                    (name, overload, values_, _), choose = calls[1]
+                    native.set_alternative(c, name, overload, values_, choose)
+                return
+    elif isinstance(args, P.MoveCall) and table.kinds[args.move_to] == TENSOR:
+        native.add_move(c, values[args.move_to], values[args.move_from])
+        return
+    elif isinstance(args, P.FreeCall):
+        native.add_free(c, values[args.value_index])
+        return
+    elif isinstance(args, P.JumpFalseCall) and table.kinds[args.cond_value_index] == TENSOR:
+        native.add_jump(c, values[args.cond_value_index], args.destination_instruction)
+        return
+    elif isinstance(args, P.DelegateCall) and context is not None:
+        step = _with_context(step, context, info)
+    core.python_steps[info.operator] += 1
+    native.add_python(c, info.operator, step)

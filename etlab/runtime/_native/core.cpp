@@ -1,0 +1,588 @@
+// The native runtime core: building a method's plan from Python values, and running it.
+#include "core.h"
+
+#include <ATen/Parallel.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <chrono>
+#include <stdexcept>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+namespace etlab_native {
+
+int64_t now_ns() {
+  // CLOCK_MONOTONIC, the clock of Python's time.perf_counter_ns(): native and Python timestamps mix.
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+#if defined(__x86_64__) || defined(__i386__)
+uint64_t ticks() { return __rdtsc(); }
+constexpr bool kCounter = true;
+#else
+uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
+constexpr bool kCounter = false;
+#endif
+
+namespace {
+
+struct ClockState {
+  std::mutex mutex;
+  Anchor first, last;
+  ClockState() {
+    if (!kCounter) return;
+    // An initial period over ~2 ms; every later anchor refines it over a longer baseline.
+    first.ticks = ticks();
+    first.ns = now_ns();
+    Anchor end;
+    do {
+      end.ticks = ticks();
+      end.ns = now_ns();
+    } while (end.ns - first.ns < 2000000);
+    first.ns_per_tick = static_cast<double>(end.ns - first.ns) / static_cast<double>(end.ticks - first.ticks);
+    last = end;
+    last.ns_per_tick = first.ns_per_tick;
+  }
+};
+
+ClockState& clock_state() {
+  static ClockState state;
+  return state;
+}
+
+}  // namespace
+
+Anchor new_anchor() {
+  if (!kCounter) return Anchor{};
+  ClockState& st = clock_state();
+  Anchor a;
+  a.ticks = ticks();
+  a.ns = now_ns();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  a.ns_per_tick = st.last.ns_per_tick;
+  if (a.ns - st.first.ns > 50000000 && a.ticks > st.first.ticks)
+    a.ns_per_tick = static_cast<double>(a.ns - st.first.ns) / static_cast<double>(a.ticks - st.first.ticks);
+  st.last = a;
+  return a;
+}
+
+Anchor last_anchor() {
+  if (!kCounter) return Anchor{};
+  ClockState& st = clock_state();
+  std::lock_guard<std::mutex> lock(st.mutex);
+  return st.last;
+}
+
+int64_t clock_ns() { return kCounter ? last_anchor().to_ns(ticks()) : now_ns(); }
+
+std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
+
+// -- debug arena --------------------------------------------------------------------------------
+
+DebugArena::DebugArena(at::Tensor buffer) : buffer_(std::move(buffer)) {
+  if (buffer_.scalar_type() != at::kByte || buffer_.dim() != 1 || !buffer_.is_contiguous())
+    throw std::invalid_argument("DebugArena: the buffer must be a contiguous 1-d uint8 tensor");
+}
+
+int64_t DebugArena::reserve(int64_t nbytes, int64_t alignment) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  int64_t offset = (used_ + alignment - 1) / alignment * alignment;
+  if (nbytes < 0 || offset + nbytes > buffer_.numel()) return -1;
+  used_ = offset + nbytes;
+  return offset;
+}
+
+int64_t DebugArena::used() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return used_;
+}
+
+// -- building ------------------------------------------------------------------------------------
+
+namespace {
+
+at::Tensor unpack_tensor(py::handle v, const std::string& what) {
+  if (!THPVariable_Check(v.ptr())) throw std::invalid_argument(what + ": expected a tensor");
+  return THPVariable_Unpack(v.ptr());
+}
+
+template <class T, class Convert>
+c10::List<T> list_of(py::handle v, const std::string& what, Convert convert) {
+  if (!PyList_Check(v.ptr()) && !PyTuple_Check(v.ptr())) throw std::invalid_argument(what + ": expected a list");
+  c10::List<T> out;
+  for (py::handle item : v) out.push_back(convert(item));
+  return out;
+}
+
+int64_t as_int(py::handle v, const std::string& what) {
+  if (!PyLong_Check(v.ptr())) throw std::invalid_argument(what + ": expected an int");
+  return v.cast<int64_t>();
+}
+
+double as_double(py::handle v, const std::string& what) {
+  if (!PyFloat_Check(v.ptr()) && !PyLong_Check(v.ptr())) throw std::invalid_argument(what + ": expected a float");
+  return v.cast<double>();
+}
+
+bool as_bool(py::handle v, const std::string& what) {
+  if (!PyBool_Check(v.ptr())) throw std::invalid_argument(what + ": expected a bool");
+  return v.ptr() == Py_True;
+}
+
+// The IValue a boxed kernel expects for schema type `type`, from the value table's Python value.
+c10::IValue to_ivalue(py::handle v, const c10::TypePtr& type, const std::string& what) {
+  c10::TypePtr t = type;
+  if (t->kind() == c10::TypeKind::OptionalType) {
+    if (v.is_none()) return c10::IValue();
+    t = t->containedType(0);
+  }
+  switch (t->kind()) {
+    case c10::TypeKind::TensorType:
+      return unpack_tensor(v, what);
+    case c10::TypeKind::IntType:
+    case c10::TypeKind::SymIntType:
+      return as_int(v, what);
+    case c10::TypeKind::FloatType:
+      return as_double(v, what);
+    case c10::TypeKind::BoolType:
+      return as_bool(v, what);
+    case c10::TypeKind::NumberType:
+      if (PyBool_Check(v.ptr())) return v.ptr() == Py_True;
+      if (PyLong_Check(v.ptr())) return v.cast<int64_t>();
+      return as_double(v, what);
+    case c10::TypeKind::StringType:
+      if (!PyUnicode_Check(v.ptr())) throw std::invalid_argument(what + ": expected a str");
+      return v.cast<std::string>();
+    case c10::TypeKind::NoneType:
+      if (!v.is_none()) throw std::invalid_argument(what + ": expected None");
+      return c10::IValue();
+    case c10::TypeKind::ListType: {
+      const c10::TypePtr& elem = t->containedType(0);
+      switch (elem->kind()) {
+        case c10::TypeKind::IntType:
+        case c10::TypeKind::SymIntType:
+          return list_of<int64_t>(v, what, [&](py::handle x) { return as_int(x, what); });
+        case c10::TypeKind::FloatType:
+          return list_of<double>(v, what, [&](py::handle x) { return as_double(x, what); });
+        case c10::TypeKind::BoolType:
+          return list_of<bool>(v, what, [&](py::handle x) { return as_bool(x, what); });
+        case c10::TypeKind::TensorType:
+          return list_of<at::Tensor>(v, what, [&](py::handle x) { return unpack_tensor(x, what); });
+        case c10::TypeKind::OptionalType:
+          if (elem->containedType(0)->kind() == c10::TypeKind::TensorType)
+            return list_of<std::optional<at::Tensor>>(v, what, [&](py::handle x) -> std::optional<at::Tensor> {
+              if (x.is_none()) return std::nullopt;
+              return unpack_tensor(x, what);
+            });
+          break;
+        default:
+          break;
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  throw std::invalid_argument(what + ": schema type " + type->str() + " is not supported by the native core");
+}
+
+// The unboxed calling convention of `schema`, when it is one of the Fast ones: tensors and scalars
+// only, nothing optional, the last argument the written output that is also the single return.
+Fast fast_kind(const c10::FunctionSchema& schema) {
+  const auto& params = schema.arguments();
+  if (params.empty() || schema.returns().size() != 1 || !schema.returns()[0].alias_info()) return Fast::None;
+  const auto& out = params.back();
+  if (!out.alias_info() || !out.alias_info()->isWrite()) return Fast::None;
+  std::string shape;
+  for (const auto& p : params) {
+    auto kind = p.type()->kind();
+    if (kind == c10::TypeKind::TensorType) {
+      shape += 'T';
+    } else if (kind == c10::TypeKind::NumberType) {
+      shape += 'S';
+    } else {
+      return Fast::None;
+    }
+    if (&p != &out && p.alias_info()) return Fast::None;
+  }
+  if (shape == "TTST") return Fast::TTS;
+  if (shape == "TTT") return Fast::TT;
+  if (shape == "TT") return Fast::T;
+  if (shape == "TTTSST") return Fast::TTTSS;
+  return Fast::None;
+}
+
+// Takes the typed handle of the fast path (typed() checks the operator's registered C++ signature
+// and throws on a mismatch: the call then stays boxed).
+bool set_fast_path(Instr& in, Fast fast) {
+  try {
+    switch (fast) {
+      case Fast::TTS: in.tts = in.handle->typed<SigTTS>(); break;
+      case Fast::TT: in.tt = in.handle->typed<SigTT>(); break;
+      case Fast::T: in.t = in.handle->typed<SigT>(); break;
+      case Fast::TTTSS: in.tttss = in.handle->typed<SigTTTSS>(); break;
+      case Fast::None: return false;
+    }
+  } catch (const c10::Error&) {
+    return false;
+  }
+  in.fast = fast;
+  return true;
+}
+
+}  // namespace
+
+NativePlan::NativePlan(py::object goto_type, py::list values, std::vector<int64_t> et_scalar_types)
+    : goto_type_(std::move(goto_type)), values_(std::move(values)) {
+  et_type_.fill(-1);
+  for (size_t i = 0; i < et_scalar_types.size() && i < et_type_.size(); ++i)
+    et_type_[i] = static_cast<int8_t>(et_scalar_types[i]);
+}
+
+NativePlan::~NativePlan() = default;
+
+int64_t NativePlan::add_chain(bool jumps) {
+  chains_.emplace_back();
+  chains_.back().jumps = jumps;
+  return static_cast<int64_t>(chains_.size()) - 1;
+}
+
+static Chain& chain_at(std::vector<Chain>& chains, int64_t c) {
+  if (c < 0 || c >= static_cast<int64_t>(chains.size())) throw std::out_of_range("chain index out of range");
+  return chains[c];
+}
+
+Instr NativePlan::make_kernel(const std::string& name, const std::string& overload, py::list args,
+                              py::object result) {
+  auto handle = c10::Dispatcher::singleton().findSchema({name, overload});
+  if (!handle) throw std::invalid_argument("no operator " + name + "." + overload + " in the dispatcher");
+  const auto& params = handle->schema().arguments();
+  if (args.size() != params.size())
+    throw std::invalid_argument(name + ": " + std::to_string(args.size()) + " arguments for a schema of " +
+                                std::to_string(params.size()));
+  Instr in;
+  in.op = Op::Kernel;
+  in.name = name;
+  for (size_t k = 0; k < params.size(); ++k)
+    in.args.push_back(to_ivalue(args[k], params[k].type(), name + " argument '" + params[k].name() + "'"));
+  if (!result.is_none()) {
+    if (handle->schema().returns().size() != 1) throw std::invalid_argument(name + ": a result needs one return");
+    in.has_result = true;
+    in.a = unpack_tensor(result, name + " result");
+  }
+  in.handle = *handle;
+  Fast fast = in.has_result ? Fast::None : fast_kind(handle->schema());
+  if (set_fast_path(in, fast)) {
+    std::vector<at::Scalar> scalars;
+    for (const auto& arg : in.args)
+      if (!arg.isTensor()) scalars.push_back(arg.toScalar());
+    if (!scalars.empty()) in.s0 = scalars[0];
+    if (scalars.size() > 1) in.s1 = scalars[1];
+  }
+  return in;
+}
+
+void NativePlan::add_kernel(int64_t chain, const std::string& name, const std::string& overload, py::list args,
+                            py::object result) {
+  Chain& ch = chain_at(chains_, chain);
+  ch.instrs.push_back(make_kernel(name, overload, args, result));
+}
+
+void NativePlan::set_alternative(int64_t chain, const std::string& name, const std::string& overload,
+                                 py::list args, py::object choose) {
+  Chain& ch = chain_at(chains_, chain);
+  if (ch.instrs.empty() || ch.instrs.back().op != Op::Kernel)
+    throw std::invalid_argument("an alternative follows the kernel it replaces");
+  Instr& in = ch.instrs.back();
+  in.alternative = std::make_shared<Instr>(make_kernel(name, overload, args, py::none()));
+  in.choose = std::move(choose);
+}
+
+void NativePlan::add_python(int64_t chain, const std::string& name, py::object fn) {
+  Instr in;
+  in.op = Op::Python;
+  in.name = name;
+  in.fn = std::move(fn);
+  chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::add_move(int64_t chain, at::Tensor dst, at::Tensor src) {
+  Instr in;
+  in.op = Op::Move;
+  in.a = std::move(dst);
+  in.b = std::move(src);
+  chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::add_free(int64_t chain, at::Tensor t) {
+  Instr in;
+  in.op = Op::Free;
+  in.a = std::move(t);
+  chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::add_jump(int64_t chain, at::Tensor cond, int64_t destination) {
+  Instr in;
+  in.op = Op::JumpIfFalse;
+  in.a = std::move(cond);
+  in.destination = destination;
+  chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::add_log(int64_t chain, int64_t index, py::object value, int64_t slot) {
+  Chain& ch = chain_at(chains_, chain);
+  if (index < 0 || index >= static_cast<int64_t>(ch.instrs.size())) throw std::out_of_range("instruction index");
+  LogItem item;
+  item.slot = slot;
+  if (THPVariable_Check(value.ptr())) {
+    item.kind = LogItem::Tensor;
+    item.tensors.push_back(THPVariable_Unpack(value.ptr()));
+  } else if (PyList_Check(value.ptr()) && PyList_GET_SIZE(value.ptr()) > 0 &&
+             std::all_of(value.begin(), value.end(), [](py::handle x) { return THPVariable_Check(x.ptr()); })) {
+    item.kind = LogItem::TensorList;
+    for (py::handle x : value) item.tensors.push_back(THPVariable_Unpack(x.ptr()));
+  } else {
+    item.kind = LogItem::Python;
+    if (slot < 0 || slot >= static_cast<int64_t>(values_.size())) throw std::out_of_range("log slot");
+  }
+  ch.instrs[index].logs.push_back(std::move(item));
+}
+
+void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
+  Chain& ch = chain_at(chains_, chain);
+  if (counts.size() != ch.instrs.size()) throw std::invalid_argument("one event count per step");
+  ch.event_counts = std::move(counts);
+}
+
+int64_t NativePlan::instruction_count() const {
+  int64_t n = 0;
+  for (const auto& ch : chains_) n += static_cast<int64_t>(ch.instrs.size());
+  return n;
+}
+
+std::vector<int64_t> NativePlan::step_counts() const {
+  std::vector<int64_t> counts(4, 0);
+  for (const auto& ch : chains_)
+    for (const auto& in : ch.instrs) {
+      if (in.op == Op::Kernel) ++counts[in.fast != Fast::None ? 0 : 1];
+      else ++counts[in.op == Op::Python ? 2 : 3];
+    }
+  return counts;
+}
+
+// -- running ---------------------------------------------------------------------------------------
+
+void NativePlan::call_kernel(Instr& in) {
+  // Nothing the runtime owns requires grad: below autograd is where the Python path ends up too.
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  auto& a = in.args;
+  switch (in.fast) {
+    case Fast::TTS:
+      in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+      return;
+    case Fast::TT:
+      in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+      return;
+    case Fast::T:
+      in.t->call(a[0].toTensor(), a[1].toTensor());
+      return;
+    case Fast::TTTSS:
+      in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+      return;
+    case Fast::None:
+      break;
+  }
+  stack_.assign(a.begin(), a.end());
+  in.handle->callBoxed(stack_);
+  if (in.has_result) {
+    const at::Tensor& r = stack_.at(0).toTensor();
+    if (!r.is_same(in.a)) in.a.set_(r);
+  }
+  stack_.clear();
+}
+
+int64_t NativePlan::step(Instr& in, int64_t pc) {
+  switch (in.op) {
+    case Op::Kernel:
+      if (in.alternative) {
+        const int64_t threads = at::get_num_threads();
+        if (threads != in.chosen_for_threads) {
+          py::gil_scoped_acquire gil;
+          in.use_alternative = in.choose().cast<bool>();
+          in.chosen_for_threads = threads;
+        }
+        call_kernel(in.use_alternative ? *in.alternative : in);
+      } else {
+        call_kernel(in);
+      }
+      return pc + 1;
+    case Op::Python: {
+      py::gil_scoped_acquire gil;
+      py::object r = in.fn();
+      if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr())) return r.cast<int64_t>();
+      return pc + 1;
+    }
+    case Op::Move: {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      in.a.set_(in.b);
+      return pc + 1;
+    }
+    case Op::Free: {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      in.a.set_();
+      return pc + 1;
+    }
+    case Op::JumpIfFalse: {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      return at::all(in.a).item<bool>() ? pc + 1 : in.destination;
+    }
+  }
+  return pc + 1;
+}
+
+void NativePlan::run() {
+  failed_chain = failed_index = -1;
+  for (size_t c = 0; c < chains_.size(); ++c) {
+    auto& instrs = chains_[c].instrs;
+    const int64_t n = static_cast<int64_t>(instrs.size());
+    int64_t pc = 0;
+    try {
+      while (pc < n) pc = step(instrs[pc], pc);
+    } catch (...) {
+      failed_chain = static_cast<int64_t>(c);
+      failed_index = pc;
+      throw;
+    }
+  }
+}
+
+std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
+  failed_chain = failed_index = -1;
+  // The record format of _interpreter.run_timed: per chain its start, then one end time per step
+  // (straight-line) or (step index, end time) pairs closed by -1 (chains with jumps).
+  std::vector<int64_t> record;
+  int64_t events = 0;
+  record.reserve(static_cast<size_t>(instruction_count() + 2 * static_cast<int64_t>(chains_.size())));
+  for (size_t c = 0; c < chains_.size(); ++c) {
+    auto& ch = chains_[c];
+    const int64_t n = static_cast<int64_t>(ch.instrs.size());
+    int64_t pc = 0;
+    record.push_back(static_cast<int64_t>(ticks()));
+    try {
+      while (pc < n) {
+        int64_t next = step(ch.instrs[pc], pc);
+        if (ch.jumps) record.push_back(pc);
+        record.push_back(static_cast<int64_t>(ticks()));
+        if (!ch.event_counts.empty()) events += ch.event_counts[pc];
+        pc = next;
+      }
+    } catch (...) {
+      failed_chain = static_cast<int64_t>(c);
+      failed_index = pc;
+      throw;
+    }
+    if (ch.jumps) record.push_back(-1);
+  }
+  // Ticks to nanoseconds: every entry is a tick except the step indices and -1 of jump chains.
+  const Anchor anchor = new_anchor();
+  size_t pos = 0;
+  for (const auto& ch : chains_) {
+    record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
+    ++pos;
+    if (!ch.jumps) {
+      for (size_t k = 0; k < ch.instrs.size(); ++k, ++pos) record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
+      continue;
+    }
+    while (record[pos] != -1) {
+      record[pos + 1] = anchor.to_ns(static_cast<uint64_t>(record[pos + 1]));
+      pos += 2;
+    }
+    ++pos;
+  }
+  return {std::move(record), events};
+}
+
+void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
+  DebugRecord rec;
+  if (item.kind == LogItem::Python) {
+    py::gil_scoped_acquire gil;
+    rec.kind = DebugRecord::Python;
+    rec.value = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(values_.ptr(), item.slot));
+    records_.push_back(std::move(rec));
+    return;
+  }
+  bool complete = true;
+  for (const at::Tensor& t : item.tensors) {
+    auto st = static_cast<size_t>(t.scalar_type());
+    int8_t et = st < et_type_.size() ? et_type_[st] : -1;
+    if (et < 0) {  // no ExecuTorch dtype: no event, nothing dropped (as the Python tracer)
+      complete = false;
+      continue;
+    }
+    const int64_t nbytes = t.numel() * static_cast<int64_t>(t.element_size());
+    const int64_t offset = arena.reserve(nbytes, 64);
+    if (offset < 0) {
+      ++dropped;
+      complete = false;
+      continue;
+    }
+    if (nbytes > 0) {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;
+      arena.buffer().narrow(0, offset, nbytes).view(t.scalar_type()).view(t.sizes()).copy_(t);
+    }
+    rec.offsets.push_back(offset);
+    rec.scalar_types.push_back(et);
+    rec.sizes.emplace_back(t.sizes().begin(), t.sizes().end());
+  }
+  if (complete) rec.kind = item.kind == LogItem::Tensor ? DebugRecord::Tensor : DebugRecord::TensorList;
+  records_.push_back(std::move(rec));
+}
+
+std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_events, int64_t& dropped) {
+  failed_chain = failed_index = -1;
+  std::vector<int64_t> steps;
+  steps.reserve(static_cast<size_t>(6 * instruction_count()));
+  int64_t python_count = 0;
+  {
+    py::gil_scoped_acquire gil;
+    python_count = static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
+  }
+  for (size_t c = 0; c < chains_.size(); ++c) {
+    auto& ch = chains_[c];
+    const int64_t n = static_cast<int64_t>(ch.instrs.size());
+    int64_t pc = 0;
+    try {
+      while (pc < n) {
+        Instr& in = ch.instrs[pc];
+        const int64_t start = static_cast<int64_t>(ticks());
+        const int64_t next = step(in, pc);
+        if (in.op == Op::Python) {  // a delegate may have added events of its own
+          py::gil_scoped_acquire gil;
+          python_count = static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
+        }
+        for (const LogItem& item : in.logs) log(item, arena, dropped);
+        const int64_t end = static_cast<int64_t>(ticks());
+        steps.insert(steps.end(), {static_cast<int64_t>(c), pc, start, end, python_count,
+                                   static_cast<int64_t>(records_.size())});
+        pc = next;
+      }
+    } catch (...) {
+      failed_chain = static_cast<int64_t>(c);
+      failed_index = pc;
+      throw;
+    }
+  }
+  const Anchor anchor = new_anchor();
+  for (size_t k = 0; k < steps.size(); k += 6) {
+    steps[k + 2] = anchor.to_ns(static_cast<uint64_t>(steps[k + 2]));
+    steps[k + 3] = anchor.to_ns(static_cast<uint64_t>(steps[k + 3]));
+  }
+  return steps;
+}
+
+}  // namespace etlab_native

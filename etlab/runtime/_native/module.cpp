@@ -1,0 +1,179 @@
+// Python bindings of the native runtime core (module etlab.runtime._native._core).
+#include <c10/util/Exception.h>
+#include <torch/csrc/Dtype.h>
+
+#include <variant>
+
+#include "core.h"
+
+namespace etlab_native {
+namespace {
+
+// Torch warnings raised while the GIL is released are collected here and re-issued as Python
+// warnings afterwards (the interpreter's own "output was resized" warning is dropped, as the
+// Python core's warning filter does).
+class WarningCollector : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override {
+    const std::string& msg = warning.msg();
+    if (msg.find("An output with one or more elements was resized") != std::string::npos) return;
+    messages_.emplace_back(msg, std::holds_alternative<c10::DeprecationWarning>(warning.type()));
+  }
+  void reissue() {
+    for (const auto& [msg, deprecation] : messages_) {
+      if (PyErr_WarnEx(deprecation ? PyExc_DeprecationWarning : PyExc_UserWarning, msg.c_str(), 1) < 0)
+        throw py::error_already_set();
+    }
+  }
+
+ private:
+  std::vector<std::pair<std::string, bool>> messages_;
+};
+
+// Runs `body` without the GIL and under the warning collector; torch errors become the Python
+// exception torch itself would raise, with the message but without the C++ backtrace.
+template <class Body>
+auto without_gil(Body&& body) {
+  WarningCollector warnings;
+  try {
+    auto result = [&] {
+      py::gil_scoped_release release;
+      c10::WarningUtils::WarningHandlerGuard guard(&warnings);
+      return body();
+    }();
+    warnings.reissue();
+    return result;
+  } catch (const c10::IndexError& e) {
+    throw py::index_error(error_message(e));
+  } catch (const c10::ValueError& e) {
+    throw py::value_error(error_message(e));
+  } catch (const c10::TypeError& e) {
+    throw py::type_error(error_message(e));
+  } catch (const c10::NotImplementedError& e) {
+    PyErr_SetString(PyExc_NotImplementedError, error_message(e).c_str());
+    throw py::error_already_set();
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(error_message(e));
+  }
+}
+
+py::tuple sizes_tuple(const std::vector<int64_t>& sizes) {
+  py::tuple t(sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) t[i] = py::int_(sizes[i]);
+  return t;
+}
+
+// The debug records of the last traced run as Python values:
+// None | ("T", scalar_type, sizes, offset) | ("L", ((scalar_type, sizes, offset), ...)) | ("V", value).
+py::list take_records(NativePlan& plan) {
+  auto& records = plan.records();
+  py::list out(records.size());
+  for (size_t i = 0; i < records.size(); ++i) {
+    DebugRecord& r = records[i];
+    switch (r.kind) {
+      case DebugRecord::None:
+        out[i] = py::none();
+        break;
+      case DebugRecord::Tensor:
+        out[i] = py::make_tuple("T", r.scalar_types[0], sizes_tuple(r.sizes[0]), r.offsets[0]);
+        break;
+      case DebugRecord::TensorList: {
+        py::tuple members(r.offsets.size());
+        for (size_t k = 0; k < r.offsets.size(); ++k)
+          members[k] = py::make_tuple(r.scalar_types[k], sizes_tuple(r.sizes[k]), r.offsets[k]);
+        out[i] = py::make_tuple("L", members);
+        break;
+      }
+      case DebugRecord::Python:
+        out[i] = py::make_tuple("V", r.value);
+        break;
+    }
+  }
+  records.clear();
+  return out;
+}
+
+py::bytes as_bytes(const std::vector<int64_t>& v) {
+  return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+// A bare C++ loop making the add.out calls of an add chain (bench/runtime.py): what the same ATen
+// work costs without any interpreter around it. The tensors are converted once, here.
+class BareAddOutLoop {
+ public:
+  BareAddOutLoop(std::vector<at::Tensor> outs, std::vector<at::Tensor> lhs, std::vector<at::Tensor> rhs,
+                 py::object alpha)
+      : outs_(std::move(outs)), lhs_(std::move(lhs)), rhs_(std::move(rhs)),
+        alpha_(PyLong_Check(alpha.ptr()) ? at::Scalar(alpha.cast<int64_t>()) : at::Scalar(alpha.cast<double>())) {
+    if (outs_.size() != lhs_.size() || outs_.size() != rhs_.size())
+      throw std::invalid_argument("outs, lhs and rhs must have the same length");
+  }
+  void run() {
+    py::gil_scoped_release release;
+    for (size_t i = 0; i < outs_.size(); ++i) {
+      at::AutoDispatchBelowADInplaceOrView below_autograd;  // as the native core's kernel calls
+      at::add_out(outs_[i], lhs_[i], rhs_[i], alpha_);
+    }
+  }
+
+ private:
+  std::vector<at::Tensor> outs_, lhs_, rhs_;
+  at::Scalar alpha_;
+};
+
+}  // namespace
+}  // namespace etlab_native
+
+PYBIND11_MODULE(_core, m) {
+  using namespace etlab_native;
+  m.doc() = "etlab's native runtime core: runs a bound method plan with pre-resolved dispatcher handles.";
+
+  py::class_<DebugArena, std::shared_ptr<DebugArena>>(m, "DebugArena")
+      .def(py::init<at::Tensor>())
+      .def("reserve", &DebugArena::reserve, py::arg("nbytes"), py::arg("alignment"))
+      .def_property_readonly("used", &DebugArena::used);
+
+  py::class_<NativePlan>(m, "NativePlan")
+      .def(py::init<py::object, py::list, std::vector<int64_t>>())
+      .def("add_chain", &NativePlan::add_chain)
+      .def("add_kernel", &NativePlan::add_kernel)
+      .def("set_alternative", &NativePlan::set_alternative)
+      .def("add_python", &NativePlan::add_python)
+      .def("add_move", &NativePlan::add_move)
+      .def("add_free", &NativePlan::add_free)
+      .def("add_jump", &NativePlan::add_jump)
+      .def("add_log", &NativePlan::add_log)
+      .def_readonly("failed_chain", &NativePlan::failed_chain)
+      .def_readonly("failed_index", &NativePlan::failed_index)
+      .def_property_readonly("instruction_count", &NativePlan::instruction_count)
+      .def_property_readonly("step_counts", [](const NativePlan& p) {
+        auto c = p.step_counts();
+        return py::dict(py::arg("unboxed") = c[0], py::arg("boxed") = c[1], py::arg("python") = c[2],
+                        py::arg("other") = c[3]);
+      })
+      .def("run", [](NativePlan& p) { without_gil([&] { p.run(); return 0; }); })
+      .def("set_event_counts", &NativePlan::set_event_counts)
+      .def("run_timed",
+           [](NativePlan& p) {
+             auto [record, events] = without_gil([&] { return p.run_timed(); });
+             return py::make_tuple(as_bytes(record), events);
+           })
+      .def("run_traced", [](NativePlan& p, DebugArena& arena, py::list python_events) {
+        p.records().clear();
+        int64_t dropped = 0;
+        std::vector<int64_t> steps;
+        try {
+          steps = without_gil([&] { return p.run_traced(arena, python_events, dropped); });
+        } catch (...) {
+          p.records().clear();
+          throw;
+        }
+        return py::make_tuple(as_bytes(steps), take_records(p), dropped);
+      });
+
+  m.def("clock_ns", &clock_ns,
+        "CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns's clock) read from the CPU's time-stamp counter");
+  py::class_<BareAddOutLoop>(m, "BareAddOutLoop")
+      .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, py::object>())
+      .def("run", &BareAddOutLoop::run);
+}

@@ -1,0 +1,352 @@
+// One viewer widget for the four file types (and the dashboard / comparison pages): it asks the
+// server for the file's JSON, draws it with the shared view modules, links the views on the page
+// (graph node <-> profile row <-> timeline spans / memory blocks) and offers a reload when the
+// file changes on disk.
+
+import { Widget } from '@lumino/widgets';
+
+import { requestJSON } from './api';
+import { fmtBytes, fmtNum, h, IBlock, IMounted, ISpan, memoryPlan, mountGraph, mountTable, runTimeline, section, table } from './render';
+
+export type ViewKind = 'pte' | 'etdp' | 'etrecord' | 'bpte' | 'compare';
+
+export interface IViewerOptions {
+  kind: ViewKind;
+  path: string; // relative to the server root; for 'compare' the first run
+  program?: string | null; // etdp: the .pte/.etrecord to join with; compare: the program
+  other?: string; // compare: the second run
+}
+
+const POLL_MS = 2000;
+// Graphs of more nodes start with their module groups collapsed (expand all / a click opens them):
+// two compare panes of a MobileNetV2 laid out in full take seconds; collapsed, a fraction of that.
+const COLLAPSE_ABOVE = 120;
+
+export class ETLabViewer extends Widget {
+  constructor(options: IViewerOptions) {
+    super();
+    this.options = { ...options };
+    this.addClass('jp-etlab');
+    this.node.setAttribute('data-etlab-kind', options.kind);
+    this.bar = h('div', { class: 'jp-etlab-reload', 'data-role': 'reload-bar', style: 'display:none' },
+      'The file changed on disk. ', h('button', { class: 'jp-mod-styled jp-mod-accept', 'data-role': 'reload', onclick: () => void this.load() }, 'Reload'));
+    this.body = h('div', { class: 'jp-etlab-body' });
+    this.node.append(this.bar, this.body);
+    this.ready = new Promise((resolve) => (this.resolveReady = resolve));
+  }
+
+  readonly ready: Promise<void>;
+
+  get path(): string {
+    return this.options.path;
+  }
+
+  set path(p: string) {
+    this.options.path = p;
+  }
+
+  protected onAfterAttach(): void {
+    if (!this.loaded) void this.load();
+    this.timer = window.setInterval(() => void this.poll(), POLL_MS);
+  }
+
+  protected onBeforeDetach(): void {
+    window.clearInterval(this.timer);
+  }
+
+  dispose(): void {
+    window.clearInterval(this.timer);
+    super.dispose();
+  }
+
+  /** (Re)reads the file on the server and draws it. */
+  async load(): Promise<void> {
+    this.loaded = true;
+    this.bar.style.display = 'none';
+    this.body.textContent = '';
+    this.node.setAttribute('data-state', 'loading');
+    const status = h('div', { class: 'jp-etlab-note' }, `reading ${this.options.path} …`);
+    this.body.append(status);
+    try {
+      const o = this.options;
+      const data =
+        o.kind === 'compare'
+          ? await requestJSON('api/compare', { a: o.path, b: o.other, program: o.program })
+          : await requestJSON(`api/view/${o.kind}`, { path: o.path, program: o.program });
+      this.version = data.mtime_ns || null;
+      status.remove();
+      await PAGES[o.kind](this, data);
+      this.node.setAttribute('data-state', 'ready');
+    } catch (err: any) {
+      status.remove();
+      this.body.append(h('div', { class: 'jp-etlab-error', 'data-role': 'error' }, String(err && err.message ? err.message : err)));
+      this.node.setAttribute('data-state', 'error');
+    }
+    this.resolveReady();
+  }
+
+  /** Offers a reload when the file's size or mtime changed. */
+  private async poll(): Promise<void> {
+    if (!this.version || this.options.kind === 'compare' || !this.isVisible) return;
+    try {
+      const st = await requestJSON('api/stat', { path: this.options.path });
+      if (st.mtime_ns !== this.version) this.bar.style.display = '';
+    } catch {
+      // gone or unreadable: the next load says why
+    }
+  }
+
+  /** Joins the run with another program (the picker of the .etdp viewer). */
+  setProgram(program: string | null): void {
+    this.options.program = program;
+    void this.load();
+  }
+
+  options: IViewerOptions;
+  body: HTMLElement;
+  private bar: HTMLElement;
+  private timer = 0;
+  private loaded = false;
+  private version: string | null = null;
+  private resolveReady: () => void = () => undefined;
+}
+
+// --- linking -------------------------------------------------------------------------------------
+
+/** Which rows/spans/blocks belong to a selected node: by instruction id (instruction graphs) or debug handles. */
+interface ISelection {
+  handles: number[];
+  instruction: boolean; // handles are instruction ids
+  label: string;
+}
+
+function matches(sel: ISelection, handles: number[], instruction: number | null): boolean {
+  if (sel.instruction) return instruction !== null && sel.handles.includes(instruction);
+  return handles.some((x) => sel.handles.includes(x));
+}
+
+function highlight(root: HTMLElement, selector: string, pick: (el: Element) => boolean): number {
+  let n = 0;
+  root.querySelectorAll(selector).forEach((el) => {
+    const on = pick(el);
+    el.classList.toggle('jp-etlab-hit', on);
+    if (on) n++;
+  });
+  root.querySelectorAll(selector).forEach((el) => el.classList.toggle('jp-etlab-dim', n > 0 && !el.classList.contains('jp-etlab-hit')));
+  return n;
+}
+
+function spanPick(sel: ISelection) {
+  return (el: Element) => {
+    const instr = el.getAttribute('data-instruction');
+    const hs = (el.getAttribute('data-handles') || '').split(',').filter(Boolean).map(Number);
+    return matches(sel, hs, instr === '' || instr === null ? null : Number(instr));
+  };
+}
+
+// --- pages ---------------------------------------------------------------------------------------
+
+type Page = (v: ETLabViewer, data: any) => Promise<void>;
+
+function methodsSection(methods: any[]): HTMLElement {
+  const rows = methods.map((m: any) => [
+    m.name, m.inputs.join(', ') || '–', m.outputs.join(', ') || '–', m.instructions,
+    m.operators.map((o: any) => `${o.name} ×${o.calls}`).join(', ') || '–',
+    m.delegates.map((d: any) => `${d.backend} #${d.index}`).join(', ') || '–',
+    m.arena_bytes.map(fmtBytes).join(', ') || '–', fmtBytes(m.constant_bytes)
+  ]);
+  return section('Methods', table(['method', 'inputs', 'outputs', 'instructions', 'operators', 'delegates', 'arenas', 'constants'], rows, 'methods'));
+}
+
+const ptePage: Page = async (v, d) => {
+  const head = h('div', { class: 'jp-etlab-head' },
+    h('b', {}, d.path), ` · program v${d.version} · ${d.segments} segment(s), ${fmtBytes(d.segment_bytes)} · program hash ${d.signature}`);
+  v.body.append(head, methodsSection(d.methods));
+  const graphBox = section(`Instruction graph of ${d.method} (${d.graph.nodes.length} nodes)`);
+  const memBox = section(`Memory plan of ${d.method} (${d.memory.length} planned tensors over ${d.steps} steps)`);
+  v.body.append(graphBox, memBox);
+  const graph = await mountGraph(graphBox, [d.graph], { height: 460 }, 'none');
+  const mem = memoryPlan(d.memory as IBlock[], d.steps, (b) => graph.model.set('focus_target', { handles: [b.first] }));
+  memBox.append(mem);
+  graph.el.addEventListener('etlab:select', (e: any) => {
+    const step = (e.detail.handles || [])[0];
+    if (step === undefined) return;
+    highlight(mem, 'rect.block', (el) => Number(el.getAttribute('data-first')) <= step && step <= Number(el.getAttribute('data-last')));
+  });
+};
+
+async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>, instructionGraph: boolean): Promise<void> {
+  let graph: IMounted | null = null;
+  const graphBox = section('Graph with p50 latency');
+  v.body.append(graphBox);
+  const tableBox = section(`Profile (${d.rows.length} timed events, ${d.runs} run(s), ${d.unit})`);
+  const filterNote = h('div', { class: 'jp-etlab-filter', 'data-role': 'filter-note', style: 'display:none' });
+  tableBox.append(filterNote);
+  v.body.append(tableBox);
+  const tbl = await mountTable(tableBox, d.columns, d.rows, 'Operators');
+  const timeBox = section('Timeline');
+  v.body.append(timeBox);
+  let showLive: (rows: any[] | null) => void = () => undefined;
+  const select = (sel: ISelection | null, fromGraph: boolean) => {
+    const rows = sel ? d.rows.filter((r: any) => matches(sel, r.handles || [], r.instruction ?? null)) : d.rows;
+    if (fromGraph) {
+      tbl.model.set('rows', rows);
+      filterNote.style.display = sel ? '' : 'none';
+      filterNote.textContent = '';
+      if (sel) filterNote.append(`profile rows of ${sel.label}: ${rows.length} `, h('button', { class: 'jp-mod-styled', 'data-role': 'show-all', onclick: () => select(null, true) }, 'show all'));
+    }
+    if (sel) highlight(timeBox, 'rect.span', spanPick(sel));
+    else highlight(timeBox, 'rect.span', () => false);
+    showLive(sel ? rows : null);
+  };
+  const focusGraph = (handles: number[], instruction: number | null, name: string | null) => {
+    if (!graph) return;
+    if (instructionGraph && instruction !== null) graph.model.set('focus_target', { handles: [instruction] });
+    else if (handles.length || name) graph.model.set('focus_target', { name, handles });
+  };
+  timeBox.append(runTimeline(d.spans as ISpan[], d.unit, (sp) => {
+    select({ handles: instructionGraph ? [sp.instruction ?? -1] : sp.handles, instruction: instructionGraph, label: sp.name }, true);
+    focusGraph(sp.handles, sp.instruction, null);
+  }));
+  // the memory plan of the program (a .pte of it beside the run): tensors live at the selected instructions
+  let mem: HTMLElement | null = null;
+  if (d.memory && d.memory.length) {
+    const memBox = section(`Memory plan (${d.memory_source}: ${d.memory.length} planned tensors over ${d.steps} steps)`);
+    mem = memoryPlan(d.memory as IBlock[], d.steps, (b) => {
+      const row = d.rows.find((r: any) => r.instruction === b.first);
+      select({ handles: instructionGraph ? [b.first] : row ? row.handles : [], instruction: instructionGraph, label: `step ${b.first}` }, true);
+      focusGraph(row ? row.handles : [], b.first, null);
+    });
+    memBox.append(mem);
+    v.body.append(memBox);
+  }
+  showLive = (rows: any[] | null) => {
+    if (!mem) return;
+    const steps = new Set((rows || []).map((r: any) => r.instruction).filter((x: any) => x !== null && x !== undefined));
+    highlight(mem, 'rect.block', (el) => {
+      const first = Number(el.getAttribute('data-first'));
+      const last = Number(el.getAttribute('data-last'));
+      for (const st of steps) if (first <= st && st <= last) return true;
+      return false;
+    });
+  };
+  tbl.el.addEventListener('etlab:focus', (e: any) => {
+    const f = e.detail || {};
+    select({ handles: instructionGraph ? [f.instruction ?? -1] : f.handles || [], instruction: instructionGraph, label: f.name || '' }, false);
+    focusGraph(f.handles || [], f.instruction ?? null, f.name || null);
+  });
+  // the table and timeline are up: the graph (rebuilt from an ETRecord on the server) may come later
+  const title = graphBox.querySelector('h3') as HTMLElement;
+  const pending = h('div', { class: 'jp-etlab-note', 'data-role': 'graph-pending' }, `building the graphs of ${d.program || 'the program'} …`);
+  graphBox.append(pending);
+  const drawGraphs = async (gs: any[]) => {
+    pending.remove();
+    if (!gs.length) {
+      graphBox.append(h('div', { class: 'jp-etlab-note' }, d.program ? 'no graph recorded' : 'no program joined: no graph (pick one above)'));
+      return;
+    }
+    title.textContent = `Graph${gs.length > 1 ? 's' : ''} with p50 latency (${gs.map((g: any) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`;
+    graph = await mountGraph(graphBox, gs, { height: 460, collapse_threshold: COLLAPSE_ABOVE, ...(gs.length > 1 ? { shown: gs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
+    graph.el.addEventListener('etlab:select', (e: any) => {
+      select({ handles: e.detail.handles || [], instruction: instructionGraph, label: e.detail.name }, true);
+    });
+  };
+  if (Array.isArray(graphs)) await drawGraphs(graphs);
+  else {
+    graphs.then(drawGraphs, (err: any) => {
+      pending.remove();
+      graphBox.append(h('div', { class: 'jp-etlab-error', 'data-role': 'graph-error' }, String(err && err.message ? err.message : err)));
+    });
+  }
+}
+
+const etdpPage: Page = async (v, d) => {
+  const picker = h('select', { 'data-role': 'program-picker', title: 'join the run with a program' }) as HTMLSelectElement;
+  picker.append(h('option', { value: '' }, d.program || d.mismatch ? '(no program)' : '(no program found beside it)'));
+  for (const p of d.programs || []) picker.append(h('option', { value: p }, p));
+  picker.value = d.program || (d.mismatch ? v.options.program || '' : '');
+  picker.addEventListener('change', () => v.setProgram(picker.value || null));
+  v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path), ` · ${d.blocks.length} run block(s) · joined with `, picker));
+  if (d.mismatch) v.body.append(h('div', { class: 'jp-etlab-error', 'data-role': 'mismatch' }, d.mismatch));
+  else if (!d.program && (d.candidates || []).length) {
+    v.body.append(h('div', { class: 'jp-etlab-note', 'data-role': 'unpaired' }, `none of ${d.candidates.join(', ')} is the program of this run`));
+  }
+  v.body.append(section('Run blocks', table(['block', 'events', 'profile events', 'debug events', 'span (ticks)'],
+    d.blocks.map((b: any) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks')));
+  const graphs = d.graphs_pending
+    ? requestJSON('api/view/etdp', { path: d.path, program: d.program, part: 'graphs' }).then((g: any) => g.graphs as any[])
+    : d.graphs || [];
+  await runPanels(v, d, graphs, d.paired === 'pte');
+};
+
+const etrecordPage: Page = async (v, d) => {
+  v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path),
+    ` · methods ${d.methods.join(', ')} · graphs ${d.kinds.join(', ') || 'none'} · ${d.instructions} instructions mapped · program hash ${d.signature}`));
+  if (d.delegates.length) v.body.append(section('Delegates', table(['instruction', 'backend'], d.delegates.map((x: any) => [x.instruction, x.backend]), 'delegates')));
+  const graphBox = section(`Graphs of ${d.method}: ${d.graphs.map((g: any) => `${g.title} ${g.nodes.length} nodes`).join(' · ')}`);
+  const layout = h('div', { class: 'jp-etlab-split' });
+  const tree = h('div', { class: 'jp-etlab-tree', 'data-role': 'modules' }, h('div', { class: 'jp-etlab-sub' }, 'Module hierarchy'));
+  const graphHost = h('div', { class: 'jp-etlab-grow' });
+  layout.append(tree, graphHost);
+  graphBox.append(layout);
+  v.body.append(graphBox);
+  const graph = d.graphs.length ? await mountGraph(graphHost, d.graphs, { height: 520, collapse_threshold: COLLAPSE_ABOVE, ...(d.graphs.length > 1 ? { shown: d.graphs.slice(0, 2).map((g: any) => g.kind) } : {}) }) : null;
+  for (const m of d.modules) {
+    const row = h('div', { class: 'jp-etlab-module', 'data-module': m.id, style: `padding-left:${8 + m.depth * 14}px`, title: m.type },
+      `${m.label} `, h('span', { class: 'jp-etlab-count' }, String(m.nodes)));
+    row.addEventListener('click', () => {
+      const search = graph?.el.querySelector('input[data-role=search]') as HTMLInputElement | null;
+      if (!search) return;
+      search.value = m.kind === 'module' ? m.id : m.label.split(' · ').pop() || m.id;
+      search.dispatchEvent(new Event('input'));
+    });
+    tree.append(row);
+  }
+  if (!d.modules.length) tree.append(h('div', { class: 'jp-etlab-note' }, 'no module groups'));
+};
+
+const bptePage: Page = async (v, d) => {
+  v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path),
+    ` · bundled program v${d.version} · embedded program ${fmtBytes(d.program_bytes)} · program hash ${d.signature}`));
+  v.body.append(methodsSection(d.methods));
+  const val = (x: any) => (x.kind === 'tensor' ? `${x.dtype}[${x.shape.join(', ')}]${x.preview.length ? ' ' + x.preview.map(fmtNum).join(' ') + ' …' : ''}` : `${x.kind} ${x.value ?? ''}`);
+  const rows: any[] = [];
+  for (const s of d.suites) for (const c of s.cases) rows.push([s.method, c.index, c.inputs.map(val).join('; '), c.expected.map(val).join('; ')]);
+  v.body.append(section(`Test cases (${rows.length})`, table(['method', 'case', 'inputs', 'expected outputs'], rows, 'cases')));
+  const result = h('div', { 'data-role': 'verify-result' });
+  const button = h('button', { class: 'jp-mod-styled jp-mod-accept', 'data-role': 'verify' }, "Verify with etlab's runtime") as HTMLButtonElement;
+  button.addEventListener('click', async () => {
+    button.disabled = true;
+    result.textContent = 'running the test cases on the server …';
+    try {
+      const r = await requestJSON('api/verify', { path: d.path }, 'POST');
+      result.textContent = '';
+      const passed = r.cases.filter((c: any) => c.ok).length;
+      result.append(h('div', { class: r.passed ? 'jp-etlab-ok' : 'jp-etlab-error', 'data-role': 'verdict' }, `${passed} of ${r.cases.length} test case(s) passed`),
+        table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c: any) => [c.method, c.index,
+          h('span', { class: c.ok ? 'jp-etlab-pass' : 'jp-etlab-fail' }, c.ok ? 'passed' : 'FAILED'), c.outputs.map((o: any) => o.text).join('; ')]), 'verify-cases'));
+    } catch (err: any) {
+      result.textContent = '';
+      result.append(h('div', { class: 'jp-etlab-error' }, String(err.message || err)));
+    }
+    button.disabled = false;
+  });
+  v.body.append(section('Verification', button, result));
+};
+
+const comparePage: Page = async (v, d) => {
+  v.body.append(h('div', { class: 'jp-etlab-head' }, 'Run A ', h('b', {}, d.a), ' vs run B ', h('b', {}, d.b), ` · per-op p50 (${d.unit})`));
+  const tableBox = section(`Per-op p50 delta (${d.rows.length} events)`);
+  v.body.append(tableBox);
+  const tbl = await mountTable(tableBox, d.columns, d.rows, 'B vs A');
+  if (d.graphs.length) {
+    const box = section(`${d.graphs[0].title} (the latency overlay shows the ratio B / A)`);
+    v.body.append(box);
+    const graph = await mountGraph(box, d.graphs, { height: 460 }, 'latency');
+    tbl.el.addEventListener('etlab:focus', (e: any) => graph.model.set('focus_target', { handles: [e.detail.instruction] }));
+  } else {
+    v.body.append(h('div', { class: 'jp-etlab-note' }, 'no .pte of this program beside the runs: no graph overlay'));
+  }
+};
+
+const PAGES: Record<ViewKind, Page> = { pte: ptePage, etdp: etdpPage, etrecord: etrecordPage, bpte: bptePage, compare: comparePage };

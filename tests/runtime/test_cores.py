@@ -1,0 +1,209 @@
+"""The native core against the Python reference: same outputs bit for bit, same ETDump events,
+errors that name the instruction, the GIL released while native steps run, and the fallback."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+from etlab.compiler import to_edge
+from etlab.models import ZOO
+from etlab.runtime import (
+    ExecutionError,
+    Runtime,
+    _native,
+    register_backend,
+    register_kernel,
+    unregister_backend,
+    unregister_kernel,
+)
+from tests.runtime._programs import (
+    PlanBuilder,
+    ProgramBuilder,
+    ScaleBackend,
+    accumulator_program,
+    add_chain,
+    branch_program,
+    delegate_program,
+    dynamic_view_program,
+)
+
+
+@pytest.fixture
+def runtime_core() -> str:
+    """This module compares the cores itself: no per-core repetition."""
+    return "both"
+
+
+def _zoo_program(name: str) -> tuple[bytes, list]:
+    model, inputs = ZOO[name]()
+    with torch.no_grad():
+        return to_edge(torch.export.export(model, tuple(inputs))).to_executorch().buffer, [list(inputs)]
+
+
+def _programs() -> dict:
+    chain, _ = add_chain(12, shape=(3, 5))
+    x3 = torch.arange(3.0)
+    return {
+        "add_chain": (chain, [[torch.randn(3, 5, generator=torch.Generator().manual_seed(1))]]),
+        "branch": (branch_program(), [[x3, torch.tensor(True)], [x3, torch.tensor(False)]]),
+        "accumulator": (accumulator_program(None), [[x3], [x3 * 2]]),
+        "dynamic_view": (dynamic_view_program(), [[torch.randn(8, 4)], [torch.randn(3, 4)]]),
+        "delegate": (delegate_program(), [[torch.ones(2, 2)]]),
+        "kv_cache_decoder": _zoo_program("kv_cache_decoder"),
+        "cond": _zoo_program("cond"),
+    }
+
+
+@pytest.fixture(scope="module")
+def programs() -> dict:
+    register_backend("ScaleBackend", ScaleBackend())
+    yield _programs()
+    unregister_backend("ScaleBackend")
+
+
+def _events(program) -> list:
+    """Every event of the program's trace, timings and buffer offsets left out."""
+    out = []
+    for run in program._tracer.to_etdump().run_data:
+        for e in run.events:
+            if e.profile_event:
+                p = e.profile_event
+                out.append((run.name, "P", p.name, p.chain_index, p.instruction_id, p.delegate_debug_id_int,
+                            p.delegate_debug_id_str, p.delegate_debug_metadata))
+            elif e.debug_event:
+                d, v = e.debug_event, e.debug_event.debug_entry
+                tensors = [v.tensor] if v.tensor else (v.tensor_list.tensors if v.tensor_list else [])
+                out.append((run.name, "D", d.chain_index, d.instruction_id, d.delegate_debug_id_int,
+                            d.delegate_debug_id_str, int(v.val), v.int_value, v.output,
+                            [(int(t.scalar_type), t.sizes, t.strides) for t in tensors]))
+    return out
+
+
+def _run(core: str, data: bytes, calls: list, **trace) -> tuple:
+    program = Runtime.get(core=core).load_program(data, **trace)
+    method = program.load_method("forward")
+    assert method.core == core
+    outputs = [method.execute(inputs) for inputs in calls]
+    return program, outputs
+
+
+@pytest.mark.filterwarnings("ignore:ETDump buffer full:RuntimeWarning")
+@pytest.mark.parametrize("trace", [
+    {},
+    {"enable_etdump": True},
+    {"enable_etdump": True, "debug_buffer_size": 1 << 20},
+    {"enable_etdump": True, "debug_buffer_size": 1 << 20, "etdump_debug_level": 1},
+    {"enable_etdump": True, "debug_buffer_size": 4096},  # too small: values dropped, counted alike
+], ids=["off", "timings", "intermediates", "outputs", "dropping"])
+def test_both_cores_give_the_same_outputs_and_etdump(programs, trace):
+    for name, (data, calls) in programs.items():
+        ref_program, expected = _run("python", data, calls, **trace)
+        program, outputs = _run("native", data, calls, **trace)
+        for got, want in zip(outputs, expected):
+            assert len(got) == len(want), name
+            for g, w in zip(got, want):
+                if isinstance(w, torch.Tensor):
+                    assert torch.equal(g, w), name
+                else:
+                    assert g == w, name
+        if trace:
+            assert _events(program) == _events(ref_program), name
+            assert program.etdump_dropped_events == ref_program.etdump_dropped_events, name
+            if trace.get("debug_buffer_size"):
+                assert program._tracer.debug_buffer() == ref_program._tracer.debug_buffer(), name
+
+
+def test_native_core_runs_aten_kernels_itself(programs):
+    method = Runtime.get(core="native").load_program(programs["kv_cache_decoder"][0]).load_method("forward")
+    counts = method._core.plan.step_counts
+    assert counts["unboxed"] + counts["boxed"] > 0
+    assert counts["python"] <= sum(counts.values()) // 4, counts  # only what needs Python calls back
+
+
+def _failing_index_program() -> bytes:
+    b = PlanBuilder()
+    src = b.tensor([4])
+    index = b.tensor([2], torch.int64)
+    out = b.tensor([2])
+    b.kernel("aten::add.out", src, src, b.int(1), src, src)
+    b.kernel("aten::index_select.out", src, b.int(0), index, out, out)
+    return ProgramBuilder().serialize([b.plan([src, index], [out])])
+
+
+def test_native_kernel_errors_name_the_instruction_and_the_method_stays_usable():
+    method = Runtime.get(core="native").load_program(_failing_index_program()).load_method("forward")
+    with pytest.raises(ExecutionError, match=r"chain 0, instruction 1 \(aten::index_select.out\) failed: "
+                                             r"IndexError: .*index out of range") as info:
+        method.execute([torch.arange(4.0), torch.tensor([0, 9])])
+    assert "Exception raised from" not in str(info.value)  # the message, not the C++ backtrace
+    out = method.execute([torch.arange(4.0), torch.tensor([3, 1])])[0]
+    assert torch.equal(out, torch.tensor([6.0, 2.0]))
+
+
+def test_python_kernel_errors_keep_their_type_on_the_native_core():
+    def broken(x, out, _ret):
+        raise KeyError("no such thing")
+
+    register_kernel("etlab_test::broken.out", broken)
+    try:
+        b = PlanBuilder()
+        x, out = b.tensor([2]), b.tensor([2])
+        b.kernel("aten::add.out", x, x, b.int(1), out, out)
+        b.kernel("etlab_test::broken.out", x, out, out)
+        method = Runtime.get(core="native").load_program(ProgramBuilder().serialize([b.plan([x], [out])])) \
+            .load_method("forward")
+        with pytest.raises(ExecutionError, match=r"instruction 1 \(etlab_test::broken.out\) failed: KeyError") as e:
+            method.execute([torch.ones(2)])
+        assert isinstance(e.value.__cause__, KeyError)
+    finally:
+        unregister_kernel("etlab_test::broken.out")
+
+
+def test_native_steps_run_without_the_gil():
+    """A Python thread keeps running while a method's native steps do."""
+    started = threading.Event()
+    register_kernel("etlab_test::signal.out", lambda x, out, _ret: (started.set(), out.copy_(x)))
+    try:
+        shape = (512, 512)
+        b = PlanBuilder()
+        x, y = b.tensor(shape), b.tensor(shape)
+        b.kernel("etlab_test::signal.out", x, y, y)
+        cur = y
+        for _ in range(400):
+            nxt = b.tensor(shape)
+            b.kernel("aten::mul.out", cur, cur, nxt, nxt)
+            cur = nxt
+        method = Runtime.get(core="native").load_program(ProgramBuilder().serialize([b.plan([x], [cur])])) \
+            .load_method("forward")
+        worker = threading.Thread(target=method.execute, args=([torch.ones(shape)],))
+        worker.start()
+        assert started.wait(30)
+        spins, start = 0, time.perf_counter()
+        while worker.is_alive():
+            spins += 1
+        elapsed = time.perf_counter() - start
+        worker.join()
+        assert elapsed < 0.005 or spins > 1000, (spins, elapsed)
+    finally:
+        unregister_kernel("etlab_test::signal.out")
+
+
+def test_default_core_and_fallback(monkeypatch):
+    monkeypatch.delenv("ETLAB_RUNTIME_CORE", raising=False)
+    assert _native.choose_core(None) == "native"
+    assert _native.choose_core("python") == "python"
+    with pytest.raises(ValueError, match="unknown runtime core 'fast'"):
+        Runtime.get(core="fast")
+    monkeypatch.setattr(_native, "_core", None)
+    monkeypatch.setattr(_native, "_warned", False)
+    with pytest.warns(RuntimeWarning, match="native runtime core is not built.*running the Python core"):
+        assert _native.choose_core(None) == "python"
+    with pytest.raises(RuntimeError, match=r"native runtime core was asked for, but .*pip install"):
+        _native.choose_core("native")
+    monkeypatch.setenv("ETLAB_RUNTIME_CORE", "native")
+    with pytest.raises(RuntimeError, match="asked for by ETLAB_RUNTIME_CORE"):
+        _native.choose_core(None)
