@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel corpus clean
+.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel fuzz corpus clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,13 @@ schemas: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# The standing fuzz campaign (tests/fuzz): every loader, load+execute, Inspector+report, for a time
+# budget; saves reproducers under tests/fuzz/reproducers/ and rewrites the Robustness section of bench/RESULTS.md.
+FUZZ_SECONDS ?= 600
+FUZZ_WORKERS ?= 2
+fuzz: setup
+	$(PY) -m tests.fuzz.campaign --seconds $(FUZZ_SECONDS) --workers $(FUZZ_WORKERS)
 
 # The whole model corpus: every architecture compiled, run and inspected next to upstream (slow on a
 # cold upstream cache: ~1 min per model); rewrites the corpus section of bench/RESULTS.md.

@@ -206,10 +206,19 @@ def bundled_value(value: ConfigValue) -> B.Value:
     raise ValueError(f"cannot bundle a {type(value).__name__}")
 
 
+# Quantized and bit dtypes: torch.frombuffer crashes the process on them.
+_NOT_PLAIN = {getattr(torch, n) for n in ("qint8", "quint8", "qint32", "quint4x2", "quint2x4", "bits16", "bits8",
+                                          "bits4x2", "bits2x4", "bits1x8") if hasattr(torch, n)}
+
+
 def tensor_from_bundled(t: B.Tensor) -> torch.Tensor:
     """A schema tensor as a torch tensor (a copy; strides follow its dim order)."""
     dtype = scalar_type_to_dtype(t.scalar_type)
+    if dtype in _NOT_PLAIN:
+        raise ValueError(f"bundled tensor: scalar type {dtype} is not supported for test-case values")
     sizes = [int(s) for s in t.sizes or []]
+    if any(s < 0 for s in sizes):
+        raise ValueError(f"bundled tensor: negative size in {sizes}")
     order = [int(d) for d in t.dim_order or []] or list(range(len(sizes)))
     if sorted(order) != list(range(len(sizes))):
         raise ValueError(f"bundled tensor: dim_order {order} is not a permutation of its {len(sizes)} dimensions")
@@ -243,18 +252,27 @@ def value_from_bundled(v: B.Value) -> ConfigValue:
 
 
 def method_test_suites_from_schema(bundled: B.BundledProgram) -> list[MethodTestSuite]:
-    """The test suites of a deserialized .bpte as MethodTestSuite / MethodTestCase with torch tensors."""
-    return [
-        MethodTestSuite(
-            method_name=s.method_name or "",
-            test_cases=[
-                MethodTestCase([value_from_bundled(v) for v in c.inputs or []],
-                               [value_from_bundled(v) for v in c.expected_outputs or []])
-                for c in s.test_cases or []
-            ],
-        )
-        for s in bundled.method_test_suites or []
-    ]
+    """The test suites of a deserialized .bpte as MethodTestSuite / MethodTestCase with torch tensors.
+
+    A value that cannot be decoded raises ValueError saying where it is (method, test case, input
+    or expected output), since the schema model does not know which file it came from."""
+    suites = []
+    for s in bundled.method_test_suites or []:
+        name = s.method_name or ""
+        cases = []
+        for i, c in enumerate(s.test_cases or []):
+            values = {}
+            for role, vals in (("input", c.inputs), ("expected output", c.expected_outputs)):
+                try:
+                    values[role] = [value_from_bundled(v) for v in vals or []]
+                except ValueError as e:
+                    raise ValueError(f"method {name!r}: test case {i}: {role}: {e}") from None
+            try:
+                cases.append(MethodTestCase(values["input"], values["expected output"]))
+            except ValueError as e:
+                raise ValueError(f"method {name!r}: test case {i}: {e}") from None
+        suites.append(MethodTestSuite(method_name=name, test_cases=cases))
+    return suites
 
 
 def serialize_from_bundled_program_to_flatbuffer(bundled_program: BundledProgram) -> bytes:

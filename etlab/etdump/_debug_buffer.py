@@ -87,6 +87,8 @@ def tensor_from_debug_buffer(buffer: DebugBuffer | None, scalar_type: int, sizes
     contiguous = not strides or len(strides) != len(sizes)
     if not contiguous and any(s < 0 for s in strides):
         raise FormatError(f"{what}: {ctx} has negative strides {strides}")
+    if math.prod(s for s in sizes if s) * itemsizes[scalar_type] >= 1 << 62:  # torch's strides would overflow
+        raise FormatError(f"{what}: {ctx} has sizes {sizes}, too large for any tensor")
     numel = math.prod(sizes)
     if numel == 0:
         return torch.empty(sizes, dtype=dtype)

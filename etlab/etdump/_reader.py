@@ -122,6 +122,7 @@ class ETDumpColumns:
     allocation_size: np.ndarray        # uint64
     values: ValueColumns | None        # debug entries, rows = np.flatnonzero(has_debug)
     buffer: np.ndarray = field(repr=False, default=None)  # the FlatBuffer bytes (metadata is read from it)
+    has_run_data: bool = True          # False when the root's run_data vector is absent (not just empty)
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -189,6 +190,11 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     prof_pos, dbg_pos, alloc_ev_pos = events.read(("profile_event", None, None), ("debug_event", None, None),
                                                   ("allocation_event", None, None))
     has_p, has_d, has_a = prof_pos >= 0, dbg_pos >= 0, alloc_ev_pos >= 0
+    several = has_p.astype(np.int8) + has_d + has_a > 1
+    if several.any():
+        i = int(np.flatnonzero(several)[0])
+        r = int(run_of_event[i])
+        raise FormatError(f"{name}: run {r} event {i - starts[r]} {schema.SEVERAL_KINDS}")
     kind = np.full(n, EventKind.EMPTY, dtype=np.int8)
     kind[has_a] = EventKind.ALLOCATION
     kind[has_d] = EventKind.DEBUG
@@ -240,7 +246,7 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
         has_profile=has_p, has_debug=has_d, has_allocation=has_a, name_code=name_code, chain_index=chain,
         instruction_id=instr, delegate_id_int=did, delegate_id_str_code=did_str, start_time=start, end_time=end,
         metadata_start=meta_start, metadata_len=meta_len, allocator_id=allocator_id,
-        allocation_size=allocation_size, values=values, buffer=data,
+        allocation_size=allocation_size, values=values, buffer=data, has_run_data=bool(run_data[0] >= 0),
     )
 
 

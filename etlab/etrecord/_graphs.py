@@ -217,6 +217,9 @@ class ProgramReader:
         state_dict = {}
         for name, tensor, is_param, requires_grad in doc["state_dict"]:
             t = self.tensors.tensor(tensor, f"state_dict[{name!r}]")
+            if is_param and requires_grad and not (t.is_floating_point() or t.is_complex()):
+                raise FormatError(f"{where}: state_dict[{name!r}] is a {t.dtype} parameter that requires grad "
+                                  "(only floating-point and complex tensors can)")
             state_dict[name] = torch.nn.Parameter(t, requires_grad=bool(requires_grad)) if is_param else t
         constants = {name: self.tensors.tensor(tensor, f"constants[{name!r}]") for name, tensor in doc["constants"]}
         example = doc.get("example_inputs")

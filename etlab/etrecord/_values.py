@@ -145,7 +145,7 @@ class TensorTable:
         if not isinstance(e, dict):
             raise FormatError(f"{where} is not an object")
         dtype = e.get("dtype")
-        if dtype not in DTYPES:
+        if not isinstance(dtype, str) or dtype not in DTYPES:  # (a list or dict from JSON is unhashable)
             raise FormatError(f"{where} has unknown dtype {dtype!r}")
         shape = _int_list(e.get("shape"), "shape", where)
         strides = _int_list(e.get("strides"), "strides", where)
@@ -237,7 +237,7 @@ def decode_value(data, tensors: TensorTable, what: str, depth: int = 0):
         (tag, inner), = data.items()
         if tag == "tensor":
             return tensors.tensor(inner, what)
-        if tag == "float" and inner in _NON_FINITE:
+        if tag == "float" and isinstance(inner, str) and inner in _NON_FINITE:
             return _NON_FINITE[inner]
         if tag in ("tuple", "list") and isinstance(inner, list):
             items = [decode_value(v, tensors, what, depth + 1) for v in inner]

@@ -31,7 +31,9 @@ _SCALAR = {c: struct.Struct("<" + c) for c in _SIZE}
 MAX_DEPTH = 64
 
 
+@cache
 def _camel(name: str) -> str:
+    """snake_case field name -> the generated code's camelCase (cached: called per field per object)."""
     head, *rest = name.split("_")
     return head + "".join(p[:1].upper() + p[1:] for p in rest)
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
 
 # Event names the ExecuTorch runtime writes by convention (not graph nodes):
@@ -133,9 +134,22 @@ class ETDump:
 _CODEC = TableCodec("etdump", {name: cls for name, cls in globals().items() if isinstance(cls, type)})
 
 
+SEVERAL_KINDS = "holds more than one of profile_event, debug_event and allocation_event (an event is one of them)"
+
+
+def _check_events(etdump: ETDump, what: str) -> ETDump:
+    """An Event is one kind of event: readers that keep one row per event (the Inspector's) could
+    not say which fields belong to which, so a file that sets several is rejected."""
+    for r, run in enumerate(etdump.run_data or ()):
+        for i, ev in enumerate(run.events or ()):
+            if (ev.profile_event is not None) + (ev.debug_event is not None) + (ev.allocation_event is not None) > 1:
+                raise FormatError(f"{what}: run {r} event {i} {SEVERAL_KINDS}")
+    return etdump
+
+
 def deserialize_etdump(data, *, what: str = "etdump") -> ETDump:
     """Parses a size-prefixed .etdp buffer (bytes/memoryview/mmap)."""
-    return _CODEC.decode(data, what=what, size_prefixed=True)
+    return _check_events(_CODEC.decode(data, what=what, size_prefixed=True), what)
 
 
 def serialize_etdump(etdump: ETDump) -> bytes:
