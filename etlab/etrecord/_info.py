@@ -21,6 +21,7 @@ from torch.export.graph_signature import InputKind, OutputKind
 from torch.fx import GraphModule, Interpreter, Node
 from torch.utils import _pytree as pytree
 
+from etlab.errors import FormatError
 from etlab.etrecord._graph_check import check_replay_value, check_replayable
 from etlab.facts.fx import graph_modules, op_name
 from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate, lowered_modules
@@ -70,7 +71,6 @@ def ops_to_json(ops: dict[int, list[OpInfo]]) -> list:
 
 
 def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
-    from etlab.errors import FormatError
 
     ops: dict[int, list[OpInfo]] = {}
     try:
@@ -188,5 +188,9 @@ def intermediate_outputs(ep: ExportedProgram, inputs) -> dict[DebugHandle, objec
     for k, value in enumerate(pytree.tree_flatten((tuple(args), dict(kwargs or {})))[0]):
         check_replay_value(value, f"recorded graph: input {k}")
     captured: dict[DebugHandle, object] = {}
-    run_program(ep, args, kwargs, captured)
+    try:
+        run_program(ep, args, kwargs, captured)
+    except (RuntimeError, IndexError, ValueError, TypeError) as e:  # a graph from a file that torch refuses
+        raise FormatError(f"recorded graph: replaying it on the recorded inputs failed: "
+                          f"{str(e).splitlines()[0] if str(e) else type(e).__name__}") from e
     return captured

@@ -204,6 +204,9 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
                 if not 0 <= args.destination_instruction <= n:
                     raise LoadError(f"{site}: jump destination {args.destination_instruction} is outside the chain "
                                     f"({n} instructions)")
+                if args.destination_instruction <= i:  # a loop: a file could make execute() run forever
+                    raise LoadError(f"{site}: jump back to instruction {args.destination_instruction}; programs "
+                                    "with loops are not supported (ExecuTorch emits forward jumps only)")
                 steps.append(_jump_step(table, args.cond_value_index, args.destination_instruction))
                 infos.append(StepInfo("jump", c, i, "JF_CALL"))
                 jumps = True
