@@ -175,15 +175,23 @@ def _nonnegative_ints(items, where: str, what: str) -> None:
                 raise FormatError(f"{where}: {what} {v!r} is not a non-negative integer")
 
 
+def _member(value, allowed) -> bool:
+    """`value in allowed`, False for a value that cannot be one (a list where a name belongs)."""
+    try:
+        return value in allowed
+    except TypeError:  # unhashable: a JSON list or object
+        return False
+
+
 def check_tensor_meta(meta: dict, where: str) -> None:
     """A serialized TensorMeta: strided, known dtype, CPU, non-negative sizes/strides/offset."""
     if meta.get("layout") != _STRIDED_LAYOUT:
         raise FormatError(f"{where}: layout {meta.get('layout')!r} is not strided; sparse and other layouts are not "
                           "supported")
-    if meta.get("dtype") not in _KNOWN_DTYPES:
+    if not _member(meta.get("dtype"), _KNOWN_DTYPES):
         raise FormatError(f"{where}: dtype {meta.get('dtype')!r} is not a supported element type")
     device = meta.get("device")
-    if not isinstance(device, dict) or device.get("type") not in _DEVICES:
+    if not isinstance(device, dict) or not _member(device.get("type"), _DEVICES):
         raise FormatError(f"{where}: device {str(device)[:40]} is not the CPU")
     _nonnegative_ints(meta.get("sizes"), where, "size")
     _nonnegative_ints(meta.get("strides"), where, "stride")
@@ -193,9 +201,10 @@ def check_tensor_meta(meta: dict, where: str) -> None:
 def _check_argument(arg: dict, where: str) -> None:
     if "as_layout" in arg and arg["as_layout"] != _STRIDED_LAYOUT:
         raise FormatError(f"{where}: layout argument {arg['as_layout']!r} is not strided")
-    if "as_device" in arg and isinstance(arg["as_device"], dict) and arg["as_device"].get("type") not in _DEVICES:
+    device = arg.get("as_device")
+    if isinstance(device, dict) and not _member(device.get("type"), _DEVICES):
         raise FormatError(f"{where}: device argument {str(arg['as_device'])[:40]} is not the CPU")
-    if "as_scalar_type" in arg and arg["as_scalar_type"] not in _KNOWN_DTYPES:
+    if "as_scalar_type" in arg and not _member(arg["as_scalar_type"], _KNOWN_DTYPES):
         raise FormatError(f"{where}: dtype argument {arg['as_scalar_type']!r} is not a supported element type")
 
 
