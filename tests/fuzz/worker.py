@@ -38,6 +38,14 @@ IDLE, RUNNING = 0, 1
 INFLIGHT_SIZE = 32 << 20
 MEMORY_FACTOR = 50            # an input may make the worker's peak memory grow by 50x its size ...
 MEMORY_SLACK = 32 << 20       # ... plus this much for the interpreter's own growth (caches, lazy imports)
+# The HTML report inlines plotly.js and ELK (~6.4 MB of text) and builds the page from several copies of
+# them: a fixed cost of any report, whatever the input's size.
+REPORT_SLACK = 128 << 20
+
+
+def memory_limit(target, size: int) -> int:
+    """How much one input of `size` bytes may grow the worker's peak memory before it is a finding."""
+    return MEMORY_FACTOR * size + (REPORT_SLACK if target.name == "inspector" else MEMORY_SLACK)
 ADDRESS_SPACE_HEADROOM = 3 << 30  # hard backstop (RLIMIT_AS) above the warmed-up worker's address space
 STATS_EVERY = 0.5
 
@@ -204,7 +212,7 @@ def fuzz(args, inflight: Inflight) -> None:
             outcome, err = classify(exc, case)
             now_peak = _peak_rss()
             grown, peak = now_peak - peak, now_peak  # what this input added to the peak
-            if (exc is not None and _is_memory_error(exc)) or grown > MEMORY_FACTOR * size + MEMORY_SLACK:
+            if (exc is not None and _is_memory_error(exc)) or grown > memory_limit(target, size):
                 outcome = "memory"
                 err = "allocation-failed" if exc is not None and _is_memory_error(exc) else \
                     f"peak-rss (+{grown >> 20} MiB for a {size}-byte input)"
@@ -255,7 +263,7 @@ def replay(args, inflight: Inflight) -> None:
         outcome, err = classify(exc, case)
         now_peak = _peak_rss()
         grown, peak = now_peak - peak, now_peak
-        if (exc is not None and _is_memory_error(exc)) or grown > MEMORY_FACTOR * len(encode_case(case)) + MEMORY_SLACK:
+        if (exc is not None and _is_memory_error(exc)) or grown > memory_limit(target, len(encode_case(case))):
             outcome, err = "memory", f"peak +{grown >> 20} MiB" if exc is None else err
         _emit({"t": "replayed", "path": str(folder), "outcome": outcome, "error": err,
                "message": str(exc)[:500] if exc is not None else "",
