@@ -32,8 +32,8 @@ def median(xs) -> float:
 
 
 def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 30, per_round: int = 5,
-                warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each contender, timed in alternating rounds.
+                warmup: int = 3, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Median seconds per call of each contender, timed in alternating rounds on `clock`.
 
     Alternating makes slow drift (other processes, thermal state) hit every contender alike.
     """
@@ -43,10 +43,10 @@ def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 30, p
     samples: dict[str, list[float]] = {k: [] for k in contenders}
     for _ in range(rounds):
         for name, fn in contenders.items():
-            start = time.perf_counter()
+            start = clock()
             for _ in range(per_round):
                 fn()
-            samples[name].append((time.perf_counter() - start) / per_round)
+            samples[name].append((clock() - start) / per_round)
     return {k: median(v) for k, v in samples.items()}
 
 

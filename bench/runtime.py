@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import ET_REF, REPO, reference_python, run_ref, write_section
+from _common import interleaved as _common_interleaved
 
 from etlab.models import ZOO
 from etlab.runtime import Runtime
@@ -56,19 +56,8 @@ _clock = CLOCKS["cpu"]
 
 
 def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each contender in alternating rounds (as _common.interleaved), on
-    the clock chosen with --clock."""
-    for fn in contenders.values():
-        for _ in range(warmup):
-            fn()
-    samples: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
-            start = _clock()
-            for _ in range(per_round):
-                fn()
-            samples[name].append((_clock() - start) / per_round)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    """_common.interleaved on the clock chosen with --clock."""
+    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock)
 
 
 def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool) -> dict[str, Path]:
