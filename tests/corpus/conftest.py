@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-import pytest
-
-from tests.interop.conftest import setup_reference
-
-
-@pytest.fixture(scope="session")
-def ref_python() -> str:
-    try:
-        return setup_reference()
-    except Exception as e:
-        pytest.fail(f"upstream ExecuTorch reference environment unavailable:\n{e}", pytrace=False)
+from tests.interop.conftest import ref_python  # noqa: F401  (the interop tests' fixture, shared)
 
 
 def load_bench_corpus():
