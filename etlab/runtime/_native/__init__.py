@@ -61,6 +61,12 @@ def choose_core(requested: str | None) -> str:
     return requested
 
 
-def debug_arena(buffer):
-    """The native debug-buffer allocator over `buffer` (shared with native traced runs), or None."""
-    return _core.DebugArena(buffer) if _core is not None else None
+def debug_arena(size: int, limit: int):
+    """The native debug-buffer allocator (shared with native traced runs): `size` bytes, growing up to
+    `limit`; or None."""
+    return _core.DebugArena(size, limit) if _core is not None else None
+
+
+def trace_log(max_events: int):
+    """The native trace of a program's timed runs (and its event count under `max_events`), or None."""
+    return _core.TraceLog(max_events) if _core is not None else None

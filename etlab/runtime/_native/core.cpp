@@ -2,6 +2,7 @@
 #include "core.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -78,28 +79,78 @@ Anchor last_anchor() {
   return st.last;
 }
 
+Anchor recent_anchor(uint64_t now_ticks) {
+  // Converting a run's ticks needs an anchor near it (CLOCK_MONOTONIC may be slewed against the
+  // counter), not a clock reading per run.
+  thread_local Anchor cached;
+  if (cached.ticks == 0 || static_cast<double>(now_ticks - cached.ticks) * cached.ns_per_tick > 1e7)
+    cached = new_anchor();
+  return cached;
+}
+
 int64_t clock_ns() { return kCounter ? last_anchor().to_ns(ticks()) : now_ns(); }
 
 std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
 
 // -- debug arena --------------------------------------------------------------------------------
 
-DebugArena::DebugArena(at::Tensor buffer) : buffer_(std::move(buffer)) {
-  if (buffer_.scalar_type() != at::kByte || buffer_.dim() != 1 || !buffer_.is_contiguous())
-    throw std::invalid_argument("DebugArena: the buffer must be a contiguous 1-d uint8 tensor");
+namespace {
+constexpr int64_t kMaxGrowthUnit = int64_t{64} << 20;  // a plan's claim never allocates more at once
+
+int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
+}  // namespace
+
+DebugArena::DebugArena(int64_t size, int64_t limit) : limit_(std::max(size, limit)) {
+  if (size < 0) throw std::invalid_argument("DebugArena: negative size");
+  chunks_.push_back(at::empty({size}, at::kByte));
+  starts_.push_back(0);
+  capacity_ = size;
 }
 
-int64_t DebugArena::reserve(int64_t nbytes, int64_t alignment) {
+void DebugArena::grow_by_at_least(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  int64_t offset = (used_ + alignment - 1) / alignment * alignment;
-  if (nbytes < 0 || offset + nbytes > buffer_.numel()) return -1;
+  unit_ = std::max(unit_, std::min(round_up(std::max<int64_t>(bytes, 0), 64), kMaxGrowthUnit));
+}
+
+std::pair<int64_t, at::Tensor> DebugArena::reserve(int64_t nbytes, int64_t alignment) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (nbytes < 0 || alignment <= 0) return {-1, at::Tensor()};
+  int64_t offset = round_up(used_, alignment);
+  if (offset + nbytes > capacity_) {
+    // A new chunk, if the limit allows: it starts aligned, and the old chunk's tail is zeroed.
+    const int64_t start = round_up(capacity_, std::max<int64_t>(alignment, 64));
+    const int64_t size = std::max(unit_, round_up(nbytes, 64));
+    if (start + size > limit_) return {-1, at::Tensor()};
+    const int64_t tail = starts_.back() + chunks_.back().numel() - used_;
+    if (tail > 0) chunks_.back().narrow(0, used_ - starts_.back(), tail).zero_();
+    if (start > capacity_) {  // unaligned capacity (a user-sized first chunk): a zero pad chunk
+      chunks_.push_back(at::zeros({start - capacity_}, at::kByte));
+      starts_.push_back(capacity_);
+    }
+    chunks_.push_back(at::empty({size}, at::kByte));
+    starts_.push_back(start);
+    capacity_ = start + size;
+    used_ = offset = start;
+  }
+  at::Tensor& chunk = chunks_.back();
+  const int64_t base = starts_.back();
+  if (offset > used_) chunk.narrow(0, used_ - base, offset - used_).zero_();  // alignment padding
   used_ = offset + nbytes;
-  return offset;
+  return {offset, chunk.narrow(0, offset - base, nbytes)};
 }
 
 int64_t DebugArena::used() {
   std::lock_guard<std::mutex> lock(mutex_);
   return used_;
+}
+
+at::Tensor DebugArena::contents() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i < chunks_.size() && starts_[i] < used_; ++i)
+    parts.push_back(chunks_[i].narrow(0, 0, std::min(chunks_[i].numel(), used_ - starts_[i])));
+  if (parts.empty()) return at::empty({0}, at::kByte);
+  return parts.size() == 1 ? parts[0] : at::cat(parts);
 }
 
 // -- building ------------------------------------------------------------------------------------
@@ -235,10 +286,39 @@ bool set_fast_path(Instr& in, Fast fast) {
   return true;
 }
 
+// The key set the dispatcher computes for `in`'s arguments under dispatch state `tls`; the call may
+// skip the dispatcher (redispatch to these keys) when they select the CPU kernel. The tensors keep
+// their identity, so their key sets, for the life of the method.
+void set_direct_keys(Instr& in, const c10::impl::LocalDispatchKeySet& tls) {
+  c10::DispatchKeySet keys;
+  for (const c10::IValue& v : in.args) {
+    if (v.isTensor()) {
+      keys = keys | v.toTensor().key_set();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) keys = keys | t.key_set();
+    } else if (v.isList()) {
+      for (const c10::IValue& x : v.toListRef())
+        if (x.isTensor()) keys = keys | x.toTensor().key_set();
+    }
+  }
+  in.keys = (keys | tls.included_) - tls.excluded_;
+  in.direct = !keys.empty() && in.keys.highestPriorityTypeId() == c10::DispatchKey::CPU;
+}
+
+c10::impl::LocalDispatchKeySet below_autograd_tls() {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return c10::impl::tls_local_dispatch_key_set();
+}
+
+bool same_tls(const c10::impl::LocalDispatchKeySet& a, const c10::impl::LocalDispatchKeySet& b) {
+  return a.included_ == b.included_ && a.excluded_ == b.excluded_;
+}
+
 }  // namespace
 
 NativePlan::NativePlan(py::object goto_type, py::list values, std::vector<int64_t> et_scalar_types)
-    : goto_type_(std::move(goto_type)), values_(std::move(values)) {
+    : goto_type_(std::move(goto_type)), values_(std::move(values)), load_tls_(below_autograd_tls()),
+      outer_tls_(c10::impl::tls_local_dispatch_key_set()) {
   et_type_.fill(-1);
   for (size_t i = 0; i < et_scalar_types.size() && i < et_type_.size(); ++i)
     et_type_[i] = static_cast<int8_t>(et_scalar_types[i]);
@@ -276,6 +356,7 @@ Instr NativePlan::make_kernel(const std::string& name, const std::string& overlo
     in.a = unpack_tensor(result, name + " result");
   }
   in.handle = *handle;
+  set_direct_keys(in, load_tls_);
   Fast fast = in.has_result ? Fast::None : fast_kind(handle->schema());
   if (set_fast_path(in, fast)) {
     std::vector<at::Scalar> scalars;
@@ -377,28 +458,56 @@ std::vector<int64_t> NativePlan::step_counts() const {
 
 // -- running ---------------------------------------------------------------------------------------
 
+void NativePlan::begin_run(const c10::impl::LocalDispatchKeySet& outer) {
+  // Called inside the run's AutoDispatchBelowADInplaceOrView: nothing the runtime owns requires
+  // grad, so every step runs below autograd, where the Python core's calls end up too.
+  outer_tls_ = outer;
+  direct_ = same_tls(c10::impl::tls_local_dispatch_key_set(), load_tls_) &&
+            !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value();
+}
+
 void NativePlan::call_kernel(Instr& in) {
-  // Nothing the runtime owns requires grad: below autograd is where the Python path ends up too.
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
   auto& a = in.args;
-  switch (in.fast) {
-    case Fast::TTS:
-      in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
-      return;
-    case Fast::TT:
-      in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
-      return;
-    case Fast::T:
-      in.t->call(a[0].toTensor(), a[1].toTensor());
-      return;
-    case Fast::TTTSS:
-      in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
-      return;
-    case Fast::None:
-      break;
+  if (direct_ && in.direct) {  // straight to the CPU kernel: the key set is known
+    const c10::DispatchKeySet ks = in.keys;
+    switch (in.fast) {
+      case Fast::TTS:
+        in.tts->redispatch(ks, a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+        return;
+      case Fast::TT:
+        in.tt->redispatch(ks, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+        return;
+      case Fast::T:
+        in.t->redispatch(ks, a[0].toTensor(), a[1].toTensor());
+        return;
+      case Fast::TTTSS:
+        in.tttss->redispatch(ks, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+        return;
+      case Fast::None:
+        break;
+    }
+    stack_.assign(a.begin(), a.end());
+    in.handle->redispatchBoxed(ks, &stack_);
+  } else {
+    switch (in.fast) {
+      case Fast::TTS:
+        in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+        return;
+      case Fast::TT:
+        in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+        return;
+      case Fast::T:
+        in.t->call(a[0].toTensor(), a[1].toTensor());
+        return;
+      case Fast::TTTSS:
+        in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+        return;
+      case Fast::None:
+        break;
+    }
+    stack_.assign(a.begin(), a.end());
+    in.handle->callBoxed(stack_);
   }
-  stack_.assign(a.begin(), a.end());
-  in.handle->callBoxed(stack_);
   if (in.has_result) {
     const at::Tensor& r = stack_.at(0).toTensor();
     if (!r.is_same(in.a)) in.a.set_(r);
@@ -413,6 +522,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
         const int64_t threads = at::get_num_threads();
         if (threads != in.chosen_for_threads) {
           py::gil_scoped_acquire gil;
+          c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);
           in.use_alternative = in.choose().cast<bool>();
           in.chosen_for_threads = threads;
         }
@@ -423,30 +533,44 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
       return pc + 1;
     case Op::Python: {
       py::gil_scoped_acquire gil;
+      c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);  // Python code runs as it would anywhere
       py::object r = in.fn();
       if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr())) return r.cast<int64_t>();
       return pc + 1;
     }
     case Op::Move: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       in.a.set_(in.b);
       return pc + 1;
     }
     case Op::Free: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       in.a.set_();
       return pc + 1;
     }
     case Op::JumpIfFalse: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       return at::all(in.a).item<bool>() ? pc + 1 : in.destination;
     }
   }
   return pc + 1;
 }
 
+void NativePlan::set_trace_log(std::shared_ptr<TraceLog> log, int64_t chains_key) {
+  log_ = std::move(log);
+  chains_key_ = chains_key;
+}
+
 void NativePlan::run() {
+  if (log_) {
+    run_logged(-1);
+  } else {
+    run_plain();
+  }
+}
+
+void NativePlan::run_plain() {
   failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& instrs = chains_[c].instrs;
     const int64_t n = static_cast<int64_t>(instrs.size());
@@ -461,11 +585,13 @@ void NativePlan::run() {
   }
 }
 
-std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
-  failed_chain = failed_index = -1;
+int64_t NativePlan::timed_loop(std::vector<int64_t>& record) {
   // The record format of _interpreter.run_timed: per chain its start, then one end time per step
   // (straight-line) or (step index, end time) pairs closed by -1 (chains with jumps).
-  std::vector<int64_t> record;
+  failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   int64_t events = 0;
   record.reserve(static_cast<size_t>(instruction_count() + 2 * static_cast<int64_t>(chains_.size())));
   for (size_t c = 0; c < chains_.size(); ++c) {
@@ -488,8 +614,11 @@ std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
     }
     if (ch.jumps) record.push_back(-1);
   }
-  // Ticks to nanoseconds: every entry is a tick except the step indices and -1 of jump chains.
-  const Anchor anchor = new_anchor();
+  return events;
+}
+
+void NativePlan::ticks_to_ns(std::vector<int64_t>& record, const Anchor& anchor) const {
+  // Every entry is a tick except the step indices and -1 of jump chains.
   size_t pos = 0;
   for (const auto& ch : chains_) {
     record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
@@ -504,7 +633,60 @@ std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
     }
     ++pos;
   }
+}
+
+std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
+  std::vector<int64_t> record;
+  const int64_t events = timed_loop(record);
+  ticks_to_ns(record, new_anchor());
   return {std::move(record), events};
+}
+
+void NativePlan::run_logged(int64_t bundled) {
+  if (!log_) throw std::logic_error("run_logged: no trace log set");
+  TimedRun run;
+  run.chains_key = chains_key_;
+  run.bundled = bundled;
+  const uint64_t start = ticks();
+  run.events = timed_loop(run.record) + 1;  // + Method::execute
+  const uint64_t end = ticks();
+  const Anchor anchor = recent_anchor(end);
+  ticks_to_ns(run.record, anchor);
+  run.start = anchor.to_ns(start);
+  run.end = anchor.to_ns(end);
+  log_->add(std::move(run));
+}
+
+// -- the native trace ------------------------------------------------------------------------------
+
+int64_t TraceLog::fit(int64_t n) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
+  count_ += granted;
+  return granted;
+}
+
+void TraceLog::add(TimedRun run) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
+  count_ += run.kept;
+  dropped_ += run.events - run.kept;
+  runs_.push_back(std::move(run));
+}
+
+int64_t TraceLog::dropped() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return dropped_;
+}
+
+int64_t TraceLog::size() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(runs_.size());
+}
+
+std::vector<TimedRun> TraceLog::runs() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return runs_;
 }
 
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
@@ -525,16 +707,13 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
       continue;
     }
     const int64_t nbytes = t.numel() * static_cast<int64_t>(t.element_size());
-    const int64_t offset = arena.reserve(nbytes, 64);
+    auto [offset, bytes] = arena.reserve(nbytes, 64);
     if (offset < 0) {
       ++dropped;
       complete = false;
       continue;
     }
-    if (nbytes > 0) {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      arena.buffer().narrow(0, offset, nbytes).view(t.scalar_type()).view(t.sizes()).copy_(t);
-    }
+    if (nbytes > 0) bytes.view(t.scalar_type()).view(t.sizes()).copy_(t);
     rec.offsets.push_back(offset);
     rec.scalar_types.push_back(et);
     rec.sizes.emplace_back(t.sizes().begin(), t.sizes().end());
@@ -545,6 +724,9 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
 
 std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_events, int64_t& dropped) {
   failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   std::vector<int64_t> steps;
   steps.reserve(static_cast<size_t>(6 * instruction_count()));
   int64_t python_count = 0;
