@@ -32,18 +32,30 @@ constexpr bool kCounter = false;
 
 namespace {
 
+// A (counter, clock) reading taken together: retried while the thread was interrupted between the
+// two reads (two counter reads more than ~20 us apart), so that no anchor is off by a preemption.
+Anchor read_pair() {
+  Anchor a;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const uint64_t before = ticks();
+    a.ns = now_ns();
+    const uint64_t after = ticks();
+    a.ticks = before + (after - before) / 2;
+    if (after - before < 50000) break;
+  }
+  return a;
+}
+
 struct ClockState {
   std::mutex mutex;
   Anchor first, last;
   ClockState() {
     if (!kCounter) return;
     // An initial period over ~2 ms; every later anchor refines it over a longer baseline.
-    first.ticks = ticks();
-    first.ns = now_ns();
+    first = read_pair();
     Anchor end;
     do {
-      end.ticks = ticks();
-      end.ns = now_ns();
+      end = read_pair();
     } while (end.ns - first.ns < 2000000);
     first.ns_per_tick = static_cast<double>(end.ns - first.ns) / static_cast<double>(end.ticks - first.ticks);
     last = end;
@@ -56,39 +68,39 @@ ClockState& clock_state() {
   return state;
 }
 
+thread_local Anchor cached_anchor;  // this thread's last anchor (recent_anchor)
+
 }  // namespace
 
 Anchor new_anchor() {
   if (!kCounter) return Anchor{};
   ClockState& st = clock_state();
-  Anchor a;
-  a.ticks = ticks();
-  a.ns = now_ns();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  a.ns_per_tick = st.last.ns_per_tick;
-  if (a.ns - st.first.ns > 50000000 && a.ticks > st.first.ticks)
-    a.ns_per_tick = static_cast<double>(a.ns - st.first.ns) / static_cast<double>(a.ticks - st.first.ticks);
-  st.last = a;
+  Anchor a = read_pair();
+  {
+    std::lock_guard<std::mutex> lock(st.mutex);
+    a.ns_per_tick = st.last.ns_per_tick;
+    if (a.ns - st.first.ns > 2000000 && a.ticks > st.first.ticks)  // the longest baseline there is
+      a.ns_per_tick = static_cast<double>(a.ns - st.first.ns) / static_cast<double>(a.ticks - st.first.ticks);
+    st.last = a;
+  }
+  cached_anchor = a;
   return a;
-}
-
-Anchor last_anchor() {
-  if (!kCounter) return Anchor{};
-  ClockState& st = clock_state();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  return st.last;
 }
 
 Anchor recent_anchor(uint64_t now_ticks) {
   // Converting a run's ticks needs an anchor near it (CLOCK_MONOTONIC may be slewed against the
-  // counter), not a clock reading per run.
-  thread_local Anchor cached;
-  if (cached.ticks == 0 || static_cast<double>(now_ticks - cached.ticks) * cached.ns_per_tick > 1e7)
-    cached = new_anchor();
-  return cached;
+  // counter, and the period is an estimate), not a clock reading per run: one every 10 ms.
+  const Anchor& a = cached_anchor;
+  if (a.ticks == 0 || now_ticks < a.ticks || static_cast<double>(now_ticks - a.ticks) * a.ns_per_tick > 1e7)
+    return new_anchor();
+  return a;
 }
 
-int64_t clock_ns() { return kCounter ? last_anchor().to_ns(ticks()) : now_ns(); }
+int64_t clock_ns() {
+  if (!kCounter) return now_ns();
+  const uint64_t t = ticks();
+  return recent_anchor(t).to_ns(t);
+}
 
 std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
 
@@ -647,14 +659,15 @@ void NativePlan::run_logged(int64_t bundled) {
   TimedRun run;
   run.chains_key = chains_key_;
   run.bundled = bundled;
+  scratch_.clear();
   const uint64_t start = ticks();
-  run.events = timed_loop(run.record) + 1;  // + Method::execute
+  run.events = timed_loop(scratch_) + 1;  // + Method::execute
   const uint64_t end = ticks();
   const Anchor anchor = recent_anchor(end);
-  ticks_to_ns(run.record, anchor);
+  ticks_to_ns(scratch_, anchor);
   run.start = anchor.to_ns(start);
   run.end = anchor.to_ns(end);
-  log_->add(std::move(run));
+  log_->add(run, scratch_);
 }
 
 // -- the native trace ------------------------------------------------------------------------------
@@ -666,12 +679,22 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run) {
+void TraceLog::add(TimedRun run, const std::vector<int64_t>& record) {
+  constexpr size_t kBlock = size_t{1} << 16;
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
-  runs_.push_back(std::move(run));
+  if (blocks_.empty() || blocks_.back().size() + record.size() > blocks_.back().capacity()) {
+    blocks_.emplace_back();
+    blocks_.back().reserve(std::max(kBlock, record.size()));
+  }
+  std::vector<int64_t>& block = blocks_.back();
+  run.block = blocks_.size() - 1;
+  run.offset = block.size();
+  run.length = record.size();
+  block.insert(block.end(), record.begin(), record.end());
+  runs_.push_back(run);
 }
 
 int64_t TraceLog::dropped() {
@@ -684,9 +707,15 @@ int64_t TraceLog::size() {
   return static_cast<int64_t>(runs_.size());
 }
 
-std::vector<TimedRun> TraceLog::runs() {
+std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return runs_;
+  std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
+  out.reserve(runs_.size());
+  for (const TimedRun& r : runs_) {
+    const auto first = blocks_[r.block].begin() + static_cast<std::ptrdiff_t>(r.offset);
+    out.emplace_back(r, std::vector<int64_t>(first, first + static_cast<std::ptrdiff_t>(r.length)));
+  }
+  return out;
 }
 
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {

@@ -33,7 +33,6 @@ struct Anchor {
 };
 uint64_t ticks();
 Anchor new_anchor();   // reads the clock; refines the tick period
-Anchor last_anchor();  // no clock reading
 Anchor recent_anchor(uint64_t now_ticks);  // this thread's last anchor if under 10 ms old, else a new one
 int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
 // Debug-buffer space shared by every method of a program and by the Python tracer: offsets are
@@ -133,7 +132,7 @@ struct TimedRun {
   int64_t events = 0;        // events it stands for (instructions' and Method::execute)
   int64_t kept = 0;          // how many of them fit under the tracer's event limit
   int64_t start = 0, end = 0;  // Method::execute (the instruction loop), CLOCK_MONOTONIC ns
-  std::vector<int64_t> record;  // the _interpreter.run_timed record, in ns
+  size_t block = 0, offset = 0, length = 0;  // where its record (run_timed's, in ns) is in the log
 };
 
 // A program's native trace: its timed runs and the event count shared with the Python tracer
@@ -143,16 +142,19 @@ class TraceLog {
   explicit TraceLog(int64_t max_events) : max_events_(max_events) {}
   // How many of `n` more events fit under the limit (those are counted as kept).
   int64_t fit(int64_t n);
-  // Appends a run, cut to the room left under the limit (the rest counted as dropped).
-  void add(TimedRun run);
+  // Appends a run and its record, cut to the room left under the limit (the rest counted as dropped).
+  void add(TimedRun run, const std::vector<int64_t>& record);
   int64_t size();
   int64_t dropped();
-  std::vector<TimedRun> runs();  // a copy, for writing
+  // A copy of the runs and their records, for writing.
+  std::vector<std::pair<TimedRun, std::vector<int64_t>>> runs();
 
  private:
   std::mutex mutex_;
   int64_t max_events_, count_ = 0, dropped_ = 0;
   std::vector<TimedRun> runs_;
+  // Records back to back in blocks (no allocation per run; a block is never reallocated).
+  std::vector<std::vector<int64_t>> blocks_;
 };
 
 class NativePlan {
@@ -213,6 +215,7 @@ class NativePlan {
   std::shared_ptr<TraceLog> log_;             // timed runs go here (set_trace_log)
   int64_t chains_key_ = -1;
   void run_plain();
+  std::vector<int64_t> scratch_;  // run_logged's record, reused from run to run
 };
 
 std::string error_message(const c10::Error& e);

@@ -100,11 +100,11 @@ py::bytes as_bytes(const std::vector<int64_t>& v) {
 // A TraceLog's runs for the writer: (chains key, bundled input index, events, kept,
 // Method::execute start, end, the timed record as int64 bytes) each.
 py::list timed_runs(TraceLog& log) {
-  std::vector<TimedRun> runs = log.runs();
+  auto runs = log.runs();
   py::list out(runs.size());
   for (size_t i = 0; i < runs.size(); ++i) {
-    const TimedRun& r = runs[i];
-    out[i] = py::make_tuple(r.chains_key, r.bundled, r.events, r.kept, r.start, r.end, as_bytes(r.record));
+    const auto& [r, record] = runs[i];
+    out[i] = py::make_tuple(r.chains_key, r.bundled, r.events, r.kept, r.start, r.end, as_bytes(record));
   }
   return out;
 }
