@@ -183,3 +183,31 @@ def test_kernel_errors_name_instruction_operator_and_debug_handle(trace, tmp_pat
         program.write_etdump_result_to_file(tmp_path / "t.etdp", tmp_path / "t.bin")
         runs = deserialize_etdump((tmp_path / "t.etdp").read_bytes()).run_data
         assert [r.name for r in runs] == ["Default", "Execute"]  # the failed run left no block
+
+
+def test_kernels_stay_visible_to_the_torch_profiler_and_dispatch_modes():
+    """The native core skips the dispatcher only when nothing observes it: under the profiler or a
+    dispatch mode every kernel goes through the dispatcher, as on the Python core."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    data, w = add_chain(3)
+    method = Runtime.get().load_program(data).load_method("forward")
+    x = torch.randn(2, 3)
+    expected = x + 3 * w
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        torch.testing.assert_close(method.execute([x])[0], expected)
+    assert sum(e.key == "aten::add" for e in prof.key_averages()) == 1
+    assert next(e.count for e in prof.key_averages() if e.key == "aten::add") >= 3
+    with Seen() as seen:
+        torch.testing.assert_close(method.execute([x])[0], expected)
+    assert seen.ops.count("aten.add.out") == 3
+    torch.testing.assert_close(method.execute([x])[0], expected)  # and back to the direct calls
