@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -194,9 +195,13 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
     share = (chain["loop"] - chain["bare"]) / CHAIN * 1e9
+    load = os.getloadavg()[0]
     lines = [
         "## runtime", "",
-        "Medians of alternating rounds; etlab and eager timed in "
+        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {load:.1f} at the "
+        f"end{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
+        "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); etlab "
+        "and eager timed in "
         f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`); torch threads = {threads}; "
         "upstream = ExecuTorch 1.5.1 pybindings (`et_ref.py run`, per `execute` call, wall time), XNNPACK with its "
         "default threadpool. The same upstream-exported `.pte` runs on etlab and on upstream portable (the KV-cache "

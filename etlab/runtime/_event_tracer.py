@@ -80,7 +80,8 @@ class EventTracer:
         self._lock = threading.Lock()
         self._load_allocators: list[str] = []
         self._load_events: list[tuple] = []
-        self._runs: list[tuple] = []  # ("Execute", bundled input index, first event, end event)
+        # ("Execute", bundled input index, first event, end event, native runs before it)
+        self._runs: list[tuple] = []
         self._run_events: list[tuple] = []  # the events of all runs, back to back
         self._run_allocators: dict[int, tuple[str, ...]] = {}  # run index -> its allocators
         self._chains: list = []  # bound chains of each traced method, by key
