@@ -37,11 +37,11 @@ from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_C
 
 __all__ = [
     "DELEGATE_CALL",
+    "FRAMEWORK_EVENT_NAMES",
+    "OPERATOR_CALL",
     "CompareRow",
     "CompareSummary",
     "Comparison",
-    "FRAMEWORK_EVENT_NAMES",
-    "OPERATOR_CALL",
     "DebugHandle",
     "DelegateInfo",
     "Event",

@@ -114,7 +114,7 @@ class CompareSummary:
 
     def text(self, unit: str) -> str:
         """One paragraph for a terminal or a notebook note."""
-        fmt = lambda v: "–" if v is None else f"{v:.4g}"  # noqa: E731
+        fmt = lambda v: "–" if v is None else f"{v:.4g}"
         parts = [f"total {fmt(self.total_a)} → {fmt(self.total_b)} {unit}"
                  + (f" (B/A {self.total_ratio:.3f}×)" if self.total_ratio is not None else ""),
                  f"{self.matched} rows in both, {self.only_a} only in A, {self.only_b} only in B"]
@@ -399,7 +399,8 @@ def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
         events_a=[u.label for u in a], events_b=[u.label for u in b],
         instructions_a=sorted({u.instruction for u in a if u.instruction is not None}),
         instructions_b=sorted({u.instruction for u in b if u.instruction is not None}),
-        backend_a=next((u.backend for u in a if u.backend), None), backend_b=next((u.backend for u in b if u.backend), None),
+        backend_a=next((u.backend for u in a if u.backend), None),
+        backend_b=next((u.backend for u in b if u.backend), None),
         latency_a=lat_a, latency_b=lat_b, runs_a=runs_a, runs_b=runs_b,
         delta=lat_b - lat_a if both else None,
         ratio=lat_b / lat_a if both and lat_a > 0 else None,
