@@ -74,11 +74,12 @@ def latency_figure(comparison, top: int = 25) -> go.Figure:
 
 
 def overlay_models(comparison, program=None, method: str = "forward") -> list[GraphModel]:
-    """The Edge graph (of `program`, else of A's or B's ETRecord) with each node's ratio B/A as its
-    "latency" and its max |B - A| as its "gap"; [] when no graph is available or rows carry no handles."""
+    """The Edge graph (of `program`, else of B's ETRecord, the build under study, else of A's) with each
+    node's ratio B/A as its "latency" and its max |B - A| as its "gap"; [] when no graph is available or
+    the rows carry no debug handles."""
     if not any(r.handles for r in comparison.rows):
         return []
-    for source in (program, comparison.inspector_a, comparison.inspector_b):
+    for side, source in (("", program), ("B", comparison.inspector_b), ("A", comparison.inspector_a)):
         if source is None:
             continue
         try:
@@ -89,6 +90,8 @@ def overlay_models(comparison, program=None, method: str = "forward") -> list[Gr
             continue
         for m in models:
             annotate_comparison(m, comparison)
+            if side:
+                m.title += f", drawn on {side}'s graph"
         return models
     return []
 
