@@ -75,6 +75,7 @@ class CompareRow:
     instructions_b: list[int]
     backend_a: str | None
     backend_b: str | None
+    delegated: bool                 # an event a backend logged inside a delegate call (not the call itself)
     latency_a: float | None         # median over runs of the summed events, in `Comparison.unit`
     latency_b: float | None
     runs_a: int
@@ -401,6 +402,7 @@ def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
         instructions_b=sorted({u.instruction for u in b if u.instruction is not None}),
         backend_a=next((u.backend for u in a if u.backend), None),
         backend_b=next((u.backend for u in b if u.backend), None),
+        delegated=any(u.is_delegated for u in units),
         latency_a=lat_a, latency_b=lat_b, runs_a=runs_a, runs_b=runs_b,
         delta=lat_b - lat_a if both else None,
         ratio=lat_b / lat_a if both and lat_a > 0 else None,

@@ -217,3 +217,18 @@ def test_cli_errors_are_one_line_and_exit_2(builds, tmp_path, capsys):
         assert compare_main([str(x) for x in args]) == 2
         out = capsys.readouterr()
         assert out.out == "" and len(out.err.strip().splitlines()) == 1 and msg in out.err, out.err
+
+
+def test_jupyter_runs_comparison_is_inspector_compare(builds):
+    """The JupyterLab 'compare two runs' view draws Inspector.compare's rows (by instruction)."""
+    from etlab.jupyter._runs import compare_view
+    from etlab.schema import load_pte
+
+    b = builds["portable"]
+    a_ins, b_ins = (Inspector(etdump_path=b.folder / f"{n}.etdp") for n in ("run", "run2"))
+    view = compare_view(a_ins, b_ins, name_a="run.etdp", name_b="run2.etdp", pte=load_pte(b.pte))
+    c = a_ins.compare(b_ins, by="instruction")
+    assert [(r["instruction"], r["p50_a"], r["p50_b"]) for r in view["rows"]] == \
+        [(r.instructions_a[0], r.latency_a, r.latency_b) for r in c.rows]
+    drawn = {n["handles"][0]: n["latency"]["p50"] for n in view["graphs"][0]["nodes"] if n["latency"]}
+    assert drawn == {r.instructions_a[0]: pytest.approx(r.ratio) for r in c.rows}
