@@ -162,6 +162,7 @@ class RunFiles:
     etdump: Path
     etrecord: Path | None = None
     debug_buffer: Path | None = None
+    found_etrecord: bool = False  # picked up from the run's folder, not named on the command line
 
 
 def _only(folder: Path, pattern: str, what: str, prefer: str | None = None) -> Path | None:
@@ -185,13 +186,13 @@ def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: s
             raise FileNotFoundError(f"{side}: {p} holds no .etdp file")
         rec = _only(p, "*.etrecord", ".etrecord")
         buf = _only(p, "*.bin", ".bin", prefer=etdp.stem + ".bin")
-        files = RunFiles(etdp, rec, buf)
+        files = RunFiles(etdp, rec, buf, found_etrecord=rec is not None)
     elif p.exists():
         files = RunFiles(p)
     else:
         raise FileNotFoundError(f"{side}: {p} does not exist")
     if etrecord:
-        files.etrecord = Path(etrecord)
+        files.etrecord, files.found_etrecord = Path(etrecord), False
     if debug_buffer:
         files.debug_buffer = Path(debug_buffer)
     return files
@@ -237,6 +238,20 @@ def _csv_text(comparison) -> str:
     return df.map(lambda v: " ".join(map(str, v)) if isinstance(v, (list, tuple)) else v).to_csv(index=False)
 
 
+def _record(files: RunFiles, prog: str):
+    """The side's ETRecord: a named one must load; one found beside the run that does not (an
+    upstream ETRecord, say) is left out with a warning, and the run is compared without it."""
+    if files.etrecord is None or not files.found_etrecord:
+        return None if files.etrecord is None else str(files.etrecord)
+    from etlab.etrecord import parse_etrecord
+
+    try:
+        return parse_etrecord(files.etrecord)
+    except (FormatError, ValueError, OSError) as e:
+        print(f"{prog}: warning: {str(e).splitlines()[0]}; comparing {files.etdump.name} without it", file=sys.stderr)
+        return None
+
+
 def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> int:
     """`etlab compare A B [--etrecord-a R] [--debug-buffer-a B] [... -b] [--by ...] [--top N]
     [--csv OUT] [--json OUT] [--html OUT]`; returns the exit status."""
@@ -248,8 +263,8 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
             raise ValueError(f"--top must be >= 0, got {a.top}")
         sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A"),
                  run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B")]
-        ins = [Inspector(etdump_path=f.etdump, etrecord=None if f.etrecord is None else str(f.etrecord),
-                         debug_buffer_path=f.debug_buffer, target_time_scale=a.target_time_scale) for f in sides]
+        ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
+                         target_time_scale=a.target_time_scale) for f in sides]
         comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
         sys.stdout.write(compare_table(comparison, a.top))
         if a.csv:
