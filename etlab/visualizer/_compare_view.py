@@ -15,12 +15,12 @@ import ipywidgets as widgets
 import plotly.graph_objects as go
 
 from etlab.visualizer import _html
-from etlab.visualizer._analysis_views import _fragments, _link_table_to_graph
+from etlab.visualizer._analysis_views import NumericGapView, _fragments, _link_table_to_graph
 from etlab.visualizer._graph_model import GraphModel
 from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._sources import resolve_sources
-from etlab.visualizer._table import TableView
+from etlab.visualizer._table import TableView, _cell
 
 OVERLAYS = {"ratio": "latency", "numeric": "gap", "none": "none"}
 RATIO_UNIT = "× (B/A)"
@@ -131,12 +131,6 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
             f"<table class='etlab-table'><tr>{head}</tr>{body}</table></div>")
 
 
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
-
-
 class CompareView(widgets.VBox):
     """A Comparison in a notebook: summary, rows (click one to select its node), the A/B latency of
     the rows that moved most, and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
@@ -169,12 +163,7 @@ class CompareView(widgets.VBox):
                 f"A: <b>{html.escape(c.name_a)}</b>, B: <b>{html.escape(c.name_b)}</b>; joined by "
                 f"{html.escape(c.by)}. {html.escape(c.summary.text(c.unit))}{html.escape(graph)}</p></div>")
 
-    def _on_point(self, point: dict) -> None:
-        name, handles = point.get("customdata") or (None, [])
-        try:
-            self.graph.focus(name or None, handles=list(handles), kind="edge")
-        except (KeyError, ValueError):
-            pass
+    _on_point = NumericGapView._on_point  # a clicked bar selects its node, as a gap chart's point does
 
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))

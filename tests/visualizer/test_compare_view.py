@@ -4,7 +4,6 @@ weight error), in Python and as an offline page in headless Chromium (light and 
 from __future__ import annotations
 
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -16,11 +15,7 @@ from etlab.inspector import Inspector
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
 from etlab.visualizer import CompareView, GraphView
-
-CHROMIUM = os.environ.get("ETLAB_CHROMIUM", "/usr/bin/chromium")
-SCREENS = Path("/tmp/etlab_screens")
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--no-first-run", "--disable-sync"]
+from tests.visualizer.test_browser import Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
 
 def _inspector(folder: Path, *, delegate: bool = False, plant: bool = False) -> Inspector:
@@ -90,56 +85,30 @@ def test_view_without_handles_has_no_graph(runs, root, tmp_path):
         CompareView(c, overlay="heat")
 
 
-# --- in the browser ---------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def browser():
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} not installed (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b
-        b.close()
+# --- in the browser (the report tests' Chromium and page harness) ----------------------------------------
 
 
 @pytest.mark.xdist_group("browser")
 @pytest.mark.parametrize("scheme", ["light", "dark"])
-def test_compare_report_in_chromium(browser, runs, tmp_path, scheme):
+def test_compare_report_in_chromium(browser, runs, tmp_path, scheme):  # noqa: F811  (the imported fixture)
     c = runs["portable"].compare(runs["delegated"], name_a="portable", name_b="delegated")
-    path = c.save_html(tmp_path / "compare.html")
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors, requests = [], []
-    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
-    page.on("pageerror", lambda e: errors.append(str(e)))
-
-    def route(r):
-        if r.request.url.startswith(("file:", "blob:", "data:")):
-            r.continue_()
-        else:
-            requests.append(r.request.url)
-            r.abort()
-
-    page.route("**/*", route)
-    page.emulate_media(color_scheme=scheme)
-    page.goto(Path(path).resolve().as_uri())
-    page.wait_for_selector("[data-etlab-view=graph][data-state=ready]", state="attached", timeout=60_000)
-    assert page.locator("[data-etlab-view=compare]").get_attribute("data-rows") == str(len(c.rows))
-    assert page.locator(".etlab-tv tr.row").count() == len(c.rows)
-    # every op node carries the ratio: the legend spans the rows' ratios, the delegated partitions are outlined
+    page = Page(browser, Path(c.save_html(tmp_path / "compare.html")))
+    p = page.page
+    p.emulate_media(color_scheme=scheme)
+    page.wait_ready()
+    assert p.locator("[data-etlab-view=compare]").get_attribute("data-rows") == str(len(c.rows))
+    assert p.locator(".etlab-tv tr.row").count() == len(c.rows)
+    # the graph's color scale spans the rows' ratios; B's delegated partitions are outlined
     ratios = [r.ratio for r in c.rows if r.ratio]
-    legend = page.locator(".etlab-gv .legend").inner_text()
-    low, high = (float(x) for x in legend.replace("(log)", "").split())
+    low, high = (float(x) for x in p.locator(".etlab-gv .legend").inner_text().replace("(log)", "").split())
     assert math.isclose(low, min(ratios), rel_tol=0.01) and math.isclose(high, max(ratios), rel_tol=0.01)
-    assert page.locator("[data-group-id^='delegate:']").count() == 3
+    assert p.locator("[data-group-id^='delegate:']").count() == 3
     # a row click selects its node in the graph, whose details carry the row's ratio
     i, row = next((i, r) for i, r in enumerate(c.rows) if r.backend_b)
-    page.locator(".etlab-tv tr.row").nth(i).click()
-    page.wait_for_function("document.querySelector('[data-role=details-name]')?.textContent.length > 0")
-    details = page.locator("[data-role=details]").inner_text()
+    p.locator(".etlab-tv tr.row").nth(i).click()
+    p.wait_for_function("document.querySelector('[data-role=details-name]')?.textContent.length > 0")
+    details = p.locator("[data-role=details]").inner_text()
     assert "B/A" in details and row.key in details
-    SCREENS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENS / f"compare_{scheme}.png"), full_page=True)
-    assert errors == [] and requests == []
-    page.close()
+    page.shot(f"compare_{scheme}")
+    assert page.errors == [] and page.requests == []
+    p.close()
