@@ -259,13 +259,37 @@ def _execute_blocks(inspector) -> list:
     return run or blocks
 
 
+def _delegate_rest(inspector, block, call, inner: list) -> dict | None:
+    """What a DELEGATE_CALL stands for beyond its backend's own events: the handles no inner event
+    covers (ops the backend ran without logging them) with the call's time minus the inner events'
+    per run; None when the inner events cover every handle."""
+    covered = {h for e in inner for h in _handles(e.debug_handles)}
+    rest = tuple(h for h in _handles(call.debug_handles) if h not in covered)
+    if not rest:
+        return None
+    raw = list(call.perf_data.raw) if call.perf_data is not None else []
+    timed = [e.perf_data.raw for e in inner if e.perf_data is not None]
+    if raw and all(len(r) == len(raw) for r in timed):
+        raw = list(np.asarray(raw) - np.sum(np.asarray(timed, dtype=np.float64).reshape(-1, len(raw)), axis=0))
+    else:
+        raw = []
+    program = inspector.program_info
+    method = program.method_for_block(block.name) if program is not None else None
+    ops = [op for h in rest for op in (method.ops.get(h, ()) if method is not None else ())]
+    return {"handles": rest, "raw": raw, "op_types": [op.op_type for op in ops], "nodes": [op.name for op in ops],
+            "label": f"{DELEGATE_CALL} (ops its backend did not log)"}
+
+
 def _units(inspector, by: str) -> tuple[list[_Unit], list[float]]:
     """(events as units, Method::execute durations) of one side."""
     pooled: dict[tuple, _Unit] = {}
     execute: list[float] = []
     order = 0
     for block in _execute_blocks(inspector):
-        inner = {e.instruction_id for e in block.events if e.is_delegated_op and e.debug_handles}
+        inner: dict[int, list] = {}
+        for e in block.events:
+            if e.is_delegated_op and e.debug_handles:
+                inner.setdefault(e.instruction_id, []).append(e)
         for e in block.events:
             if e.name == EXECUTE and e.perf_data is not None:
                 execute += list(e.perf_data.raw)
@@ -273,19 +297,23 @@ def _units(inspector, by: str) -> tuple[list[_Unit], list[float]]:
                 continue
             if e.perf_data is None and not e.debug_data:
                 continue
+            facts = {"handles": _handles(e.debug_handles), "raw": list(e.perf_data.raw) if e.perf_data else [],
+                     "op_types": list(e.op_types), "nodes": list(e.stack_traces), "label": event_label(e)}
             if by == "debug_handle" and e.name == DELEGATE_CALL and e.instruction_id in inner:
-                continue  # the backend's own events stand for it, op by op
+                # the backend's own events stand for the call, op by op; the call keeps what they miss
+                facts = _delegate_rest(inspector, block, e, inner[e.instruction_id])
+                if facts is None:
+                    continue
             key = (block.name, e.instruction_id, e.name, str(e.delegate_debug_identifier), e.chain_index)
-            raw = list(e.perf_data.raw) if e.perf_data is not None else []
             if key in pooled:
-                pooled[key].raw += raw
+                pooled[key].raw += facts["raw"]
                 continue
             pooled[key] = _Unit(
-                block=block.name, order=order, name=e.name, label=event_label(e), instruction=e.instruction_id,
-                delegate_id=e.delegate_debug_identifier, handles=_handles(e.debug_handles), op_types=list(e.op_types),
-                nodes=list(e.stack_traces), module=_innermost_module(e.module_hierarchy),
+                block=block.name, order=order, name=e.name, label=facts["label"], instruction=e.instruction_id,
+                delegate_id=e.delegate_debug_identifier, handles=facts["handles"], op_types=facts["op_types"],
+                nodes=facts["nodes"], module=_innermost_module(e.module_hierarchy),
                 source=_source(e.stack_traces), is_delegated=bool(e.is_delegated_op),
-                backend=e.delegate_backend_name, raw=raw, outputs=list(e.debug_data or []),
+                backend=e.delegate_backend_name, raw=facts["raw"], outputs=list(e.debug_data or []),
                 num_outputs=e.num_outputs)
             order += 1
     return list(pooled.values()), execute

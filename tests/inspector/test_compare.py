@@ -20,6 +20,8 @@ from etlab.compiler.backends import DemoPartitioner
 from etlab.inspector import Comparison, Inspector
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
+from tests.inspector.conftest import OPS, make_program_info
+from tests.inspector.conftest import RUNS as SYNTHETIC_RUNS
 
 REPO = Path(__file__).resolve().parents[2]
 RUNS = 3
@@ -232,3 +234,25 @@ def test_jupyter_runs_comparison_is_inspector_compare(builds):
         [(r.instructions_a[0], r.latency_a, r.latency_b) for r in c.rows]
     drawn = {n["handles"][0]: n["latency"]["p50"] for n in view["graphs"][0]["nodes"] if n["latency"]}
     assert drawn == {r.instructions_a[0]: pytest.approx(r.ratio) for r in c.rows}
+
+
+def test_delegate_call_keeps_the_ops_its_backend_did_not_log(synthetic_files):
+    """A delegate covering handles 10-13 whose backend logs events for 10 and 11-12 only: handle 13
+    gets the call's time minus the logged events' (per run), instead of vanishing from the join."""
+    from etlab.inspector import OpInfo
+
+    info = make_program_info()
+    method = info.methods["forward"]
+    method.instruction_debug_handles[(0, OPS)] = (10, 11, 12, 13)
+    method.ops[13] = [OpInfo(name="dnode_13", op_type="aten.relu.default")]
+    ins = Inspector(etdump_path=synthetic_files[0], debug_buffer_path=synthetic_files[1], etrecord=info)
+    c = ins.compare(ins)
+    (rest,) = [r for r in c.rows if r.handles == (13,)]
+    assert rest.events_a == ["DELEGATE_CALL (ops its backend did not log)"] and rest.ops == ["aten.relu.default"]
+    block = next(b for b in ins.event_blocks if b.name == "Execute")
+    call = next(e for e in block.events if e.name == "DELEGATE_CALL")
+    inner = [e for e in block.events if e.is_delegated_op]
+    per_run = np.asarray(call.perf_data.raw) - np.sum([e.perf_data.raw for e in inner], axis=0)
+    assert len(per_run) == SYNTHETIC_RUNS and rest.latency_a == pytest.approx(float(np.median(per_run)))
+    assert {r.handles for r in c.rows if r.delegated} == {(10,), (11, 12)}
+    assert all(r.present == "both" and r.ratio == pytest.approx(1.0) for r in c.rows)
