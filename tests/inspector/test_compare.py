@@ -256,3 +256,20 @@ def test_delegate_call_keeps_the_ops_its_backend_did_not_log(synthetic_files):
     assert len(per_run) == SYNTHETIC_RUNS and rest.latency_a == pytest.approx(float(np.median(per_run)))
     assert {r.handles for r in c.rows if r.delegated} == {(10,), (11, 12)}
     assert all(r.present == "both" and r.ratio == pytest.approx(1.0) for r in c.rows)
+
+
+def test_integer_codes_are_not_compared_with_float_values():
+    from etlab.inspector._compare import CompareRow, _numerics, _Unit
+
+    def unit(value):
+        return _Unit(block="Execute", order=0, name="op", label="op", instruction=0, delegate_id=None, handles=(1,),
+                     op_types=[], nodes=[], module="", source="", is_delegated=False, backend=None, raw=[1.0],
+                     outputs=[value], num_outputs=1)
+
+    row = CompareRow(key="#1", block="Execute", present="both", handles=(1,), ops=[], nodes=[], module="", source="",
+                     events_a=[], events_b=[], instructions_a=[], instructions_b=[], backend_a=None, backend_b=None,
+                     delegated=False, latency_a=1.0, latency_b=1.0, runs_a=1, runs_b=1, delta=0.0, ratio=1.0)
+    _numerics(row, [unit(torch.ones(4))], [unit(torch.ones(4, dtype=torch.int8))])
+    assert row.max_abs is None and row.numeric_note == "dtypes differ (float32 vs int8)"
+    _numerics(row, [unit(torch.ones(4))], [unit(torch.full((2, 2), 1.5))])  # same size, other shape: reshaped
+    assert row.max_abs == 0.5 and row.relative == pytest.approx(0.5) and row.cosine == pytest.approx(1.0)
