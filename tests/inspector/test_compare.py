@@ -198,13 +198,22 @@ def test_cli_table_json_csv_and_html(builds, tmp_path):
     assert page.startswith("<!DOCTYPE html>") and "data-etlab-view='compare'" in page and "etlabGraphView" in page
 
 
-def test_cli_files_flags_and_errors(builds, tmp_path):
+def test_python_m_etlab_inspector_compare(builds):
     p = builds["portable"]
-    out = _cli("compare", p.folder / "run.etdp", p.folder / "run2.etdp", "--etrecord-a", p.etrecord,
-               "--etrecord-b", p.etrecord, "--debug-buffer-a", p.folder / "run.bin",
-               "--debug-buffer-b", p.folder / "run2.bin", "--by", "instruction", module="etlab.inspector")
+    out = _cli("compare", p.folder / "run.etdp", p.folder / "run2.etdp", "--top", "3", module="etlab.inspector")
     assert out.returncode == 0, out.stderr
-    assert "joined by instruction" in out.stdout and "max |B-A| 0," in out.stdout
+    assert "joined by event" in out.stdout and "8 rows in both" in out.stdout
+
+
+def test_cli_flags_name_each_sides_files(builds, capsys):
+    from etlab.inspector._cli import compare_main
+
+    p = builds["portable"]
+    argv = [p.folder / "run.etdp", p.folder / "run2.etdp", "--etrecord-a", p.etrecord, "--etrecord-b", p.etrecord,
+            "--debug-buffer-a", p.folder / "run.bin", "--debug-buffer-b", p.folder / "run2.bin", "--by", "instruction"]
+    assert compare_main([str(x) for x in argv]) == 0
+    out = capsys.readouterr().out
+    assert "joined by instruction" in out and "8 outputs compared: max |B-A| 0," in out
 
 
 def test_cli_errors_are_one_line_and_exit_2(builds, tmp_path, capsys):
