@@ -1,5 +1,7 @@
 """Inspector.compare / `etlab compare` across runtimes: upstream ExecuTorch's runtime and etlab's
-host runtime, each running the same upstream-exported portable .pte with intermediate outputs."""
+host runtime, each running the same portable .pte with intermediate outputs: upstream-exported
+(no ETRecord etlab reads: events pair by name), and etlab-compiled (its ETRecord on both sides:
+rows join by debug handle)."""
 
 from __future__ import annotations
 
@@ -12,31 +14,32 @@ from pathlib import Path
 import pytest
 import torch
 
+from etlab.compiler import to_edge
 from etlab.inspector import Inspector
+from etlab.models import make_mlp
 from etlab.runtime import Runtime
-from tests.interop.conftest import ITERS, REPO
+from tests.interop.conftest import ET_REF, ITERS, REPO, run_ref
 
 pytestmark = pytest.mark.interop
 
 MODELS = ("mlp", "cnn")
 
 
+def host_run(pte: Path, inputs: Path, folder: Path) -> Path:
+    """etlab's runtime on `pte` (ITERS runs, intermediates recorded); the folder with run.etdp, run.bin."""
+    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=16 << 20)
+    method = program.load_method("forward")
+    for _ in range(ITERS):
+        method.execute(list(torch.load(inputs, weights_only=True)))
+    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
+    return folder
+
+
 @pytest.fixture(scope="module")
 def host_runs(upstream_artifacts, tmp_path_factory) -> dict[str, Path]:
-    """etlab's runtime on each upstream .pte (same inputs, same number of iterations): a folder with
-    run.etdp and run.bin per model."""
-    out = {}
-    for m in MODELS:
-        d = upstream_artifacts[m]
-        folder = tmp_path_factory.mktemp(f"host_{m}")
-        inputs = torch.load(d / "inputs.pt", weights_only=True)
-        program = Runtime.get().load_program(d / "model.pte", enable_etdump=True, debug_buffer_size=16 << 20)
-        method = program.load_method("forward")
-        for _ in range(ITERS):
-            method.execute(list(inputs))
-        program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
-        out[m] = folder
-    return out
+    """etlab's runtime on each upstream .pte (same inputs, same number of iterations)."""
+    return {m: host_run(upstream_artifacts[m] / "model.pte", upstream_artifacts[m] / "inputs.pt",
+                        tmp_path_factory.mktemp(f"host_{m}")) for m in MODELS}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -72,3 +75,26 @@ def test_cli_on_an_upstream_run_folder(upstream_artifacts, host_runs, tmp_path):
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["by"] == "event" and data["rows"] and all(r["present"] == "both" for r in data["rows"])
     assert all(r["max_abs"] is not None and r["relative"] <= 1e-5 for r in data["rows"])
+
+
+def test_etlab_program_on_both_runtimes_joins_by_debug_handle(ref_python, tmp_path):
+    """An etlab-compiled MLP run by upstream's runtime and by etlab's, both read with etlab's ETRecord."""
+    model, inputs = make_mlp()
+    manager = to_edge(torch.export.export(model, inputs), generate_etrecord=True).to_executorch()
+    manager.write_to_file(tmp_path / "model.pte")
+    torch.save(list(inputs), tmp_path / "inputs.pt")
+    record = manager.get_etrecord()
+    up, host = tmp_path / "upstream", tmp_path / "host"
+    up.mkdir()
+    host.mkdir()
+    run_ref(ref_python, ET_REF, "run", tmp_path / "model.pte", "--inputs", tmp_path / "inputs.pt", "--etdump",
+            up / "run.etdp", "--debug-buffer", up / "run.bin", "--debug-buffer-size", str(16 << 20),
+            "--iters", str(ITERS))
+    host_run(tmp_path / "model.pte", tmp_path / "inputs.pt", host)
+    sides = [Inspector(etdump_path=d / "run.etdp", debug_buffer_path=d / "run.bin", etrecord=record)
+             for d in (up, host)]
+    c = sides[0].compare(sides[1], name_a="upstream runtime", name_b="etlab host")
+    assert c.by == "debug_handle" and c.rows and all(r.present == "both" and r.handles for r in c.rows)
+    assert {h for r in c.rows for h in r.handles} == set(record.program_info().methods["forward"].ops)
+    assert c.summary.compared_outputs == len(c.rows)
+    assert all(r.relative <= 1e-5 for r in c.rows), [(r.key, r.relative) for r in c.rows if r.relative > 1e-5]
