@@ -35,7 +35,7 @@ def compare_columns(unit: str) -> list[tuple[str, str, bool]]:
             ("latency_a", f"A ({unit})", True), ("latency_b", f"B ({unit})", True),
             ("delta", f"B − A ({unit})", True), ("ratio", "B / A", True), ("max_abs", "max |B−A|", True),
             ("relative", "rel. diff", True), ("sqnr", "SQNR (dB)", True), ("cosine", "cosine", True),
-            ("module", "module", False), ("source", "source", False)]
+            ("module", "module", False), ("source", "source", False), ("note", "note", False)]
 
 
 def compare_rows(comparison) -> list[dict]:
@@ -45,7 +45,7 @@ def compare_rows(comparison) -> list[dict]:
         row = {"key": r.key, "label": r.label, "present": r.present, "events_a": ", ".join(r.events_a),
                "events_b": ", ".join(r.events_b), "latency_a": r.latency_a, "latency_b": r.latency_b,
                "delta": r.delta, "ratio": r.ratio, "max_abs": r.max_abs, "relative": r.relative, "sqnr": r.sqnr,
-               "cosine": r.cosine, "module": r.module, "source": r.source or r.numeric_note}
+               "cosine": r.cosine, "module": r.module, "source": r.source, "note": r.numeric_note}
         if r.handles:
             row["focus"] = {"name": r.nodes[-1] if r.nodes else None, "handles": list(r.handles), "kind": "edge"}
         out.append(row)
