@@ -150,7 +150,7 @@ def render(results: dict, upstream: dict, threads: int, clock: str) -> str:
             f"{_ms(up_f)} | {_ms(up_q)} | {vs_up} | {r['sqnr_db']:.1f} | {steps} |")
     lines += ["", "etlab's quantize/dequantize kernels are Python steps (`etlab/runtime/_quant_kernels.py`; the native "
               "core calls them back), about 10 us per call against upstream's C++ kernels: that dominates the int8 "
-              "latency of the small models (mlp, transformer: ~80 q/dq calls), while on convolutions etlab's "
+              "latency of the small models (mlp: 11 q/dq calls, transformer: ~90), while on convolutions etlab's "
               "float kernels lead. Upstream's portable kernels are timed with OMP_NUM_THREADS = torch threads: with "
               "`executorch.kernels.quantized` loaded and 2 OpenMP threads on this loaded machine, its transformer "
               "took 60 ms per call instead of 0.4 ms."]
