@@ -1,0 +1,242 @@
+"""An XNNPACK delegate blob turned into a checked, ready-to-run plan (`XnnpackPlan`), and running it.
+
+`build_plan` checks everything a hostile blob could get wrong before anything runs: value ids
+and shapes, constants (ranges, sizes, named keys), quantization parameters, every node's ids
+and attributes, that every value is written once and before it is read, and (by running the
+whole graph on meta tensors) that each node's declared output shape is what its kernel makes.
+
+`run_plan` executes node by node. Values are float32 tensors; a quantized value holds exactly
+its dequantized levels, so XNNPACK's integer arithmetic is emulated as dequantize -> float op
+-> requantize (within one quantization step of XNNPACK's fixed-point requantization).
+Each node reports a profiling event and its output under its debug handle (the handle of the
+node it was lowered from, the identifier the AOT debug-handle map uses), or under the name
+"<kind> #<n>" for nodes lowering added (no debug handle).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from etlab.errors import FormatError
+from etlab.runtime._errors import ExecutionError
+from etlab.runtime.backends.xnnpack._kernels import TORCH_CALLS as T
+from etlab.runtime.backends.xnnpack._kernels import build_kernel
+from etlab.runtime.backends.xnnpack._values import ConstantSource, Quant, ValueSpec, decode_values, external_order
+from etlab.schema.xnnpack import XnnpackBlob, node_kind
+
+BACKEND_ID = "XnnpackBackend"
+NO_DEBUG_HANDLE = 65535  # what upstream's preprocess writes for nodes without a debug handle
+MAX_NODES = 1 << 20
+# kinds whose output is NHWC whatever their input (for logging values in the graph's NCHW layout)
+_MAKES_NHWC = {"XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNMaxPooling2d", "XNNAvgPooling2d",
+               "XNNGlobalAvgPooling2d", "XNNStaticResizeBilinear2D"}
+_KEEPS_LAYOUT = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum", "XNNClamp",
+                 "XNNConvert", "XNNSigmoid", "XNNTanh", "XNNHardswish", "XNNELU", "XNNLeakyReLU", "XNNPReLU",
+                 "XNNGelu", "XNNAbs", "XNNNegate", "XNNSquare", "XNNSquareRoot", "XNNReciprocalSquareRoot",
+                 "XNNFloor", "XNNCeiling", "XNNLog", "XNNExp", "XNNSin", "XNNCos", "XNNCopy",
+                 "XNNStaticConstantPad", "XNNStaticSlice", "XNNConcatenate2", "XNNConcatenate3",
+                 "XNNConcatenate4", "XNNConcatenate5"}
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+@dataclass
+class PlannedNode:
+    kind: str
+    inputs: tuple[int, ...]
+    output: int
+    fn: Callable[..., torch.Tensor]
+    clamp: tuple[float, float] | None     # fused output_min / output_max
+    quant: Quant | None                   # the output's quantization
+    debug_id: int                         # delegate debug identifier, -1 when named
+    name: str | None                      # event name for nodes without a debug handle
+    metadata: bytes                       # the node kind, attached to its profiling event
+    log_as_nchw: bool                     # output is NHWC; logged permuted back to the graph's NCHW
+
+
+@dataclass
+class XnnpackPlan:
+    """One initialized delegate: constant values, the external inputs/outputs and the node list."""
+
+    specs: dict[int, ValueSpec]
+    constants: dict[int, torch.Tensor]
+    inputs: list[int]
+    outputs: list[int]
+    nodes: list[PlannedNode]
+
+
+def fake_quantize(x: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """x rounded to the nearest level of `quant` (saturating), returned as float levels."""
+    if quant.kind == "tensor":
+        q = T["clamp"](T["round"](x / quant.scale) + quant.zero_point, quant.qmin, quant.qmax)
+        return (q - quant.zero_point) * quant.scale
+    if quant.kind == "channel":
+        view = [1] * x.dim()
+        view[quant.axis] = -1
+        scales = quant.scales.reshape(view)
+        return T["clamp"](T["round"](x / scales), quant.qmin, quant.qmax) * scales
+    return _dynamic_fake_quantize(x)
+
+
+def _dynamic_fake_quantize(x: torch.Tensor) -> torch.Tensor:
+    """Per-row asymmetric int8 quantization with the range widened to include 0 (XNNPACK's qdint8)."""
+    rows = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+    lo = T["clamp"](T["amin"](rows, 1, keepdim=True), max=0.0)
+    hi = T["clamp"](T["amax"](rows, 1, keepdim=True), min=0.0)
+    scale = T["where"](hi > lo, (hi - lo) / 255.0, T["ones_like"](hi))
+    zero_point = T["clamp"](T["round"](-128.0 - lo / scale), -128, 127)
+    q = T["clamp"](T["round"](rows / scale) + zero_point, -128, 127)
+    return ((q - zero_point) * scale).reshape(x.shape)
+
+
+def to_integers(levels: torch.Tensor, quant: Quant, dtype: torch.dtype) -> torch.Tensor:
+    """Float levels of a per-tensor quantized value as its stored integers."""
+    return T["round"](levels / quant.scale + quant.zero_point).to(dtype)
+
+
+def _layouts(kind: str, inputs: tuple[int, ...], output_rank: int, nhwc: set[int], attrs) -> bool:
+    """Is this node's output NHWC? (propagated from the graph's explicit NCHW<->NHWC transposes)"""
+    if output_rank != 4:
+        return False
+    if kind in _MAKES_NHWC:
+        return True
+    if kind == "XNNStaticTranspose":
+        perm = tuple(int(p) for p in attrs.perm or [])
+        source_nhwc = inputs[0] in nhwc
+        return (perm == _TO_NHWC and not source_nhwc) or (perm == (0, 1, 2, 3) and source_nhwc)
+    if kind in _KEEPS_LAYOUT:
+        return any(i in nhwc for i in inputs)
+    return False
+
+
+def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -> XnnpackPlan:
+    """Checks the whole graph and returns its plan; FormatError naming what is wrong."""
+    graph = blob.graph
+    specs = decode_values(graph, ConstantSource(graph, blob.constant_data, named_data, what))
+    inputs, outputs = external_order(graph, specs, what)
+    if any(specs[v].external_id >= len(inputs) for v in inputs):
+        raise FormatError(f"{what}: graph inputs must take the first external ids (the delegate call's inputs "
+                          f"come before its outputs)")
+    xnodes = graph.xnodes or []
+    if len(xnodes) > MAX_NODES:
+        raise FormatError(f"{what}: {len(xnodes)} nodes (at most {MAX_NODES})")
+    constants = {vid: s.constant for vid, s in specs.items() if s.constant is not None}
+    defined = set(inputs) | set(constants)
+    meta = {vid: torch.empty(specs[vid].shape, device="meta") for vid in defined}
+    nhwc: set[int] = set()
+    nodes, unnamed = [], {}
+    for index, xnode in enumerate(xnodes):
+        kind = node_kind(xnode)
+        kernel = build_kernel(kind, xnode.xnode_union, specs, what, index)
+        ctx = f"{what}: node {index} ({kind})"
+        unread = [v for v in kernel.inputs if v not in defined]
+        if unread:
+            raise FormatError(f"{ctx} reads value {unread[0]} before anything writes it")
+        out = kernel.output
+        if out in defined:
+            raise FormatError(f"{ctx} writes value {out}, which is an input, a constant or already written")
+        spec = specs[out]
+        if spec.is_input:
+            raise FormatError(f"{ctx} writes value {out}, an external input")
+        try:
+            made = kernel.fn(*(meta[v] for v in kernel.inputs))
+        except (RuntimeError, ValueError, IndexError, TypeError) as err:
+            raise FormatError(f"{ctx}: operands {[list(specs[v].shape) for v in kernel.inputs]} do not fit: "
+                              f"{str(err).splitlines()[0]}") from None
+        if tuple(made.shape) != spec.shape:
+            raise FormatError(f"{ctx} makes shape {list(made.shape)} but value {out} is {list(spec.shape)}")
+        defined.add(out)
+        meta[out] = made
+        clamp = None
+        if xnode.output_min_max is not None:
+            lo, hi = xnode.output_min_max.output_min, xnode.output_min_max.output_max
+            lo, hi = float(-math.inf if lo is None else lo), float(math.inf if hi is None else hi)
+            if math.isnan(lo) or math.isnan(hi) or lo > hi:
+                raise FormatError(f"{ctx} clamps its output to [{lo}, {hi}]")
+            clamp = (lo, hi)
+        handle = int(xnode.debug_handle or 0)
+        name = None
+        if handle == NO_DEBUG_HANDLE:
+            unnamed[kind] = unnamed.get(kind, 0) + 1
+            name = f"{kind} #{unnamed[kind]}"
+        if _layouts(kind, kernel.inputs, len(spec.shape), nhwc, xnode.xnode_union):
+            nhwc.add(out)
+        nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
+                                 -1 if name else handle, name, kind.encode(), out in nhwc))
+    unwritten = [v for v in outputs if v not in defined]
+    if unwritten:
+        raise FormatError(f"{what}: graph output value {unwritten[0]} is never written")
+    return XnnpackPlan(specs, constants, inputs, outputs, nodes)
+
+
+def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
+    """The run's value table, seeded with constants and the (dequantized) inputs; checks every argument."""
+    expected = len(plan.inputs) + len(plan.outputs)
+    if len(args) != expected:
+        raise ExecutionError(f"{BACKEND_ID}: expected {len(plan.inputs)} inputs and {len(plan.outputs)} outputs "
+                             f"({expected} values), got {len(args)}")
+    values = dict(plan.constants)
+    for position, (vid, arg) in enumerate(zip(plan.inputs + plan.outputs, args)):
+        spec = plan.specs[vid]
+        role = "input" if position < len(plan.inputs) else "output"
+        if not isinstance(arg, torch.Tensor):
+            raise ExecutionError(f"{BACKEND_ID}: {role} {position} must be a tensor, got {type(arg).__name__}")
+        if tuple(arg.shape) != spec.shape and not (arg.dim() == 0 and spec.shape == (1,)):  # 0-d is [1] here
+            raise ExecutionError(f"{BACKEND_ID}: {role} {position} has shape {list(arg.shape)}, the delegate "
+                                 f"was built for {list(spec.shape)}")
+        if role == "input":
+            arg = arg.reshape(spec.shape)
+            if spec.quant is not None and spec.quant.kind == "tensor":
+                values[vid] = (arg.to(torch.float32) - spec.quant.zero_point) * spec.quant.scale
+            elif arg.dtype != torch.float32:
+                raise ExecutionError(f"{BACKEND_ID}: input {position} must be float32, got {arg.dtype}")
+            else:
+                values[vid] = arg
+    return values
+
+
+def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> None:
+    if spec.quant is not None and spec.quant.kind == "tensor":
+        levels = to_integers(levels, spec.quant, out.dtype)
+    out.copy_(levels.reshape(out.shape))
+
+
+def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
+    """Runs the graph on the delegate call's arguments (inputs, then outputs written in place)."""
+    values = _bind_arguments(plan, args)
+    tracing = context is not None and getattr(context, "enabled", True)
+    for node in plan.nodes:
+        token = context.start_profiling_delegate(name=node.name, delegate_debug_id=node.debug_id) if tracing else None
+        result = node.fn(*(values[v] for v in node.inputs))
+        stored = result
+        if node.clamp is not None:
+            stored = T["clamp"](stored, *node.clamp)
+        if node.quant is not None:
+            stored = fake_quantize(stored, node.quant)
+        values[node.output] = stored
+        if tracing:
+            context.end_profiling_delegate(token, metadata=node.metadata)
+            context.log_output_delegate(node.name, node.debug_id, _logged(node, result, stored))
+    for position, vid in enumerate(plan.outputs):
+        _store_output(plan.specs[vid], values[vid], args[len(plan.inputs) + position])
+
+
+def _logged(node: PlannedNode, result: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+    """What a node's debug event holds: the op's own result in the lowered graph's layout.
+
+    That is the value before a fused clamp and before requantization (the graph it came from
+    applies those in separate nodes), except for a Convert, whose result is the conversion: a
+    quantizing Convert logs the stored integers, as the graph's quantize node outputs them.
+    """
+    value = result
+    if node.kind == "XNNConvert":
+        if node.quant is not None and node.quant.kind == "tensor":
+            value = to_integers(stored, node.quant, torch.uint8 if node.quant.qmin == 0 else torch.int8)
+        else:
+            value = stored
+    if node.log_as_nchw:
+        value = T["permute"](value, _TO_NCHW)
+    return value.contiguous()
