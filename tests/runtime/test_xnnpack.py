@@ -226,11 +226,11 @@ def _quantized_fc_graph():
            clamp=(0.0, float("inf")))
     y = g.value((3, 4), role="output")
     g.node("XNNConvert", M["_XNNNode1x1"](input_id=yq, output_id=y), 3)
-    return g, w, b, out_scale
+    return g, w, b, out_scale, wq, w_scales, bias_q
 
 
 def test_quantized_fully_connected_is_within_one_step():
-    g, w, b, out_scale = _quantized_fc_graph()
+    g, w, b, out_scale, wq, w_scales, bias_q = _quantized_fc_graph()
     plan = _init(g.blob(), g.named)
     x = torch.randn(3, 8)
     out = torch.empty(3, 4)
@@ -240,7 +240,11 @@ def test_quantized_fully_connected_is_within_one_step():
     assert (out - expected).abs().max().item() <= out_scale + 0.02 * 8  # output step, plus input/weight rounding
     levels = out / out_scale - (-5)
     torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-4)  # exactly on the output's grid
-    assert recorder.outputs[1].dtype == torch.int8  # a quantizing Convert logs the stored integers
+    quantized_input = (torch.round(x / 0.02) + 3).clamp(-128, 127).sub(3).mul(0.02)
+    torch.testing.assert_close(recorder.outputs[1], quantized_input)  # quantized values log their levels
+    # a fused relu: the op's own float result (upstream's quantizer quantizes after the relu)
+    expected_fc = F.linear(quantized_input, wq.float() * w_scales[:, None], bias_q.double().mul(0.02 * w_scales.double()).float())
+    torch.testing.assert_close(recorder.outputs[2], expected_fc, rtol=1e-5, atol=1e-5)
 
 
 # -- hostile blobs ------------------------------------------------------------------------------------

@@ -55,6 +55,7 @@ class PlannedNode:
     name: str | None                      # event name for nodes without a debug handle
     metadata: bytes                       # the node kind, attached to its profiling event
     log_as_nchw: bool                     # output is NHWC; logged permuted back to the graph's NCHW
+    logs_stored: bool                     # the debug event holds the stored value (see _logged)
 
 
 @dataclass
@@ -164,8 +165,9 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
             name = f"{kind} #{unnamed[kind]}"
         if _layouts(kind, kernel.inputs, len(spec.shape), nhwc, xnode.xnode_union):
             nhwc.add(out)
+        logs_stored = spec.quant is not None and clamp != (0.0, math.inf)
         nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
-                                 -1 if name else handle, name, kind.encode(), out in nhwc))
+                                 -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored))
     unwritten = [v for v in outputs if v not in defined]
     if unwritten:
         raise FormatError(f"{what}: graph output value {unwritten[0]} is never written")
@@ -225,18 +227,17 @@ def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
 
 
 def _logged(node: PlannedNode, result: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
-    """What a node's debug event holds: the op's own result in the lowered graph's layout.
+    """What a node's debug event holds, in the lowered graph's layout: the value its debug handle
+    ends with in that graph.
 
-    That is the value before a fused clamp and before requantization (the graph it came from
-    applies those in separate nodes), except for a Convert, whose result is the conversion: a
-    quantizing Convert logs the stored integers, as the graph's quantize node outputs them.
+    A float node logs its op's result before a fused clamp (the graph applied the activation as
+    a node of its own, with its own handle). A node with a quantized output logs the stored
+    levels: in a quantized graph the op, its quantize and dequantize share one handle, and the
+    observer it shares with a fused clamp saturates like the clamp. The exception is a fused
+    ReLU (clamp to [0, inf)): upstream's XNNPACKQuantizer annotates conv/linear + relu as one
+    pattern, so the op's own handle ends with its float result and the quantize follows the relu.
     """
-    value = result
-    if node.kind == "XNNConvert":
-        if node.quant is not None and node.quant.kind == "tensor":
-            value = to_integers(stored, node.quant, torch.uint8 if node.quant.qmin == 0 else torch.int8)
-        else:
-            value = stored
+    value = stored if node.logs_stored else result
     if node.log_as_nchw:
         value = T["permute"](value, _TO_NCHW)
     return value.contiguous()
