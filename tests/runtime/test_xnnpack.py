@@ -243,7 +243,8 @@ def test_quantized_fully_connected_is_within_one_step():
     quantized_input = (torch.round(x / 0.02) + 3).clamp(-128, 127).sub(3).mul(0.02)
     torch.testing.assert_close(recorder.outputs[1], quantized_input)  # quantized values log their levels
     # a fused relu: the op's own float result (upstream's quantizer quantizes after the relu)
-    expected_fc = F.linear(quantized_input, wq.float() * w_scales[:, None], bias_q.double().mul(0.02 * w_scales.double()).float())
+    bias = bias_q.double().mul(0.02 * w_scales.double()).float()
+    expected_fc = F.linear(quantized_input, wq.float() * w_scales[:, None], bias)
     torch.testing.assert_close(recorder.outputs[2], expected_fc, rtol=1e-5, atol=1e-5)
 
 

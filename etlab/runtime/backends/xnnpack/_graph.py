@@ -56,6 +56,7 @@ class PlannedNode:
     metadata: bytes                       # the node kind, attached to its profiling event
     log_as_nchw: bool                     # output is NHWC; logged permuted back to the graph's NCHW
     logs_stored: bool                     # the debug event holds the stored value (see _logged)
+    logs_output: bool = True              # False for all but the last node sharing a debug handle
 
 
 @dataclass
@@ -168,6 +169,11 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
         logs_stored = spec.quant is not None and clamp != (0.0, math.inf)
         nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
                                  -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored))
+    # An op lowered to several nodes (matmul -> reshape, reshape, batch matmul, reshape) gives them
+    # all its handle: only the last one logs an output, the value that handle ends with.
+    last = {node.debug_id: index for index, node in enumerate(nodes) if node.debug_id >= 0}
+    for index, node in enumerate(nodes):
+        node.logs_output = node.debug_id < 0 or last[node.debug_id] == index
     unwritten = [v for v in outputs if v not in defined]
     if unwritten:
         raise FormatError(f"{what}: graph output value {unwritten[0]} is never written")
@@ -221,7 +227,8 @@ def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
         values[node.output] = stored
         if tracing:
             context.end_profiling_delegate(token, metadata=node.metadata)
-            context.log_output_delegate(node.name, node.debug_id, _logged(node, result, stored))
+            if node.logs_output:
+                context.log_output_delegate(node.name, node.debug_id, _logged(node, result, stored))
     for position, vid in enumerate(plan.outputs):
         _store_output(plan.specs[vid], values[vid], args[len(plan.inputs) + position])
 
