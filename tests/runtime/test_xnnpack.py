@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from etlab.errors import FormatError
-from etlab.runtime._delegate import BackendInitContext
+from etlab.runtime import BackendInitContext, ExecutionError
 from etlab.runtime.backends.xnnpack import SUPPORTED_NODE_KINDS, XNNPACK_BACKEND
 from etlab.schema.xnnpack import MODELS, NODE_KINDS, UINT64_MAX, XNNDatatype, deserialize_xnnpack, serialize_xnnpack
 
@@ -199,6 +199,25 @@ def test_dense_graph_matches_torch():
     c = torch.cat([torch.softmax(f, -1), xin @ w.t()], 2)
     s = F.pad(c, (1, 1, 1, 0), value=0.5)[:, 1:]
     torch.testing.assert_close(result, (s @ s.transpose(1, 2)).reshape(2, 9), rtol=1e-5, atol=1e-5)
+
+
+def test_dynamic_shapes_run_within_the_bounds():
+    """Dims below the delegate's bounds run (a reshape's 0 is inferred); the output is resized to match."""
+    torch.manual_seed(3)
+    w = torch.randn(6, 4)
+    g = GraphBuilder()
+    x = g.value((2, 8, 4), role="input")
+    wv = g.value((6, 4), data=w)
+    fc = g.value((2, 8, 6))
+    g.node("XNNFullyConnected", M["XNNFullyConnected"](input1_id=x, filter_id=wv, bias_id=INVALID, output_id=fc), 1)
+    out = g.value((2, 48), role="output")
+    g.node("XNNStaticReshape", M["XNNStaticReshape"](num_dims=2, new_shape=[2, 0], input_id=fc, output_id=out), 2)
+    plan = _init(g.blob(), g.named)
+    xin, result = torch.randn(2, 5, 4), torch.empty(2, 48)
+    XNNPACK_BACKEND.execute(plan, [xin, result], None)
+    torch.testing.assert_close(result, (xin @ w.t()).reshape(2, 30))
+    with pytest.raises(ExecutionError, match="or smaller dims"):
+        XNNPACK_BACKEND.execute(plan, [torch.randn(2, 9, 4), torch.empty(2, 48)], None)
 
 
 def _quantized_fc_graph():

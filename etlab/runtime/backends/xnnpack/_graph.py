@@ -192,11 +192,12 @@ def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
         role = "input" if position < len(plan.inputs) else "output"
         if not isinstance(arg, torch.Tensor):
             raise ExecutionError(f"{BACKEND_ID}: {role} {position} must be a tensor, got {type(arg).__name__}")
-        if tuple(arg.shape) != spec.shape and not (arg.dim() == 0 and spec.shape == (1,)):  # 0-d is [1] here
-            raise ExecutionError(f"{BACKEND_ID}: {role} {position} has shape {list(arg.shape)}, the delegate "
-                                 f"was built for {list(spec.shape)}")
+        shape = tuple(arg.shape) if arg.dim() or spec.shape != (1,) else (1,)  # a 0-d tensor is [1] here
+        if len(shape) != len(spec.shape) or any(a > b for a, b in zip(shape, spec.shape)):
+            raise ExecutionError(f"{BACKEND_ID}: {role} {position} has shape {list(arg.shape)}; the delegate "
+                                 f"takes {list(spec.shape)} or smaller dims (dynamic shapes) of that rank")
         if role == "input":
-            arg = arg.reshape(spec.shape)
+            arg = arg.reshape(shape)
             if spec.quant is not None and spec.quant.kind == "tensor":
                 values[vid] = (arg.to(torch.float32) - spec.quant.zero_point) * spec.quant.scale
             elif arg.dtype != torch.float32:
@@ -209,6 +210,11 @@ def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
 def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> None:
     if spec.quant is not None and spec.quant.kind == "tensor":
         levels = to_integers(levels, spec.quant, out.dtype)
+    if out.numel() != levels.numel():  # a dynamic shape: the run's output is smaller than the bound
+        if out.dim() != levels.dim() or out.numel() < levels.numel():
+            raise ExecutionError(f"{BACKEND_ID}: output of shape {list(levels.shape)} does not fit the "
+                                 f"program's {list(out.shape)}")
+        out.resize_(levels.shape)
     out.copy_(levels.reshape(out.shape))
 
 

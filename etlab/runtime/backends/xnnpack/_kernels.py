@@ -214,10 +214,14 @@ def _transpose(n: _Node) -> NodeKernel:
 def _reshape(n: _Node) -> NodeKernel:
     n.flags()
     x, out = n.id("input_id"), n.id("output_id")
-    shape = n.shape(out)
-    if math.prod(shape) != math.prod(n.shape(x)):
-        raise n.fail(f"cannot reshape {list(n.shape(x))} into {list(shape)}")
-    return NodeKernel((x,), out, lambda x: T["reshape"](x, shape))
+    new_shape = [int(d) for d in n.attrs.new_shape or []]
+    if n.int("num_dims") != len(new_shape) or new_shape.count(0) > 1:
+        raise n.fail(f"new shape {new_shape} (num_dims {n.int('num_dims')}) is invalid: at most one 0 "
+                     f"(a dim inferred from the input's size)")
+    target = tuple(-1 if d == 0 else d for d in new_shape)  # 0: inferred (dynamic shapes)
+    if 0 not in new_shape and math.prod(target) != math.prod(n.shape(x)):
+        raise n.fail(f"cannot reshape {list(n.shape(x))} into {new_shape}")
+    return NodeKernel((x,), out, lambda x: T["reshape"](x, target))
 
 
 def _slice(n: _Node) -> NodeKernel:
@@ -227,14 +231,12 @@ def _slice(n: _Node) -> NodeKernel:
     shape = n.shape(x)
     if not len(offsets) == len(sizes) == len(shape) == n.int("num_dims"):
         raise n.fail(f"offsets {offsets} and sizes {sizes} do not match the input's rank {len(shape)}")
-    # a size of 0 means "to the end of the dim"
-    sizes = [s if s else d - o for s, o, d in zip(sizes, offsets, shape)]
-    if any(o + s > d or s < 0 for o, s, d in zip(offsets, sizes, shape)):
+    if any(o + s > d for o, s, d in zip(offsets, sizes, shape)):
         raise n.fail(f"slice {offsets} + {sizes} runs past the input {list(shape)}")
 
     def slice_(x):
         for dim, (o, s) in enumerate(zip(offsets, sizes)):
-            x = T["narrow"](x, dim, o, s)
+            x = T["narrow"](x, dim, o, s if s else x.shape[dim] - o)  # a size of 0: to the end of the dim
         return x
     return NodeKernel((x,), n.id("output_id"), slice_)
 
