@@ -80,12 +80,13 @@ def fake_quantize(x: torch.Tensor, quant: Quant) -> torch.Tensor:
         view[quant.axis] = -1
         scales = quant.scales.reshape(view)
         return T["clamp"](T["round"](x / scales), quant.qmin, quant.qmax) * scales
-    return _dynamic_fake_quantize(x)
+    return _dynamic_fake_quantize(x, quant.axis)
 
 
-def _dynamic_fake_quantize(x: torch.Tensor) -> torch.Tensor:
-    """Per-row asymmetric int8 quantization with the range widened to include 0 (XNNPACK's qdint8)."""
-    rows = x.reshape(-1, x.shape[-1]) if x.dim() else x.reshape(1, 1)
+def _dynamic_fake_quantize(x: torch.Tensor, nonbatch_dims: int) -> torch.Tensor:
+    """Per-row asymmetric int8 quantization (a row: the trailing `nonbatch_dims` dims) with the range
+    widened to include 0, as XNNPACK's qdint8 values are quantized at run time."""
+    rows = x.reshape(-1, math.prod(x.shape[x.dim() - nonbatch_dims:])) if x.dim() else x.reshape(1, 1)
     lo = T["clamp"](T["amin"](rows, 1, keepdim=True), max=0.0)
     hi = T["clamp"](T["amax"](rows, 1, keepdim=True), min=0.0)
     scale = T["where"](hi > lo, (hi - lo) / 255.0, T["ones_like"](hi))

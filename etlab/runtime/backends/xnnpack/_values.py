@@ -53,7 +53,7 @@ class Quant:
     scale: float = 1.0
     zero_point: int = 0
     scales: torch.Tensor | None = None  # per channel
-    axis: int = 0
+    axis: int = 0                      # per channel: the channel dim; dynamic: trailing dims per row
 
 
 @dataclass
@@ -130,7 +130,10 @@ def _quant(value, tensor_value, storage: torch.dtype | None, qkind: str, shape, 
     if qkind == "dynamic":
         if type(params).__name__ != "PerTokenDynamicQuant":
             raise _bad(what, f"{ctx} is dynamically quantized but has {type(params).__name__} parameters")
-        return Quant("dynamic")
+        nonbatch = int(params.num_nonbatch_dims or 0)
+        if not 1 <= nonbatch <= max(len(shape), 1):
+            raise _bad(what, f"{ctx} quantizes rows of {nonbatch} trailing dims of a rank-{len(shape)} value")
+        return Quant("dynamic", axis=nonbatch)
     if qkind == "tensor":
         if type(params).__name__ != "PerTensorQuant":
             raise _bad(what, f"{ctx} is per-tensor quantized but has {type(params).__name__} parameters")
