@@ -330,7 +330,7 @@ def test_hostile_blobs_fail_at_init_with_a_format_error(case):
 
 def test_every_schema_node_kind_is_supported_or_named_when_refused():
     refused = set(NODE_KINDS) - SUPPORTED_NODE_KINDS
-    assert refused == {"XNNArgMaxPooling2d"}  # upstream's partitioner never emits it
+    assert refused == {"XNNArgMaxPooling2d", "XNNScaledDotProductAttention"}  # see _kernels.BUILDERS
 
 
 def test_random_damage_gives_format_errors_only():
