@@ -164,6 +164,27 @@ def test_conv_graph_matches_torch_and_logs_each_node_in_nchw():
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_constants_after_the_graph_and_inline_buffers_are_read_too():
+    """Constants may follow the graph in the blob (offsets) or, in older blobs, sit in inline buffers."""
+    g, reference = _conv_graph()
+    graph = deserialize_xnnpack(g.blob()).graph
+    region, inline = bytearray(), [M["Buffer"](storage=b"")]
+    for entry in graph.constant_data[1:]:
+        data = g.named[entry.named_key]
+        region += b"\0" * (-len(region) % 16)
+        entry.offset, entry.named_key = len(region), ""
+        region += data
+        inline.append(M["Buffer"](storage=data))
+    x = torch.randn(1, 3, 16, 16)
+    expected, _ = reference(x)
+    old_style = deserialize_xnnpack(g.blob()).graph
+    old_style.constant_data, old_style.constant_buffer = None, inline
+    for blob in (serialize_xnnpack(graph, bytes(region)), serialize_xnnpack(old_style)):
+        plan, out = _init(blob, {}), torch.empty(1, 8, 4, 4)
+        XNNPACK_BACKEND.execute(plan, [x, out], None)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+
+
 def test_dense_graph_matches_torch():
     """fully connected (and transposed weights), softmax, concatenate, pad, batch matmul, slice, reshape."""
     torch.manual_seed(1)
