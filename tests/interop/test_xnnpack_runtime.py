@@ -98,7 +98,7 @@ def _run(pte, inputs, core: str | None = None, trace: Path | None = None) -> lis
 
 
 def _delegate_plans(pte_bytes: bytes) -> list:
-    """Each XNNPACK delegate blob of the program, decoded (graph, plus the program's named data)."""
+    """The graph of each XNNPACK delegate of the program's first method, decoded."""
     pte = deserialize_pte(pte_bytes)
     plan = pte.program.execution_plan[0]
     return [deserialize_xnnpack(pte.segments[d.processed.index]).graph for d in plan.delegates
