@@ -231,7 +231,7 @@ class TableCodec:
             elif name in offsets:
                 if kind == "union":
                     tag = getattr(obj, name + "_type", None)  # set when several tags name one table
-                    if tag is None:
+                    if not tag:
                         tag = LAYOUTS["unions"][typ].index(type(v).__name__) + 1
                     getattr(gen, adder.__name__ + "Type")(b, tag)
                 adder(b, offsets[name])
