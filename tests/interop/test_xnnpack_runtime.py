@@ -40,6 +40,8 @@ VARIANTS = ("float", "quantized")
 DYNAMIC = ("mlp", "transformer")  # also dynamically quantized (int8 weights, per-row activations)
 RECIPE = f"xnnpack v2 models={','.join(MODELS)} dynamic={','.join(DYNAMIC)}"
 CASES = [(m, v) for m in MODELS for v in VARIANTS] + [(m, "dynamic") for m in DYNAMIC]
+# (float and quantized exports, dynamic exports) per process, two at once (CI has 2 cores), about even
+EXPORT_JOBS = [(["mlp", "cnn"], ["transformer"]), (["transformer"], ["mlp"])]
 CORES = ("native", "python")
 # upstream XNNPACK operator names (its profiling events) each node kind may run as
 UPSTREAM_NAMES = {
@@ -64,12 +66,9 @@ def xnnpack_artifacts(ref_python) -> Path:
             return final
         tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
         try:
-            # two processes (the machine's two cores), the transformer's exports alone in one
-            jobs = [[m for m in MODELS if m != "transformer"], ["transformer"]]
-            with ThreadPoolExecutor(len(jobs)) as pool:
-                list(pool.map(lambda names: run_ref(ref_python, REF_XNNPACK, ET_REF, ZOO, *names, "--out", tmp,
-                                                    "--dynamic", *[m for m in DYNAMIC if m in names],
-                                                    timeout=1800), jobs))
+            with ThreadPoolExecutor(len(EXPORT_JOBS)) as pool:
+                list(pool.map(lambda job: run_ref(ref_python, REF_XNNPACK, ET_REF, ZOO, *job[0], "--out", tmp,
+                                                  "--dynamic", *job[1], timeout=1800), EXPORT_JOBS))
             (tmp / "done").write_text(key)
             shutil.rmtree(final, ignore_errors=True)
             tmp.rename(final)
