@@ -186,6 +186,38 @@ def time_tracing(d: Path, rounds: int) -> dict[str, float]:
                        rounds=rounds, per_round=per_round)
 
 
+XNNPACK_MODEL = "cnn"
+
+
+def xnnpack_section(d: Path, rounds: int, upstream_xnnpack_ms: float | None, clock: str) -> str:
+    """`## runtime-xnnpack`: upstream's XNNPACK-lowered .pte on etlab's host emulation of the
+    XnnpackBackend (torch kernels per XNNPACK node), next to torch eager and upstream's real XNNPACK."""
+    model, _ = ZOO[XNNPACK_MODEL]()
+    inputs = torch.load(d / "inputs.pt", weights_only=True)
+    emulated = _method(d, "native")
+    torch.testing.assert_close(emulated.execute(inputs)[0], model(*inputs), rtol=1e-4, atol=1e-4)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    r = interleaved({"eager": eager, "emulated": lambda: emulated.execute(inputs)}, rounds=rounds)
+    up, ratio = "n/a", ""
+    if upstream_xnnpack_ms:
+        up = f"{upstream_xnnpack_ms:.3f}"
+        ratio = f" ({r['emulated'] * 1e3 / upstream_xnnpack_ms:.1f}x upstream XNNPACK's time)"
+    return "\n".join([
+        "## runtime-xnnpack", "",
+        f"Upstream's XNNPACK-lowered `{XNNPACK_MODEL}` (`et_ref.py export --xnnpack`), medians of alternating rounds "
+        f"({'thread CPU time' if clock == 'cpu' else 'wall time'}; upstream wall time per `execute`, measured "
+        "under load). etlab does not link XNNPACK: its `XnnpackBackend` emulates each XNNPACK node with torch "
+        "kernels (it exists to run and inspect delegated programs on the host, not for speed).", "",
+        "| model | torch eager ms | etlab XNNPACK emulation (native core) ms | emulation vs eager | "
+        "upstream XNNPACK ms |", "|---|---:|---:|---:|---:|",
+        f"| {XNNPACK_MODEL} | {r['eager'] * 1e3:.3f} | {r['emulated'] * 1e3:.3f}{ratio} | "
+        f"{r['emulated'] / r['eager']:.2f}x | {up} |", ""])
+
+
 def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
@@ -263,6 +295,7 @@ def main() -> None:
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--no-xnnpack", action="store_true")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    ap.add_argument("--xnnpack-only", action="store_true", help="only the runtime-xnnpack section")
     a = ap.parse_args()
     global _clock
     _clock = CLOCKS[a.clock]
@@ -274,6 +307,12 @@ def main() -> None:
         out = Path(tmp)
         upstream: dict[str, float] = {}
         chain_up = None
+        if ref and a.xnnpack_only:
+            d = out / "xnnpack" / XNNPACK_MODEL
+            run_ref(ref, ET_REF, "export", f"{ZOO_PY}:make_{XNNPACK_MODEL}", "--out", d, "--xnnpack")
+            write_section("runtime-xnnpack", xnnpack_section(d, a.rounds, upstream_ms(ref, d, a.upstream_iters),
+                                                             a.clock))
+            return
         if ref:
             dirs = export_upstream(ref, out, a.models, xnnpack=not a.no_xnnpack)
         else:
@@ -301,6 +340,9 @@ def main() -> None:
                 if key in exported:
                     upstream[key] = upstream_ms(ref, d, a.upstream_iters if "mobilenet" not in key else 10)
                     print(f"upstream {key}: {upstream[key]:.3f} ms", flush=True)
+            key = f"xnnpack:{XNNPACK_MODEL}"
+            if key in dirs:
+                write_section("runtime-xnnpack", xnnpack_section(dirs[key], a.rounds, upstream.get(key), a.clock))
     if chain is None:
         chain = dict.fromkeys(("native", "loop", "bare", "python", "traced", "eager"), float("nan"))
     body = render(chain, chain_up, models, upstream, tracing, a.threads, a.clock)
