@@ -129,7 +129,7 @@ class Program:
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
                 table.check_slot(slot, f"{what}: output")
-            delegates = init_delegates(self._pte, plan, what)
+            delegates = init_delegates(self._pte, plan, what, self._data.named)
             context = DelegateContext(self._tracer) if self._tracer is not None and delegates else None
             bound = bind(plan, table, kernels, delegates, context or NULL_CONTEXT)
             core = None
