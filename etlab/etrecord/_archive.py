@@ -45,10 +45,15 @@ def write_archive(path, manifest: bytes, blob: bytes) -> None:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = method
             zf.writestr(info, data)
+    write_file(path, buf.getvalue())
+
+
+def write_file(path, data: bytes) -> None:
+    """`data` to a path (atomically: a reader never sees half a file) or to a binary file."""
     if isinstance(path, (str, os.PathLike)):
-        write_atomic(path, buf.getvalue())
+        write_atomic(path, data)
     elif hasattr(path, "write"):
-        path.write(buf.getvalue())
+        path.write(data)
     else:
         raise TypeError(f"ETRecord.save: expected a path or a binary file, got {type(path).__name__}")
 

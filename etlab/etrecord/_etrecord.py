@@ -337,10 +337,21 @@ class ETRecord:
 
     # -- saving -----------------------------------------------------------------------------------------
 
-    def save(self, path) -> None:
-        """Writes the record (atomically to a path, or to a binary file)."""
+    def save(self, path, format: str = "etlab") -> None:
+        """Writes the record (atomically to a path, or to a binary file).
+
+        format="etlab" (the default): etlab's zip of JSON and raw tensors, which loads without pickle.
+        format="upstream": upstream ExecuTorch's layout (torch.export JSON and torch.save members),
+        which upstream's `parse_etrecord` / Inspector read, and etlab too."""
+        if format not in ("etlab", "upstream"):
+            raise ValueError(f"ETRecord.save: format must be 'etlab' or 'upstream', got {format!r}")
         if not (self._edge.names() and self._debug_handle_map):
             raise RuntimeError("ETRecord must contain edge dialect program and executorch program to be saved")
+        if format == "upstream":
+            from etlab.etrecord._upstream_write import save_upstream  # torch.save and upstream's schema: only here
+
+            save_upstream(self, os.fspath(path) if isinstance(path, os.PathLike) else path)
+            return
         store = TensorStore()
         writer = ProgramWriter(store)
         manifest = {
