@@ -39,9 +39,10 @@ class _Programs:
     """Named programs, each either in memory or rebuilt from the file on first use."""
 
     def __init__(self, programs: Mapping[str, ExportedProgram] | None = None, loader=None,
-                 ids: Mapping[str, int] | None = None):
+                 ids: Mapping[str, int] | None = None, on_load=None):
         self._programs = dict(programs or {})
         self._loader, self._ids = loader, dict(ids or {})
+        self._on_load = on_load  # called as on_load(name, program) after a program is rebuilt
 
     def names(self) -> list[str]:
         return list(dict.fromkeys([*self._programs, *self._ids]))
@@ -55,6 +56,8 @@ class _Programs:
     def get(self, name: str) -> ExportedProgram | None:
         if name not in self._programs and name in self._ids:
             self._programs[name] = self._loader.program(self._ids[name])
+            if self._on_load is not None:
+                self._on_load(name, self._programs[name])
         return self._programs.get(name)
 
     def all(self) -> dict[str, ExportedProgram]:

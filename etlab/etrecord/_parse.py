@@ -13,7 +13,7 @@ from etlab.etrecord import _upstream
 from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, load_json, read_any_archive
 from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _Programs
 from etlab.etrecord._graphs import ProgramReader
-from etlab.etrecord._info import ops_from_json
+from etlab.etrecord._info import mark_partitions, ops_from_json
 from etlab.etrecord._values import TensorTable, decode_value
 
 
@@ -183,7 +183,8 @@ def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
     record = ETRecord(_debug_handle_map=_upstream.debug_handle_map(entries, where),
                       _delegate_map=_upstream.delegate_map(entries, where),
                       _instruction_id_to_num_outs_map=_upstream.num_outs_map(entries, where))
-    record._edge = _Programs(loader=reader, ids=ids["edge"])
+    record._edge = _Programs(loader=reader, ids=ids["edge"], on_load=lambda method, ep: mark_partitions(
+        ep, (record._debug_handle_map or {}).get(method), (record._delegate_map or {}).get(method)))
     record._aten = _Programs(loader=reader, ids=ids["aten"])
     record._graph_map = _Programs(loader=reader, ids=ids["graph_map"])
     record.export_graph_id = _upstream.export_graph_id(entries, where)

@@ -227,7 +227,7 @@ class DocumentBuilder:
             if not isinstance(node, dict) or not isinstance(node.get("target"), str) \
                     or not isinstance(node.get("name"), str):
                 raise FormatError(f"{where}: a node without a name or target")
-            target = node["target"]
+            written = target = node["target"]
             if target.startswith(EDGE_OP_PREFIX):
                 target = node["target"] = "torch.ops." + target[len(EDGE_OP_PREFIX):]
             meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
@@ -241,21 +241,25 @@ class DocumentBuilder:
                                   "not an integer")
             handles[node["name"]] = int(handle)
             if target != "_operator.getitem":
-                ops.setdefault(int(handle), []).append(self._op_info(node["name"], target, meta, where))
+                ops.setdefault(int(handle), []).append(self._op_info(node["name"], written, target, meta, where))
         if handles:
             doc["debug_handles"][""] = handles
         return ops
 
-    def _op_info(self, name: str, target: str, meta: dict, where: str) -> OpInfo:
-        """What `_info.collect_ops` would record for this node, read from its JSON."""
-        if target in SCALAR_TARGETS:
-            module, _, fn = target.rpartition(".")
-            op = fn if module in ("_operator", "math") else target
+    def _op_info(self, name: str, written: str, target: str, meta: dict, where: str) -> OpInfo:
+        """The node's OpInfo, read from its JSON. Its op type is what upstream's Inspector shows for
+        the node it deserializes (the target's `__name__`): "aten.addmm.default" for an edge op,
+        "scalar_tensor.default" for a plain torch op (upstream's edge graphs hold a few), "add" for
+        operator.add."""
+        if written.startswith(EDGE_OP_PREFIX):
+            op = written[len(EDGE_OP_PREFIX):]
+        elif target in SCALAR_TARGETS:
+            op = target.rpartition(".")[2]
         else:
             found = resolve_operator(target)
             if found is None:
                 raise FormatError(f"{where}: node {name[:80]!r}: unknown operator {target[:120]!r}")
-            op = found.name() if isinstance(found, torch._ops.HigherOrderOperator) else str(found)
+            op = found.name() if isinstance(found, torch._ops.HigherOrderOperator) else found.__name__
         trace = meta.get("stack_trace") if isinstance(meta.get("stack_trace"), str) else None
         return OpInfo(name, op, trace, module_hierarchy(_nn_module_stack(meta.get("nn_module_stack"), where)))
 

@@ -97,8 +97,8 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
         if handles is None:
             continue
         handles = tuple(int(h) for h in handles)
-        out.debug_handles[j] = handles
-        for h in handles:
+        out.debug_handles[j] = tuple(dict.fromkeys(handles))
+        for h in handles:  # repeats included: an op type per occurrence, as upstream counts them
             for op in method.ops.get(h, ()):
                 if op.name not in out.stack_traces[j]:
                     out.stack_traces[j][op.name] = op.stack_trace
