@@ -19,10 +19,9 @@ import pandas as pd
 from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
-from etlab.etrecord import DELEGATE_PARTITION_META
 from etlab.facts import display
 from etlab.facts.fx import op_name, op_type_of
-from etlab.facts.lowered import LoweredBackendModule, is_delegate_call, lowered_module_of
+from etlab.facts.lowered import DELEGATE_PARTITION_META, LoweredBackendModule, is_delegate_call, lowered_module_of
 from etlab.facts.lowered import lowered_modules as all_lowered_modules
 
 # Column names of get_operator_delegation_dataframe(), as upstream names them.

@@ -24,7 +24,12 @@ from torch.utils import _pytree as pytree
 from etlab.errors import FormatError
 from etlab.etrecord._graph_check import check_replay_value, check_replayable
 from etlab.facts.fx import graph_modules, op_name
-from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate, lowered_modules
+from etlab.facts.lowered import (
+    DELEGATE_PARTITION_META,
+    LoweredBackendModule,
+    executorch_call_delegate,
+    lowered_modules,
+)
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
 from etlab.facts.source import module_hierarchy
 
@@ -104,7 +109,7 @@ def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_ou
                       ops=ops, reference_outputs=reference_outputs, aot_intermediate_outputs=aot)
 
 
-PARTITION_META = "delegate_partition"  # node.meta key: (backend name, delegate-call instruction id)
+PARTITION_META = DELEGATE_PARTITION_META  # node.meta key: (backend name, delegate-call instruction id)
 
 
 def mark_partitions(ep: ExportedProgram, debug_handle_map: dict | None, delegate_map: dict | None) -> None:
