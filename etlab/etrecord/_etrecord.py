@@ -7,9 +7,10 @@
     record.edge_dialect_program                     # rebuilt on first access
     record.program_info()                           # what the Inspector needs; no graph rebuilt
 
-Names and attributes mirror upstream ExecuTorch's `devtools.etrecord`. The file is an etlab zip
-(see `_archive`), not upstream's: nothing in it is pickled, and weights shared by the programs
-are stored once.
+Names and attributes mirror upstream ExecuTorch's `devtools.etrecord`. By default the file is an
+etlab zip (see `_archive`): nothing in it is pickled, and weights shared by the programs are
+stored once. `save(path, format="upstream")` writes upstream's layout instead (`_upstream_write`),
+and `parse_etrecord` reads either (upstream's through `_upstream`, without running pickle code).
 """
 
 from __future__ import annotations
