@@ -273,3 +273,19 @@ def test_upstream_save_is_atomic_and_rejects_unknown_formats(tmp_path):
     assert not [p for p in os.listdir(tmp_path) if p != "r.etrecord"]
     with pytest.raises(ValueError, match="format"):
         record.save(tmp_path / "x", format="pickle")
+
+
+def test_reading_upstream_layout_never_unpickles(monkeypatch):
+    c = compiled("mlp", delegated=True)
+    c.record.update_representative_inputs(list(c.inputs))
+    data = _upstream_bytes(c.record)
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("pickle used while loading an upstream ETRecord")
+
+    for obj, name in ((pickle, "loads"), (pickle, "load"), (pickle, "Unpickler"), (torch, "load"),
+                      (torch.serialization, "load")):
+        monkeypatch.setattr(obj, name, refuse)
+    record = parse_etrecord(data)
+    assert record.program_info().methods["forward"].aot_intermediate_outputs()
+    assert torch.equal(record._representative_inputs[0], c.inputs[0])
