@@ -94,9 +94,8 @@ def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
 
 def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_outs: dict | None,
                 ops: dict[int, list[OpInfo]], reference_outputs=None, aot=None) -> MethodInfo:
-    # as recorded (a handle repeats once per node of it the instruction runs): the Inspector counts
-    # op_types per occurrence, as upstream's does
-    handles = {(MAIN_CHAIN, int(i)): tuple(_handle_list(h)) for i, h in (debug_handle_map or {}).items()}
+    handles = {(MAIN_CHAIN, int(i)): unique_handles(h) for i, h in (debug_handle_map or {}).items()}
+    occurrences = {(MAIN_CHAIN, int(i)): tuple(_handle_list(h)) for i, h in (debug_handle_map or {}).items()}
     num_outs = {int(i): int(n) for i, n in (num_outs or {}).items()}
     outputs = {key: num_outs.get(key[1], 1) for key in handles}
     outputs.update({(MAIN_CHAIN, i): n for i, n in num_outs.items()})
@@ -105,7 +104,8 @@ def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_ou
         dmap = entry.get("delegate_map") or {}
         delegates[(MAIN_CHAIN, int(i))] = DelegateInfo(str(entry.get("name")),
                                                        {k: unique_handles(v) for k, v in dmap.items()})
-    return MethodInfo(instruction_debug_handles=handles, instruction_num_outputs=outputs, delegates=delegates,
+    return MethodInfo(instruction_debug_handles=handles, instruction_handle_occurrences=occurrences,
+                      instruction_num_outputs=outputs, delegates=delegates,
                       ops=ops, reference_outputs=reference_outputs, aot_intermediate_outputs=aot)
 
 
