@@ -188,6 +188,8 @@ class _Machine:
         if type(offset) is not int or offset < 0 or not isinstance(requires_grad, bool) or not _empty_dict(hooks):
             raise self.fail("a tensor's offset, requires_grad or hooks are malformed")
         numel = math.prod(size)
+        if numel > flat.numel():  # only overlapping (e.g. zero) strides could: a small file, a huge tensor
+            raise self.fail(f"a tensor of size {list(size)[:8]} has more elements than its storage ({flat.numel()})")
         if numel and offset + sum((n - 1) * s for n, s in zip(size, stride)) >= flat.numel():
             raise self.fail(f"a tensor of size {list(size)} and stride {list(stride)} at offset {offset} lies "
                             f"outside its storage of {flat.numel()} elements")

@@ -131,7 +131,14 @@ def test_tensor_outside_its_storage_is_refused():
     pkl = entries[name]
     assert b"K\x04\x85" in pkl  # size (4,)
     entries[name] = pkl.replace(b"K\x04\x85", b"K\x09\x85", 1)
-    with pytest.raises(FormatError, match="outside its storage"):
+    with pytest.raises(FormatError, match="more elements than its storage"):
+        load_torch_bytes(_zip(entries), "m")
+    entries[name] = pkl.replace(b"K\x04\x85", b"K\x03\x85", 1).replace(b"K\x01\x85", b"K\x02\x85", 1)
+    with pytest.raises(FormatError, match="outside its storage"):  # 3 elements, stride 2: index 4 of 4
+        load_torch_bytes(_zip(entries), "m")
+    huge = pkl.replace(b"K\x04\x85", b"J\x00\xca\x9a\x3b\x85", 1).replace(b"K\x01\x85", b"K\x00\x85", 1)
+    entries[name] = huge  # 1e9 elements, stride 0, over a 4-element storage
+    with pytest.raises(FormatError, match="more elements than its storage"):
         load_torch_bytes(_zip(entries), "m")
 
 
