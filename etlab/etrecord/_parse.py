@@ -157,13 +157,15 @@ def _split_program(base: str) -> tuple[str, str]:
 
 
 def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
-    """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`."""
-    builder = _upstream.DocumentBuilder(where)
-    ids: dict[str, dict[str, int]] = {"aten": {}, "edge": {}, "graph_map": {}}
+    """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`.
+
+    Read now: the maps, representative inputs, reference outputs and the edge programs' op tables;
+    each program's tensors and graph when it is first used (each checked before it is used)."""
+    ids: dict[str, dict[str, str]] = {"aten": {}, "edge": {}, "graph_map": {}}
     bases = sorted(_upstream.program_bases(entries))
     for name in entries:
-        if name.endswith(_upstream.PARTS) and name.rsplit("_", 2)[0] not in bases and not any(
-                name == base + part for base in bases for part in _upstream.PARTS):
+        if name.endswith(_upstream.PARTS) and not any(name == base + part for base in bases
+                                                      for part in _upstream.PARTS):
             raise FormatError(f"{where}: entry {name!r} belongs to no program in the file")
     for base in bases:
         missing = [base + p for p in _upstream.PARTS if base + p not in entries]
@@ -172,21 +174,17 @@ def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
         kind, key = _split_program(base)
         if key in ids[kind]:
             raise FormatError(f"{where}: program {base!r} is recorded twice")
-        ids[kind][key] = builder.add(
-            load_json(entries, base, where),
-            _upstream.torch_value(entries, base + "_state_dict", where),
-            _upstream.torch_value(entries, base + "_constants", where),
-            _upstream.torch_value(entries, base + "_example_inputs", where), f"program {base!r}")
+        ids[kind][key] = base
     if not ids["edge"]:
         raise FormatError(f"{where}: an upstream ExecuTorch ETRecord without an edge dialect program")
-    reader = builder.reader()
+    loader = _upstream.UpstreamLoader(entries, where)
     record = ETRecord(_debug_handle_map=_upstream.debug_handle_map(entries, where),
                       _delegate_map=_upstream.delegate_map(entries, where),
                       _instruction_id_to_num_outs_map=_upstream.num_outs_map(entries, where))
-    record._edge = _Programs(loader=reader, ids=ids["edge"], on_load=lambda method, ep: mark_partitions(
+    record._edge = _Programs(loader=loader, ids=ids["edge"], on_load=lambda method, ep: mark_partitions(
         ep, (record._debug_handle_map or {}).get(method), (record._delegate_map or {}).get(method)))
-    record._aten = _Programs(loader=reader, ids=ids["aten"])
-    record._graph_map = _Programs(loader=reader, ids=ids["graph_map"])
+    record._aten = _Programs(loader=loader, ids=ids["aten"])
+    record._graph_map = _Programs(loader=loader, ids=ids["graph_map"])
     record.export_graph_id = _upstream.export_graph_id(entries, where)
     reps = _upstream.torch_value(entries, "representative_inputs", where)
     if reps is not None and not isinstance(reps, (list, tuple)):
@@ -196,5 +194,5 @@ def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
     if refs is not None and not (isinstance(refs, dict) and all(isinstance(m, str) for m in refs)):
         raise FormatError(f"{where}: reference_outputs is not a dict keyed by method name")
     record._reference_outputs = refs
-    record._ops = {m: builder.ops(i) for m, i in ids["edge"].items()}
+    record._ops = {m: _upstream.program_ops(entries, base, where) for m, base in ids["edge"].items()}
     return record

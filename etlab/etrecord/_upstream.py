@@ -31,7 +31,7 @@ import torch
 
 from etlab.errors import FormatError
 from etlab.etrecord._archive import UPSTREAM_IDENTIFIER, load_json
-from etlab.etrecord._graph_check import SCALAR_TARGETS, resolve_operator
+from etlab.etrecord._graph_check import SCALAR_TARGETS, check_target, resolve_operator
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._torch_pickle import load_torch_bytes
 from etlab.etrecord._values import TensorStore, TensorTable, encode_value
@@ -159,8 +159,9 @@ def torch_value(entries, name: str, where: str):
 class DocumentBuilder:
     """Upstream programs -> etlab program documents (one list) sharing one tensor store."""
 
-    def __init__(self, where: str):
+    def __init__(self, where: str, with_tensors: bool = True):
         self.where = where
+        self.with_tensors = with_tensors  # False: only the op table (`ops`), no torch.save member is read
         self.store = TensorStore()
         self.docs: list[dict | None] = []
         self.ops_by_doc: dict[int, dict[int, list[OpInfo]]] = {}
@@ -193,7 +194,8 @@ class DocumentBuilder:
         program["schema_version"] = {"major": torch._export.serde.schema.SCHEMA_VERSION[0],
                                      "minor": torch._export.serde.schema.SCHEMA_VERSION[1]}
         self.ops_by_doc[index] = self._translate_graph(program["graph_module"]["graph"], doc, where, depth)
-        _normalize(program["graph_module"], where)  # nodes of nested graphs (cond branches), floats
+        if self.with_tensors:  # (a rebuild) nodes of nested graphs (cond branches), non-finite floats
+            _normalize(program["graph_module"], where)
         self.docs[index] = doc
         return index
 
@@ -230,6 +232,7 @@ class DocumentBuilder:
             written = target = node["target"]
             if target.startswith(EDGE_OP_PREFIX):
                 target = node["target"] = "torch.ops." + target[len(EDGE_OP_PREFIX):]
+            check_target(target, f"{where}: node {node['name'][:80]!r}")
             meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
             if target == DELEGATE_TARGET:
                 self._translate_delegate(node, doc, where, depth)
@@ -286,6 +289,9 @@ class DocumentBuilder:
         if not isinstance(specs, list) or not all(isinstance(s, dict) and isinstance(s.get("key"), str)
                                                   for s in specs):
             raise FormatError(f"{where}: {at} has malformed compile specs")
+        if not self.with_tensors:
+            self.add(lowered.get("original_module"), None, None, None, f"{at} original program", depth + 1)
+            return
         child = self.add(lowered.get("original_module"),
                          load_torch_bytes(_base64(lowered.get("original_state_dict"), where, f"{at} state dict"),
                                           f"{where}: {at} state dict"),
@@ -302,15 +308,12 @@ class DocumentBuilder:
         })
         inputs[0] = {"name": "", "arg": {"as_string": f"{attr}-{lowered['backend_id']}"}}
 
-    def ops(self, index: int) -> dict[int, list[OpInfo]]:
-        """Debug handle -> nodes of a program and of its delegates' original programs."""
+    def ops(self) -> dict[int, list[OpInfo]]:
+        """Debug handle -> nodes of the programs added (a program, then its delegates' originals)."""
         out: dict[int, list[OpInfo]] = {}
-        pending = [index]
-        while pending:
-            i = pending.pop(0)
-            for handle, infos in self.ops_by_doc.get(i, {}).items():
+        for index in sorted(self.ops_by_doc):
+            for handle, infos in self.ops_by_doc[index].items():
                 out.setdefault(handle, []).extend(infos)
-            pending.extend(d["original_module"] for d in self.docs[i]["delegates"])
         return out
 
     def reader(self) -> ProgramReader:
@@ -366,3 +369,42 @@ def program_bases(entries: dict[str, bytes]) -> list[str]:
     """Base names of the programs an upstream ETRecord holds (entries that are not parts or maps)."""
     return [n for n in entries if n != UPSTREAM_IDENTIFIER and n not in MAPS and n not in VALUES
             and not n.endswith(PARTS)]
+
+
+def program_ops(entries: dict[str, bytes], base: str, where: str) -> dict[int, list[OpInfo]]:
+    """The op table of one program (and its delegates' original programs), read from its JSON only:
+    what the Inspector needs, without reading a tensor or rebuilding a graph."""
+    builder = DocumentBuilder(where, with_tensors=False)
+    builder.add(load_json(entries, base, where), None, None, None, f"program {base!r}")
+    return builder.ops()
+
+
+class UpstreamLoader:
+    """Rebuilds an upstream ETRecord's programs on first use, by base name: its torch.save members
+    are read (by `_torch_pickle`) and its JSON translated and validated only then."""
+
+    def __init__(self, entries: dict[str, bytes], where: str):
+        self.entries, self.where = entries, where
+        self._built: dict[str, object] = {}
+        self.docs = _ExampleInputsIndex(entries)
+
+    def program(self, base: str):
+        if base not in self._built:
+            builder = DocumentBuilder(self.where)
+            builder.add(load_json(self.entries, base, self.where),
+                        torch_value(self.entries, base + "_state_dict", self.where),
+                        torch_value(self.entries, base + "_constants", self.where),
+                        torch_value(self.entries, base + "_example_inputs", self.where), f"program {base!r}")
+            self._built[base] = builder.reader().program(0)
+        return self._built[base]
+
+
+class _ExampleInputsIndex:
+    """`docs[base].get("example_inputs")` as etlab's reader answers it: whether a program recorded
+    example inputs (upstream writes an empty member when it did not)."""
+
+    def __init__(self, entries: dict[str, bytes]):
+        self._entries = entries
+
+    def __getitem__(self, base: str) -> dict:
+        return {"example_inputs": True if self._entries.get(base + "_example_inputs") else None}

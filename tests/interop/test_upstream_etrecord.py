@@ -11,7 +11,9 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ import torch
 
 from etlab.etrecord import parse_etrecord
 from etlab.inspector import Inspector
-from tests.interop.conftest import ET_REF, run_ref
+from tests.interop.conftest import ET_REF, cache_key, cache_root, run_ref
 
 pytestmark = pytest.mark.interop
 
@@ -65,29 +67,35 @@ def assert_same_rows(ours, theirs: dict, *, delegate_ops_upstream_cannot_see: bo
     assert joined > 0  # the ETRecord did join: rows carry ops
 
 
-def _upstream_json(ref_python, artifacts, tmp: Path, cmd: str, models) -> dict[str, dict]:
-    """et_ref.py `cmd` (inspect / gap) with upstream's .etrecord and debug buffer, per model, as JSON."""
+def _upstream_json(ref_python, artifacts, cmd: str, models) -> dict[str, dict]:
+    """et_ref.py `cmd` (inspect / gap) with upstream's .etrecord and debug buffer, per model, as JSON;
+    cached next to the interop artifacts (same key), so a second session runs no subprocess."""
+    d = cache_root() / f"upstream-etrecord-{cache_key()[:16]}"
+    d.mkdir(parents=True, exist_ok=True)
     out = {}
-    for m in models:
-        d = artifacts[m]
-        js = tmp / f"{cmd}-{m}.json"
-        run_ref(ref_python, ET_REF, cmd, d / "run.etdp", "--etrecord", d / "model.etrecord",
-                "--debug-buffer", d / "run.bin", "--json", js)
-        out[m] = json.loads(js.read_text())
+    with open(cache_root() / f".{d.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers: one runs upstream
+        for m in models:
+            js = d / f"{cmd}-{m}.json"
+            if not js.is_file():
+                a = artifacts[m]
+                tmp = d / f".{js.name}.tmp"
+                run_ref(ref_python, ET_REF, cmd, a / "run.etdp", "--etrecord", a / "model.etrecord",
+                        "--debug-buffer", a / "run.bin", "--json", tmp)
+                os.replace(tmp, js)
+            out[m] = json.loads(js.read_text())
     return out
 
 
 @pytest.fixture(scope="session")
-def upstream_inspect(ref_python, upstream_artifacts, tmp_path_factory) -> dict[str, dict]:
-    return _upstream_json(ref_python, upstream_artifacts, tmp_path_factory.mktemp("upstream-etrecord"), "inspect",
-                          MODELS)
+def upstream_inspect(ref_python, upstream_artifacts) -> dict[str, dict]:
+    return _upstream_json(ref_python, upstream_artifacts, "inspect", MODELS)
 
 
 @pytest.fixture(scope="session")
-def upstream_gaps(ref_python, upstream_artifacts, tmp_path_factory) -> dict[str, dict]:
+def upstream_gaps(ref_python, upstream_artifacts) -> dict[str, dict]:
     # not the transformer: upstream's own gap fails on it (a shape mismatch in its code)
-    return _upstream_json(ref_python, upstream_artifacts, tmp_path_factory.mktemp("upstream-gap"), "gap",
-                          ("mlp", "cnn"))
+    return _upstream_json(ref_python, upstream_artifacts, "gap", ("mlp", "cnn"))
 
 
 @pytest.mark.parametrize("model", MODELS)
