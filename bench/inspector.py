@@ -1,13 +1,17 @@
 """Inspector benchmark: load + to_dataframe, etlab vs upstream ExecuTorch's Inspector on the same
 files in one run, and etlab on a 1e6-event ETDump.
 
-    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m]
+    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m] [--etrecord-only]
 
 Upstream-written dumps (zoo models exported and run by upstream 1.5.1 through
 ../shared/reference/et_ref.py) and the synthetic 1e6-event dump are cached under
 ~/.cache/etlab/bench. "load + to_dataframe" is `Inspector(etdump_path, debug_buffer_path)` then
 `.to_dataframe()`, timed in-process on both sides (upstream's own timing from `et_ref.py
 inspect`, imports excluded). Medians. Writes the `## inspector` section of bench/RESULTS.md.
+
+With upstream's .etrecord: the same, plus `etrecord=` the upstream-written `model.etrecord` (read by
+etlab's pickle-free reader; upstream's Inspector deserializes its programs); its lines sit between
+ETRECORD_BEGIN/END in the section, and `--etrecord-only` re-measures just those.
 """
 
 from __future__ import annotations
@@ -24,15 +28,18 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ET_REF, REPO, median, reference_python, run_ref, write_section
+from _common import ET_REF, REPO, RESULTS, median, reference_python, run_ref, write_section
 
 from etlab.etdump import read_etdump
+from etlab.etrecord import parse_etrecord
 from etlab.inspector import Inspector
 from etlab.schema import write_atomic
 
 CACHE = Path(os.environ.get("ETLAB_BENCH_CACHE", Path.home() / ".cache" / "etlab" / "bench"))
 ZOO = REPO / "etlab" / "models" / "zoo.py"
 SYNTH_RUNS, SYNTH_OPS = 1000, 498   # 1000 runs x (2 * 498 ops + 3 delegate events + Method::execute) = 1e6
+ETRECORD_CASES = [("mlp", 2, True), ("cnn", 2, True), ("transformer", 2, True)]
+ETRECORD_BEGIN, ETRECORD_END = "<!-- etrecord -->", "<!-- /etrecord -->"
 UPSTREAM_CASES = [  # (model, iterations, with debug buffer)
     ("mlp", 2, True), ("cnn", 2, True), ("transformer", 2, True),
     ("cnn", 100, False), ("transformer", 100, False),
@@ -71,23 +78,25 @@ def synthetic_1m() -> Path:
     return path
 
 
-def time_ours(etdp: Path, buf: Path | None, repeats: int) -> tuple[float, int]:
+def time_ours(etdp: Path, buf: Path | None, repeats: int, etrecord: Path | None = None) -> tuple[float, int]:
     times, rows = [], 0
     for _ in range(repeats):
         t = time.perf_counter()
-        df = Inspector(etdump_path=etdp, debug_buffer_path=buf).to_dataframe()
+        df = Inspector(etdump_path=etdp, etrecord=etrecord, debug_buffer_path=buf).to_dataframe()
         times.append(time.perf_counter() - t)
         rows = len(df)
         del df
     return median(times), rows
 
 
-def time_upstream(ref: str, etdp: Path, buf: Path | None, repeats: int, timeout: float = 900) -> tuple[float, int]:
+def time_upstream(ref: str, etdp: Path, buf: Path | None, repeats: int, timeout: float = 900,
+                  etrecord: Path | None = None) -> tuple[float, int]:
     times, rows = [], 0
     with tempfile.TemporaryDirectory() as tmp:
         for _ in range(repeats):
             out = Path(tmp) / "df.json"
-            args = [ET_REF, "inspect", etdp, "--json", out] + (["--debug-buffer", buf] if buf else [])
+            args = [ET_REF, "inspect", etdp, "--json", out] + (["--debug-buffer", buf] if buf else []) + \
+                (["--etrecord", etrecord] if etrecord else [])
             run_ref(ref, *args, timeout=timeout)
             got = json.loads(out.read_text())
             times.append(got["seconds"])
@@ -95,14 +104,65 @@ def time_upstream(ref: str, etdp: Path, buf: Path | None, repeats: int, timeout:
     return median(times), rows
 
 
+def etrecord_lines(ref: str, repeats: int) -> list[str]:
+    """The with-upstream-.etrecord table (its own lines of the section, between the markers)."""
+    lines = [ETRECORD_BEGIN, "", "With the upstream-written `.etrecord` (`Inspector(etdump_path, etrecord=..., "
+             "debug_buffer_path)` then `.to_dataframe()`: reading the record included):", "",
+             "| upstream-written files | rows | etlab (ms) | of which parse_etrecord (ms) | upstream (ms) | speed-up |",
+             "|---|---:|---:|---:|---:|---:|"]
+    ratios = []
+    for model, iters, debug in ETRECORD_CASES:
+        d = upstream_dump(ref, model, iters, debug)
+        etdp, buf, record = d / "run.etdp", (d / "run.bin" if debug else None), d / "model.etrecord"
+        ours, rows = time_ours(etdp, buf, repeats, etrecord=record)
+        parse = median([_timed(parse_etrecord, record) for _ in range(repeats)])
+        theirs, their_rows = time_upstream(ref, etdp, buf, 3, etrecord=record)
+        if rows != their_rows:
+            raise RuntimeError(f"{etdp}: etlab shows {rows} rows, upstream {their_rows}")
+        ratios.append(theirs / ours)
+        lines.append(f"| {model}, {iters} iterations{' + debug buffer' if debug else ''} + .etrecord "
+                     f"({record.stat().st_size / 1e3:.0f} kB) | {rows} | {ours * 1e3:.1f} | {parse * 1e3:.1f} "
+                     f"| {theirs * 1e3:.1f} "
+                     f"| {theirs / ours:.0f}x |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    lines += ["", f"Speed-up with the .etrecord: median {median(ratios):.0f}x, min {min(ratios):.0f}x "
+              f"(target >= 20x; load average {os.getloadavg()[0]:.1f}, measured under load).", "", ETRECORD_END]
+    return lines
+
+
+def _timed(fn, *args) -> float:
+    t = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t
+
+
+def replace_etrecord_lines(lines: list[str]) -> None:
+    """Puts `lines` in place of the marked block of the inspector section (or at its end)."""
+    text = RESULTS.read_text()
+    start = text.index("## inspector")
+    nxt = text.find("\n## ", start + 1)
+    section = text[start:] if nxt < 0 else text[start:nxt + 1]
+    block = "\n".join(lines)
+    if ETRECORD_BEGIN in section:
+        head, rest = section.split(ETRECORD_BEGIN, 1)
+        section = head + block + rest.split(ETRECORD_END, 1)[1]
+    else:
+        section = section.rstrip("\n") + "\n\n" + block + "\n"
+    write_section("inspector", section)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=15, help="timed repetitions per case for etlab (upstream: 3)")
     ap.add_argument("--upstream-1m", action="store_true", help="also time upstream on the 1e6-event dump (slow)")
+    ap.add_argument("--etrecord-only", action="store_true", help="only the with-.etrecord lines")
     a = ap.parse_args(argv)
     ref = reference_python()
     if ref is None:
         sys.exit("bench/inspector.py: the upstream reference python (../shared/reference/setup.sh) is unavailable")
+    if a.etrecord_only:
+        replace_etrecord_lines(etrecord_lines(ref, a.repeats))
+        return 0
     lines = ["| upstream-written file | events | rows | etlab (ms) | upstream (ms) | speed-up |",
              "|---|---:|---:|---:|---:|---:|"]
     ratios = []
@@ -158,6 +218,8 @@ def main(argv=None) -> int:
         f"Synthetic dump, {n_big:,} events ({SYNTH_RUNS} runs, {big.stat().st_size / 1e6:.0f} MB, "
         f"{big_rows} rows): load + to_dataframe **{big_s:.2f} s** (median of 3; target < 5 s); "
         f"building the Event objects (`event_blocks`) afterwards {blocks_s:.2f} s. Upstream: {upstream_big}.",
+        "",
+        *etrecord_lines(ref, a.repeats),
         "",
     ])
     write_section("inspector", text)

@@ -21,7 +21,7 @@ from torch.fx import GraphModule, Node
 
 from etlab.facts import display
 from etlab.facts.fx import op_name, op_type_of
-from etlab.facts.lowered import LoweredBackendModule, is_delegate_call, lowered_module_of
+from etlab.facts.lowered import DELEGATE_PARTITION_META, LoweredBackendModule, is_delegate_call, lowered_module_of
 from etlab.facts.lowered import lowered_modules as all_lowered_modules
 
 # Column names of get_operator_delegation_dataframe(), as upstream names them.
@@ -106,7 +106,9 @@ def get_delegation_info(graph_module) -> DelegationInfo:
 
     Non-delegated nodes: the graph's call_function nodes except the delegate calls themselves
     (`getitem` included, as upstream counts it). Delegated nodes: the call_function nodes of each
-    lowered module's `original_module` graph. Operator types: see `op_type_of`.
+    lowered module's `original_module` graph, and the nodes an upstream ETRecord's pre-lowering
+    edge graph marks as taken by a delegate call (`etlab.etrecord.DELEGATE_PARTITION_META`: one
+    subgraph per delegate-call instruction). Operator types: see `op_type_of`.
     """
     gm = _as_graph_module(graph_module)
     by_op: dict[str, DelegationBreakdown] = {}
@@ -121,9 +123,18 @@ def get_delegation_info(graph_module) -> DelegationInfo:
             b.non_delegated += 1
 
     num_subgraphs = 0
+    partitions: set = set()
     for node in gm.graph.nodes:
         if node.op == "call_function" and not is_delegate_call(node):
-            count(node, delegated=False)
+            partition = node.meta.get(DELEGATE_PARTITION_META)  # an upstream pre-lowering edge graph
+            count(node, delegated=partition is not None)
+            if partition is not None:
+                backend = by_backend.setdefault(partition[0], BackendBreakdown(partition[0]))
+                backend.num_nodes += 1
+                if partition not in partitions:
+                    partitions.add(partition)
+                    backend.num_subgraphs += 1
+                    num_subgraphs += 1
         lowered = lowered_module_of(gm, node) if node.op == "get_attr" else None
         if lowered is None:
             continue

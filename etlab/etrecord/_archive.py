@@ -1,11 +1,13 @@
 """The ETRecord zip: writing it atomically and reading it defensively.
 
-Two entries: `etrecord.json` (maps, programs, tensor index) and `tensors.bin` (raw tensor bytes).
+etlab's own layout has two entries: `etrecord.json` (maps, programs, tensor index) and
+`tensors.bin` (raw tensor bytes). Upstream ExecuTorch's (marked by an empty `ETRECORD_V0` entry)
+has one entry per program part and map; `_upstream` names the ones it accepts.
 Reading checks, before decompressing anything: entry names (no absolute paths, no `..`, only the
-two names an ETRecord has), no duplicates or encryption, and that the declared uncompressed sizes
-stay under a bound relative to the file's size and under a hard cap (zip bombs). Python's zipfile
-never inflates an entry past its declared size and checks every entry's CRC, so a corrupt or
-lying entry fails here with a FormatError naming the file and the entry.
+names the layout has, at most a few levels deep), no duplicates or encryption, and that the
+declared uncompressed sizes stay under a bound relative to the file's size and under a hard cap
+(zip bombs). Python's zipfile never inflates an entry past its declared size and checks every
+entry's CRC, so a corrupt or lying entry fails here with a FormatError naming the file and the entry.
 """
 
 from __future__ import annotations
@@ -43,24 +45,43 @@ def write_archive(path, manifest: bytes, blob: bytes) -> None:
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = method
             zf.writestr(info, data)
+    write_file(path, buf.getvalue())
+
+
+def write_file(path, data: bytes) -> None:
+    """`data` to a path (atomically: a reader never sees half a file) or to a binary file."""
     if isinstance(path, (str, os.PathLike)):
-        write_atomic(path, buf.getvalue())
+        write_atomic(path, data)
     elif hasattr(path, "write"):
-        path.write(buf.getvalue())
+        path.write(data)
     else:
         raise TypeError(f"ETRecord.save: expected a path or a binary file, got {type(path).__name__}")
 
 
-def _check_name(name: str, where: str) -> None:
+def _check_name(name: str, where: str, allowed) -> None:
     if name.startswith(("/", "\\")) or re.match(r"[A-Za-z]:", name) or "\\" in name or \
             any(part in ("..", ".") for part in name.split("/")):
         raise FormatError(f"{where}: entry {name!r} has an absolute or parent-relative path")
-    if name not in (MANIFEST, TENSOR_BLOB):
-        raise FormatError(f"{where}: unexpected entry {name!r} (an ETRecord holds {MANIFEST} and {TENSOR_BLOB})")
+    if not allowed(name):
+        raise FormatError(f"{where}: unexpected entry {name[:120]!r} (an etlab ETRecord holds {MANIFEST} and "
+                          f"{TENSOR_BLOB}; an upstream one, marked by {UPSTREAM_IDENTIFIER}, its programs and maps)")
+
+
+def _is_etlab_name(name: str) -> bool:
+    return name in (MANIFEST, TENSOR_BLOB)
 
 
 def read_archive(source) -> tuple[dict[str, bytes], str]:
-    """All entries of an ETRecord zip, checked. `source`: a path, bytes or a binary file."""
+    """All entries of an etlab ETRecord zip, checked. `source`: a path, bytes or a binary file."""
+    entries, where, _ = read_any_archive(source)
+    return entries, where
+
+
+def read_any_archive(source, upstream_name=None) -> tuple[dict[str, bytes], str, bool]:
+    """All entries of an ETRecord zip, checked, its name and whether it is upstream's layout.
+
+    `source`: a path, bytes or a binary file; `upstream_name(name) -> bool` says which entry names
+    an upstream ETRecord may have (without it, upstream files are refused)."""
     if isinstance(source, (str, os.PathLike)):
         where = os.fspath(source)
         with open(source, "rb") as f:  # a missing file is a FileNotFoundError, not a FormatError
@@ -79,13 +100,14 @@ def read_archive(source) -> tuple[dict[str, bytes], str]:
         infos = zf.infolist()
     except Exception as e:  # zipfile raises many kinds on a damaged central directory
         raise FormatError(f"{where}: not a readable zip file ({type(e).__name__}: {e})") from None
-    if any(info.filename == UPSTREAM_IDENTIFIER for info in infos):
-        raise FormatError(f"{where}: an upstream ExecuTorch ETRecord; etlab reads only its own ETRecords (upstream's "
-                          "hold pickled tensors), so regenerate it with etlab's compiler")
+    upstream = any(info.filename == UPSTREAM_IDENTIFIER for info in infos)
+    if upstream and upstream_name is None:
+        raise FormatError(f"{where}: an upstream ExecuTorch ETRecord, which this reader does not accept")
+    allowed = upstream_name if upstream else _is_etlab_name
     budget = min(HARD_CAP, max(EXPANSION_FLOOR, MAX_EXPANSION * len(data)))
     total, seen = 0, set()
     for info in infos:
-        _check_name(info.filename, where)
+        _check_name(info.filename, where, allowed)
         if info.filename in seen:
             raise FormatError(f"{where}: entry {info.filename!r} appears twice")
         seen.add(info.filename)
@@ -97,7 +119,7 @@ def read_archive(source) -> tuple[dict[str, bytes], str]:
         if total > budget:
             raise FormatError(f"{where}: entries expand to more than {budget} bytes ({info.filename!r} declares "
                               f"{info.file_size}); refusing a possible zip bomb")
-    if MANIFEST not in seen:
+    if not upstream and MANIFEST not in seen:
         raise FormatError(f"{where}: not an etlab ETRecord: {MANIFEST} is missing")
     out = {}
     for info in infos:
@@ -107,10 +129,11 @@ def read_archive(source) -> tuple[dict[str, bytes], str]:
             raise FormatError(f"{where}: entry {info.filename!r} is corrupt ({type(e).__name__}: {e})") from None
         if len(out[info.filename]) != info.file_size:
             raise FormatError(f"{where}: entry {info.filename!r} is shorter than it declares")
-    return out, where
+    return out, where, upstream
 
 
 def load_json(entries: dict[str, bytes], name: str, where: str):
+    """An entry parsed as JSON; a pickle or anything else that is not JSON is a FormatError."""
     data = entries[name]
     if data[:2] in _PICKLE_MAGIC:
         raise FormatError(f"{where}: entry {name!r} is a pickle, not JSON; etlab never loads pickles")

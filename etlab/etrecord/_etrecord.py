@@ -7,9 +7,10 @@
     record.edge_dialect_program                     # rebuilt on first access
     record.program_info()                           # what the Inspector needs; no graph rebuilt
 
-Names and attributes mirror upstream ExecuTorch's `devtools.etrecord`. The file is an etlab zip
-(see `_archive`), not upstream's: nothing in it is pickled, and weights shared by the programs
-are stored once.
+Names and attributes mirror upstream ExecuTorch's `devtools.etrecord`. By default the file is an
+etlab zip (see `_archive`): nothing in it is pickled, and weights shared by the programs are
+stored once. `save(path, format="upstream")` writes upstream's layout instead (`_upstream_write`),
+and `parse_etrecord` reads either (upstream's through `_upstream`, without running pickle code).
 """
 
 from __future__ import annotations
@@ -39,9 +40,10 @@ class _Programs:
     """Named programs, each either in memory or rebuilt from the file on first use."""
 
     def __init__(self, programs: Mapping[str, ExportedProgram] | None = None, loader=None,
-                 ids: Mapping[str, int] | None = None):
+                 ids: Mapping[str, int] | None = None, on_load=None):
         self._programs = dict(programs or {})
         self._loader, self._ids = loader, dict(ids or {})
+        self._on_load = on_load  # called as on_load(name, program) after a program is rebuilt
 
     def names(self) -> list[str]:
         return list(dict.fromkeys([*self._programs, *self._ids]))
@@ -55,6 +57,8 @@ class _Programs:
     def get(self, name: str) -> ExportedProgram | None:
         if name not in self._programs and name in self._ids:
             self._programs[name] = self._loader.program(self._ids[name])
+            if self._on_load is not None:
+                self._on_load(name, self._programs[name])
         return self._programs.get(name)
 
     def all(self) -> dict[str, ExportedProgram]:
@@ -337,10 +341,21 @@ class ETRecord:
 
     # -- saving -----------------------------------------------------------------------------------------
 
-    def save(self, path) -> None:
-        """Writes the record (atomically to a path, or to a binary file)."""
+    def save(self, path, format: str = "etlab") -> None:
+        """Writes the record (atomically to a path, or to a binary file).
+
+        format="etlab" (the default): etlab's zip of JSON and raw tensors, which loads without pickle.
+        format="upstream": upstream ExecuTorch's layout (torch.export JSON and torch.save members),
+        which upstream's `parse_etrecord` / Inspector read, and etlab too."""
+        if format not in ("etlab", "upstream"):
+            raise ValueError(f"ETRecord.save: format must be 'etlab' or 'upstream', got {format!r}")
         if not (self._edge.names() and self._debug_handle_map):
             raise RuntimeError("ETRecord must contain edge dialect program and executorch program to be saved")
+        if format == "upstream":
+            from etlab.etrecord._upstream_write import save_upstream  # torch.save and upstream's schema: only here
+
+            save_upstream(self, os.fspath(path) if isinstance(path, os.PathLike) else path)
+            return
         store = TensorStore()
         writer = ProgramWriter(store)
         manifest = {

@@ -24,7 +24,12 @@ from torch.utils import _pytree as pytree
 from etlab.errors import FormatError
 from etlab.etrecord._graph_check import check_replay_value, check_replayable
 from etlab.facts.fx import graph_modules, op_name
-from etlab.facts.lowered import LoweredBackendModule, executorch_call_delegate, lowered_modules
+from etlab.facts.lowered import (
+    DELEGATE_PARTITION_META,
+    LoweredBackendModule,
+    executorch_call_delegate,
+    lowered_modules,
+)
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
 from etlab.facts.source import module_hierarchy
 
@@ -90,6 +95,7 @@ def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
 def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_outs: dict | None,
                 ops: dict[int, list[OpInfo]], reference_outputs=None, aot=None) -> MethodInfo:
     handles = {(MAIN_CHAIN, int(i)): unique_handles(h) for i, h in (debug_handle_map or {}).items()}
+    occurrences = {(MAIN_CHAIN, int(i)): tuple(_handle_list(h)) for i, h in (debug_handle_map or {}).items()}
     num_outs = {int(i): int(n) for i, n in (num_outs or {}).items()}
     outputs = {key: num_outs.get(key[1], 1) for key in handles}
     outputs.update({(MAIN_CHAIN, i): n for i, n in num_outs.items()})
@@ -98,8 +104,38 @@ def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_ou
         dmap = entry.get("delegate_map") or {}
         delegates[(MAIN_CHAIN, int(i))] = DelegateInfo(str(entry.get("name")),
                                                        {k: unique_handles(v) for k, v in dmap.items()})
-    return MethodInfo(instruction_debug_handles=handles, instruction_num_outputs=outputs, delegates=delegates,
+    return MethodInfo(instruction_debug_handles=handles, instruction_handle_occurrences=occurrences,
+                      instruction_num_outputs=outputs, delegates=delegates,
                       ops=ops, reference_outputs=reference_outputs, aot_intermediate_outputs=aot)
+
+
+PARTITION_META = DELEGATE_PARTITION_META  # node.meta key: (backend name, delegate-call instruction id)
+
+
+def mark_partitions(ep: ExportedProgram, debug_handle_map: dict | None, delegate_map: dict | None) -> None:
+    """Marks, on an edge graph recorded before lowering (upstream's XNNPACK ETRecords hold that one,
+    without delegate calls), each node a delegate call took: `node.meta[PARTITION_META] = (backend,
+    instruction)`, from the delegate map (which instructions call which backend) and the debug-handle
+    map (the handles of the nodes each instruction runs). A graph that has lowered modules shows its
+    partitions itself and is left alone."""
+    if not delegate_map or lowered_modules(ep.graph_module):
+        return
+    owner: dict[int, tuple[str, int]] = {}
+    for instruction, entry in sorted(delegate_map.items()):
+        for h in _handle_list((debug_handle_map or {}).get(instruction, [])):
+            owner.setdefault(h, (str(entry.get("name")), int(instruction)))
+    for node in ep.graph.nodes:  # in order: a getitem follows the node it unpacks, and goes where it went
+        handle = node.meta.get("debug_handle")
+        if node.op != "call_function":
+            continue
+        if handle is None and node.target is operator.getitem and isinstance(node.args[0], Node):
+            if PARTITION_META in node.args[0].meta:
+                node.meta[PARTITION_META] = node.args[0].meta[PARTITION_META]
+            continue
+        for h in _handle_list(handle) if handle is not None else ():
+            if h in owner:
+                node.meta[PARTITION_META] = owner[h]
+                break
 
 
 # -- AOT intermediate outputs ---------------------------------------------------------------------------

@@ -9,10 +9,11 @@ tables need no graph.
 from __future__ import annotations
 
 from etlab.errors import FormatError
-from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, load_json, read_archive
+from etlab.etrecord import _upstream
+from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, load_json, read_any_archive
 from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _Programs
 from etlab.etrecord._graphs import ProgramReader
-from etlab.etrecord._info import ops_from_json
+from etlab.etrecord._info import mark_partitions, ops_from_json
 from etlab.etrecord._values import TensorTable, decode_value
 
 
@@ -101,12 +102,16 @@ def _program_ids(manifest, key: str, reader: ProgramReader, where: str) -> dict[
 
 
 def parse_etrecord(etrecord_path) -> ETRecord:
-    """Reads an ETRecord written by `ETRecord.save` (a path, bytes or a binary file).
+    """Reads an ETRecord (a path, bytes or a binary file): etlab's own (`ETRecord.save`) or
+    upstream ExecuTorch's (`executorch.devtools.etrecord`), told apart by their entries.
 
     Raises FormatError (naming the file and the defect) for anything that is not a well-formed
-    etlab ETRecord; never unpickles and never evaluates code from the file.
+    ETRecord of either layout; never unpickles and never evaluates code from the file (upstream's
+    torch.save members are read by etlab's own restricted reader, see `_torch_pickle`).
     """
-    entries, where = read_archive(etrecord_path)
+    entries, where, upstream = read_any_archive(etrecord_path, _upstream.is_upstream_entry)
+    if upstream:
+        return _parse_upstream(entries, where)
     manifest = load_json(entries, MANIFEST, where)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
@@ -137,4 +142,57 @@ def parse_etrecord(etrecord_path) -> ETRecord:
                                      for m, v in refs.items()}
     ops = _methods(manifest, "ops", where) or {}
     record._ops = {m: ops_from_json(v, f"{where}: ops of {m!r}") for m, v in ops.items()}
+    return record
+
+
+def _split_program(base: str) -> tuple[str, str]:
+    """An upstream program entry's base name -> (which programs it belongs to, key there)."""
+    if base == _upstream.ATEN:
+        return "aten", "forward"
+    if base == _upstream.EDGE:
+        return "edge", "forward"
+    if base.startswith(_upstream.EDGE + "/"):
+        return "edge", base[len(_upstream.EDGE) + 1:]
+    return "graph_map", base if "/" in base else f"{base}/forward"
+
+
+def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
+    """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`.
+
+    Read now: the maps, representative inputs, reference outputs and the edge programs' op tables;
+    each program's tensors and graph when it is first used (each checked before it is used)."""
+    ids: dict[str, dict[str, str]] = {"aten": {}, "edge": {}, "graph_map": {}}
+    bases = sorted(_upstream.program_bases(entries))
+    for name in entries:
+        if name.endswith(_upstream.PARTS) and not any(name == base + part for base in bases
+                                                      for part in _upstream.PARTS):
+            raise FormatError(f"{where}: entry {name!r} belongs to no program in the file")
+    for base in bases:
+        missing = [base + p for p in _upstream.PARTS if base + p not in entries]
+        if missing:
+            raise FormatError(f"{where}: program {base!r} lacks {missing}")
+        kind, key = _split_program(base)
+        if key in ids[kind]:
+            raise FormatError(f"{where}: program {base!r} is recorded twice")
+        ids[kind][key] = base
+    if not ids["edge"]:
+        raise FormatError(f"{where}: an upstream ExecuTorch ETRecord without an edge dialect program")
+    loader = _upstream.UpstreamLoader(entries, where)
+    record = ETRecord(_debug_handle_map=_upstream.debug_handle_map(entries, where),
+                      _delegate_map=_upstream.delegate_map(entries, where),
+                      _instruction_id_to_num_outs_map=_upstream.num_outs_map(entries, where))
+    record._edge = _Programs(loader=loader, ids=ids["edge"], on_load=lambda method, ep: mark_partitions(
+        ep, (record._debug_handle_map or {}).get(method), (record._delegate_map or {}).get(method)))
+    record._aten = _Programs(loader=loader, ids=ids["aten"])
+    record._graph_map = _Programs(loader=loader, ids=ids["graph_map"])
+    record.export_graph_id = _upstream.export_graph_id(entries, where)
+    reps = _upstream.torch_value(entries, "representative_inputs", where)
+    if reps is not None and not isinstance(reps, (list, tuple)):
+        raise FormatError(f"{where}: representative_inputs is a {type(reps).__name__}, not a list of inputs")
+    record._representative_inputs = reps
+    refs = _upstream.torch_value(entries, "reference_outputs", where)
+    if refs is not None and not (isinstance(refs, dict) and all(isinstance(m, str) for m in refs)):
+        raise FormatError(f"{where}: reference_outputs is not a dict keyed by method name")
+    record._reference_outputs = refs
+    record._ops = {m: _upstream.program_ops(entries, base, where) for m, base in ids["edge"].items()}
     return record

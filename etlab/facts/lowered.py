@@ -16,6 +16,10 @@ from torch._C import DispatchKey
 from torch._ops import HigherOrderOperator
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+# node.meta key on an edge graph recorded before lowering (upstream's XNNPACK ETRecords): the
+# (backend name, delegate-call instruction id) that took the node; set by etlab.etrecord.
+DELEGATE_PARTITION_META = "delegate_partition"
+
 
 @dataclass(frozen=True)
 class CompileSpec:

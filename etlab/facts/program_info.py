@@ -45,6 +45,9 @@ class MethodInfo:
 
     # (chain index, instruction id) -> debug handles of the graph nodes the instruction runs
     instruction_debug_handles: Mapping[tuple[int, int], DebugHandle] = field(default_factory=dict)
+    # (chain index, instruction id) -> its debug handles as recorded, a handle repeated once per node of
+    # it the instruction runs (upstream's Inspector lists an op type per occurrence); optional
+    instruction_handle_occurrences: Mapping[tuple[int, int], DebugHandle] = field(default_factory=dict)
     # (chain index, instruction id) -> number of outputs (delegate calls may have several)
     instruction_num_outputs: Mapping[tuple[int, int], int] = field(default_factory=dict)
     # (chain index, instruction id) of each delegate call -> that delegate

@@ -3,7 +3,9 @@
 Columns follow upstream's Inspector: event_block_name, event_name, raw, p10/p50/p90/avg/min/max
 (with the time unit when include_units), op_types, delegate_debug_identifier, stack_traces,
 module_hierarchy, is_delegated_op, delegate_backend_name, debug_data, start_time. Unlike upstream,
-op_types stay complete lists in the data; only printing abbreviates long ones.
+op_types stay complete lists in the data; only printing abbreviates long ones. As upstream's, the
+stack_traces and module_hierarchy dicts are keyed by operator-graph node name (the graph node's name
+plus "_"); the Event objects keep plain graph node names.
 """
 
 from __future__ import annotations
@@ -90,8 +92,17 @@ def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFra
         ordered[n] = stats[i]
     for k in ("op_types", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "is_delegated_op",
               "delegate_backend_name", "debug_data", "start_time"):
-        ordered[k] = cols[k]
+        ordered[k] = [upstream_node_keys(d) for d in cols[k]] if k in ("stack_traces", "module_hierarchy") else cols[k]
+    for k in ("delegate_debug_identifier", "delegate_backend_name"):
+        # strings and None: kept as objects (pandas 3 would infer a string dtype and turn None into NaN)
+        ordered[k] = pd.Series(ordered[k], dtype=object)
     return pd.DataFrame(ordered)
+
+
+def upstream_node_keys(by_node: dict) -> dict:
+    """{graph node name: v} keyed as upstream's Inspector keys its frames: by its operator-graph node
+    names, which append "_" to the graph node's name (so the two tools' frames compare equal)."""
+    return {f"{name}_": v for name, v in by_node.items()}
 
 
 def events_to_dataframe(block: EventBlock, include_units: bool, include_delegate_debug_data: bool) -> pd.DataFrame:

@@ -87,7 +87,9 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
         delegate = method.delegates.get(key)
         if delegate is not None:
             out.backend_names[j] = delegate.backend_name
+        occurrences = getattr(method, "instruction_handle_occurrences", {}).get(key)
         if is_delegated[j]:
+            occurrences = None
             if delegate is None:
                 log.warning("no delegate map for the delegate called by instruction %s of chain %s", ins, ch)
             else:
@@ -97,8 +99,8 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
         if handles is None:
             continue
         handles = tuple(int(h) for h in handles)
-        out.debug_handles[j] = handles
-        for h in handles:
+        out.debug_handles[j] = tuple(dict.fromkeys(handles))
+        for h in occurrences or handles:  # repeats included: an op type per occurrence, as upstream counts them
             for op in method.ops.get(h, ()):
                 if op.name not in out.stack_traces[j]:
                     out.stack_traces[j][op.name] = op.stack_trace

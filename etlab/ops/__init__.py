@@ -13,6 +13,7 @@ user registers (`etlab.runtime.register_kernel` / `register_backend`) are outsid
 from __future__ import annotations
 
 from etlab.ops._allowlist import ATEN_FLOAT_ONLY, ATEN_IN_PLACE, HIGHER_ORDER, INDEX_ARGS, OTHER_NAMESPACES
+from etlab.ops._dim_order import clone_dim_order, to_dim_order_copy
 from etlab.ops._dtypes import (
     FLOAT_DTYPES,
     INDEX_DTYPES,
@@ -55,6 +56,6 @@ def allows_replay(target) -> bool:
 __all__ = [
     "ATEN_FLOAT_ONLY", "ATEN_IN_PLACE", "FLOAT_DTYPES", "HIGHER_ORDER", "INDEX_ARGS", "INDEX_DTYPES",
     "OTHER_NAMESPACES", "REAL_DTYPES", "SUPPORTED_DTYPES", "UNSUPPORTED_STORAGE_DTYPES", "allows_replay",
-    "allows_runtime", "allows_torch_kernel", "base_allowed", "dtype_problem", "is_functional", "is_out_variant",
-    "runtime_torch_op_names", "split_name", "storage_dtype_problem",
+    "allows_runtime", "allows_torch_kernel", "base_allowed", "clone_dim_order", "dtype_problem", "is_functional",
+    "is_out_variant", "runtime_torch_op_names", "split_name", "storage_dtype_problem", "to_dim_order_copy",
 ]

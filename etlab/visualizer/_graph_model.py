@@ -21,7 +21,7 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from etlab.facts.fx import is_getitem, node_op_name
-from etlab.facts.lowered import is_delegate_call, lowered_module_of
+from etlab.facts.lowered import DELEGATE_PARTITION_META, is_delegate_call, lowered_module_of
 from etlab.facts.source import module_stack, source_line
 
 GRAPH_KINDS = ("aten", "edge", "runtime")
@@ -270,6 +270,8 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
         group = b.module_group(module_stack(node.meta.get("nn_module_stack")))
         handles = handles_of(node) if handles_of is not None else None
         g = b.add_node(node, "control_flow" if _is_control_flow(node) else "op", group, handles=handles)
+        if DELEGATE_PARTITION_META in node.meta:
+            _join_partition(b, g, node.meta[DELEGATE_PARTITION_META])
         for arg in node.all_input_nodes:
             src = value.get(arg.name)
             if isinstance(src, tuple):
@@ -281,6 +283,21 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
                 b.link(src, g.id)
         value[node.name] = g.id
     return outputs
+
+
+def _join_partition(b: _Builder, g: GraphNode, partition: tuple[str, int]) -> None:
+    """Puts a node an upstream pre-lowering edge graph marks as delegated (see
+    etlab.etrecord.DELEGATE_PARTITION_META) into its delegate call's partition group."""
+    backend, instruction = partition
+    gid = f"delegate:instruction_{instruction}"
+    group = b.groups.get(gid)
+    if group is None:
+        b.backend_color(backend)
+        group = b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · instruction {instruction}", kind="delegate",
+                                           parent=g.group, backend=backend)
+    else:
+        group.parent = _common_parent(b, [group.parent, g.group])
+    g.group, g.backend = gid, backend
 
 
 def _delegate_handles(lowered) -> list[int]:
