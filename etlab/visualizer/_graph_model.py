@@ -76,12 +76,14 @@ class GraphModel:
     gap_metric: str = ""
 
     def to_json(self) -> dict:
-        """Plain data for the browser (nodes as dicts, edges as [src, dst] id pairs)."""
+        """Plain data for the browser (nodes as dicts, edges as [src, dst] id pairs, the layout: _layout.py)."""
+        from etlab.visualizer._layout import layout_kit
+
         return {
             "title": self.title, "kind": self.kind, "method": self.method,
             "nodes": [asdict(n) for n in self.nodes], "edges": [list(e) for e in self.edges],
             "groups": [asdict(g) for g in self.groups], "backend_colors": dict(self.backend_colors),
-            "time_unit": self.time_unit, "gap_metric": self.gap_metric,
+            "time_unit": self.time_unit, "gap_metric": self.gap_metric, "layout": layout_kit(self),
         }
 
     def node_named(self, name: str) -> GraphNode:

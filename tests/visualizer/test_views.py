@@ -136,7 +136,7 @@ def test_dashboard_and_offline_report(mlp_run, mlp_inspector, tmp_path):
     path = dash.save_html(tmp_path / "report.html")
     text = path.read_text()
     assert not re.search(r"""<script[^>]+src=|<link[^>]+href=["']?http""", text)  # all inline
-    assert text.count('data-etlab-view="memory"') == 1 and "ELK_SOURCE" in text
+    assert text.count('data-etlab-view="memory"') == 1 and "composeLayout" in text and "ELK" not in text
 
 
 def test_each_view_saves_standalone_html(mlp_run, mlp_inspector, tmp_path):
