@@ -481,7 +481,7 @@ def compose(kit: dict, model, expanded: set[str]) -> dict:
         dedup = [p for i, p in enumerate(line) if i == 0 or p != line[i - 1]]
         edges.append([va, vb, [[round(x, 1), round(y, 1)] for x, y in dedup]])
     w, h = placed[""]["size"]
-    return {"boxes": {k: [round(v, 1) for v in b] for k, b in boxes.items() if "@" not in k},
+    return {"boxes": {k: [round(v, 1) for v in b] for k, b in boxes.items() if k[0] in "ng" and "@" not in k},
             "edges": edges, "size": [round(w + 2 * PAD, 1), round(h + PAD_TOP + PAD, 1)]}
 
 

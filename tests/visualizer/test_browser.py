@@ -378,3 +378,27 @@ def test_views_answer_library_requests_and_keep_libraries_out_of_their_state(mlp
     assert sent and sent[0]["type"] == "etlab:library" and "plotly" in sent[0]["source"][:5000].lower()
     assert len(view._esm) < 200_000  # plotly.js (4.7 MB) does not ride in the state
     assert len(GraphView(mlp_run.manager, "edge")._esm) < 200_000  # and the graph has no library at all
+
+
+def test_the_browser_places_exactly_what_python_composes(browser, tmp_path):
+    """graph_layout.js and _layout.compose are one function in two languages: same boxes, same edges."""
+    from etlab.visualizer._layout import compose, layout_kit
+
+    model = synthetic_graph_model(400, block_size=40)
+    path = GraphView.from_models([model], height=500).save_html(tmp_path / "g.html")
+    page = Page(browser, path)
+    page.wait_ready()
+    groups = sorted(g.id for g in model.groups)
+    for expanded in (set(), set(groups), set(groups[::3]), {g for g in groups if g.count(".") == 1}):
+        js = page.page.evaluate("""(exp) => {
+          const pane = window.etlabGraphView.el.__etlabGraphView.panes[0];
+          return pane.compose(new Set(exp)); }""",
+                                sorted(expanded))
+        py = compose(layout_kit(model), model, expanded)
+        assert set(js["boxes"]) == set(py["boxes"])
+        for k, box in py["boxes"].items():
+            assert js["boxes"][k] == pytest.approx(box, abs=0.2), k
+        assert [e[:2] for e in js["edges"]] == [e[:2] for e in py["edges"]]
+        for (_, _, a), (_, _, b) in zip(js["edges"], py["edges"]):
+            assert len(a) == len(b) and all(p == pytest.approx(q, abs=0.2) for p, q in zip(a, b))
+    assert page.errors == []

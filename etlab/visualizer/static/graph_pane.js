@@ -94,12 +94,17 @@ class Pane {
     return p;
   }
 
+  // Boxes and edges for a set of expanded groups (graph_layout.js).
+  compose(expanded) {
+    if (!this.g.layout) throw new Error("this graph carries no layout (made by an older etlab?)");
+    return composeLayout(this.g.layout, this.g, (gid) => this.groupPath(gid), expanded);
+  }
+
   layout() {
     const key = [...this.expanded].sort().join("\n");
     if (!this.layoutCache.has(key)) {
-      if (!this.g.layout) throw new Error("this graph carries no layout (made by an older etlab?)");
       const t0 = performance.now();
-      this.layoutCache.set(key, composeLayout(this.g.layout, this.g, (gid) => this.groupPath(gid), this.expanded));
+      this.layoutCache.set(key, this.compose(this.expanded));
       this.lastLayoutMs = performance.now() - t0;
     }
     return this.layoutCache.get(key);
