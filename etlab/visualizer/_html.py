@@ -154,6 +154,8 @@ body.etlab-theme { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; 
   color: var(--etlab-fg); background: var(--etlab-bg); }
 h1 { font-size: 18px; margin: 0 0 10px 0; }
 .etlab-note { color: var(--etlab-fg-muted); margin: 4px 0 10px 0; }
+.etlab-warn { color: var(--etlab-fg); border-left: 4px solid #e8a400; background: var(--etlab-bg-alt); padding: 4px 8px;
+  margin: 4px 0 10px 0; }
 table.etlab-table { border-collapse: collapse; font-size: 12px; }
 table.etlab-table th, table.etlab-table td { border-bottom: 1px solid var(--etlab-border); padding: 3px 8px;
   text-align: left; }

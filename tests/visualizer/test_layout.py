@@ -4,6 +4,7 @@ edges never pass through a box, the layout is cached by structure, and the brows
 
 from __future__ import annotations
 
+import itertools
 import random
 
 import pytest
@@ -57,7 +58,7 @@ def check_layout(model, expanded: set[str]) -> dict:
             assert outer[1] < b[1] and b[1] + b[3] <= outer[1] + outer[3] + 0.2, (k, b, parent, outer)
     for src, dst, pts in laid["edges"]:  # edges pass through no box but their own ends
         assert len(pts) >= 2
-        for p, q in zip(pts, pts[1:]):
+        for p, q in itertools.pairwise(pts):
             for k, b in leaves.items():
                 if k not in (src, dst):
                     assert not _crosses(p, q, b), (src, dst, p, q, k, b)

@@ -241,3 +241,10 @@ def test_numeric_gap_view_reports_ops_whose_outputs_were_not_kept(mlp_inspector,
     view = NumericGapView(small, show_graph=False)
     assert f"{len(missing)} ops ran without a recorded output" in view.summary_text()
     assert "debug_buffer_size" in view.summary_text()
+    # the count is in the view's output and on the dashboard's first tab, with the hint
+    assert f"data-count='{len(missing)}'" in view.note.value and "Hint" in view.note.value
+    from etlab.visualizer import show
+
+    dash = show(small)
+    assert "data-role='dropped-intermediates'" in dash.views["summary"].value
+    assert NumericGapView(mlp_inspector, show_graph=False).dropped_html() == ""
