@@ -12,6 +12,7 @@ from etlab.inspector import numeric_gaps, op_timings, time_unit
 from etlab.visualizer import _html
 from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
 from etlab.visualizer._graph_svg import graph_svg
+from etlab.visualizer._layout import layout_json
 from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
 
@@ -38,8 +39,9 @@ def graph_models(sources: ProgramSources, kinds: list[str], *, gap_distance: str
 
 
 def graphs_json(models: list[GraphModel]) -> list[dict]:
-    """The graphs' JSON for the browser; a layout shared with an earlier pane (same structure) is sent
-    once, the later pane pointing at it ({"key", "same_as": index})."""
+    """The graphs' JSON for the browser, each layout as one JSON string (`layout_json`); a layout
+    shared with an earlier pane (same structure) is sent once, the later pane pointing at it
+    ({"key", "same_as": index})."""
     out, first = [], {}
     for i, m in enumerate(models):
         data = m.to_json()
@@ -48,6 +50,7 @@ def graphs_json(models: list[GraphModel]) -> list[dict]:
             data["layout"] = {"key": key, "same_as": first[key]}
         else:
             first[key] = i
+            data["layout"] = layout_json(m)
         out.append(data)
     return out
 

@@ -37,6 +37,7 @@ PAD = 10
 PAD_TOP = 28
 SWEEPS = 6
 _CACHE: OrderedDict[str, dict] = OrderedDict()
+_ENCODED: OrderedDict[str, str] = OrderedDict()
 _CACHE_SIZE = 32
 
 
@@ -320,6 +321,18 @@ def _build(model) -> dict:
     laid = {c: layout_container(boxes, edges[c]) for c, boxes in containers.items()}
     return {"key": structure_key(model), "containers": laid,
             "labels": {g.id: round(_text_width("▾ " + g.label) + 10, 1) for g in model.groups}}
+
+
+def layout_json(model) -> str:
+    """The layout as a JSON string, encoded once per structure: the widget state carries it as one
+    string (ipywidgets walks every list and dict of a state; 5,000 nodes' layout is ~40,000 of them)."""
+    kit = layout_kit(model)
+    text = _ENCODED.get(kit["key"])
+    if text is None:
+        text = _ENCODED[kit["key"]] = json.dumps(kit, separators=(",", ":"))
+        while len(_ENCODED) > _CACHE_SIZE:
+            _ENCODED.popitem(last=False)
+    return text
 
 
 def layout_kit(model) -> dict:

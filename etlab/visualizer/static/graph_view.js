@@ -30,8 +30,10 @@ class View {
   }
 
   build() {
-    const graphs = (this.model.get("graphs") || []).map((g, i, all) =>
-      (g.layout && g.layout.same_as != null ? { ...g, layout: all[g.layout.same_as].layout } : g));
+    // a layout comes as JSON text (one string in the widget state) or as data (the Lab server's API)
+    const parsed = (this.model.get("graphs") || []).map((g) =>
+      (typeof g.layout === "string" ? { ...g, layout: JSON.parse(g.layout) } : g));
+    const graphs = parsed.map((g) => (g.layout && g.layout.same_as != null ? { ...g, layout: parsed[g.layout.same_as].layout } : g));
     const height = this.options.height || 560;
     this.root = h("div", { class: "etlab-gv etlab-theme", "data-etlab-view": "graph" });
     const bar = h("div", { class: "bar" });
