@@ -89,8 +89,10 @@ class View {
     this.computeScale();
     this.renderLegend();
     if (!graphs.length) this.setStatus("no graph");
-    // first layout once attached (sizes are known then)
-    requestAnimationFrame(() => this.panes.forEach((p) => p.refresh(true)));
+    // drawn at once when attached (sizes are known: a standalone page), else on the next frame; a pane
+    // without a size yet fits once it gets one (its ResizeObserver)
+    const first = () => this.panes.forEach((p) => p.refresh(true));
+    if (this.el.isConnected) first(); else requestAnimationFrame(first);
   }
 
   paneReady() {
