@@ -407,41 +407,42 @@ def compose(kit: dict, model, expanded: set[str]) -> dict:
     _place(kit, "", expanded, placed)
     origin = {"": (PAD, PAD_TOP)}
     boxes: dict[str, list[float]] = {}
+    ports: dict[str, list[float]] = {}  # "in:x@container": port names repeat across containers
     stack = [""]
     while stack:
         cid = stack.pop()
         ox, oy = origin[cid]
         for b, (x, y, w, h) in placed[cid]["pos"].items():
+            if b.startswith(("in:", "out:")):
+                ports[f"{b}@{cid}"] = [x + ox, y + oy, w, h]
+                continue
+            if b.startswith("d"):
+                continue
             boxes[b] = [x + ox, y + oy, w, h]
             if b.startswith("g:") and b[2:] in expanded:
                 cw = placed[b[2:]]["size"][0]
                 origin[b[2:]] = (x + ox + (w - cw) / 2, y + oy + PAD_TOP)
                 stack.append(b[2:])
     paths = _group_paths(model)
-    items_of = {cid: kit["containers"][cid]["items"] for cid in placed}
 
     def port_x(cid: str, port: str) -> float | None:
-        return boxes[f"{port}@{cid}"][0] + 1 if f"{port}@{cid}" in boxes else None
-
-    # ports are not unique across containers: key them by container
-    for cid, p in placed.items():
-        ox, oy = origin[cid]
-        for b, (x, y, w, h) in p["pos"].items():
-            if b.startswith(("in:", "out:")):
-                boxes[f"{b}@{cid}"] = [x + ox, y + oy, w, h]
-    for b in [b for b in boxes if b.startswith(("in:", "out:")) and "@" not in b]:
-        del boxes[b]
+        box = ports.get(f"{port}@{cid}")
+        return None if box is None else box[0] + box[2] / 2
 
     def points(cid: str, chain: list[str], start_x: float | None, end_x: float | None) -> list[list[float]]:
         ox, oy = origin[cid]
         bands = placed[cid]["bands"]
         ch = placed[cid]["size"][1]
-        items = items_of[cid]
+        items = kit["containers"][cid]["items"]
         pts: list[list[float]] = []
         last = len(chain) - 1
         for k, b in enumerate(chain):
-            x, y, w, h = boxes[f"{b}@{cid}"] if b.startswith(("in:", "out:")) else \
-                (boxes[b] if not b.startswith("d") else [placed[cid]["pos"][b][0] + ox, 0, 0, 0])
+            if b.startswith(("in:", "out:")):
+                x, y, w, h = ports[f"{b}@{cid}"]
+            elif b.startswith("d"):
+                x, y, w, h = placed[cid]["pos"][b][0] + ox, 0.0, DUMMY_W, 0.0
+            else:
+                x, y, w, h = boxes[b]
             top, bottom = (t + oy for t in bands[items[b][0]])
             cx = x + w / 2
             if b.startswith("in:"):
@@ -494,7 +495,7 @@ def compose(kit: dict, model, expanded: set[str]) -> dict:
         dedup = [p for i, p in enumerate(line) if i == 0 or p != line[i - 1]]
         edges.append([va, vb, [[round(x, 1), round(y, 1)] for x, y in dedup]])
     w, h = placed[""]["size"]
-    return {"boxes": {k: [round(v, 1) for v in b] for k, b in boxes.items() if k[0] in "ng" and "@" not in k},
+    return {"boxes": {k: [round(v, 1) for v in b] for k, b in boxes.items()},
             "edges": edges, "size": [round(w + 2 * PAD, 1), round(h + PAD_TOP + PAD, 1)]}
 
 

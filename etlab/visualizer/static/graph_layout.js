@@ -71,7 +71,7 @@ function composeLayout(kit, graph, groupPath, expanded) {
       }
     }
   }
-  const portX = (cid, port) => (ports[port + "@" + cid] ? ports[port + "@" + cid][0] + 1 : null);
+  const portX = (cid, port) => { const b = ports[port + "@" + cid]; return b ? b[0] + b[2] / 2 : null; };
   const points = (cid, chain, startX, endX) => {
     const [ox, oy] = origin[cid];
     const p = placed[cid], items = kit.containers[cid].items;
@@ -80,7 +80,7 @@ function composeLayout(kit, graph, groupPath, expanded) {
     chain.forEach((b, k) => {
       let box;
       if (b.startsWith("in:") || b.startsWith("out:")) box = ports[b + "@" + cid];
-      else if (b.startsWith("d")) box = [p.pos[b][0] + ox, 0, 0, 0];
+      else if (b.startsWith("d")) box = [p.pos[b][0] + ox, 0, p.pos[b][2], 0];
       else box = boxes[b];
       const [x, y, w, h] = box;
       const band = p.bands[items[b][0]];
