@@ -257,17 +257,19 @@ def layout_container(boxes: dict[str, _Box], edges: list[tuple[str, str]]) -> di
 
 
 def _group_paths(model) -> dict[str | None, list[str]]:
-    """group id -> its chain of groups, outermost first (None -> [])."""
+    """group id -> its chain of groups, outermost first (None -> []). Iterative: a recorded module
+    stack may nest deeper than Python's recursion limit."""
     parent = {g.id: g.parent for g in model.groups}
     paths: dict[str | None, list[str]] = {None: []}
-
-    def path(gid):
-        if gid not in paths:
-            paths[gid] = [*path(parent.get(gid)), gid]
-        return paths[gid]
-
     for g in model.groups:
-        path(g.id)
+        chain = []
+        gid = g.id
+        while gid not in paths and len(chain) <= len(parent):  # bounded: a parent loop cannot hang
+            chain.append(gid)
+            gid = parent.get(gid)
+        prefix = paths.get(gid, [])
+        for c in reversed(chain):
+            prefix = paths[c] = [*prefix, c]
     return paths
 
 
@@ -353,17 +355,32 @@ def layout_kit(model) -> dict:
 # --- placing a set of expanded groups (the browser's graph_layout.js does the same) -------------------------
 
 
-def _place(kit: dict, cid: str, expanded: set[str], out: dict) -> tuple[float, float]:
-    """Local positions of container `cid`'s items given which groups are expanded; returns its content size."""
-    c = kit["containers"][cid]
+def _place(kit: dict, expanded: set[str]) -> dict:
+    """Local positions of each drawn container's items given which groups are expanded: {container:
+    {"pos": {item: [x, y, w, h]}, "bands": [(top, bottom) per layer], "size": (w, h)}}. Inner
+    containers first (an expanded group's box takes its content's size); no recursion."""
+    order, i = [""], 0
+    while i < len(order):
+        order += [b[2:] for b in kit["containers"][order[i]]["items"] if b.startswith("g:") and b[2:] in expanded]
+        i += 1
+    out: dict = {}
+    for cid in reversed(order):
+        items = kit["containers"][cid]["items"]
+        size = {}
+        for b, (_, _, w, h) in items.items():
+            if b.startswith("g:") and b[2:] in expanded:
+                cw, ch = out[b[2:]]["size"]
+                size[b] = (max(cw + 2 * PAD, kit["labels"].get(b[2:], 0)), ch + PAD_TOP + PAD)
+            else:
+                size[b] = (w, h)
+        out[cid] = _place_layers(kit["containers"][cid], size)
+    return out
+
+
+def _place_layers(c: dict, size: dict) -> dict:
+    """One container: layers stacked (each as tall as its tallest box), boxes beside a grown one
+    moved aside by half its growth."""
     items = c["items"]
-    size = {}
-    for b, (_, _, w, h) in items.items():
-        if b.startswith("g:") and b[2:] in expanded:
-            cw, ch = _place(kit, b[2:], expanded, out)
-            size[b] = (max(cw + 2 * PAD, kit["labels"].get(b[2:], 0)), ch + PAD_TOP + PAD)
-        else:
-            size[b] = (w, h)
     local = {}
     y = 0.0
     right = 0.0
@@ -387,8 +404,7 @@ def _place(kit: dict, cid: str, expanded: set[str], out: dict) -> tuple[float, f
         left = right = 0.0
     for v in local.values():
         v[0] -= left
-    out[cid] = {"pos": local, "bands": tops, "size": (right - left, max(0.0, y - LAYER_GAP))}
-    return out[cid]["size"]
+    return {"pos": local, "bands": tops, "size": (right - left, max(0.0, y - LAYER_GAP))}
 
 
 def visible_path(node_path: list[str], expanded: set[str], nid: int) -> tuple[list[str], str]:
@@ -403,8 +419,7 @@ def visible_path(node_path: list[str], expanded: set[str], nid: int) -> tuple[li
 def compose(kit: dict, model, expanded: set[str]) -> dict:
     """Absolute boxes and edge polylines for a set of expanded groups: {"boxes": {item: [x, y, w, h]},
     "edges": [[source item, target item, [[x, y], ...]]], "size": [w, h]}."""
-    placed: dict = {}
-    _place(kit, "", expanded, placed)
+    placed = _place(kit, expanded)
     origin = {"": (PAD, PAD_TOP)}
     boxes: dict[str, list[float]] = {}
     ports: dict[str, list[float]] = {}  # "in:x@container": port names repeat across containers

@@ -111,3 +111,18 @@ def test_static_copy_draws_the_graph(mlp_run):
 @pytest.mark.parametrize("n", [1, 2])
 def test_tiny_graphs(n):
     check_layout(synthetic_graph_model(n, block_size=2), set())
+
+
+def test_deeply_nested_groups_do_not_recurse():
+    """A recorded module stack may nest deeper than Python's recursion limit (a hostile ETRecord)."""
+    from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode
+
+    depth = 1500
+    model = GraphModel(title="deep", kind="edge", method="forward")
+    model.groups = [GraphGroup(id=f"m{i}", label=f"m{i}", kind="module", parent=f"m{i - 1}" if i else None)
+                    for i in range(depth)]
+    model.nodes = [GraphNode(id=0, name="a", kind="op", op="aten.relu.default", group=f"m{depth - 1}"),
+                   GraphNode(id=1, name="b", kind="op", op="aten.relu.default", group=None)]
+    model.edges = [(0, 1)]
+    laid = compose(layout_kit(model), model, {g.id for g in model.groups})
+    assert "n0" in laid["boxes"] and len(laid["edges"]) == 1
