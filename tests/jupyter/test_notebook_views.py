@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +20,7 @@ from tests.visualizer.contrast import MIN_CONTRAST
 
 pytestmark = pytest.mark.xdist_group("jupyter")
 
-NAME = "views.ipynb"
+NAME = "notebook/views.ipynb"  # in its own folder, removed afterwards: the other tests list the root's artifacts
 SETUP = """\
 import torch
 from etlab.compiler import to_edge_transform_and_lower
@@ -66,6 +67,7 @@ def _theme(page, dark: bool) -> None:
 def ran(lab_page, lab, lab_files):
     """The notebook run in Lab with every view drawn, then saved; returns its path."""
     path = lab_files.root / NAME
+    path.parent.mkdir(exist_ok=True)
     path.write_text(json.dumps(_notebook()))
     lab_page.close_all()
     lab_page.command("docmanager:open", {"path": NAME})
@@ -84,7 +86,10 @@ def ran(lab_page, lab, lab_files):
                         timeout=60_000)
     lab_page.command("docmanager:save")
     p.wait_for_timeout(500)
-    return path
+    yield path
+    lab_page.close_all()
+    lab_page.page.evaluate("() => window.jupyterapp.serviceManager.sessions.shutdownAll()")
+    shutil.rmtree(path.parent, ignore_errors=True)
 
 
 def test_every_view_in_lab_light_and_dark(lab_page, ran):
