@@ -152,6 +152,7 @@ class NumericGapView(widgets.VBox):
         self.distance = distance
         self.rows = numeric_gaps(inspector, distance)
         self.unrecorded = ops_without_outputs(inspector)
+        self.dropped = int(getattr(inspector, "dropped_debug_values", 0) or 0)  # counted in the ETDump at run time
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
         self.threshold = threshold if threshold is not None else (
             10 ** math.ceil(math.log10(max(positive))) / 100 if positive else 1e-6)
@@ -185,15 +186,19 @@ class NumericGapView(widgets.VBox):
         return [r for r in self.rows if r.gap > self.threshold]
 
     def dropped_html(self) -> str:
-        """A warning with the count of intermediates the run did not keep (a full debug buffer drops
-        them; the ETDump then has ops that ran without a recorded output) and how to keep them."""
-        if not self.unrecorded:
+        """A warning with the count of intermediates the run did not keep: the values the runtime
+        dropped because the debug buffer was full (counted in the ETDump, `Inspector.dropped_debug_values`),
+        and the ops that ran without a recorded output; with how to keep them."""
+        if not self.unrecorded and not self.dropped:
             return ""
+        count = self.dropped or len(self.unrecorded)
+        why = "the debug buffer was full" if self.dropped else "not in the debug buffer: it was full, or " \
+            "intermediates were not recorded"
         names = ", ".join(self.unrecorded[:6]) + (", …" if len(self.unrecorded) > 6 else "")
-        return (f"<p class='etlab-warn' data-role='dropped-intermediates' data-count='{len(self.unrecorded)}' "
+        ops = f" Ops without a recorded output: {html.escape(names)}." if names else ""
+        return (f"<p class='etlab-warn' data-role='dropped-intermediates' data-count='{count}' "
                 "style='border-left: 4px solid #e8a400; padding: 4px 8px'>"
-                f"<b>{len(self.unrecorded)} intermediate output(s) dropped</b> (not in the debug buffer: it was "
-                f"full, or intermediates were not recorded): {html.escape(names)}. Their numeric gap is unknown. "
+                f"<b>{count} intermediate output(s) dropped</b> ({why}); their numeric gap is unknown.{ops} "
                 "Hint: load the program with <code>debug_buffer_size</code> left unset (sized from the memory "
                 "plan) or larger, e.g. <code>Runtime.get().load_program(pte, enable_etdump=True)</code>.</p>")
 
