@@ -26,17 +26,14 @@ _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etlab-jupyter")
 def view_module(name: str) -> str:
     """A shared view module of etlab/visualizer/static as one ES module (its parts joined as in the
     notebook widget), or theme.css, the color variables the views use (they follow JupyterLab's).
-    The graph module defines ELK for the page first: the views load big libraries once per page
-    (shared_lib.js), and here the page is JupyterLab."""
+    The graph module needs no library: each graph's JSON carries its layout (etlab.visualizer)."""
     static = resources.files("etlab.visualizer").joinpath("static")
 
     def text(n: str) -> str:
         return static.joinpath(n).read_text(encoding="utf-8")
 
     if name == "graph_view.js":
-        elk = json.dumps(text("elk.bundled.js"))
-        parts = "\n".join(text(n) for n in ("shared_lib.js", "graph_common.js", "graph_pane.js", "graph_view.js"))
-        return f"globalThis.etlabLibs = Object.assign(globalThis.etlabLibs || {{}}, {{ elk: {elk} }});\n{parts}"
+        return "\n".join(text(n) for n in ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js"))
     if name in ("table_view.js", "theme.css"):
         return text(name)
     raise KeyError(name)

@@ -152,6 +152,7 @@ class NumericGapView(widgets.VBox):
         self.distance = distance
         self.rows = numeric_gaps(inspector, distance)
         self.unrecorded = ops_without_outputs(inspector)
+        self.dropped = int(getattr(inspector, "dropped_debug_values", 0) or 0)  # counted in the ETDump at run time
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
         self.threshold = threshold if threshold is not None else (
             10 ** math.ceil(math.log10(max(positive))) / 100 if positive else 1e-6)
@@ -176,12 +177,30 @@ class NumericGapView(widgets.VBox):
         self.slider = widgets.FloatLogSlider(value=self.threshold, base=10, min=-12, max=6, step=0.25,
                                              description="threshold", readout_format=".1e")
         self.slider.observe(self._on_threshold, names="value")
-        self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>")
+        self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"
+                                 f"{self.dropped_html()}")
         super().__init__([self.note, self.slider, self.plot, self.table] + ([self.graph] if self.graph else []),
                          **kwargs)
 
     def above_threshold(self) -> list:
         return [r for r in self.rows if r.gap > self.threshold]
+
+    def dropped_html(self) -> str:
+        """A warning with the count of intermediates the run did not keep: the values the runtime
+        dropped because the debug buffer was full (counted in the ETDump, `Inspector.dropped_debug_values`),
+        and the ops that ran without a recorded output; with how to keep them."""
+        if not self.unrecorded and not self.dropped:
+            return ""
+        count = self.dropped or len(self.unrecorded)
+        why = "the debug buffer was full" if self.dropped else "not in the debug buffer: it was full, or " \
+            "intermediates were not recorded"
+        names = ", ".join(self.unrecorded[:6]) + (", …" if len(self.unrecorded) > 6 else "")
+        ops = f" Ops without a recorded output: {html.escape(names)}." if names else ""
+        return (f"<p class='etlab-warn' data-role='dropped-intermediates' data-count='{count}' "
+                "style='border-left: 4px solid #e8a400; padding: 4px 8px'>"
+                f"<b>{count} intermediate output(s) dropped</b> ({why}); their numeric gap is unknown.{ops} "
+                "Hint: load the program with <code>debug_buffer_size</code> left unset (sized from the memory "
+                "plan) or larger, e.g. <code>Runtime.get().load_program(pte, enable_etdump=True)</code>.</p>")
 
     def summary_text(self) -> str:
         """One line: how many matched outputs are exact, above the threshold, and the largest gap."""
@@ -234,7 +253,7 @@ class NumericGapView(widgets.VBox):
         self.threshold = float(change["new"])
         self.figure = self._figure()
         self.plot.update(self.figure)
-        self.note.value = f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"
+        self.note.value = f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>{self.dropped_html()}"
 
     def _on_point(self, point: dict) -> None:
         name, handles = point.get("customdata") or (None, [])
@@ -252,7 +271,8 @@ class NumericGapView(widgets.VBox):
             "if(!d||!d.on)return;d.on('plotly_click',function(e){const p=e.points[0];if(!p||!p.customdata)return;"
             "d.dispatchEvent(new CustomEvent('etlab:focus',{bubbles:true,detail:{name:p.customdata[0],"
             "handles:p.customdata[1],kind:'edge'}}));});})();</script>")
-        parts = [_html.Fragment(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>"), plot, self.table]
+        parts = [_html.Fragment(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>{self.dropped_html()}"),
+                 plot, self.table]
         parts += [self.graph] if self.graph else []
         return _fragments("Numeric gap", parts)
 

@@ -111,7 +111,9 @@ class Dashboard(widgets.Tab):
         titles = _TITLES
         if self.missing:  # say on the first tab, not only in `.missing`, why a tab is not there
             summary.value += _missing_html(self.missing)
+        summary.value += self.views["gap"].dropped_html()  # dropped intermediates, where one looks first
         super().__init__(children=list(self.views.values()), **kwargs)
+        self.add_class("etlab-dashboard")  # theme.css: its tab labels keep the text color (contrast)
         for i, key in enumerate(self.views):
             self.set_title(i, titles[key])
         self._titles = titles

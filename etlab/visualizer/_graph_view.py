@@ -11,6 +11,8 @@ import traitlets
 from etlab.inspector import numeric_gaps, op_timings, time_unit
 from etlab.visualizer import _html
 from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
+from etlab.visualizer._graph_svg import graph_svg
+from etlab.visualizer._layout import layout_json
 from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
 
@@ -34,6 +36,23 @@ def graph_models(sources: ProgramSources, kinds: list[str], *, gap_distance: str
         for m in models:
             annotate(m, timings, gaps, unit=time_unit(ins), gap_metric=gap_distance if gaps else "")
     return models
+
+
+def graphs_json(models: list[GraphModel]) -> list[dict]:
+    """The graphs' JSON for the browser, each layout as one JSON string (`layout_json`); a layout
+    shared with an earlier pane (same structure) is sent once, the later pane pointing at it
+    ({"key", "same_as": index})."""
+    out, first = [], {}
+    for i, m in enumerate(models):
+        data = m.to_json()
+        key = data["layout"]["key"]
+        if key in first:
+            data["layout"] = {"key": key, "same_as": first[key]}
+        else:
+            first[key] = i
+            data["layout"] = layout_json(m)
+        out.append(data)
+    return out
 
 
 def _kinds(graph) -> list[str]:
@@ -90,8 +109,7 @@ class GraphView(anywidget.AnyWidget):
         if inspector is not None:
             sources.inspector = inspector
         self.models = graph_models(sources, kinds, gap_distance=gap_distance)
-        super().__init__(graphs=[m.to_json() for m in self.models], overlay=overlay, options=options, **kwargs)
-        _html.serve_libraries(self)
+        super().__init__(graphs=graphs_json(self.models), overlay=overlay, options=options, **kwargs)
 
     @classmethod
     def from_models(cls, models: list[GraphModel], *, overlay: str = "none", height: int = 560,
@@ -100,8 +118,7 @@ class GraphView(anywidget.AnyWidget):
         view = cls.__new__(cls)
         view.models = list(models)
         options = _options([m.kind for m in models], height, collapse_threshold, shown)
-        anywidget.AnyWidget.__init__(view, graphs=[m.to_json() for m in models], overlay=overlay, options=options)
-        _html.serve_libraries(view)
+        anywidget.AnyWidget.__init__(view, graphs=graphs_json(models), overlay=overlay, options=options)
         return view
 
     @property
@@ -122,7 +139,8 @@ class GraphView(anywidget.AnyWidget):
         self.focus_target = {"name": name, "handles": list(handles or []), "kind": kind}
 
     def static_html(self) -> str:
-        """What the graphs hold, per graph: nodes, module groups, delegates and the most frequent ops."""
+        """What the graphs hold, per graph: nodes, module groups, delegates, the most frequent ops, and
+        the graph drawn as an SVG (from the same layout as the widget)."""
         parts = []
         for m in self.models:
             ops: dict[str, int] = {}
@@ -134,6 +152,8 @@ class GraphView(anywidget.AnyWidget):
             parts.append(f"<p><b>{html.escape(m.title)}</b>: {len(m.nodes)} nodes, "
                          f"{sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} delegated "
                          f"partitions. Ops: {html.escape(top) or '–'}</p>")
+            parts.append(f"<div class='etlab-graph-image' style='max-height:640px;overflow:auto'>"
+                         f"{graph_svg(m, collapse_threshold=self.options.get('collapse_threshold', 400))}</div>")
         return "".join(parts)
 
     def _repr_mimebundle_(self, **kwargs):
@@ -146,7 +166,7 @@ class GraphView(anywidget.AnyWidget):
 
     def html_fragment(self) -> _html.Fragment:
         return _html.anywidget_fragment(_html.graph_module_source(), self.state(), what="GraphView",
-                                        expose="etlabGraphView", libraries=("elk",))
+                                        expose="etlabGraphView")
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
         """Writes the view as a standalone offline HTML file (assets inlined)."""

@@ -40,24 +40,25 @@ def script_safe(code: str, what: str) -> str:
     return code
 
 
-@cache
+GRAPH_MODULE_PARTS = ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js")
+
+
 @cache
 def graph_module_source() -> str:
     """The GraphView ES module: its parts in one module (they share names; graph_view.js holds the
-    export). ELK is not in it: the page loads it once (shared_lib.js, `serve_libraries`)."""
-    return "\n".join(static_text(name) for name in ("shared_lib.js", "graph_common.js", "graph_pane.js",
-                                                     "graph_view.js"))
+    export). No layout engine: each graph's JSON carries its layout (_layout.py)."""
+    return "\n".join(static_text(name) for name in GRAPH_MODULE_PARTS)
 
 
 @cache
 def plot_module_source() -> str:
-    """The PlotView ES module; plotly.js is loaded once per page, like ELK."""
+    """The PlotView ES module; plotly.js is loaded once per page (shared_lib.js)."""
     return "\n".join(static_text(name) for name in ("shared_lib.js", "plot_view.js"))
 
 
 def library_source(name: str) -> str:
     """The source of a library the views load once per page (shared_lib.js)."""
-    sources = {"elk": lambda: static_text("elk.bundled.js"), "plotly": plotly_js}
+    sources = {"plotly": plotly_js}
     if name not in sources:
         raise KeyError(f"no library {name!r}; known: {sorted(sources)}")
     return sources[name]()
@@ -153,6 +154,8 @@ body.etlab-theme { font: 13px system-ui, -apple-system, "Segoe UI", sans-serif; 
   color: var(--etlab-fg); background: var(--etlab-bg); }
 h1 { font-size: 18px; margin: 0 0 10px 0; }
 .etlab-note { color: var(--etlab-fg-muted); margin: 4px 0 10px 0; }
+.etlab-warn { color: var(--etlab-fg); border-left: 4px solid #e8a400; background: var(--etlab-bg-alt); padding: 4px 8px;
+  margin: 4px 0 10px 0; }
 table.etlab-table { border-collapse: collapse; font-size: 12px; }
 table.etlab-table th, table.etlab-table td { border-bottom: 1px solid var(--etlab-border); padding: 3px 8px;
   text-align: left; }

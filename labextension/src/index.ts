@@ -11,6 +11,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 
 import { requestJSON } from './api';
 import { ArtifactsPanel } from './sidebar';
+import { fallbackPlugin } from './fallback';
 import { ETLabViewer, ViewKind } from './viewer';
 
 const KINDS: { kind: ViewKind; ext: string; label: string }[] = [
@@ -192,4 +193,4 @@ const plugin: JupyterFrontEndPlugin<void> = {
   }
 };
 
-export default plugin;
+export default [plugin, fallbackPlugin];

@@ -9,8 +9,10 @@ same MLP, not delegated), and corrupt.pte (an ET12 header over garbage).
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +77,16 @@ def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
     return LabFiles(root, runs)
 
 
+def register_etlab_kernel(kernels: Path) -> None:
+    """The kernel the notebooks declare ("etlab", as `make kernel` registers it): this interpreter,
+    in the server's own Jupyter data dir (the kernel inherits PYTHONPATH, so it imports this checkout)."""
+    spec = kernels / "etlab"
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "etlab (Python 3)", "language": "python"}))
+
+
 # Package scope: the server lives while tests/jupyter runs, not for the rest of the session.
 @pytest.fixture(scope="package")
 def lab_files(tmp_path_factory) -> LabFiles:
@@ -91,7 +103,9 @@ def lab(lab_files, tmp_path_factory):
         if os.environ.get("CI"):
             raise
         pytest.skip(str(e))
-    with LabServer(root=lab_files.root, base=tmp_path_factory.mktemp("labbase"), lifetime_s=900) as server:
+    base = tmp_path_factory.mktemp("labbase")
+    register_etlab_kernel(base / "data" / "kernels")
+    with LabServer(root=lab_files.root, base=base, lifetime_s=900) as server:
         yield server
         assert server.alive(), "the server went down during the tests"
 

@@ -16,6 +16,7 @@ import pytest
 
 from etlab.visualizer import GraphView, show
 from etlab.visualizer._synthetic import synthetic_graph_model
+from tests.visualizer.contrast import MIN_CONTRAST
 
 CHROMIUM = os.environ.get("ETLAB_CHROMIUM", "/usr/bin/chromium")
 SCREENS = Path("/tmp/etlab_screens")
@@ -244,34 +245,6 @@ LAB_DARK = """() => {
   b.style.background = '#111111';  // Lab paints its layout color behind the output area
 }"""
 
-# The lowest text/background contrast ratio (WCAG) over visible text in the given selectors.
-MIN_CONTRAST = """(selectors) => {
-  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
-  const lin = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
-  const lum = ([r, g, b]) => .2126 * lin(r) + .7152 * lin(g) + .0722 * lin(b);
-  const blend = (top, under) => { const a = top.length > 3 ? top[3] : 1;
-                                  return [0, 1, 2].map((i) => top[i] * a + under[i] * (1 - a)); };
-  function background(el) {  // the first opaque background up the tree, blending translucent ones over it
-    const layers = [];
-    for (let e = el; e; e = e.parentElement) {
-      const c = rgb(getComputedStyle(e).backgroundColor);
-      if (c.length && !(c.length > 3 && c[3] === 0)) { layers.push(c); if (c.length === 3 || c[3] === 1) break; }
-    }
-    let base = [255, 255, 255];
-    for (const l of layers.reverse()) base = blend(l, base);
-    return base;
-  }
-  let worst = {ratio: 99, text: '', selector: ''};
-  for (const sel of selectors) for (const el of document.querySelectorAll(sel)) {
-    if (!el.offsetParent || !el.textContent.trim()) continue;
-    const fg = blend(rgb(getComputedStyle(el).color), background(el)), bg = background(el);
-    const [hi, lo] = [lum(fg), lum(bg)].sort((a, b) => b - a);
-    const ratio = (hi + .05) / (lo + .05);
-    if (ratio < worst.ratio) worst = {ratio, text: el.textContent.trim().slice(0, 40), selector: sel};
-  }
-  return worst;
-}"""
-
 TEXT = [".etlab-tv td", ".etlab-tv th", ".etlab-repr td", ".etlab-repr th", ".etlab-repr p", ".etlab-tabs > button",
         "[data-role=details] td"]
 
@@ -326,8 +299,9 @@ def test_collapsed_group_totals_carry_their_unit(browser, report):
 
 
 def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
-    """In a notebook, ELK and plotly.js come from the kernel once per page (a custom widget message),
-    not inside every widget's state: two graphs and two charts here ask for each library once."""
+    """In a notebook, plotly.js comes from the kernel once per page (a custom widget message), not
+    inside every widget's state: two charts here ask for it once; the graphs need no library (their
+    layout rides in their JSON)."""
     import plotly.graph_objects as go
 
     from etlab.visualizer import PlotView, _html
@@ -336,7 +310,7 @@ def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
              (GraphView(mlp_run.manager, "aten"), _html.graph_module_source()),
              (PlotView(go.Figure(go.Bar(x=[1, 2, 3], y=[3, 1, 2]))), _html.plot_module_source()),
              (PlotView(go.Figure(go.Scatter(x=[1, 2], y=[2, 1]))), _html.plot_module_source())]
-    libs = {name: _html.library_source(name) for name in ("elk", "plotly")}
+    libs = {name: _html.library_source(name) for name in ("plotly",)}
     # a stand-in kernel: answers each etlab:need-library message like serve_libraries does
     kernel = ("<script>window.kernelLibs = " + _html.json_for_script(libs) + "; window.asked = [];"
               "window.connect = (model) => { model.send = (c) => { window.asked.push(c.name);"
@@ -359,7 +333,7 @@ def test_shared_libraries_are_sent_once_per_page(browser, mlp_run, tmp_path):
                         timeout=60_000)
     p.wait_for_function("document.querySelectorAll('[data-etlab-view=plot][data-state=ready]').length === 2",
                         timeout=60_000)
-    assert sorted(p.evaluate("window.asked")) == ["elk", "plotly"]
+    assert sorted(p.evaluate("window.asked")) == ["plotly"]
     assert p.locator("[data-etlab-view=plot] .main-svg").count() >= 2
     page.shot("kernel_served_libraries")
     assert page.errors == []
@@ -370,9 +344,34 @@ def test_views_answer_library_requests_and_keep_libraries_out_of_their_state(mlp
 
     from etlab.visualizer import PlotView
 
-    for view in (GraphView(mlp_run.manager, "edge"), PlotView(go.Figure(go.Bar(x=[1], y=[1])))):
-        sent = []
-        view.send = lambda content, buffers=None, sent=sent: sent.append(content)
-        view._handle_custom_msg({"type": "etlab:need-library", "name": "elk"}, [])
-        assert sent and sent[0]["type"] == "etlab:library" and "ELK" in sent[0]["source"]
-        assert len(view._esm) < 200_000  # neither ELK (1.7 MB) nor plotly.js (4.7 MB) rides in the state
+    view = PlotView(go.Figure(go.Bar(x=[1], y=[1])))
+    sent = []
+    view.send = lambda content, buffers=None: sent.append(content)
+    view._handle_custom_msg({"type": "etlab:need-library", "name": "plotly"}, [])
+    assert sent and sent[0]["type"] == "etlab:library" and "plotly" in sent[0]["source"][:5000].lower()
+    assert len(view._esm) < 200_000  # plotly.js (4.7 MB) does not ride in the state
+    assert len(GraphView(mlp_run.manager, "edge")._esm) < 200_000  # and the graph has no library at all
+
+
+def test_the_browser_places_exactly_what_python_composes(browser, tmp_path):
+    """graph_layout.js and _layout.compose are one function in two languages: same boxes, same edges."""
+    from etlab.visualizer._layout import compose, layout_kit
+
+    model = synthetic_graph_model(400, block_size=40)
+    path = GraphView.from_models([model], height=500).save_html(tmp_path / "g.html")
+    page = Page(browser, path)
+    page.wait_ready()
+    groups = sorted(g.id for g in model.groups)
+    for expanded in (set(), set(groups), set(groups[::3]), {g for g in groups if g.count(".") == 1}):
+        js = page.page.evaluate("""(exp) => {
+          const pane = window.etlabGraphView.el.__etlabGraphView.panes[0];
+          return pane.compose(new Set(exp)); }""",
+                                sorted(expanded))
+        py = compose(layout_kit(model), model, expanded)
+        assert set(js["boxes"]) == set(py["boxes"])
+        for k, box in py["boxes"].items():
+            assert js["boxes"][k] == pytest.approx(box, abs=0.2), k
+        assert [e[:2] for e in js["edges"]] == [e[:2] for e in py["edges"]]
+        for (_, _, a), (_, _, b) in zip(js["edges"], py["edges"]):
+            assert len(a) == len(b) and all(p == pytest.approx(q, abs=0.2) for p, q in zip(a, b))
+    assert page.errors == []

@@ -33,7 +33,7 @@ def test_notebook_runs(path, tmp_path):
     client.execute()
     errors = [o for c in nb.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert not errors
-    # executed and saved with its widget state, a notebook stays small: plotly.js and ELK are loaded
+    # executed and saved with its widget state, a notebook stays small: plotly.js is loaded
     # once per page, not stored in every widget (the getting-started notebook was 24.5 MB)
     size = len(nbformat.writes(nb).encode())
     assert size < 2_000_000, f"{path.name}: {size / 1e6:.1f} MB executed"

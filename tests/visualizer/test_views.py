@@ -136,7 +136,7 @@ def test_dashboard_and_offline_report(mlp_run, mlp_inspector, tmp_path):
     path = dash.save_html(tmp_path / "report.html")
     text = path.read_text()
     assert not re.search(r"""<script[^>]+src=|<link[^>]+href=["']?http""", text)  # all inline
-    assert text.count('data-etlab-view="memory"') == 1 and "ELK_SOURCE" in text
+    assert text.count('data-etlab-view="memory"') == 1 and "composeLayout" in text and "ELK" not in text
 
 
 def test_each_view_saves_standalone_html(mlp_run, mlp_inspector, tmp_path):
@@ -241,3 +241,12 @@ def test_numeric_gap_view_reports_ops_whose_outputs_were_not_kept(mlp_inspector,
     view = NumericGapView(small, show_graph=False)
     assert f"{len(missing)} ops ran without a recorded output" in view.summary_text()
     assert "debug_buffer_size" in view.summary_text()
+    # the count is in the view's output and on the dashboard's first tab, with the hint
+    # the count the ETDump carries (values dropped at run time), else the ops without an output
+    assert small.dropped_debug_values > 0 and view.dropped == small.dropped_debug_values
+    assert f"data-count='{small.dropped_debug_values}'" in view.note.value and "Hint" in view.note.value
+    from etlab.visualizer import show
+
+    dash = show(small)
+    assert "data-role='dropped-intermediates'" in dash.views["summary"].value
+    assert NumericGapView(mlp_inspector, show_graph=False).dropped_html() == ""

@@ -1,63 +1,10 @@
-// GraphView, shared part: the ELK layout worker, styles, helpers and overlays (see graph_view.js).
+// GraphView, shared part: styles, helpers and overlays (see graph_view.js).
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const CHAR_W = 6.6;
 const NODE_H = 34;
 const GROUP_HEADER = 22;
 const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-screen ones leave the DOM
-
-// --- layout worker -----------------------------------------------------------------------------
-
-let layoutEngine = null;
-
-function makeLayoutEngine(ELK_SOURCE) {
-  const handler = `
-    const elk = new ELK();
-    self.onmessage = (e) => {
-      const { id, graph } = e.data;
-      elk.layout(graph).then((g) => self.postMessage({ id, graph: g }),
-                             (err) => self.postMessage({ id, error: String(err && err.message || err) }));
-    };`;
-  let worker = null;
-  try {
-    const url = URL.createObjectURL(new Blob([ELK_SOURCE, handler], { type: "text/javascript" }));
-    worker = new Worker(url);
-  } catch (err) {
-    worker = null; // e.g. a webview that forbids blob workers: lay out on the main thread below
-  }
-  if (worker) {
-    const pending = new Map();
-    let next = 0;
-    worker.onmessage = (e) => {
-      const p = pending.get(e.data.id);
-      pending.delete(e.data.id);
-      if (!p) return;
-      if (e.data.error) p.reject(new Error(e.data.error)); else p.resolve(e.data.graph);
-    };
-    worker.onerror = (e) => {
-      for (const p of pending.values()) p.reject(new Error(e.message || "layout worker failed"));
-      pending.clear();
-    };
-    return { layout: (graph) => new Promise((resolve, reject) => {
-      const id = next++;
-      pending.set(id, { resolve, reject });
-      worker.postMessage({ id, graph });
-    }) };
-  }
-  const scope = {};
-  new Function("self", "window", "module", "exports", "define", ELK_SOURCE)(scope, undefined, undefined, undefined, undefined);
-  const elk = new scope.ELK();
-  return { layout: (graph) => elk.layout(graph) };
-}
-
-// The layout engine of the page, made once ELK's source is there (see shared_lib.js).
-function engine(model) {
-  if (!layoutEngine) {
-    layoutEngine = sharedLibrary(model, "elk").then(makeLayoutEngine);
-    layoutEngine.catch(() => { layoutEngine = null; }); // a later view may ask again
-  }
-  return layoutEngine;
-}
 
 // --- styles --------------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-// GraphView, one graph pane: layout (ELK), SVG drawing, viewport culling, pan/zoom (see graph_view.js).
+// GraphView, one graph pane: placement (graph_layout.js), SVG drawing, viewport culling, pan/zoom (see graph_view.js).
 
 // --- one graph pane ------------------------------------------------------------------------------
 
@@ -85,79 +85,35 @@ class Pane {
     return chain;
   }
 
-  elkGraph() {
-    const elkNodes = new Map();
-    const root = { id: "root", children: [], edges: [], layoutOptions: {
-      "elk.algorithm": "layered", "elk.direction": "DOWN", "elk.hierarchyHandling": "INCLUDE_CHILDREN",
-      "elk.layered.spacing.nodeNodeBetweenLayers": "22", "elk.spacing.nodeNode": "14",
-      // crossing minimisation is most of ELK's time; DNN graphs are near-chains, where more sweeps
-      // rarely remove a crossing (MobileNetV2: thoroughness 7 -> 2 halves the layout time)
-      "elk.layered.thoroughness": this.nodes.length > 800 ? "1" : this.nodes.length > 100 ? "2" : "7",
-      "elk.layered.nodePlacement.strategy": this.nodes.length > 800 ? "LINEAR_SEGMENTS" : "NETWORK_SIMPLEX",
-      "elk.edgeRouting": "POLYLINE",
-    } };
-    const containerOf = (gid) => {
-      // the ELK node holding the content of an expanded group (created on demand, parents first)
-      if (gid == null) return root;
-      if (elkNodes.has("g:" + gid)) return elkNodes.get("g:" + gid);
-      const gr = this.groups.get(gid);
-      const parent = containerOf(gr.parent);
-      const node = { id: "g:" + gid, children: [], edges: [], layoutOptions: {
-        "elk.padding": `[top=${GROUP_HEADER + 6},left=10,bottom=10,right=10]` } };
-      parent.children.push(node);
-      elkNodes.set(node.id, node);
-      return node;
-    };
-    const leafSize = (label, sub) => Math.max(70, Math.min(260, Math.max(label.length, sub.length) * CHAR_W + 18));
-    const seen = new Set();
-    for (const n of this.nodes) {
-      const vis = this.visibleOf(n.id);
-      if (seen.has(vis)) continue;
-      seen.add(vis);
-      if (vis.startsWith("g:")) {
-        const gid = vis.slice(2);
-        const gr = this.groups.get(gid);
-        const label = "▸ " + gr.label;
-        const sub = `${this.groupSize.get(gid)} ops`;
-        const node = { id: vis, width: leafSize(label, sub), height: NODE_H + 6 };
-        containerOf(gr.parent).children.push(node);
-        elkNodes.set(vis, node);
-      } else {
-        const label = n.kind === "op" || n.kind === "control_flow" ? shortOp(n.op) : n.name;
-        const node = { id: vis, width: leafSize(label, fmtShape(n)), height: NODE_H };
-        containerOf(n.group).children.push(node);
-        elkNodes.set(vis, node);
-      }
-    }
-    const edgeSet = new Set();
-    for (const [a, b] of this.g.edges) {
-      const va = this.visibleOf(a), vb = this.visibleOf(b);
-      if (va === vb) continue;
-      const key = va + "|" + vb;
-      if (edgeSet.has(key)) continue;
-      edgeSet.add(key);
-      root.edges.push({ id: "e" + edgeSet.size, sources: [va], targets: [vb] });
-    }
-    return root;
+  // The group ids from the outermost down to `gid` (cached: every edge of a layout asks).
+  groupPath(gid) {
+    if (!this.pathCache) this.pathCache = new Map();
+    if (gid == null) return [""];
+    let p = this.pathCache.get(gid);
+    if (!p) { p = [...this.groupPath(this.groups.get(gid).parent), gid]; this.pathCache.set(gid, p); }
+    return p;
   }
 
-  async layout() {
+  // Boxes and edges for a set of expanded groups (graph_layout.js).
+  compose(expanded) {
+    if (!this.g.layout) throw new Error("this graph carries no layout (made by an older etlab?)");
+    return composeLayout(this.g.layout, this.g, (gid) => this.groupPath(gid), expanded);
+  }
+
+  layout() {
     const key = [...this.expanded].sort().join("\n");
     if (!this.layoutCache.has(key)) {
       const t0 = performance.now();
-      const result = await (await engine(this.view.model)).layout(this.elkGraph());
-      this.layoutCache.set(key, result);
+      this.layoutCache.set(key, this.compose(this.expanded));
       this.lastLayoutMs = performance.now() - t0;
     }
     return this.layoutCache.get(key);
   }
 
-  async refresh(fit = false) {
-    this.view.setStatus(`laying out ${this.g.kind}…`);
-    this.el.setAttribute("data-state", "layout");
+  refresh(fit = false) {
     let laid;
     try {
-      laid = await this.layout();
+      laid = this.layout();
     } catch (err) {
       this.view.setStatus("layout failed: " + err.message);
       console.error("etlab GraphView: layout failed", err);
@@ -168,7 +124,7 @@ class Pane {
     this.el.setAttribute("data-state", "ready");
     const boxes = [...this.groupEls.values()].filter((g) => g.classList.contains("collapsed")).length;
     this.view.setStatus(`${this.drawnNodes} nodes${boxes ? ` + ${boxes} collapsed groups` : ""} drawn · ` +
-      `layout ${Math.round(this.lastLayoutMs || 0)} ms`);
+      `placed in ${Math.round(this.lastLayoutMs || 0)} ms`);
     this.view.paneReady(this);
   }
 
@@ -177,8 +133,7 @@ class Pane {
     this.items = []; // [element, layer, x0, y0, x1, y1, shown] for viewport culling
     // A big drawing keeps only what is near the viewport in the DOM: hidden (display: none) SVG
     // still makes every zoom step cost in proportion to the whole graph (text re-layout).
-    const count = (n) => (n.children || []).reduce((a, c) => a + 1 + count(c), 0);
-    this.detach = count(laid) > DETACH_ABOVE;
+    this.detach = Object.keys(laid.boxes).length > DETACH_ABOVE;
     const place = (el, layer, x0, y0, x1, y1) => {
       this.items.push([el, layer, x0, y0, x1, y1, !this.detach]);
       if (!this.detach) layer.append(el);
@@ -194,85 +149,74 @@ class Pane {
     const scale = this.view.overlayScale;
     const colors = this.g.backend_colors || {};
     let drawn = 0;
-    const walk = (node, ox, oy) => {
-      for (const c of node.children || []) {
-        const x = ox + c.x, y = oy + c.y;
-        this.pos.set(c.id, { x, y, w: c.width, h: c.height });
-        if (c.id.startsWith("g:")) {
-          const gid = c.id.slice(2);
-          const gr = this.groups.get(gid);
-          const collapsed = !this.expanded.has(gid);
-          const ge = s("g", { class: `group ${gr.kind}${collapsed ? " collapsed" : ""}`, "data-group-id": gid,
-            transform: `translate(${x},${y})` });
-          const rect = s("rect", { width: c.width, height: c.height });
-          if (gr.backend && colors[gr.backend]) rect.setAttribute("style", `stroke:${colors[gr.backend]}`);
-          ge.append(rect);
-          const label = s("text", { class: "glabel", x: 8, y: collapsed ? 15 : 15 });
-          label.textContent = (collapsed ? "▸ " : "▾ ") + gr.label;
-          ge.append(label);
-          if (collapsed) {
-            const sub = s("text", { class: "sub", x: 8, y: 30 });
-            const v = this.groupValue(gid, overlay);
-            sub.textContent = `${this.groupSize.get(gid)} ops${v != null ? " · " + this.valueText(v) : ""}`;
-            ge.append(sub);
-            if (v != null && scale) rect.setAttribute("style", (rect.getAttribute("style") || "") + `;fill:${rampColor(scale(v))}`);
-            if (v != null && scale && scale(v) > 0.62) ge.classList.add("dark");
-            ge.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
-          } else {
-            label.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
-          }
-          place(ge, collapsed ? nodeLayer : groupLayer, x, y, x + c.width, y + c.height);
-          this.groupEls.set(gid, ge);
-          walk(c, x, y);
+    // outer groups first, so an inner group's box lies over its parent's
+    const order = Object.entries(laid.boxes).sort((p, q) => (p[0][0] === q[0][0] ? 0 : p[0][0] === "g" ? -1 : 1)
+      || (p[0][0] === "g" ? this.groupPath(p[0].slice(2)).length - this.groupPath(q[0].slice(2)).length : 0));
+    for (const [id, [x, y, w, hgt]] of order) {
+      this.pos.set(id, { x, y, w, h: hgt });
+      if (id.startsWith("g:")) {
+        const gid = id.slice(2);
+        const gr = this.groups.get(gid);
+        const collapsed = !this.expanded.has(gid);
+        const ge = s("g", { class: `group ${gr.kind}${collapsed ? " collapsed" : ""}`, "data-group-id": gid,
+          transform: `translate(${x},${y})` });
+        const rect = s("rect", { width: w, height: hgt });
+        if (gr.backend && colors[gr.backend]) rect.setAttribute("style", `stroke:${colors[gr.backend]}`);
+        ge.append(rect);
+        const label = s("text", { class: "glabel", x: 8, y: 15 });
+        label.textContent = (collapsed ? "▸ " : "▾ ") + gr.label;
+        ge.append(label);
+        if (collapsed) {
+          const sub = s("text", { class: "sub", x: 8, y: 30 });
+          const v = this.groupValue(gid, overlay);
+          sub.textContent = `${this.groupSize.get(gid)} ops${v != null ? " · " + this.valueText(v) : ""}`;
+          ge.append(sub);
+          if (v != null && scale) rect.setAttribute("style", (rect.getAttribute("style") || "") + `;fill:${rampColor(scale(v))}`);
+          if (v != null && scale && scale(v) > 0.62) ge.classList.add("dark");
+          ge.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
         } else {
-          const n = this.nodes[Number(c.id.slice(1))];
-          const ne = s("g", { class: `node ${n.kind}`, "data-node-id": String(n.id), "data-node-name": n.name,
-            transform: `translate(${x},${y})` });
-          const rect = s("rect", { width: c.width, height: c.height });
-          let fill = OP_FILL[n.kind] || OP_FILL.op;
-          const v = overlay.value ? overlay.value(n) : null;
-          if (overlay.value) fill = v != null && scale ? rampColor(scale(v)) : "#f4f4f4";
-          if (overlay.value && v != null && scale && scale(v) > 0.62) ne.classList.add("dark");
-          let style = `fill:${fill}`;
-          if (n.backend && colors[n.backend]) style += `;stroke:${colors[n.backend]};stroke-width:2`;
-          rect.setAttribute("style", style);
-          const t1 = s("text", { x: 8, y: 14 });
-          t1.textContent = n.kind === "op" || n.kind === "control_flow" ? shortOp(n.op) : n.name;
-          const t2 = s("text", { class: "sub", x: 8, y: 27 });
-          t2.textContent = v != null ? this.valueText(v) : fmtShape(n);
-          const title = s("title");
-          title.textContent = `${n.name}\n${n.op}${n.module ? "\n" + n.module : ""}`;
-          ne.append(rect, t1, t2, title);
-          ne.addEventListener("click", (e) => { e.stopPropagation(); this.view.select(this, n.id, true); });
-          place(ne, nodeLayer, x, y, x + c.width, y + c.height);
-          this.nodeEls.set(n.id, ne);
-          drawn++;
+          label.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
         }
+        place(ge, collapsed ? nodeLayer : groupLayer, x, y, x + w, y + hgt);
+        this.groupEls.set(gid, ge);
+      } else {
+        const n = this.nodes[Number(id.slice(1))];
+        const ne = s("g", { class: `node ${n.kind}`, "data-node-id": String(n.id), "data-node-name": n.name,
+          transform: `translate(${x},${y})` });
+        const rect = s("rect", { width: w, height: hgt });
+        let fill = OP_FILL[n.kind] || OP_FILL.op;
+        const v = overlay.value ? overlay.value(n) : null;
+        if (overlay.value) fill = v != null && scale ? rampColor(scale(v)) : "#f4f4f4";
+        if (overlay.value && v != null && scale && scale(v) > 0.62) ne.classList.add("dark");
+        let style = `fill:${fill}`;
+        if (n.backend && colors[n.backend]) style += `;stroke:${colors[n.backend]};stroke-width:2`;
+        rect.setAttribute("style", style);
+        const t1 = s("text", { x: 8, y: 14 });
+        t1.textContent = n.kind === "op" || n.kind === "control_flow" ? shortOp(n.op) : n.name;
+        const t2 = s("text", { class: "sub", x: 8, y: 27 });
+        t2.textContent = v != null ? this.valueText(v) : fmtShape(n);
+        const title = s("title");
+        title.textContent = `${n.name}\n${n.op}${n.module ? "\n" + n.module : ""}`;
+        ne.append(rect, t1, t2, title);
+        ne.addEventListener("click", (e) => { e.stopPropagation(); this.view.select(this, n.id, true); });
+        place(ne, nodeLayer, x, y, x + w, y + hgt);
+        this.nodeEls.set(n.id, ne);
+        drawn++;
       }
-      for (const e of node.edges || []) this.drawEdge(e, edgeLayer, place);
-    };
-    this.edgeOffsets = new Map();
-    walk(laid, 0, 0);
+    }
+    const marker = `url(#arrow-${this.view.uid}-${this.index})`;
+    for (const [, , pts] of laid.edges) {
+      const d = pts.map((p, i) => `${i ? "L" : "M"}${p[0].toFixed(1)},${p[1].toFixed(1)}`).join(" ");
+      const path = s("path", { class: "edge", d, "marker-end": marker });
+      let x0 = Infinity, y0 = Infinity, x1 = -Infinity, y1 = -Infinity;
+      for (const [px, py] of pts) { x0 = Math.min(x0, px); y0 = Math.min(y0, py); x1 = Math.max(x1, px); y1 = Math.max(y1, py); }
+      place(path, edgeLayer, x0, y0, x1, y1);
+    }
+    this.laid = laid;
     this.drawnNodes = drawn;
     this.svg.setAttribute("data-node-count", String(drawn));
     this.applyClasses();
     this.applyTransform();
-  }
-
-  drawEdge(e, layer, place) {
-    // elkjs reports edge points relative to the edge's container
-    let ox = 0, oy = 0;
-    if (e.container && e.container !== "root" && this.pos.has(e.container)) {
-      const p = this.pos.get(e.container);
-      ox = p.x; oy = p.y;
-    }
-    for (const sec of e.sections || []) {
-      const pts = [sec.startPoint, ...(sec.bendPoints || []), sec.endPoint];
-      const d = pts.map((p, i) => `${i ? "L" : "M"}${(p.x + ox).toFixed(1)},${(p.y + oy).toFixed(1)}`).join(" ");
-      const path = s("path", { class: "edge", d, "marker-end": `url(#arrow-${this.view.uid}-${this.index})` });
-      const xs = pts.map((p) => p.x + ox), ys = pts.map((p) => p.y + oy);
-      place(path, layer, Math.min(...xs), Math.min(...ys), Math.max(...xs), Math.max(...ys));
-    }
   }
 
   // An overlay value with its unit: "1.234 ms" (latency), "4096 B" (bytes), "3.1e-07 MSE" (gap).

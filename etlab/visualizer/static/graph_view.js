@@ -1,13 +1,13 @@
-// GraphView: one or more graphs side by side (compare mode), laid out by ELK (elkjs, vendored) in a
-// web worker (ELK loaded once per page, see shared_lib.js), drawn in SVG.
-// Concatenated in this order by _html.graph_module_source: graph_common.js (layout worker, styles,
-// helpers), graph_pane.js (one laid-out graph), graph_view.js (the toolbar, panes and details).
+// GraphView: one or more graphs side by side (compare mode), laid out in Python (_layout.py: each
+// graph's JSON carries its layout) and placed here for the groups expanded (graph_layout.js), drawn in SVG.
+// Concatenated in this order by _html.graph_module_source: graph_common.js (styles, helpers),
+// graph_layout.js (placement), graph_pane.js (one drawn graph), graph_view.js (toolbar, panes, details).
 //
 // Model traits read: graphs (list of graph JSON), overlay, focus, options. Written: selected.
 // options.shown: the kinds of graph whose panes start visible (all by default); a toolbar checkbox
 // per graph shows or hides its pane, hidden panes keep their layout and selection.
-// Big graphs start with every module group collapsed; a layout is computed per set of expanded
-// groups, so only what is visible is laid out and drawn. Pan/zoom changes one transform, and a big
+// Big graphs start with every module group collapsed; boxes are placed per set of expanded groups
+// (one linear pass over the precomputed layout), so only what is visible is drawn. Pan/zoom changes one transform, and a big
 // drawing keeps only what is near the viewport in the DOM.
 
 // --- the view --------------------------------------------------------------------------------------
@@ -30,7 +30,10 @@ class View {
   }
 
   build() {
-    const graphs = this.model.get("graphs") || [];
+    // a layout comes as JSON text (one string in the widget state) or as data (the Lab server's API)
+    const parsed = (this.model.get("graphs") || []).map((g) =>
+      (typeof g.layout === "string" ? { ...g, layout: JSON.parse(g.layout) } : g));
+    const graphs = parsed.map((g) => (g.layout && g.layout.same_as != null ? { ...g, layout: parsed[g.layout.same_as].layout } : g));
     const height = this.options.height || 560;
     this.root = h("div", { class: "etlab-gv etlab-theme", "data-etlab-view": "graph" });
     const bar = h("div", { class: "bar" });
@@ -86,8 +89,10 @@ class View {
     this.computeScale();
     this.renderLegend();
     if (!graphs.length) this.setStatus("no graph");
-    // first layout once attached (sizes are known then)
-    requestAnimationFrame(() => this.panes.forEach((p) => p.refresh(true)));
+    // drawn at once when attached (sizes are known: a standalone page), else on the next frame; a pane
+    // without a size yet fits once it gets one (its ResizeObserver)
+    const first = () => this.panes.forEach((p) => p.refresh(true));
+    if (this.el.isConnected) first(); else requestAnimationFrame(first);
   }
 
   paneReady() {

@@ -1,4 +1,4 @@
-// Libraries too big to ship inside every widget's state (ELK 1.7 MB, plotly.js 4.7 MB) are loaded
+// Libraries too big to ship inside every widget's state (plotly.js 4.7 MB) are loaded
 // once per page. An offline page defines globalThis.etlabLibs[name] (the source) before its views
 // run; in a notebook the first view that needs one asks its kernel (a custom widget message) and
 // every other view of the page waits for the same answer.
