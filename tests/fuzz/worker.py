@@ -38,7 +38,7 @@ IDLE, RUNNING = 0, 1
 INFLIGHT_SIZE = 32 << 20
 MEMORY_FACTOR = 50            # an input may make the worker's peak memory grow by 50x its size ...
 MEMORY_SLACK = 32 << 20       # ... plus this much for the interpreter's own growth (caches, lazy imports)
-# The HTML report inlines plotly.js and ELK (~6.4 MB of text) and builds the page from several copies of
+# The HTML report inlines plotly.js (~4.7 MB of text) and builds the page from several copies of
 # them: a fixed cost of any report, whatever the input's size.
 REPORT_SLACK = 128 << 20
 
