@@ -283,7 +283,8 @@ def rerun_float(chain: list[Node], feeds: dict[str, Any], f_values: dict[str, An
 
 COLUMNS = ["order", "layer", "op", "module", "source", "quantized", "sqnr", "mse", "cosine", "max_abs",
            "local_sqnr", "local_mse", "local_cosine", "local_max_abs", "input_sqnr", "min", "max", "mean", "std",
-           "nan", "inf", "float_min", "float_max", "numel", "folded", "quantized_node"]
+           "nan", "inf", "float_min", "float_max", "numel", "folded", "quantized_node", "from_runtime",
+           "runtime_vs_torch"]
 
 
 def _tensor(x) -> torch.Tensor | None:
@@ -301,9 +302,23 @@ def _finite_range(t: torch.Tensor) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
+def _runtime_columns(name: str, q_values: dict[str, Any], torch_q_values: dict[str, Any] | None) -> dict:
+    if torch_q_values is None:
+        return {"from_runtime": False, "runtime_vs_torch": math.nan}
+    ours, theirs = q_values.get(name), torch_q_values.get(name)
+    if ours is theirs or _tensor(ours) is None or _tensor(theirs) is None or ours.shape != theirs.shape:
+        return {"from_runtime": False, "runtime_vs_torch": math.nan}
+    a, b = ours.double(), theirs.double()
+    diff = torch.where(a == b, 0.0, (a - b).abs())  # equal infinities (masks) are no difference
+    return {"from_runtime": True, "runtime_vs_torch": float(diff.max()) if diff.numel() else 0.0}
+
+
 def layer_rows(float_gm: GraphModule, quant_gm: GraphModule, f_values: dict[str, Any],
-               q_values: dict[str, Any]) -> list[dict]:
-    """One row per joined layer with a floating-point tensor output (see COLUMNS)."""
+               q_values: dict[str, Any], torch_q_values: dict[str, Any] | None = None) -> list[dict]:
+    """One row per joined layer with a floating-point tensor output (see COLUMNS). With
+    `torch_q_values` (the converted graph run in torch), `q_values` came from the runtime:
+    `from_runtime` says whether the runtime logged the layer's value, `runtime_vs_torch` is its
+    max-abs distance to torch's (within one quantization step when the kernels agree)."""
     joins = join_layers(float_gm, quant_gm)
     join_of = {j.chain[-1].name: j for j in joins}
     input_dep = _input_dependent(float_gm)
@@ -335,6 +350,7 @@ def layer_rows(float_gm: GraphModule, quant_gm: GraphModule, f_values: dict[str,
             **stats,
             "float_min": ref_lo, "float_max": ref_hi,
             "numel": val.numel(), "folded": [n.name for n in j.chain[1:]], "quantized_node": j.qnode.name,
+            **_runtime_columns(j.qvalue_node.name, q_values, torch_q_values),
         })
     return rows
 
@@ -424,11 +440,15 @@ def _outputs(values: dict[str, Any], gm: GraphModule) -> list:
     return [values[a.name] if isinstance(a, Node) else a for a in leaves]
 
 
-def quantization_report(float_model, quantized, inputs, *, label: str = "") -> QuantReport:
+def quantization_report(float_model, quantized, inputs, *, runtime: bool = False, label: str = "") -> QuantReport:
     """Per-layer error of `quantized` (torchao's `convert_pt2e` output, a GraphModule, or an
     ExportedProgram of it) against `float_model` (the nn.Module, its ExportedProgram or the
     GraphModule it was quantized from) on `inputs`: total and local error per layer, joined
-    through the provenance prepare/convert keeps. See QuantReport."""
+    through the provenance prepare/convert keeps. See QuantReport.
+
+    runtime=True: the quantized values are etlab's runtime's (the program compiled to .pte and
+    run with its intermediates logged), not torch's run of the converted graph; the local re-run
+    then feeds each float op the runtime's own inputs."""
     args = _as_inputs(inputs)
     if isinstance(quantized, torch.export.ExportedProgram):
         quantized = quantized.module()
@@ -438,7 +458,12 @@ def quantization_report(float_model, quantized, inputs, *, label: str = "") -> Q
     float_gm = float_graph_of(float_model, args)
     f_values = capture_values(float_gm, args)
     q_values = capture_values(quantized, args)
-    rows = layer_rows(float_gm, quantized, f_values, q_values)
+    torch_q_values = None
+    if runtime:
+        from etlab.devtools._quant_debug_runtime import runtime_values
+
+        torch_q_values, q_values = q_values, {**q_values, **runtime_values(quantized, args)}
+    rows = layer_rows(float_gm, quantized, f_values, q_values, torch_q_values)
     outputs = []
     for i, (ref, val) in enumerate(zip(_outputs(f_values, float_gm), _outputs(q_values, quantized))):
         if _tensor(ref) is not None and _tensor(val) is not None and ref.shape == val.shape:

@@ -157,3 +157,25 @@ def test_mlp_and_bad_arguments():
         quantization_report(model, quantize_pt2e(other, _quantizer(), [inputs]), inputs)
     with pytest.raises(ValueError, match="worst"):
         report.worst(2, by="cosine")
+
+
+def test_runtime_values_join_the_converted_graph():
+    """runtime=True: the quantized values are etlab's runtime's (compiled .pte, ETDump debug buffer),
+    joined back through Edge provenance; the planted defect is found the same way."""
+    from etlab.compiler import EtlabQuantizer
+
+    model, inputs = make_cnn()
+    float_gm = float_graph_of(model, inputs)
+    quantized = quantize_pt2e(float_gm, EtlabQuantizer(), [inputs])
+    node = next(n for n in quantized.graph.nodes if n.name == "conv2d_2")
+    assert dequantized_output(node)[1]
+    _plant_bad_scale(quantized, "conv2d_2", 24.0)
+    report = quantization_report(float_gm, quantized, inputs, runtime=True)
+    layers = report.layers.set_index("layer")
+    assert layers["from_runtime"].all()
+    # etlab's quantized kernels agree with torch's run of the converted graph (within one step)
+    assert (layers["runtime_vs_torch"] <= layers["max_abs"].clip(lower=1e-6)).all()
+    assert report.worst(1)["layer"].tolist() == ["conv2d_2"]
+    torch_only = quantization_report(float_gm, quantized, inputs).layers.set_index("layer")
+    assert not torch_only["from_runtime"].any()
+    assert layers.loc["conv2d_2", "local_sqnr"] == pytest.approx(torch_only.loc["conv2d_2", "local_sqnr"], abs=0.5)
