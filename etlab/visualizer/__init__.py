@@ -6,6 +6,8 @@
 - `MemoryTimeline(program_manager)`: planned tensors per memory id over instruction steps, the
   live bytes with the lower bound and the arena size.
 - `DelegationView`, `NumericGapView`, `ProfileView`: tables and charts that click through to the graph.
+- `QuantizationView(quant_report)`: per-layer SQNR (local vs accumulated) linked to the float graph
+  and the source line; a Quantization tab in `show(inspector, quantization=report)`.
 - `show(inspector, program=None)` -> `Dashboard`: all of them in tabs; `.save_html(path)`.
 - `inspector_html`, `event_block_html`, `delegation_info_html`, `repr_mimebundle`: rich reprs.
 - `report_main(argv)`: `etlab report --etdump P --etrecord R -o report.html`.
@@ -19,6 +21,7 @@ from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, bui
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._quant_view import QuantizationView, quant_report_html
 from etlab.visualizer._reprs import (
     delegation_info_html,
     event_block_html,
@@ -39,6 +42,7 @@ __all__ = [
     "NumericGapView",
     "PlotView",
     "ProfileView",
+    "QuantizationView",
     "TableView",
     "build_graph_model",
     "delegation_info_html",
@@ -60,6 +64,7 @@ def _register_reprs() -> None:
     display.register(EventBlock, html=event_block_html)
     display.register(DelegationInfo, html=delegation_info_html)
     display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow
+    display.register("etlab.devtools.QuantReport", html=quant_report_html, show=QuantizationView)
 
 
 _register_reprs()
