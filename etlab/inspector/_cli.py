@@ -126,7 +126,8 @@ def numeric_gap_table(inspector) -> pd.DataFrame:
 
     if inspector._program is None:
         raise ValueError("--numeric-gap needs --etrecord (the recorded program and its representative inputs)")
-    if not any(e.debug_data for block in inspector.event_blocks for e in block.events):
+    logged = [v for block in inspector.event_blocks for e in block.events for v in (e.debug_data or ())]
+    if not any(getattr(getattr(v, "device", None), "type", "meta") != "meta" for v in logged):
         raise ValueError("--numeric-gap needs --debug-buffer (the run's intermediate outputs)")
     gaps = inspector.calculate_numeric_gap("MSE")
     rows = []
