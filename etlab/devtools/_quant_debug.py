@@ -389,6 +389,9 @@ class QuantReport:
         """The lowest SQNR over the program's outputs (dB)."""
         return min((o["sqnr"] for o in self.output), default=math.nan)
 
+    def __repr__(self) -> str:
+        return f"QuantReport({self.label + ': ' if self.label else ''}{self.summary()})"
+
     def to_dataframe(self) -> pd.DataFrame:
         return self.layers.copy()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 
 import pandas as pd
@@ -95,7 +96,10 @@ def quantize_pt2e(float_gm: GraphModule, quantizer, calibration: Sequence[tuple]
     (prepare folds batch norm into the graph it is given)."""
     from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
 
-    prepared = prepare_pt2e(copy.deepcopy(float_gm), quantizer)
+    with warnings.catch_warnings():  # torch's own pytree deprecation, raised inside deepcopy of a GraphModule
+        warnings.simplefilter("ignore", FutureWarning)
+        model = copy.deepcopy(float_gm)
+    prepared = prepare_pt2e(model, quantizer)
     with torch.no_grad():
         for sample in calibration:
             prepared(*sample)
