@@ -5,7 +5,8 @@ Exclusion is per node, through the quantizer's own annotation step: the wrapped 
 the graph as usual, then the annotations of the excluded nodes are dropped, so prepare_pt2e puts no
 observer there and convert_pt2e leaves the op (and its weights) in float. This works with any
 torchao PT2E quantizer (etlab's EtlabQuantizer, XNNPACKQuantizer, ...), and is finer than a module
-name: a residual add excludes the add, not the whole block it sits in.
+name: a residual add excludes the add, not the whole block it sits in. A module path given instead of
+a node name excludes every op traced inside that module, as a quantizer's module-name config does.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from torch.fx import GraphModule
 
 from etlab.devtools._quant_debug import QuantReport, _as_inputs, float_graph_of, quantization_report
+from etlab.facts.source import module_stack
 
 ANNOTATION_KEY = "quantization_annotation"  # torchao.quantization.pt2e.quantizer's node.meta key
 
@@ -127,18 +129,33 @@ def constant_bytes(gm: GraphModule) -> int:
 
 def requantize_excluding(float_model, inputs, quantizer, layers: Iterable[str], *,
                          calibration: Sequence | None = None) -> GraphModule:
-    """Quantizes `float_model` with `quantizer` but keeps `layers` (float-graph node names, e.g.
-    `report.worst(k)['layer']`) in float; returns convert_pt2e's GraphModule.
+    """Quantizes `float_model` with `quantizer` but keeps `layers` in float: float-graph node names
+    (e.g. `report.worst(k)['layer']`) or module paths (every op inside); returns convert_pt2e's GraphModule.
     calibration: samples (tuples of inputs) for the observers; default: `inputs` alone."""
     args = _as_inputs(inputs)
     float_gm = float_graph_of(float_model, args)
-    known = {n.name for n in float_gm.graph.nodes}
-    layers = list(layers)
-    unknown = [name for name in layers if name not in known]
-    if unknown:
-        raise ValueError(f"requantize_excluding: {unknown} are not nodes of the float model's graph")
     samples = [_as_inputs(s) for s in calibration] if calibration is not None else [args]
-    return quantize_pt2e(float_gm, excluding(quantizer, layers), samples)
+    return quantize_pt2e(float_gm, excluding(quantizer, layer_nodes(float_gm, layers)), samples)
+
+
+def layer_nodes(float_gm: GraphModule, layers: Iterable[str]) -> list[str]:
+    """Node names for `layers`: a node name stays itself, a module path (e.g. "features.2.conv")
+    stands for every op traced inside that module, like a quantizer's module-name exclusion."""
+    nodes = [n for n in float_gm.graph.nodes if n.op == "call_function"]
+    names = {n.name for n in float_gm.graph.nodes}
+    out: list[str] = []
+    for layer in layers:
+        if layer in names:
+            out.append(layer)
+            continue
+        inside = [n.name for n in nodes if any(m == layer or m.startswith(layer + ".")
+                                               for m, _ in module_stack(n.meta.get("nn_module_stack")))]
+        if not inside:
+            raise ValueError(f"requantize_excluding: {layer!r} is neither a node nor a module of the float "
+                             "model's graph")
+        out.extend(inside)
+    return list(dict.fromkeys(out))
+
 
 
 def sensitivity_table(float_model, inputs, quantizer_factory: Callable[[], object], *,

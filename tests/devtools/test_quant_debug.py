@@ -125,8 +125,14 @@ def test_requantize_excluding_keeps_layer_in_float(cnn):
     assert quantized.get_parameter(weight.target).dtype == torch.float32
     report = quantization_report(float_gm, quantized, inputs)
     assert "conv2d_3" not in report.worst(3)["layer"].tolist()
-    with pytest.raises(ValueError, match="not nodes"):
+    with pytest.raises(ValueError, match="neither a node nor a module"):
         requantize_excluding(model, inputs, _quantizer(), ["no_such_layer"])
+    # a module path excludes every op traced inside it, like a quantizer's module-name config
+    by_module = requantize_excluding(model, inputs, _quantizer(), ["features.2.conv.0"])
+    for name in ("conv2d_3", "hardtanh_2"):
+        node = next(n for n in by_module.graph.nodes if n.name == name)
+        assert not dequantized_output(node)[1]
+    assert dequantized_output(next(n for n in by_module.graph.nodes if n.name == "conv2d_4"))[1]
 
 
 def test_fix_loop_recovers_planted_defect_and_trades_size(cnn):
