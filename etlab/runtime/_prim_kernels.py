@@ -166,8 +166,8 @@ def _builtin_table() -> dict[str, KernelEntry]:
     add("dim_order_ops::_empty_dim_order.out", bind=_bind_empty_dim_order, outs=(2,))
     for name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"):
         add(name, lambda src, out, *_ret: _copy_out(src, out), result=False, outs=(1,))
-    for name, (fn, outs) in QUANT_KERNELS.items():
-        add(name, fn, result=False, outs=outs)
+    for name, (bind, outs) in QUANT_KERNELS.items():
+        add(name, bind=bind, outs=outs)
     return table
 
 

@@ -103,10 +103,52 @@ def test_choose_qparams_kernel():
     (lambda: dequantize_per_channel(torch.ones(2, 3, dtype=torch.int8), torch.ones(3), None, 0, -127, 127, INT8,
                                     None, torch.empty(2, 3)), "scales must be a 1-d floating tensor of 2"),
     (lambda: quantize_per_channel(torch.ones(2, 3), torch.ones(2), torch.zeros(5, dtype=torch.int64), 0, -127, 127,
-                                  INT8, torch.empty(2, 3, dtype=torch.int8)), "zero_points must be a 1-d tensor of 2"),
+                                  INT8, torch.empty(2, 3, dtype=torch.int8)),
+     "zero_points must be a 1-d integer tensor of 2"),
     (lambda: choose_qparams(torch.ones(0), -128, 127, 2**-12, INT8, torch.empty(1), torch.empty(1)), "empty"),
     (lambda: choose_qparams(torch.ones(3), -128, 127, 2**-12, 99, torch.empty(1), torch.empty(1)), ""),
 ])
 def test_kernels_reject_bad_arguments_with_a_clear_error(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+# -- hostile programs: a .pte whose quantize call is tampered with fails to load, naming the instruction ---------
+
+def _tampered(change) -> bytes:
+    """The quantized MLP with `change(plan, args)` applied to its first quantize_per_tensor call."""
+    from etlab.schema import deserialize_pte, serialize_pte
+    from etlab.schema import program as P
+
+    pte = deserialize_pte(quantized_zoo("mlp")[3])
+    plan = pte.program.execution_plan[0]
+    index = next(i for i, op in enumerate(plan.operators)
+                 if op.name == "quantized_decomposed::quantize_per_tensor" and op.overload == "out")
+    for instruction in plan.chains[0].instructions:
+        call = instruction.instr_args
+        if isinstance(call, P.KernelCall) and call.op_index == index:
+            change(plan, call.args)
+            break
+    return serialize_pte(pte.program, [bytes(s) for s in pte.segments])
+
+
+def _constant_slot(plan) -> int:
+    from etlab.schema import program as P
+
+    return next(i for i, v in enumerate(plan.values) if isinstance(v.val, P.Tensor) and v.val.data_buffer_idx > 0)
+
+
+@pytest.mark.parametrize("change,message", [
+    (lambda plan, args: setattr(plan.values[args[1]].val, "double_val", 0.0), "scale must be finite and positive"),
+    (lambda plan, args: setattr(plan.values[args[1]].val, "double_val", float("inf")), "scale must be finite"),
+    (lambda plan, args: setattr(plan.values[args[3]].val, "int_val", -1000), "not a range within"),
+    (lambda plan, args: args.__setitem__(6, _constant_slot(plan)), "constant data"),
+    (lambda plan, args: args.__setitem__(0, args[1]), "must be a tensor"),
+])
+def test_tampered_quantize_call_fails_at_load_naming_the_instruction(change, message):
+    from etlab.runtime import LoadError
+
+    program = Runtime.get().load_program(_tampered(change))
+    with pytest.raises(LoadError, match=message) as info:
+        program.load_method("forward")
+    assert "instruction" in str(info.value)
