@@ -9,7 +9,8 @@
   and upstream portable; the decoder is compiled by etlab);
 - ETDump tracing overhead (timings, no logged values) of the native core on every zoo model.
 
-Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run). torch
+Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run), each batch
+after one untimed call (steady state, see `interleaved`). torch
 runs single-threaded by default (--threads), as upstream's portable kernels do; XNNPACK uses
 upstream's default threadpool. In-process contenders are timed by default in the thread's CPU
 time (`--clock cpu`): on a shared machine the wall clock also counts the time other processes
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -35,7 +37,7 @@ from _common import ET_REF, REPO, reference_python, run_ref, write_section
 from _common import interleaved as _common_interleaved
 
 from etlab.models import ZOO
-from etlab.runtime import Runtime
+from etlab.runtime import DebugLevel, Runtime
 from etlab.runtime._native import _core as native_core
 
 ZOO_PY = REPO / "etlab" / "models" / "zoo.py"
@@ -56,8 +58,10 @@ _clock = CLOCKS["cpu"]
 
 
 def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
-    """_common.interleaved on the clock chosen with --clock."""
-    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock)
+    """_common.interleaved on the clock chosen with --clock, each batch after one untimed call (steady
+    state: the contenders' working sets evict each other; a 500-add chain run right after eager's
+    500 fresh tensors took twice as long)."""
+    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock, warm_each=True)
 
 
 def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool) -> dict[str, Path]:
@@ -134,16 +138,11 @@ def time_chain(d: Path, rounds: int) -> dict[str, float]:
 
 
 def capture_ms(d: Path, inputs: list) -> float:
-    """Median ms of a native run capturing every intermediate output into the debug buffer (a fresh
-    program per run, loaded outside the timing, so the buffer never fills)."""
-    probe_program = Runtime.get(core="native").load_program(d / "model.pte", enable_etdump=True,
-                                                            debug_buffer_size=1 << 30)
-    probe_program.load_method("forward").execute(inputs)
-    size = probe_program._tracer.debug_arena.used * 2 + (1 << 20)
-    del probe_program
+    """Median ms of a native run capturing every intermediate output into the debug buffer (sized from
+    the plan by the runtime; a fresh program per run, loaded outside the timing)."""
     samples = []
     for _ in range(CAPTURE_RUNS):
-        method = _method(d, "native", enable_etdump=True, debug_buffer_size=size)
+        method = _method(d, "native", enable_etdump=True, etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
         start = _clock()
         method.execute(inputs)
         samples.append(_clock() - start)
@@ -173,11 +172,18 @@ def time_model(name: str, d: Path, rounds: int) -> dict[str, float]:
 
 
 def time_tracing(d: Path, rounds: int) -> dict[str, float]:
+    """Native core with and without ETDump timings; batches of about 2 ms each, so that a 15 us model
+    is timed over enough calls for a 1% difference to show through the clock's noise."""
     inputs = torch.load(d / "inputs.pt", weights_only=True)
     plain = _method(d, "native")
     traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+    start = time.perf_counter()
+    for _ in range(5):
+        plain.execute(inputs)
+    per_call = (time.perf_counter() - start) / 5
+    per_round = max(1, min(200, int(2e-3 / per_call)))
     return interleaved({"native": lambda: plain.execute(inputs), "traced": lambda: traced.execute(inputs)},
-                       rounds=rounds, per_round=5)
+                       rounds=rounds, per_round=per_round)
 
 
 def _met(ok: bool) -> str:
@@ -189,9 +195,13 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
     share = (chain["loop"] - chain["bare"]) / CHAIN * 1e9
+    load = os.getloadavg()[0]
     lines = [
         "## runtime", "",
-        "Medians of alternating rounds; etlab and eager timed in "
+        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {load:.1f} at the "
+        f"end{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
+        "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); etlab "
+        "and eager timed in "
         f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`); torch threads = {threads}; "
         "upstream = ExecuTorch 1.5.1 pybindings (`et_ref.py run`, per `execute` call, wall time), XNNPACK with its "
         "default threadpool. The same upstream-exported `.pte` runs on etlab and on upstream portable (the KV-cache "
@@ -206,7 +216,9 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
         f"**Interpreter's own share**: the native loop alone takes {chain['loop'] / CHAIN * 1e9:.0f} ns/instruction, "
         f"a bare C++ loop making the same `add.out` calls {bare:.0f} ns/call: {share:.0f} ns/instruction is the "
         f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {_met(share <= TARGET_NS_INTERPRETER)}); the rest is "
-        "ATen's own cost of a (4, 4) add through the dispatcher.", "",
+        "ATen's own cost of a (4, 4) add. The bare loop calls `at::add_out` (through the dispatcher); the core "
+        "redispatches straight to the CPU kernel with key sets resolved at load, so its share can come out "
+        "below zero.", "",
         "| model | eager ms | python core ms | native core ms | native vs python | native traced ms "
         "| tracing overhead | capturing intermediates ms | upstream portable ms | upstream XNNPACK ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -281,7 +293,7 @@ def main() -> None:
             print(f"{m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in models[m].items()), flush=True)
         tracing = {}
         for m, d in zoo_dirs.items():
-            tracing[m] = time_tracing(d, a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
+            tracing[m] = time_tracing(d, 3 * a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
             print(f"tracing {m}: {(tracing[m]['traced'] / tracing[m]['native'] - 1) * 100:+.2f}%", flush=True)
         if ref:
             chain_up = upstream_ms(ref, dirs["add_chain"], a.upstream_iters)

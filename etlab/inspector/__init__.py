@@ -11,10 +11,13 @@
 - rollups for views and reports: `op_timings` (`OpTiming` per timed event: percentiles, handles,
   ops, module, the user's source line), `execute_timings`, `timings_counted_once`, `numeric_gaps`
   (`GapRow`), `time_unit`
+- `Inspector.compare(other)` -> `Comparison` (`CompareRow`, `CompareSummary`): two runs or builds
+  per op (latency and numeric deltas joined by debug handle); `etlab compare A B` on the command line
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
 """
 
+from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
@@ -36,6 +39,9 @@ __all__ = [
     "DELEGATE_CALL",
     "FRAMEWORK_EVENT_NAMES",
     "OPERATOR_CALL",
+    "CompareRow",
+    "CompareSummary",
+    "Comparison",
     "DebugHandle",
     "DelegateInfo",
     "Event",
@@ -48,6 +54,7 @@ __all__ = [
     "PerfData",
     "ProgramInfo",
     "TimeScale",
+    "compare",
     "compare_results",
     "cosine_similarity",
     "event_label",

@@ -90,6 +90,17 @@ def _float_input(x: torch.Tensor, what: str) -> bool:
     return x.dtype != torch.float32
 
 
+def _dequantize_dtypes(x, qmin: int, qmax: int, dtype, out_dtype, what: str) -> torch.dtype:
+    """Checks a dequantize call's input dtype and range; returns its (floating) output dtype."""
+    dtype, out_dtype = _dtype(dtype), _dtype(out_dtype) or torch.float32
+    if x.dtype != dtype:
+        raise ValueError(f"{what}: input has dtype {x.dtype}, the call says {dtype}")
+    _check_range(qmin, qmax, dtype)
+    if not out_dtype.is_floating_point:
+        raise ValueError(f"{what}: out_dtype must be floating, got {out_dtype}")
+    return out_dtype
+
+
 def _prepare_quantize_per_tensor(x, scale, zero_point, qmin, qmax, dtype, out):
     dtype = _dtype(dtype)
     to_float = _float_input(x, "quantize_per_tensor")
@@ -112,13 +123,7 @@ def _prepare_quantize_per_tensor(x, scale, zero_point, qmin, qmax, dtype, out):
 
 
 def _prepare_dequantize_per_tensor(x, scale, zero_point, qmin, qmax, dtype, out_dtype, out):
-    dtype, out_dtype = _dtype(dtype), _dtype(out_dtype) or torch.float32
-    if x.dtype != dtype:
-        raise ValueError(f"dequantize_per_tensor: input has dtype {x.dtype}, the call says {dtype}")
-    _check_range(qmin, qmax, dtype)
-    if not out_dtype.is_floating_point:
-        raise ValueError(f"dequantize_per_tensor: out_dtype must be floating, got {out_dtype}")
-    _check_out(out, out_dtype, x)
+    _check_out(out, _dequantize_dtypes(x, qmin, qmax, dtype, out_dtype, "dequantize_per_tensor"), x)
     qparams = _qparams_getter(scale, zero_point)
 
     def step() -> None:
@@ -169,12 +174,7 @@ def _prepare_quantize_per_channel(x, scales, zero_points, axis, qmin, qmax, dtyp
 
 
 def _prepare_dequantize_per_channel(x, scales, zero_points, axis, qmin, qmax, dtype, out_dtype, out):
-    dtype, out_dtype = _dtype(dtype), _dtype(out_dtype) or torch.float32
-    if x.dtype != dtype:
-        raise ValueError(f"dequantize_per_channel: input has dtype {x.dtype}, the call says {dtype}")
-    _check_range(qmin, qmax, dtype)
-    if not out_dtype.is_floating_point:
-        raise ValueError(f"dequantize_per_channel: out_dtype must be floating, got {out_dtype}")
+    out_dtype = _dequantize_dtypes(x, qmin, qmax, dtype, out_dtype, "dequantize_per_channel")
     shape = _check_per_channel(x, scales, zero_points, axis, "dequantize_per_channel")
     _check_out(out, out_dtype, x)
     s = scales.view(shape)

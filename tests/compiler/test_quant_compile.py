@@ -107,3 +107,19 @@ def test_torchao_xnnpack_style_quantizer_output_compiles_and_runs():
     with torch.no_grad():
         assert_within_one_step(outputs, as_list(gm(*inputs)), output_steps(gm))
     assert ("quantized_decomposed::dequantize_per_channel", "out") in _operators(pte)
+
+
+def test_torchao_x86_quantizer_uint8_activations_compile_and_run():
+    """Another of torchao's quantizers: uint8 activations ([0, 255] with a zero point), int8 weights."""
+    from torchao.quantization.pt2e.quantizer.x86_inductor_quantizer import (
+        X86InductorQuantizer,
+        get_default_x86_inductor_quantization_config,
+    )
+
+    model, inputs = make_mlp()
+    gm = quantize(model, inputs, X86InductorQuantizer().set_global(get_default_x86_inductor_quantization_config()))
+    assert any(n.target is qd.quantize_per_tensor.default and n.args[-1] is torch.uint8 for n in gm.graph.nodes)
+    pte = to_edge(torch.export.export(gm, inputs)).to_executorch().buffer
+    outputs = Runtime.get().load_program(pte).load_method("forward").execute(list(inputs))
+    with torch.no_grad():
+        assert_within_one_step(outputs, as_list(gm(*inputs)), output_steps(gm))

@@ -18,28 +18,16 @@ Tensors cross the boundary as torch.save files of plain lists of tensors (weight
 """
 
 import argparse
-import importlib.util
 import json
 import logging
 import os
-import sys
 import time
 import warnings
 
+from ref_export_runtime import _as_list, _zoo  # same directory: on sys.path when run as a script
+
 warnings.filterwarnings("ignore")
 logging.disable(logging.WARNING)
-
-
-def _zoo(path):
-    spec = importlib.util.spec_from_file_location("_ref_quant_zoo", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["_ref_quant_zoo"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def _as_list(x):
-    return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
 def _load_quantized_kernels():

@@ -12,11 +12,7 @@ are compiled once per session and run by upstream in one process (tests/interop/
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,7 +20,7 @@ import torch
 
 from etlab.runtime import Runtime
 from tests.compiler._quant import assert_within_one_step, quantized_zoo
-from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cache_root, run_ref
+from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cached_build, run_ref
 from tests.runtime import _cores
 
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("quant_interop")]
@@ -32,6 +28,7 @@ pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("quant_interop")]
 runtime_core = _cores.runtime_core  # autouse: every test here runs on both runtime cores
 HERE = Path(__file__).resolve().parent
 REF_QUANT = HERE / "ref_quant.py"
+REF_EXPORT = HERE / "ref_export_runtime.py"  # ref_quant.py imports its loaders
 MODELS = ("mlp", "cnn", "transformer")
 ETLAB_PROGRAMS = (("mlp", "static"), ("cnn", "static"), ("transformer", "static"), ("mlp", "dynamic"))
 RECIPE = f"quant v1 models={','.join(MODELS)}"
@@ -40,31 +37,8 @@ RECIPE = f"quant v1 models={','.join(MODELS)}"
 @pytest.fixture(scope="session")
 def upstream_quantized(ref_python) -> Path:
     """Upstream's quantized exports of the zoo models (cached by content hash, built once under a lock)."""
-    key = cache_key((ZOO, REF_QUANT, SETUP_SH), RECIPE)
-    root = cache_root() / "quant"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    if (final / "done").is_file():
-        return final
-    with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "done").is_file():
-            return final
-        shutil.rmtree(final, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        try:
-            run_ref(ref_python, REF_QUANT, "export", ZOO, *MODELS, "--out", tmp, timeout=1200)
-            (tmp / "done").write_text(key)
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    for old in root.iterdir():  # older keys: zoo or script edits
-        if old.is_dir() and old.name != key and not old.name.startswith(".tmp-"):
-            shutil.rmtree(old, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (root / f".{old.name}.lock").unlink()
-    return final
+    return cached_build("quant", cache_key((ZOO, REF_QUANT, REF_EXPORT, SETUP_SH), RECIPE), lambda tmp: run_ref(
+        ref_python, REF_QUANT, "export", ZOO, *MODELS, "--out", tmp, timeout=1200))
 
 
 @pytest.fixture(scope="session")
