@@ -17,8 +17,6 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 
-from etlab.devtools._profile import _debug_buffer_size
-
 
 def converted_name(edge_node: Node, converted: GraphModule) -> str | None:
     """The name of the node of `converted` this Edge node was made from (its provenance entry
@@ -41,7 +39,7 @@ def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path
     from etlab.compiler import to_edge
     from etlab.etrecord import ETRecord
     from etlab.inspector import Inspector
-    from etlab.runtime import Runtime
+    from etlab.runtime import DebugLevel, Runtime
 
     edge = to_edge(torch.export.export(converted, inputs), generate_etrecord=True)
     by_edge_name = {n.name: converted_name(n, converted) for n in edge.exported_program().graph.nodes}
@@ -50,8 +48,9 @@ def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path
     with tempfile.TemporaryDirectory(prefix="etlab-qdebug-") as tmp:
         out = Path(workdir) if workdir is not None else Path(tmp)
         out.mkdir(parents=True, exist_ok=True)
+        # every intermediate kept; the runtime sizes the debug buffer from the method's plan
         program = Runtime.get().load_program(et.buffer, enable_etdump=True,
-                                             debug_buffer_size=_debug_buffer_size(et.executorch_program, "forward", 1))
+                                             etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
         program.load_method("forward").execute(list(inputs))
         program.write_etdump_result_to_file(out / "run.etdp", out / "run.bin")
         gaps = Inspector(etdump_path=out / "run.etdp", etrecord=record,
