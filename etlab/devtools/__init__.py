@@ -10,6 +10,8 @@
   `method_test_suites_from_schema`.
 - Bundled programs at run time (etlab runtime): `load_bundled_program`, `load_bundled_input`,
   `verify_method_outputs`, `verify_bundled_program` -> `BundledVerification` reports.
+- Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
+  (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`.
 - `profile(model, inputs)`: export, compile with an ETRecord, run with ETDump and intermediates,
   return the Inspector.
 
@@ -56,6 +58,10 @@ _WHERE = {
     "print_delegated_graph": "_delegation_info",
     "print_delegation_info": "_delegation_info",
     "profile": "_profile",
+    "QuantReport": "_quant_debug",
+    "quantization_report": "_quant_debug",
+    "requantize_excluding": "_quant_debug_fix",
+    "sensitivity_table": "_quant_debug_fix",
     "serialize_from_bundled_program_to_flatbuffer": "_bundled_program",
     "tensor_from_bundled": "_bundled_program",
     "value_from_bundled": "_bundled_program",

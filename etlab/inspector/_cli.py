@@ -93,6 +93,9 @@ def _inspect_parser() -> _Parser:
     p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
     p.add_argument("--delegate-debug-data", action="store_true", help="add delegate metadata columns")
+    p.add_argument("--numeric-gap", action="store_true",
+                   help="instead: per-layer gap of the runtime's intermediates against the ETRecord's graph "
+                        "(SQNR, MSE, cosine, max-abs; needs --etrecord with representative inputs and --debug-buffer)")
     return p
 
 
@@ -106,7 +109,10 @@ def inspect_main(argv: list[str] | None = None) -> int:
         a = _inspect_parser().parse_args(argv)
         ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer,
                         source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale)
-        df = ins.to_dataframe(include_delegate_debug_data=a.delegate_debug_data)
+        if a.numeric_gap:
+            df = numeric_gap_table(ins)
+        else:
+            df = ins.to_dataframe(include_delegate_debug_data=a.delegate_debug_data)
         text = render(df, a.format)
         if a.output:
             write_atomic(a.output, text.encode())
@@ -119,13 +125,37 @@ def inspect_main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def numeric_gap_table(inspector) -> pd.DataFrame:
+    """One row per matched intermediate output, in execution order: the runtime's value against
+    the recorded graph's (SQNR in dB, MSE, cosine, max-abs) with the ops and the user's source line."""
+    from etlab.inspector._numeric import cosine_similarity, mse, snr
+    from etlab.inspector._rollups import _source
+
+    if inspector._program is None:
+        raise ValueError("--numeric-gap needs --etrecord (the recorded program and its representative inputs)")
+    logged = [v for block in inspector.event_blocks for e in block.events for v in (e.debug_data or ())]
+    if not any(getattr(getattr(v, "device", None), "type", "meta") != "meta" for v in logged):
+        raise ValueError("--numeric-gap needs --debug-buffer (the run's intermediate outputs)")
+    gaps = inspector.calculate_numeric_gap("MSE")
+    rows = []
+    for i, r in enumerate(gaps.itertuples(index=False)):
+        aot, run = r.aot_intermediate_output, r.runtime_intermediate_output
+        diff = (run.double() - aot.double()).abs() if hasattr(aot, "double") and hasattr(run, "double") else None
+        rows.append({"#": i, "aot_ops": ", ".join(r.aot_ops), "runtime_ops": ", ".join(r.runtime_ops),
+                     "sqnr_db": snr(aot, run), "mse": mse(aot, run), "cosine": cosine_similarity(aot, run),
+                     "max_abs": float(diff.max()) if diff is not None and diff.numel() else 0.0,
+                     "source": _source(r.stacktraces if isinstance(r.stacktraces, dict) else {})})
+    return pd.DataFrame(rows, columns=["#", "aot_ops", "runtime_ops", "sqnr_db", "mse", "cosine", "max_abs", "source"])
+
+
 def render(df: pd.DataFrame, fmt: str) -> str:
     """The frame as text: "table" is the printed view; csv/tsv/json keep every column, with
     tensors described by dtype and shape."""
     if fmt == "table":
         from tabulate import tabulate
 
-        return tabulate(printable(df), headers="keys", tablefmt="simple", showindex=False) + "\n"
+        shown = printable(df) if "event_name" in df.columns else df
+        return tabulate(shown, headers="keys", tablefmt="simple", showindex=False) + "\n"
     plain = df.map(_plain)
     if fmt == "json":
         return json.dumps(plain.to_dict(orient="records"), indent=1, allow_nan=False) + "\n"

@@ -7,6 +7,8 @@
   live bytes with the lower bound and the arena size.
 - `DelegationView`, `NumericGapView`, `ProfileView`: tables and charts that click through to the graph.
 - `CompareView(comparison)`: `Inspector.compare`'s rows, A/B latency chart, graph colored by B/A.
+- `QuantizationView(quant_report)`: per-layer SQNR (local vs accumulated) linked to the float graph
+  and the source line; a Quantization tab in `show(inspector, quantization=report)`.
 - `show(inspector, program=None)` -> `Dashboard`: all of them in tabs; `.save_html(path)`.
 - `inspector_html`, `event_block_html`, `delegation_info_html`, `repr_mimebundle`: rich reprs.
 - `report_main(argv)`: `etlab report --etdump P --etrecord R -o report.html`.
@@ -21,6 +23,7 @@ from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, bui
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._quant_view import QuantizationView, quant_report_html
 from etlab.visualizer._reprs import (
     delegation_info_html,
     event_block_html,
@@ -42,6 +45,7 @@ __all__ = [
     "NumericGapView",
     "PlotView",
     "ProfileView",
+    "QuantizationView",
     "TableView",
     "build_graph_model",
     "comparison_html",
@@ -65,6 +69,7 @@ def _register_reprs() -> None:
     display.register(DelegationInfo, html=delegation_info_html)
     display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow
     display.register(Comparison, html=comparison_html, show=CompareView)
+    display.register("etlab.devtools.QuantReport", html=quant_report_html, show=QuantizationView)
 
 
 _register_reprs()

@@ -12,6 +12,7 @@ from etlab.visualizer import _html
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
+from etlab.visualizer._quant_view import QuantizationView
 from etlab.visualizer._reprs import inspector_summary_html
 from etlab.visualizer._sources import ProgramSources, resolve_sources
 
@@ -60,7 +61,7 @@ _TAB_CSS = """<style>
 
 
 _TITLES = {"summary": "Summary", "graph": "Graph", "memory": "Memory", "delegation": "Delegation",
-           "gap": "Numeric gap", "profile": "Profile"}
+           "gap": "Numeric gap", "profile": "Profile", "quantization": "Quantization"}
 
 
 def _missing_html(missing: dict[str, str]) -> str:
@@ -75,7 +76,7 @@ class Dashboard(widgets.Tab):
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
-    def __init__(self, inspector, program=None, *, method: str = "forward", **kwargs):
+    def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, **kwargs):
         try:
             sources = resolve_sources(program if program is not None else inspector, method, inspector)
         except ValueError:  # an Inspector without ETRecord: timings only
@@ -108,6 +109,8 @@ class Dashboard(widgets.Tab):
             self.missing["delegation"] = "no edge graph"
         self.views["gap"] = NumericGapView(inspector, show_graph=False)
         self.views["profile"] = ProfileView(inspector, program, method)
+        if quantization is not None:  # a QuantReport (etlab.devtools.quantization_report)
+            self.views["quantization"] = QuantizationView(quantization)
         titles = _TITLES
         if self.missing:  # say on the first tab, not only in `.missing`, why a tab is not there
             summary.value += _missing_html(self.missing)
@@ -162,6 +165,7 @@ class Dashboard(widgets.Tab):
         return _html.write_page(path, self.page(title))
 
 
-def show(inspector, program=None, *, method: str = "forward") -> Dashboard:
-    """The tabbed dashboard of every view of an Inspector (and its program, when given)."""
-    return Dashboard(inspector, program, method=method)
+def show(inspector, program=None, *, method: str = "forward", quantization=None) -> Dashboard:
+    """The tabbed dashboard of every view of an Inspector (and its program, when given; with
+    `quantization=` a QuantReport, a Quantization tab)."""
+    return Dashboard(inspector, program, method=method, quantization=quantization)

@@ -1,4 +1,4 @@
-"""notebooks/01-04 run top to bottom in a real kernel (ipykernel of this Python), and are stored
+"""notebooks/01-05 run top to bottom in a real kernel (ipykernel of this Python), and are stored
 without outputs."""
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("0*.ipynb"))
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("notebooks")]
 
 
-def test_the_four_notebooks_are_there():
-    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04"]
+def test_the_notebooks_are_there():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)

@@ -1,0 +1,186 @@
+"""QuantizationView: where a quantized program loses accuracy, layer by layer (a QuantReport drawn).
+
+A chart of per-layer SQNR in execution order (the error each layer introduced as bars, the error
+accumulated up to it as a line), the layer table, and the float graph with each node colored by the
+noise it introduced. A click on a bar, a point or a row selects the layer in the graph and shows its
+numbers and the user's source line.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import os
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from etlab.visualizer import _html
+from etlab.visualizer._graph_model import GraphModel, build_graph_model
+from etlab.visualizer._graph_view import GraphView
+from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._table import TableView
+
+GRAPH_KIND = "aten"  # the float model's exported graph: the one the user's layers are named in
+NOISE_METRIC = "local noise / signal"
+PAGE_GRAPH = "etlabQuantGraphView"  # where a page keeps this view's graph
+SQNR_CAP = 100.0  # dB drawn for an exact layer (SQNR inf): above every real int8 error
+TABLE_COLUMNS = [("order", "#", True), ("layer", "layer", False), ("op", "op", False), ("module", "module", False),
+                 ("quantized", "int8 out", False), ("local_sqnr", "local SQNR (dB)", True),
+                 ("sqnr", "SQNR (dB)", True), ("input_sqnr", "input SQNR (dB)", True), ("cosine", "cosine", True),
+                 ("max_abs", "max |err|", True), ("min", "min", True), ("max", "max", True), ("std", "std", True),
+                 ("nan", "NaN", True), ("inf", "Inf", True), ("source", "source", False)]
+
+
+# In a page: a chart click or a table row (etlab:focus of the float graph's kind) selects the layer here.
+_FOCUS_SCRIPT = ("<script>(function(){"
+                 "function focus(name){var g=window.__GRAPH__;"
+                 "if(g&&name)g.model.set('focus_target',{name:name,handles:[],kind:'__KIND__'});}"
+                 "var d=document.getElementById(__ID__);"
+                 "if(d&&d.on)d.on('plotly_click',function(e){var p=e.points[0];"
+                 "if(p&&p.customdata)focus(p.customdata[0]);});"
+                 "document.addEventListener('etlab:focus',function(e){"
+                 "if(e.detail&&e.detail.kind==='__KIND__')focus(e.detail.name);});"
+                 "})();</script>").replace("__GRAPH__", PAGE_GRAPH).replace("__KIND__", GRAPH_KIND)
+
+
+def _capped(v: float) -> float | None:
+    """A finite SQNR for the chart: inf (exact) drawn at the cap, NaN left out."""
+    if v is None or math.isnan(v):
+        return None
+    return min(v, SQNR_CAP) if v > -math.inf else -SQNR_CAP
+
+
+def _db(v) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.2f}"
+
+
+def noise_ratio(sqnr: float) -> float | None:
+    """Noise power over signal power for an SQNR in dB (0 for an exact layer): the graph overlay's
+    value, larger where a layer introduced more error, on the overlay's log scale."""
+    if sqnr is None or math.isnan(sqnr):
+        return None
+    return 0.0 if sqnr == math.inf else 10.0 ** (-sqnr / 10.0)
+
+
+def graph_with_noise(report) -> GraphModel:
+    """The float graph, each joined layer (and the ops folded into it) annotated with its local noise."""
+    model = build_graph_model(report.float_graph, GRAPH_KIND, title="float model (local quantization noise)")
+    by_name = {n.name: n for n in model.nodes}
+    for r in report.layers.itertuples(index=False):
+        for name in [r.layer, *r.folded]:
+            node = by_name.get(name)
+            if node is not None:
+                node.gap = noise_ratio(r.local_sqnr)
+    model.gap_metric = NOISE_METRIC
+    return model
+
+
+class QuantizationView(widgets.VBox):
+    """Per-layer error of a quantized program (an `etlab.devtools.QuantReport`): SQNR chart linked to
+    the graph and the source line, the layer table (sortable), and the float graph colored by the noise
+    each layer introduced. `worst`: how many of the worst layers (by local SQNR) the note names."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
+    def __init__(self, report, *, show_graph: bool = True, worst: int = 3, **kwargs):
+        if not hasattr(report, "layers") or not hasattr(report, "worst"):
+            raise TypeError(f"QuantizationView takes an etlab.devtools.QuantReport, got {type(report).__name__}")
+        self.report = report
+        self.rows = [dict(r) for r in report.layers.to_dict(orient="records")]
+        self.worst_layers = list(report.worst(worst)["layer"]) if len(report.layers) else []
+        self.graph = None
+        if show_graph and report.float_graph is not None:
+            self.graph = GraphView.from_models([graph_with_noise(report)], overlay="gap", height=480)
+        self.figure = self._figure()
+        self.plot = PlotView(self.figure)
+        self.plot.on_click(lambda point: self.select((point.get("customdata") or [None])[0]))
+        self.table = TableView(TABLE_COLUMNS, [
+            {**{k: r.get(k) for k, _, _ in TABLE_COLUMNS}, "focus": {"name": r["layer"], "kind": GRAPH_KIND}}
+            for r in self.rows], title="Layers (click a row to show it in the graph)", height=300)
+        self.table.observe(lambda c: self.select(((c["new"] or {}).get("row") or {}).get("layer")), names="clicked")
+        self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>")
+        self.details = widgets.HTML(self._details_html(self.worst_layers[0] if self.worst_layers else None))
+        super().__init__([self.note, self.plot, self.details, self.table] + ([self.graph] if self.graph else []),
+                         **kwargs)
+
+    def summary_text(self) -> str:
+        if not self.rows:
+            return "No layer of the quantized program was joined to the float model."
+        names = ", ".join(self.worst_layers)
+        return (f"{self.report.summary()}. Worst by local error (what a layer introduced, not what it inherited): "
+                f"{names}. Keep them in float with etlab.devtools.requantize_excluding / sensitivity_table.")
+
+    def select(self, layer: str | None) -> None:
+        """Shows `layer`'s numbers and source line, and selects it in the graph."""
+        if not layer:
+            return
+        self.details.value = self._details_html(layer)
+        if self.graph is not None:
+            try:
+                self.graph.focus(layer, kind=GRAPH_KIND)
+            except KeyError:
+                pass  # a layer drawn under another node (getitem)
+
+    def _details_html(self, layer: str | None) -> str:
+        row = next((r for r in self.rows if r["layer"] == layer), None)
+        if row is None:
+            return ""
+        folded = f" (with {', '.join(row['folded'])} folded in)" if row["folded"] else ""
+        return (f"<div class='etlab-note' data-role='layer-details'><b>{html.escape(row['layer'])}</b> "
+                f"{html.escape(row['op'])}{html.escape(folded)} in <code>{html.escape(row['module'] or '-')}</code>: "
+                f"local SQNR {_db(row['local_sqnr'])} dB, SQNR {_db(row['sqnr'])} dB, inputs "
+                f"{_db(row['input_sqnr'])} dB, cosine {row['cosine']:.5f}, max |err| {row['max_abs']:.3g}, range "
+                f"[{row['min']:.3g}, {row['max']:.3g}]{', NaN ' + str(row['nan']) if row['nan'] else ''}"
+                f"{', Inf ' + str(row['inf']) if row['inf'] else ''}<br>"
+                f"<code>{html.escape(row['source'] or 'no source line recorded')}</code></div>")
+
+    def _figure(self) -> go.Figure:
+        order = [r["order"] for r in self.rows]
+        names = [[r["layer"]] for r in self.rows]
+        hover = [f"<b>{html.escape(r['layer'])}</b> {html.escape(r['op'])}<br>{html.escape(r['module'])}<br>"
+                 f"local {r['local_sqnr']:.2f} dB · total {r['sqnr']:.2f} dB<br>{html.escape(r['source'])}"
+                 for r in self.rows]
+        worst = set(self.worst_layers)
+        fig = go.Figure()
+        fig.add_trace(go.Bar(x=order, y=[_capped(r["local_sqnr"]) for r in self.rows], name="local SQNR (introduced)",
+                             marker={"color": ["#e45756" if r["layer"] in worst else "#4c78a8" for r in self.rows]},
+                             customdata=names, hovertext=hover, hoverinfo="text"))
+        fig.add_trace(go.Scatter(x=order, y=[_capped(r["sqnr"]) for r in self.rows], name="SQNR (accumulated)",
+                                 mode="lines+markers", line={"color": "#f58518"}, customdata=names,
+                                 hovertext=hover, hoverinfo="text"))
+        fig.update_layout(height=340, template="plotly_white", margin={"l": 60, "r": 20, "t": 40, "b": 40},
+                          title=f"SQNR per layer (dB; higher is better, exact layers drawn at {SQNR_CAP:.0f})",
+                          legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.5}, bargap=0.15)
+        fig.update_xaxes(title_text="layer (execution order)", tickvals=order,
+                         ticktext=[r["layer"] for r in self.rows], tickangle=-60)
+        fig.update_yaxes(title_text="dB")
+        return fig
+
+    def static_html(self) -> str:
+        return (f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>{self.details.value}"
+                f"{self.table.static_html(max_rows=40)}")
+
+    def html_fragments(self) -> list[_html.Fragment]:
+        """The view in a page: chart, table and its own graph (exposed apart from the dashboard's graph,
+        so a click here selects the layer in this graph)."""
+        eid = _html.new_id("quant")
+        plot = _html.plotly_fragment(self.figure, element_id=eid)
+        plot.scripts.append(_FOCUS_SCRIPT.replace("__ID__", _html.json_for_script(eid)))
+        parts = [_html.Fragment(f"<h2 style='font-size:15px'>Quantization</h2><p class='etlab-note'>"
+                                f"{html.escape(self.summary_text())}</p>"), plot, self.table.html_fragment()]
+        if self.graph is not None:
+            parts.append(_html.anywidget_fragment(_html.graph_module_source(), self.graph.state(), what="GraphView",
+                                                  expose=PAGE_GRAPH, libraries=("elk",)))
+        return parts
+
+    def save_html(self, path: str | os.PathLike, title: str = "Quantization") -> os.PathLike:
+        return _html.write_page(path, _html.page(title, self.html_fragments()))
+
+
+def quant_report_html(report) -> str:
+    """The notebook repr of a QuantReport: the summary and the worst layers."""
+    worst = report.worst(5)[["layer", "op", "module", "local_sqnr", "sqnr", "input_sqnr", "source"]]
+    return (f"<div class='etlab-theme'><p>{html.escape(report.summary())}</p>"
+            f"{worst.to_html(index=False, float_format=lambda v: f'{v:.2f}', classes='etlab-table')}</div>")
