@@ -32,17 +32,24 @@ def median(xs) -> float:
 
 
 def interleaved(contenders: dict[str, Callable[[], object]], rounds: int = 30, per_round: int = 5,
-                warmup: int = 3, clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+                warmup: int = 3, clock: Callable[[], float] = time.perf_counter, warm_each: bool = False
+                ) -> dict[str, float]:
     """Median seconds per call of each contender, timed in alternating rounds on `clock`.
 
     Alternating makes slow drift (other processes, thermal state) hit every contender alike.
+    `warm_each`: one untimed call before each timed batch, and the order rotated every round (each
+    contender follows each other one equally often), so that batches measure the steady state rather
+    than the caches the previous contender left behind.
     """
     for fn in contenders.values():
         for _ in range(warmup):
             fn()
     samples: dict[str, list[float]] = {k: [] for k in contenders}
-    for _ in range(rounds):
-        for name, fn in contenders.items():
+    order = list(contenders.items())
+    for r in range(rounds):
+        for name, fn in (order[r % len(order):] + order[: r % len(order)] if warm_each else order):
+            if warm_each:
+                fn()
             start = clock()
             for _ in range(per_round):
                 fn()

@@ -9,7 +9,8 @@
   and upstream portable; the decoder is compiled by etlab);
 - ETDump tracing overhead (timings, no logged values) of the native core on every zoo model.
 
-Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run). torch
+Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run), each batch
+after one untimed call (steady state, see `interleaved`). torch
 runs single-threaded by default (--threads), as upstream's portable kernels do; XNNPACK uses
 upstream's default threadpool. In-process contenders are timed by default in the thread's CPU
 time (`--clock cpu`): on a shared machine the wall clock also counts the time other processes
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -35,7 +37,7 @@ from _common import ET_REF, REPO, reference_python, run_ref, write_section
 from _common import interleaved as _common_interleaved
 
 from etlab.models import ZOO
-from etlab.runtime import Runtime
+from etlab.runtime import DebugLevel, Runtime
 from etlab.runtime._native import _core as native_core
 
 ZOO_PY = REPO / "etlab" / "models" / "zoo.py"
@@ -56,8 +58,10 @@ _clock = CLOCKS["cpu"]
 
 
 def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
-    """_common.interleaved on the clock chosen with --clock."""
-    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock)
+    """_common.interleaved on the clock chosen with --clock, each batch after one untimed call (steady
+    state: the contenders' working sets evict each other; a 500-add chain run right after eager's
+    500 fresh tensors took twice as long)."""
+    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock, warm_each=True)
 
 
 def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool) -> dict[str, Path]:
@@ -134,16 +138,11 @@ def time_chain(d: Path, rounds: int) -> dict[str, float]:
 
 
 def capture_ms(d: Path, inputs: list) -> float:
-    """Median ms of a native run capturing every intermediate output into the debug buffer (a fresh
-    program per run, loaded outside the timing, so the buffer never fills)."""
-    probe_program = Runtime.get(core="native").load_program(d / "model.pte", enable_etdump=True,
-                                                            debug_buffer_size=1 << 30)
-    probe_program.load_method("forward").execute(inputs)
-    size = probe_program._tracer.debug_arena.used * 2 + (1 << 20)
-    del probe_program
+    """Median ms of a native run capturing every intermediate output into the debug buffer (sized from
+    the plan by the runtime; a fresh program per run, loaded outside the timing)."""
     samples = []
     for _ in range(CAPTURE_RUNS):
-        method = _method(d, "native", enable_etdump=True, debug_buffer_size=size)
+        method = _method(d, "native", enable_etdump=True, etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
         start = _clock()
         method.execute(inputs)
         samples.append(_clock() - start)
@@ -173,11 +172,50 @@ def time_model(name: str, d: Path, rounds: int) -> dict[str, float]:
 
 
 def time_tracing(d: Path, rounds: int) -> dict[str, float]:
+    """Native core with and without ETDump timings; batches of about 2 ms each, so that a 15 us model
+    is timed over enough calls for a 1% difference to show through the clock's noise."""
     inputs = torch.load(d / "inputs.pt", weights_only=True)
     plain = _method(d, "native")
     traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+    start = time.perf_counter()
+    for _ in range(5):
+        plain.execute(inputs)
+    per_call = (time.perf_counter() - start) / 5
+    per_round = max(1, min(200, int(2e-3 / per_call)))
     return interleaved({"native": lambda: plain.execute(inputs), "traced": lambda: traced.execute(inputs)},
-                       rounds=rounds, per_round=5)
+                       rounds=rounds, per_round=per_round)
+
+
+XNNPACK_MODEL = "cnn"
+
+
+def xnnpack_section(d: Path, rounds: int, upstream_xnnpack_ms: float | None, clock: str) -> str:
+    """`## runtime-xnnpack`: upstream's XNNPACK-lowered .pte on etlab's host emulation of the
+    XnnpackBackend (torch kernels per XNNPACK node), next to torch eager and upstream's real XNNPACK."""
+    model, _ = ZOO[XNNPACK_MODEL]()
+    inputs = torch.load(d / "inputs.pt", weights_only=True)
+    emulated = _method(d, "native")
+    torch.testing.assert_close(emulated.execute(inputs)[0], model(*inputs), rtol=1e-4, atol=1e-4)
+
+    def eager():
+        with torch.no_grad():
+            return model(*inputs)
+
+    r = interleaved({"eager": eager, "emulated": lambda: emulated.execute(inputs)}, rounds=rounds)
+    up, ratio = "n/a", ""
+    if upstream_xnnpack_ms:
+        up = f"{upstream_xnnpack_ms:.3f}"
+        ratio = f" ({r['emulated'] * 1e3 / upstream_xnnpack_ms:.1f}x upstream XNNPACK's time)"
+    return "\n".join([
+        "## runtime-xnnpack", "",
+        f"Upstream's XNNPACK-lowered `{XNNPACK_MODEL}` (`et_ref.py export --xnnpack`), medians of alternating rounds "
+        f"({'thread CPU time' if clock == 'cpu' else 'wall time'}; upstream wall time per `execute`, measured "
+        "under load). etlab does not link XNNPACK: its `XnnpackBackend` emulates each XNNPACK node with torch "
+        "kernels (it exists to run and inspect delegated programs on the host, not for speed).", "",
+        "| model | torch eager ms | etlab XNNPACK emulation (native core) ms | emulation vs eager | "
+        "upstream XNNPACK ms |", "|---|---:|---:|---:|---:|",
+        f"| {XNNPACK_MODEL} | {r['eager'] * 1e3:.3f} | {r['emulated'] * 1e3:.3f}{ratio} | "
+        f"{r['emulated'] / r['eager']:.2f}x | {up} |", ""])
 
 
 def _met(ok: bool) -> str:
@@ -189,9 +227,13 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
     share = (chain["loop"] - chain["bare"]) / CHAIN * 1e9
+    load = os.getloadavg()[0]
     lines = [
         "## runtime", "",
-        "Medians of alternating rounds; etlab and eager timed in "
+        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {load:.1f} at the "
+        f"end{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
+        "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); etlab "
+        "and eager timed in "
         f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`); torch threads = {threads}; "
         "upstream = ExecuTorch 1.5.1 pybindings (`et_ref.py run`, per `execute` call, wall time), XNNPACK with its "
         "default threadpool. The same upstream-exported `.pte` runs on etlab and on upstream portable (the KV-cache "
@@ -206,7 +248,9 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
         f"**Interpreter's own share**: the native loop alone takes {chain['loop'] / CHAIN * 1e9:.0f} ns/instruction, "
         f"a bare C++ loop making the same `add.out` calls {bare:.0f} ns/call: {share:.0f} ns/instruction is the "
         f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {_met(share <= TARGET_NS_INTERPRETER)}); the rest is "
-        "ATen's own cost of a (4, 4) add through the dispatcher.", "",
+        "ATen's own cost of a (4, 4) add. The bare loop calls `at::add_out` (through the dispatcher); the core "
+        "redispatches straight to the CPU kernel with key sets resolved at load, so its share can come out "
+        "below zero.", "",
         "| model | eager ms | python core ms | native core ms | native vs python | native traced ms "
         "| tracing overhead | capturing intermediates ms | upstream portable ms | upstream XNNPACK ms |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -251,6 +295,7 @@ def main() -> None:
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--no-xnnpack", action="store_true")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
+    ap.add_argument("--xnnpack-only", action="store_true", help="only the runtime-xnnpack section")
     a = ap.parse_args()
     global _clock
     _clock = CLOCKS[a.clock]
@@ -262,6 +307,12 @@ def main() -> None:
         out = Path(tmp)
         upstream: dict[str, float] = {}
         chain_up = None
+        if ref and a.xnnpack_only:
+            d = out / "xnnpack" / XNNPACK_MODEL
+            run_ref(ref, ET_REF, "export", f"{ZOO_PY}:make_{XNNPACK_MODEL}", "--out", d, "--xnnpack")
+            write_section("runtime-xnnpack", xnnpack_section(d, a.rounds, upstream_ms(ref, d, a.upstream_iters),
+                                                             a.clock))
+            return
         if ref:
             dirs = export_upstream(ref, out, a.models, xnnpack=not a.no_xnnpack)
         else:
@@ -281,7 +332,7 @@ def main() -> None:
             print(f"{m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in models[m].items()), flush=True)
         tracing = {}
         for m, d in zoo_dirs.items():
-            tracing[m] = time_tracing(d, a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
+            tracing[m] = time_tracing(d, 3 * a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
             print(f"tracing {m}: {(tracing[m]['traced'] / tracing[m]['native'] - 1) * 100:+.2f}%", flush=True)
         if ref:
             chain_up = upstream_ms(ref, dirs["add_chain"], a.upstream_iters)
@@ -289,6 +340,9 @@ def main() -> None:
                 if key in exported:
                     upstream[key] = upstream_ms(ref, d, a.upstream_iters if "mobilenet" not in key else 10)
                     print(f"upstream {key}: {upstream[key]:.3f} ms", flush=True)
+            key = f"xnnpack:{XNNPACK_MODEL}"
+            if key in dirs:
+                write_section("runtime-xnnpack", xnnpack_section(dirs[key], a.rounds, upstream.get(key), a.clock))
     if chain is None:
         chain = dict.fromkeys(("native", "loop", "bare", "python", "traced", "eager"), float("nan"))
     body = render(chain, chain_up, models, upstream, tracing, a.threads, a.clock)

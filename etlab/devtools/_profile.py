@@ -3,7 +3,6 @@ that keeps every intermediate output, and hand back the Inspector that joins the
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections.abc import Sequence
@@ -11,24 +10,6 @@ from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
-
-from etlab.schema import program as P
-from etlab.schema import scalar_type_to_dtype
-
-_DEBUG_ALIGNMENT = 64  # the runtime's debug buffer places each tensor on a 64-byte boundary
-_DEBUG_HEADROOM = 2  # delegates may log intermediates of their own on top of the method's values
-
-
-def _debug_buffer_size(program: P.Program, method_name: str, iterations: int) -> int:
-    """Bytes to keep every non-constant tensor of the method once per run, with headroom."""
-    plan = next(p for p in program.execution_plan or [] if p.name == method_name)
-    per_run = 0
-    for v in plan.values or []:
-        t = v.val
-        if isinstance(t, P.Tensor) and t.data_buffer_idx == 0:
-            nbytes = math.prod(t.sizes or []) * scalar_type_to_dtype(t.scalar_type).itemsize
-            per_run += -(-nbytes // _DEBUG_ALIGNMENT) * _DEBUG_ALIGNMENT
-    return per_run * _DEBUG_HEADROOM * iterations + (64 << 10)
 
 
 def _as_inputs(inputs) -> tuple:
@@ -49,13 +30,14 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     and the events' debug_data. partitioner: a partitioner or list of them (delegation with
     `to_edge_transform_and_lower`). workdir: where model.pte, model.etrecord, run.etdp and
     run.bin go (default: a new temporary directory, left in place for the Inspector to read).
-    debug_buffer_size: bytes for intermediates (default: enough for every tensor of every run).
+    debug_buffer_size: bytes for intermediates (default: the runtime sizes the buffer from the
+    method's plan, growing it with the runs; values that do not fit are counted and reported).
     method_name: the method of an exported program to run (a module exports as "forward").
     """
     from etlab.compiler import to_edge, to_edge_transform_and_lower
     from etlab.etrecord import ETRecord
     from etlab.inspector import Inspector
-    from etlab.runtime import Runtime
+    from etlab.runtime import DebugLevel, Runtime
 
     if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
         raise ValueError(f"iterations must be a positive int, got {iterations!r}")
@@ -88,12 +70,9 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     # The run's inputs are the representative inputs: the numeric gap re-runs the graph on them.
     ETRecord.from_sources(et.get_etrecord(), representative_inputs=list(args)).save(etrecord_path)
 
-    if debug:
-        size = debug_buffer_size if debug_buffer_size is not None else _debug_buffer_size(
-            et.executorch_program, method_name, iterations)
-    else:
-        size = 0
-    program = Runtime.get().load_program(et.buffer, enable_etdump=True, debug_buffer_size=size)
+    level = DebugLevel.INTERMEDIATE_OUTPUTS if debug else DebugLevel.NO_LOGGING
+    program = Runtime.get().load_program(et.buffer, enable_etdump=True, etdump_debug_level=level,
+                                         debug_buffer_size=debug_buffer_size if debug else 0)
     method = program.load_method(method_name)
     for _ in tqdm(range(iterations), desc=f"profile {method_name}", unit="run", disable=not progress):
         method.execute(list(args))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -23,7 +24,7 @@ from etlab.inspector._events import (
 from etlab.inspector._grouping import BlockTable, group_events
 from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
 from etlab.schema import write_atomic
-from etlab.schema.etdump import FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
+from etlab.schema.etdump import DROPPED_DEBUG_VALUES, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 
 class Inspector:
@@ -78,6 +79,11 @@ class Inspector:
         self._program: ProgramInfo | None = resolve_program_info(etrecord)
         self._joins: list[JoinedColumns | None] = [self._join(t) for t in self._tables]
         self._event_blocks: list[EventBlock] | None = None
+        self.dropped_debug_values = _dropped_debug_values(self._columns)
+        if self.dropped_debug_values:
+            warnings.warn(f"{self._columns.what}: {self.dropped_debug_values} logged values were dropped at run time "
+                          "(debug buffer full): debug data and the numeric gap lack them; run without "
+                          "debug_buffer_size (sized from the plan) or with a larger one", RuntimeWarning, stacklevel=2)
 
     # -- ETRecord join ---------------------------------------------------------------------------
 
@@ -313,6 +319,9 @@ class Inspector:
         `.save_html(path)` on the result writes it as one offline file."""
         return display.show(self, program, method=method)  # the views register it (etlab.facts.display)
 
+    dropped_debug_values: int
+    """Values the runtime could not log (its debug buffer was full), over all runs; 0 for upstream's files."""
+
     @property
     def program_info(self) -> ProgramInfo | None:
         """What the ETRecord says about the program (op names, modules, source lines, graphs), or None."""
@@ -325,3 +334,16 @@ class Inspector:
         n = sum(len(t) for t in self._tables)
         return (f"Inspector({self._columns.what!r}: {len(self._tables)} event blocks, {n} events, "
                 f"{'with' if self._program else 'without'} ETRecord)")
+
+
+def _dropped_debug_values(columns) -> int:
+    """The counts of etlab's `etlab::dropped_debug_values` events (ASCII digits; a malformed count
+    counts as one drop)."""
+    if DROPPED_DEBUG_VALUES not in columns.strings:
+        return 0
+    code = columns.strings.index(DROPPED_DEBUG_VALUES)
+    total = 0
+    for row in np.flatnonzero(columns.has_profile & (columns.name_code == code)):
+        meta = columns.metadata(int(row)) or b""
+        total += int(meta) if meta.isdigit() and len(meta) <= 18 else 1
+    return total

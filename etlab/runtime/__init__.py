@@ -17,7 +17,7 @@
 - Threads: share a Program freely; use each Method from one thread at a time.
 """
 
-from etlab.runtime._delegate import DelegateContext, NullDelegateContext
+from etlab.runtime._delegate import BackendInitContext, DelegateContext, NullDelegateContext
 from etlab.runtime._errors import ExecutionError, LoadError
 from etlab.runtime._event_tracer import DebugLevel
 from etlab.runtime._lookup import OperatorRegistry
@@ -33,6 +33,7 @@ from etlab.runtime._registry import (
 )
 
 __all__ = [
+    "BackendInitContext",
     "BackendRegistry", "DebugLevel", "DelegateContext", "ExecutionError", "LoadError", "Method", "MethodMeta",
     "NullDelegateContext", "OperatorRegistry", "Program", "Runtime", "ScalarInfo", "TensorInfo", "Verification",
     "load_program", "register_backend", "register_kernel", "unregister_backend", "unregister_kernel",

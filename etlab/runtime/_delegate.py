@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,8 +116,28 @@ def processed_bytes(pte: P.PteFile, delegate: P.BackendDelegate, what: str) -> m
     return memoryview(pte.segments[ref.index])
 
 
-def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str) -> list[LoadedDelegate]:
-    """Runs backend.init for every delegate of the plan; an unknown or unavailable backend fails the load."""
+@dataclass(frozen=True)
+class BackendInitContext:
+    """What `backend.init(processed, compile_specs, context)` gets when the backend sets
+    `takes_init_context = True`: the program's named data (upstream's NamedDataMap; where XNNPACK
+    keeps its weights) and which delegate of which method is being initialized."""
+
+    named_data: Mapping[str, Any]
+    method_name: str = ""
+    delegate_index: int = 0
+
+
+def program_named_data(pte: P.PteFile) -> dict[str, Any]:
+    """The program's own named data, key -> segment bytes (indices were checked by the loader)."""
+    return {nd.key: pte.segments[nd.segment_index] for nd in pte.program.named_data or []
+            if nd.key is not None and nd.segment_index < len(pte.segments)}
+
+
+def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str,
+                   named_data: Mapping[str, Any] | None = None) -> list[LoadedDelegate]:
+    """Runs backend.init for every delegate of the plan; an unknown or unavailable backend fails the load.
+
+    `named_data` (key -> bytes: the program's and its .ptd files') defaults to the program's own."""
     loaded: list[LoadedDelegate] = []
     try:
         for i, delegate in enumerate(plan.delegates or []):
@@ -129,7 +150,13 @@ def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str) -> list[Loa
             specs = [(s.key or "", bytes(s.value or b"")) for s in delegate.compile_specs or []]
             data = processed_bytes(pte, delegate, f"{what}: delegate {i}")
             try:
-                handle = backend.init(data, specs)
+                if getattr(backend, "takes_init_context", False):
+                    if named_data is None:
+                        named_data = program_named_data(pte)
+                    context = BackendInitContext(named_data, plan.name or "", i)
+                    handle = backend.init(data, specs, context)
+                else:
+                    handle = backend.init(data, specs)
             except Exception as e:
                 raise LoadError(f"{what}: backend {delegate.id!r} failed to initialize delegate {i}: {e}") from e
             loaded.append(LoadedDelegate(delegate.id, backend, handle))

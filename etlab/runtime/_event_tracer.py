@@ -10,11 +10,18 @@ Structure and names follow upstream's ETDumpGen:
   event per program output (chain index 2**64-1, `output` set);
 - debug levels: off, program outputs, intermediate outputs (the last arguments of every kernel,
   every argument of a delegate call). Tensor bytes go to the debug buffer, 64-byte aligned; a
-  debug event holds their offset, sizes and strides.
+  debug event holds their offset, sizes and strides. Without a `debug_buffer_size` the buffer is
+  sized from the plan: it grows by what a run of the largest loaded method logs (`plan_debug_bytes`,
+  from its value specs), up to AUTO_DEBUG_BUFFER_LIMIT. Values that do not fit are dropped, and a
+  run that dropped any ends with a `etlab::dropped_debug_values` profile event (metadata: the count
+  as ASCII digits), which the Inspector reports.
 
 Events are kept as tuples (or, for runs without logged values, as bare timestamps: a
-`TimedRun`) while the program runs, and become schema objects only when written. A full event
-buffer or debug buffer drops events; `dropped_events` counts them and a warning says so once.
+`TimedRun`) while the program runs, and become schema objects only when written. Runs of the
+native core without logged values stay entirely in C++ (`native_log`, its run blocks with their
+`Method::execute` events; Python does nothing per run) and are merged in order when written.
+A full event buffer or debug buffer drops events; `dropped_events` counts them and a warning says
+so once.
 """
 
 from __future__ import annotations
@@ -22,13 +29,16 @@ from __future__ import annotations
 import enum
 import threading
 import warnings
+from array import array
 
 import torch
 
 from etlab.runtime._interpreter import timed_event_count, timed_events
 from etlab.runtime._native import debug_arena as native_debug_arena
+from etlab.runtime._native import trace_log as native_trace_log
 from etlab.schema import etdump as E
 from etlab.schema import write_atomic
+from etlab.schema.etdump import DROPPED_DEBUG_VALUES
 from etlab.schema.scalar_type import dtype_to_scalar_type
 
 DEBUG_ALIGNMENT = 64
@@ -36,6 +46,7 @@ PROGRAM_OUTPUT_CHAIN = (1 << 64) - 1  # upstream's unset chain id (-1) as the de
 UNSET_CHAIN = -1
 UNSET_INSTRUCTION = 0
 DEFAULT_MAX_EVENTS = 1 << 20
+AUTO_DEBUG_BUFFER_LIMIT = 1 << 30  # a debug buffer sized from the plan grows up to this many bytes
 
 
 class DebugLevel(enum.IntEnum):
@@ -56,26 +67,38 @@ class DebugLevel(enum.IntEnum):
 class EventTracer:
     """Collects the events of one program (all its methods); safe to share between threads."""
 
-    def __init__(self, *, debug_level: DebugLevel = DebugLevel.NO_LOGGING, debug_buffer_size: int = 0,
+    def __init__(self, *, debug_level: DebugLevel = DebugLevel.NO_LOGGING, debug_buffer_size: int | None = 0,
                  max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False):
-        if debug_buffer_size < 0 or max_events < 0:
+        """debug_buffer_size: bytes for logged tensors, or None to size the buffer from the plan."""
+        if (debug_buffer_size is not None and debug_buffer_size < 0) or max_events < 0:
             raise ValueError("debug_buffer_size and max_events must not be negative")
         self.debug_level = DebugLevel(debug_level)
         self.trace_allocations = trace_allocations
         self.max_events = max_events
-        self.dropped_events = 0
+        self._dropped = 0
+        self.dropped_debug_values = 0  # logged values that did not fit into the debug buffer
         self._lock = threading.Lock()
         self._load_allocators: list[str] = []
         self._load_events: list[tuple] = []
-        self._runs: list[tuple] = []  # ("Execute", bundled input index, first event, end event)
+        # ("Execute", bundled input index, first event, end event, native runs before it)
+        self._runs: list[tuple] = []
         self._run_events: list[tuple] = []  # the events of all runs, back to back
         self._run_allocators: dict[int, tuple[str, ...]] = {}  # run index -> its allocators
         self._chains: list = []  # bound chains of each traced method, by key
-        self._count = 0
-        self._debug = torch.zeros(debug_buffer_size, dtype=torch.uint8)
+        # The native trace (timed runs of the native core) and the event count of both sides.
+        log = native_trace_log(max_events)
+        self.native_log = log if log is not None else _EventCount(max_events)
         # Offsets in the debug buffer, reserved under a lock; native traced runs share the allocator.
-        self.debug_arena = native_debug_arena(self._debug) or _DebugArena(debug_buffer_size)
+        self.debug_buffer_size = debug_buffer_size  # None: sized from the plan
+        size, limit = (0, AUTO_DEBUG_BUFFER_LIMIT) if debug_buffer_size is None else (debug_buffer_size,) * 2
+        arena = native_debug_arena(size, limit)
+        self.debug_arena = arena if arena is not None else _DebugArena(size, limit)
         self._warned = False
+
+    @property
+    def dropped_events(self) -> int:
+        """Events and debug values dropped for lack of room (the native log's included)."""
+        return self._dropped + self.native_log.dropped
 
     @property
     def logs_intermediates(self) -> bool:
@@ -109,7 +132,7 @@ class EventTracer:
             self._run_events.extend(self._fit(events, n))
             if allocators:
                 self._run_allocators[len(self._runs)] = tuple(allocators)
-            self._runs.append(("Execute", bundled_input_index, first, len(self._run_events)))
+            self._runs.append(("Execute", bundled_input_index, first, len(self._run_events), len(self.native_log)))
 
     def _timed_count(self, event: tuple) -> int:
         if len(event) > 3:  # counted by the native core as it ran
@@ -121,12 +144,10 @@ class EventTracer:
 
     def _fit(self, events: list, n: int) -> list:
         """`events`, cut to the room left under max_events (the rest counted as dropped)."""
-        room = max(self.max_events - self._count, 0)
+        room = self.native_log.fit(n)
         if n > room:
             self._drop(n - room)
             events = self._expand(events)[:room]
-            n = room
-        self._count += n
         return events
 
     def _expand(self, events) -> list[tuple]:
@@ -138,17 +159,28 @@ class EventTracer:
                 out.append(e)
         return out
 
+    def plan_debug_bytes(self, nbytes: int) -> None:
+        """A loaded method logs up to `nbytes` per run: a debug buffer sized from the plan grows by at least that."""
+        if self.debug_buffer_size is None and self.logs_outputs:
+            self.debug_arena.grow_by_at_least(nbytes)
+
     def count_dropped(self, n: int) -> None:
-        """Counts `n` values a native traced run could not fit into the debug buffer."""
+        """Counts `n` logged values that did not fit into the debug buffer."""
         with self._lock:
+            self.dropped_debug_values += n
             self._drop(n)
 
+    def dropped_values_event(self, n: int, time: int) -> tuple:
+        """The event that ends a run which dropped `n` logged values."""
+        return ("P", DROPPED_DEBUG_VALUES, UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, str(n).encode(), time, time)
+
     def _drop(self, n: int) -> None:
-        self.dropped_events += n
+        self._dropped += n
         if not self._warned:
             self._warned = True
+            size = "sized from the plan" if self.debug_buffer_size is None else f"{self.debug_buffer_size} bytes"
             warnings.warn(f"ETDump buffer full: dropping events (limit {self.max_events} events, debug buffer "
-                          f"{self._debug.numel()} bytes); Program.etdump_dropped_events counts them",
+                          f"{size}); Program.etdump_dropped_events counts them",
                           RuntimeWarning, stacklevel=4)
 
     def debug_value(self, value) -> E.Value | None:
@@ -178,12 +210,12 @@ class EventTracer:
         except ValueError:
             return None
         nbytes = t.numel() * t.element_size()
-        offset = self.debug_arena.reserve(nbytes, DEBUG_ALIGNMENT)
+        offset, space = self.debug_arena.reserve(nbytes, DEBUG_ALIGNMENT)
         if offset < 0:
             self.count_dropped(1)
             return None
         if nbytes:
-            self._debug[offset : offset + nbytes].view(t.dtype).view(t.shape).copy_(t)
+            space.view(t.dtype).view(t.shape).copy_(t)
         return _tensor_entry(scalar_type, t.shape, offset)
 
     def debug_event_of_record(self, chain: int, instruction: int, record) -> tuple | None:
@@ -203,11 +235,27 @@ class EventTracer:
 
     # -- writing -----------------------------------------------------------------------------
 
+    def _native_block(self, run: tuple) -> tuple:
+        """The run block of a native timed run (see `_core.TraceLog.runs`)."""
+        key, bundled, count, kept, start, end, raw = run
+        record = array("q")
+        record.frombytes(raw)
+        events = [("T", key, record, count - 1),
+                  ("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end)]
+        if kept < count:
+            events = self._expand(events)[:kept]
+        return ("Execute", bundled, (), events)
+
     def to_etdump(self) -> E.ETDump:
         with self._lock:
+            native = self.native_log.runs()
             blocks = [("Default", -1, tuple(self._load_allocators), tuple(self._load_events))]
-            blocks += [(name, bundled, self._run_allocators.get(k, ()), self._run_events[first:end])
-                       for k, (name, bundled, first, end) in enumerate(self._runs)]
+            n = 0  # native runs merged so far: each Python-recorded run knows how many came before it
+            for k, (name, bundled, first, end, native_before) in enumerate(self._runs):
+                blocks += [self._native_block(r) for r in native[n:native_before]]
+                n = max(n, native_before)
+                blocks.append((name, bundled, self._run_allocators.get(k, ()), self._run_events[first:end]))
+            blocks += [self._native_block(r) for r in native[n:]]
         run_data = []
         for name, bundled, allocators, events in blocks:
             run_data.append(E.RunData(
@@ -218,7 +266,7 @@ class EventTracer:
         return E.ETDump(version=0, run_data=run_data)
 
     def debug_buffer(self) -> bytes:
-        return self._debug[: self.debug_arena.used].numpy().tobytes()
+        return self.debug_arena.contents().numpy().tobytes()
 
     def write(self, etdump_path, debug_buffer_path=None) -> None:
         if self.dropped_events:
@@ -229,22 +277,74 @@ class EventTracer:
             write_atomic(debug_buffer_path, self.debug_buffer())
 
 
-class _DebugArena:
-    """The debug-buffer allocator when the native core is not built (same interface as its DebugArena)."""
+class _EventCount:
+    """The event count under max_events when the native core (and its TraceLog) is not built."""
 
-    def __init__(self, size: int):
-        self._size = size
+    def __init__(self, max_events: int):
+        self._room = max_events
+
+    def fit(self, n: int) -> int:
+        """How many of `n` more events fit (counted as kept); called under the tracer's lock."""
+        granted = max(0, min(n, self._room))
+        self._room -= granted
+        return granted
+
+    dropped = 0  # no native runs
+
+    def __len__(self) -> int:
+        return 0
+
+    def runs(self) -> list:
+        return []
+
+
+class _DebugArena:
+    """The debug-buffer allocator when the native core is not built (the interface and layout of its
+    DebugArena: chunks of at least the growth unit while the total stays within `limit`)."""
+
+    _MAX_UNIT = 64 << 20
+
+    def __init__(self, size: int, limit: int):
+        self._chunks = [torch.empty(size, dtype=torch.uint8)]
+        self._starts = [0]
+        self._capacity, self._limit, self._unit = size, max(size, limit), 1 << 20
         self.used = 0
         self._lock = threading.Lock()
 
-    def reserve(self, nbytes: int, alignment: int) -> int:
-        """Offset of `nbytes` bytes aligned to `alignment`, or -1 when they do not fit."""
+    def grow_by_at_least(self, nbytes: int) -> None:
         with self._lock:
-            offset = -(-self.used // alignment) * alignment
-            if offset + nbytes > self._size:
-                return -1
+            self._unit = max(self._unit, min(_round_up(max(nbytes, 0), 64), self._MAX_UNIT))
+
+    def reserve(self, nbytes: int, alignment: int) -> tuple[int, torch.Tensor | None]:
+        """Offset of `nbytes` bytes aligned to `alignment` and the bytes to copy into, or (-1, None)."""
+        with self._lock:
+            offset = _round_up(self.used, alignment)
+            if offset + nbytes > self._capacity:
+                start = _round_up(self._capacity, max(alignment, 64))
+                size = max(self._unit, _round_up(nbytes, 64))
+                if start + size > self._limit:
+                    return -1, None
+                self._chunks[-1][self.used - self._starts[-1]:].zero_()
+                if start > self._capacity:
+                    self._chunks.append(torch.zeros(start - self._capacity, dtype=torch.uint8))
+                    self._starts.append(self._capacity)
+                self._chunks.append(torch.empty(size, dtype=torch.uint8))
+                self._starts.append(start)
+                self._capacity = start + size
+                self.used = offset = start
+            chunk, base = self._chunks[-1], self._starts[-1]
+            chunk[self.used - base : offset - base].zero_()
             self.used = offset + nbytes
-            return offset
+            return offset, chunk[offset - base : offset - base + nbytes]
+
+    def contents(self) -> torch.Tensor:
+        with self._lock:
+            parts = [c[: min(c.numel(), self.used - s)] for c, s in zip(self._chunks, self._starts) if s < self.used]
+        return torch.cat(parts) if parts else torch.empty(0, dtype=torch.uint8)
+
+
+def _round_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
 
 
 def _tensor_entry(scalar_type: int, sizes, offset: int) -> E.Tensor:

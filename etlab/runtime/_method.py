@@ -112,6 +112,12 @@ class Method:
         self._tracer = tracer
         self._chains_key = tracer.register_chains(bound.chains) if tracer is not None else -1
         self._context = context
+        # Timings only on the native core: the whole run block is recorded natively (no Python per run).
+        self._native_log = None
+        if (tracer is not None and context is None and not tracer.logs_outputs and not tracer.trace_allocations
+                and hasattr(self._core, "trace_to")):
+            self._native_log = tracer.native_log
+            self._core.trace_to(self._native_log, self._chains_key)
         self._busy = threading.Lock()
         self._closed = False
         self._scratch = [table.values[s] for s in scratch]
@@ -177,8 +183,11 @@ class Method:
         if self.program._mapped:
             self.program.check_files()  # a truncated memory-mapped file: FormatError, not SIGBUS
         tracer = self._tracer
+        native_log = self._native_log
         clock = self._core.clock
-        start = clock() if tracer is not None else 0
+        logging = tracer is not None and native_log is None
+        start = clock() if logging else 0
+        dropped_before = tracer.dropped_debug_values if logging else 0
         events: list[tuple] = []
         try:
             # Inputs are detached and nothing the runtime owns requires grad: no autograd to switch off.
@@ -186,8 +195,10 @@ class Method:
                 t.resize_(0)
             self._set_inputs(inputs)
             core = self._core
-            if tracer is None:
-                core.run()
+            if tracer is None or (native_log is not None and bundled_input_index < 0):
+                core.run()  # with a native log, this run's block is recorded natively
+            elif native_log is not None:
+                core.run_logged(bundled_input_index)
             elif self._context is None and not tracer.logs_intermediates:
                 record, count = core.run_timed()
                 events.append(("T", self._chains_key, record) if count is None else
@@ -196,22 +207,33 @@ class Method:
                 core.run_traced(events, tracer, self._context)
             outputs = [_copy_out(self._table.values[s]) for s in self._outputs]
         except StepFailed as failed:
-            info = self._bound.chains[failed.chain].infos[failed.index] if failed.index >= 0 else None
-            where = f"chain {failed.chain}, instruction {info.instruction} ({info.operator})" if info else "a step"
-            raise ExecutionError(f"method {self.name!r}: {where} failed: "
-                                 f"{type(failed.error).__name__}: {failed.error}") from failed.error
-        if tracer is not None:
-            self._finish_trace(tracer, events, start, clock(), bundled_input_index, outputs)
+            raise self._step_error(failed) from failed.error
+        if logging:
+            self._finish_trace(tracer, events, start, clock(), bundled_input_index, outputs, dropped_before)
         return outputs
 
+    def _step_error(self, failed: StepFailed) -> ExecutionError:
+        """The error of a failed step, naming the method, chain, instruction, operator and debug handle
+        (the runtime's debug handle of an instruction is its index: its ETDump events' instruction_id,
+        which the ETRecord maps to graph nodes)."""
+        info = self._bound.chains[failed.chain].infos[failed.index] if failed.index >= 0 else None
+        where = (f"chain {failed.chain}, instruction {info.instruction} ({info.operator}, debug handle "
+                 f"{info.instruction})" if info else "a step")
+        return ExecutionError(f"method {self.name!r}: {where} failed: {type(failed.error).__name__}: {failed.error}")
+
     def _finish_trace(self, tracer: EventTracer, events: list, start: int, end: int, bundled_input_index: int,
-                      outputs: list) -> None:
+                      outputs: list, dropped_before: int) -> None:
         events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end))
         if tracer.logs_outputs:
             for value in outputs:
                 event = tracer.debug_event(PROGRAM_OUTPUT_CHAIN, UNSET_INSTRUCTION, value, is_output=True)
                 if event is not None:
                     events.append(event)
+        # Values this run could not log (runs of other methods sharing the tracer at the same time
+        # may be counted here too; the total is exact).
+        dropped = tracer.dropped_debug_values - dropped_before
+        if dropped > 0:
+            events.append(tracer.dropped_values_event(dropped, end))
         allocators = []
         if tracer.trace_allocations:
             allocators = ["outputs"]

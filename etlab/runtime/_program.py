@@ -8,6 +8,8 @@ import threading
 import time
 from typing import Any, ClassVar
 
+import torch
+
 from etlab.errors import FormatError
 from etlab.runtime._binding import bind, classify, dynamic_scratch
 from etlab.runtime._delegate import NULL_CONTEXT, DelegateContext, init_delegates
@@ -127,7 +129,7 @@ class Program:
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
                 table.check_slot(slot, f"{what}: output")
-            delegates = init_delegates(self._pte, plan, what)
+            delegates = init_delegates(self._pte, plan, what, self._data.named)
             context = DelegateContext(self._tracer) if self._tracer is not None and delegates else None
             bound = bind(plan, table, kernels, delegates, context or NULL_CONTEXT)
             core = None
@@ -145,11 +147,12 @@ class Program:
         method = Method(self, meta, table, list(plan.inputs or []), list(plan.outputs or []), bound, arenas,
                         delegates, self._tracer, context, dynamic_scratch(plan, table), core)
         if self._tracer is not None:
-            self._trace_load(name, load_start, init_start, init_end, arenas)
+            self._trace_load(name, method, load_start, init_start, init_end, arenas)
         return method
 
-    def _trace_load(self, name: str, load_start: int, init_start: int, init_end: int, arenas) -> None:
+    def _trace_load(self, name: str, method: Method, load_start: int, init_start: int, init_end: int, arenas) -> None:
         tracer = self._tracer
+        tracer.plan_debug_bytes(_debug_bytes_per_run(method))
         events = [("P", "Method::init", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, init_start, init_end),
                   ("P", "Program::load_method", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, load_start,
                    time.perf_counter_ns())]
@@ -177,6 +180,23 @@ class Program:
         if self._tracer is None:
             raise LoadError(f"{self._what}: ETDump is off; load the program with enable_etdump=True")
         self._tracer.write(etdump_path, debug_buffer_path)
+
+
+def _tensor_bytes(value) -> int:
+    """Debug-buffer bytes of a value as logged (each tensor 64-byte aligned); 0 for non-tensors."""
+    tensors = value if isinstance(value, list) else [value]
+    return sum(-(-t.numel() * t.element_size() // 64) * 64 for t in tensors if isinstance(t, torch.Tensor))
+
+
+def _debug_bytes_per_run(method: Method) -> int:
+    """What one run of `method` logs into the debug buffer at the tracer's level: the program outputs,
+    and at the intermediate level every value each step logs, at their planned sizes (upper bounds
+    for dynamic shapes; a delegate's own intermediates are not known before it runs)."""
+    tracer, values = method._tracer, method._table.values
+    slots = list(method._outputs) if tracer.logs_outputs else []
+    if tracer.logs_intermediates:
+        slots += [s for chain in method._bound.chains for info in chain.infos for s in info.log_slots]
+    return sum(_tensor_bytes(values[s]) for s in slots)
 
 
 class Runtime:
@@ -207,16 +227,18 @@ class Runtime:
             return Runtime._instances[core]
 
     def load_program(self, data, *, verification: Verification = Verification.Minimal, enable_etdump: bool = False,
-                     debug_buffer_size: int = 0, etdump_debug_level: DebugLevel | int | None = None,
+                     debug_buffer_size: int | None = None, etdump_debug_level: DebugLevel | int | None = None,
                      etdump_max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False,
                      data_files=(), data_path=None) -> Program:
         """Loads a `.pte` (or the program inside a `.bpte`) from a path, bytes or a binary file.
 
         - `data_files` (or upstream's single `data_path`): `.ptd` files holding tensors the
           program keeps outside (looked up by fully-qualified name);
-        - `enable_etdump`: trace loads and runs; `debug_buffer_size` bytes keep tensor values;
-          `etdump_debug_level` defaults to intermediate outputs when there is a debug buffer, else
-          no logging; `etdump_max_events` caps the events kept; `trace_allocations` adds
+        - `enable_etdump`: trace loads and runs; `etdump_debug_level` says which values are logged
+          (default: intermediate outputs when `debug_buffer_size` > 0 is given, else none);
+          `debug_buffer_size` bytes keep logged tensors (default: sized from each loaded method's
+          plan and grown with the runs, up to 1 GiB; values that do not fit are dropped and
+          counted); `etdump_max_events` caps the events kept; `trace_allocations` adds
           allocation events (upstream 1.5.1's Inspector does not accept those).
         """
         Verification(verification)
@@ -234,8 +256,11 @@ class Runtime:
         if enable_etdump:
             level = etdump_debug_level
             if level is None:
-                level = DebugLevel.INTERMEDIATE_OUTPUTS if debug_buffer_size > 0 else DebugLevel.NO_LOGGING
-            tracer = EventTracer(debug_level=DebugLevel(level), debug_buffer_size=debug_buffer_size,
+                level = DebugLevel.INTERMEDIATE_OUTPUTS if debug_buffer_size else DebugLevel.NO_LOGGING
+            level = DebugLevel(level)
+            if debug_buffer_size is None and level == DebugLevel.NO_LOGGING:
+                debug_buffer_size = 0
+            tracer = EventTracer(debug_level=level, debug_buffer_size=debug_buffer_size,
                                  max_events=etdump_max_events, trace_allocations=trace_allocations)
         return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=views, core=self.core)
 

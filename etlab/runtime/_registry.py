@@ -152,7 +152,8 @@ def register_backend(name: str, backend: Any) -> None:
     once per delegate when a method loads; `backend.execute(handle, args, context)` runs each
     DelegateCall (args: the call's values in order, inputs then outputs; outputs are written in
     place); optional `destroy(handle)` runs when the method is released; optional
-    `is_available() -> bool` (default True).
+    `is_available() -> bool` (default True). A backend with `takes_init_context = True` gets a
+    third argument, a `BackendInitContext` (the program's named data, where XNNPACK keeps weights).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"backend name must be a non-empty string, got {name!r}")

@@ -6,7 +6,8 @@ generated builder functions (`Start`, `Add<Field>`, `End`); decoding first verif
 against `layouts.LAYOUTS`, then unpacks it with the generated object API and converts to models.
 
 Absent fields decode to None (not to an empty value) so that a decoded file re-encodes exactly
-as it was written; models built in code default their vectors to empty lists.
+as it was written; models built in code default their vectors to empty lists. A union whose tags
+alias one table type (`XNNAdd: _XNNNode2x1`) needs a `<field>_type` model field for its tag.
 """
 
 from __future__ import annotations
@@ -229,8 +230,10 @@ class TableCodec:
                     adder(b, v if kind == "scalar" and typ in "fd?" else int(v))
             elif name in offsets:
                 if kind == "union":
-                    members = LAYOUTS["unions"][typ]
-                    getattr(gen, adder.__name__ + "Type")(b, members.index(type(v).__name__) + 1)
+                    tag = getattr(obj, name + "_type", None)  # set when several tags name one table
+                    if not tag:
+                        tag = LAYOUTS["unions"][typ].index(type(v).__name__) + 1
+                    getattr(gen, adder.__name__ + "Type")(b, tag)
                 adder(b, offsets[name])
         return gen.End(b)
 
@@ -300,6 +303,8 @@ class TableCodec:
             elif kind == "union":
                 tag = getattr(t, _camel(name) + "Type")
                 v = self._model(v, LAYOUTS["unions"][typ][tag - 1], what) if tag else None
+                if typ in LAYOUTS["union_tags"]:  # aliased tags: the model keeps which one it was
+                    kwargs[name + "_type"] = tag
             elif kind == "vector":
                 ekind, etype = typ
                 if ekind == "table":

@@ -20,7 +20,7 @@ from pathlib import Path
 
 FBS_DIR = Path(__file__).parent / "fbs"
 OUT_DIR = Path(__file__).parent / "_generated"
-ROOTS = ["scalar_type.fbs", "program.fbs", "flat_tensor.fbs", "etdump.fbs", "bundled_program.fbs"]
+ROOTS = ["scalar_type.fbs", "program.fbs", "flat_tensor.fbs", "etdump.fbs", "bundled_program.fbs", "xnnpack.fbs"]
 NS_PREFIX = "etlab.schema._generated."
 
 # flatbuffers scalar type name -> struct format code
@@ -63,14 +63,6 @@ def parse_fbs(text: str) -> dict:
             return True
         return False
 
-    def names_until_brace() -> list[str]:
-        items = []
-        while toks[pos] != "}":
-            items.append(take())
-            peek_take(",")
-        take("}")
-        return items
-
     while pos < len(toks):
         kw = take()
         if kw in ("include", "file_extension"):
@@ -95,8 +87,15 @@ def parse_fbs(text: str) -> dict:
             take("}")
             out["enums"][name] = {"base": SCALARS[base], "values": values}
         elif kw == "union":
+            # Members are `Table` or `Alias: Table` (several tags naming one table type).
             name = take("", "{")
-            out["unions"][name] = names_until_brace()
+            members = []
+            while toks[pos] != "}":
+                member = take()
+                members.append((member, take() if peek_take(":") else member))
+                peek_take(",")
+            take("}")
+            out["unions"][name] = members
         elif kw == "table":
             name = take("", "{")
             fields = []
@@ -105,16 +104,18 @@ def parse_fbs(text: str) -> dict:
                 vector = peek_take("[")
                 ftype = take("", "]") if vector else take()
                 default = take() if peek_take("=") else None
-                align = None
+                align, deprecated = None, False
                 if peek_take("("):
                     while toks[pos] != ")":
-                        if take() == "force_align":
+                        attribute = take()
+                        if attribute == "force_align":
                             take(":")
                             align = int(take())
+                        deprecated |= attribute == "deprecated"
                         peek_take(",")
                     take(")")
                 take(";")
-                fields.append((fname, vector, ftype, default, align))
+                fields.append((fname, vector, ftype, default, align, deprecated))
             take("}")
             out["tables"][name] = fields
         else:
@@ -127,15 +128,19 @@ def build_layouts(parsed: dict[str, dict]) -> dict:
 
     kind is one of scalar | enum | string | table | union | vector; for vectors, type is
     (element kind, element type). Enum and union types are qualified as "namespace.Name".
+    A union's members are listed as table types (tag i + 1 is member i); a union whose tags alias
+    table types (`XNNAdd: _XNNNode2x1`) also lists its tag names under "union_tags".
     """
     enums = {f"{p['namespace']}.{n}": e for p in parsed.values() for n, e in p["enums"].items()}
-    layouts: dict = {"tables": {}, "enums": {}, "unions": {}, "roots": {}}
+    layouts: dict = {"tables": {}, "enums": {}, "unions": {}, "union_tags": {}, "roots": {}}
     for p in parsed.values():
         ns = p["namespace"].removeprefix(NS_PREFIX)
         for n, e in p["enums"].items():
             layouts["enums"][f"{ns}.{n}"] = e
         for n, members in p["unions"].items():
-            layouts["unions"][f"{ns}.{n}"] = members
+            layouts["unions"][f"{ns}.{n}"] = [table for _tag, table in members]
+            if any(tag != table for tag, table in members):  # aliased members: keep each tag's name
+                layouts["union_tags"][f"{ns}.{n}"] = [tag for tag, _table in members]
         if p["root"]:
             layouts["roots"][ns] = (p["root"], p["identifier"])
 
@@ -156,7 +161,10 @@ def build_layouts(parsed: dict[str, dict]) -> dict:
 
         for tname, fields in p["tables"].items():
             slot, rows = 0, []
-            for fname, vector, ftype, default, align in fields:
+            for fname, vector, ftype, default, align, deprecated in fields:
+                if deprecated:  # keeps its vtable slot; flatc generates no accessor for it
+                    slot += 1
+                    continue
                 kind, typ = resolve(ftype)
                 if kind == "union":
                     # A union takes two vtable slots: its type tag, then the value offset.

@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
 
+# etlab's runtime ends a run that dropped logged values (debug buffer full) with a zero-length
+# profile event of this name; its delegate_debug_metadata is the count in ASCII digits.
+DROPPED_DEBUG_VALUES = "etlab::dropped_debug_values"
 # Event names the ExecuTorch runtime writes by convention (not graph nodes):
 # around methods (they belong to no node) ...
-FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Method::execute"})
+FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Method::execute", DROPPED_DEBUG_VALUES})
 # ... the per-instruction wrapper (its time is the kernel's plus dispatch) and a delegate call.
 OPERATOR_CALL = "OPERATOR_CALL"
 DELEGATE_CALL = "DELEGATE_CALL"

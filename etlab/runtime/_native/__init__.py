@@ -3,11 +3,15 @@
 The Python loops of `_interpreter` stay the reference. The native core runs the same plan,
 instruction for instruction: ATen kernels through dispatcher handles resolved at load time,
 with their argument stacks built at load time from the same value table (tensors are shared,
-not copied: a `set_` on either side is seen by both); Move, Free and JumpFalse on tensors; and,
+not copied: a `set_` on either side is seen by both) and their dispatch key sets resolved too,
+so a run (below autograd, entered once) redispatches straight to the CPU kernel unless a
+dispatch mode or RecordFunction callback (the profiler) is active; Move, Free and JumpFalse on tensors; and,
 through a call back into Python, every step that needs Python (custom `register_kernel`
 kernels, primitive operators on Python scalars, delegates, and anything the native core cannot
 bind). The GIL is released while native steps run. Tracing records the same timestamps and
-debug values as the Python tracer, so both cores write the same ETDump.
+debug values as the Python tracer, so both cores write the same ETDump; a run traced with
+timings only is kept in a native `TraceLog` (its run block and Method::execute event), which
+Python reads only when the ETDump is written.
 
 `choose_core(requested)` picks the core a program uses: `"python"`, `"native"`, or None for the
 default (ETLAB_RUNTIME_CORE if set, else native when built, else Python with a warning).
@@ -61,6 +65,12 @@ def choose_core(requested: str | None) -> str:
     return requested
 
 
-def debug_arena(buffer):
-    """The native debug-buffer allocator over `buffer` (shared with native traced runs), or None."""
-    return _core.DebugArena(buffer) if _core is not None else None
+def debug_arena(size: int, limit: int):
+    """The native debug-buffer allocator (shared with native traced runs): `size` bytes, growing up to
+    `limit`; or None."""
+    return _core.DebugArena(size, limit) if _core is not None else None
+
+
+def trace_log(max_events: int):
+    """The native trace of a program's timed runs (and its event count under `max_events`), or None."""
+    return _core.TraceLog(max_events) if _core is not None else None

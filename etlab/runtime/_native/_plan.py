@@ -135,6 +135,17 @@ class NativeCore:
         record.frombytes(raw)
         return record, count
 
+    def trace_to(self, log, chains_key: int) -> None:
+        """From now on every run is timed into `log` (a `_core.TraceLog`) as one run block, natively."""
+        self.plan.set_trace_log(log, chains_key)
+
+    def run_logged(self, bundled_input_index: int) -> None:
+        """A run timed into the trace log (`trace_to`) as the run block of a bundled input."""
+        try:
+            self.plan.run_logged(bundled_input_index)
+        except Exception as e:
+            raise self._failed(e) from e
+
     def run_traced(self, events: list, tracer, context) -> None:
         """`_interpreter.run_traced`: the same events in the same order; tensors are copied into the
         debug buffer natively, and the records become event tuples after the run."""

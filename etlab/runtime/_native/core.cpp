@@ -2,105 +2,14 @@
 #include "core.h"
 
 #include <ATen/Parallel.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/autograd/python_variable.h>
 
-#include <chrono>
+#include <algorithm>
 #include <stdexcept>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
-
 namespace etlab_native {
-
-int64_t now_ns() {
-  // CLOCK_MONOTONIC, the clock of Python's time.perf_counter_ns(): native and Python timestamps mix.
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-
-#if defined(__x86_64__) || defined(__i386__)
-uint64_t ticks() { return __rdtsc(); }
-constexpr bool kCounter = true;
-#else
-uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
-constexpr bool kCounter = false;
-#endif
-
-namespace {
-
-struct ClockState {
-  std::mutex mutex;
-  Anchor first, last;
-  ClockState() {
-    if (!kCounter) return;
-    // An initial period over ~2 ms; every later anchor refines it over a longer baseline.
-    first.ticks = ticks();
-    first.ns = now_ns();
-    Anchor end;
-    do {
-      end.ticks = ticks();
-      end.ns = now_ns();
-    } while (end.ns - first.ns < 2000000);
-    first.ns_per_tick = static_cast<double>(end.ns - first.ns) / static_cast<double>(end.ticks - first.ticks);
-    last = end;
-    last.ns_per_tick = first.ns_per_tick;
-  }
-};
-
-ClockState& clock_state() {
-  static ClockState state;
-  return state;
-}
-
-}  // namespace
-
-Anchor new_anchor() {
-  if (!kCounter) return Anchor{};
-  ClockState& st = clock_state();
-  Anchor a;
-  a.ticks = ticks();
-  a.ns = now_ns();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  a.ns_per_tick = st.last.ns_per_tick;
-  if (a.ns - st.first.ns > 50000000 && a.ticks > st.first.ticks)
-    a.ns_per_tick = static_cast<double>(a.ns - st.first.ns) / static_cast<double>(a.ticks - st.first.ticks);
-  st.last = a;
-  return a;
-}
-
-Anchor last_anchor() {
-  if (!kCounter) return Anchor{};
-  ClockState& st = clock_state();
-  std::lock_guard<std::mutex> lock(st.mutex);
-  return st.last;
-}
-
-int64_t clock_ns() { return kCounter ? last_anchor().to_ns(ticks()) : now_ns(); }
-
-std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
-
-// -- debug arena --------------------------------------------------------------------------------
-
-DebugArena::DebugArena(at::Tensor buffer) : buffer_(std::move(buffer)) {
-  if (buffer_.scalar_type() != at::kByte || buffer_.dim() != 1 || !buffer_.is_contiguous())
-    throw std::invalid_argument("DebugArena: the buffer must be a contiguous 1-d uint8 tensor");
-}
-
-int64_t DebugArena::reserve(int64_t nbytes, int64_t alignment) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  int64_t offset = (used_ + alignment - 1) / alignment * alignment;
-  if (nbytes < 0 || offset + nbytes > buffer_.numel()) return -1;
-  used_ = offset + nbytes;
-  return offset;
-}
-
-int64_t DebugArena::used() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return used_;
-}
 
 // -- building ------------------------------------------------------------------------------------
 
@@ -235,10 +144,39 @@ bool set_fast_path(Instr& in, Fast fast) {
   return true;
 }
 
+// The key set the dispatcher computes for `in`'s arguments under dispatch state `tls`; the call may
+// skip the dispatcher (redispatch to these keys) when they select the CPU kernel. The tensors keep
+// their identity, so their key sets, for the life of the method.
+void set_direct_keys(Instr& in, const c10::impl::LocalDispatchKeySet& tls) {
+  c10::DispatchKeySet keys;
+  for (const c10::IValue& v : in.args) {
+    if (v.isTensor()) {
+      keys = keys | v.toTensor().key_set();
+    } else if (v.isTensorList()) {
+      for (const at::Tensor& t : v.toTensorList()) keys = keys | t.key_set();
+    } else if (v.isList()) {
+      for (const c10::IValue& x : v.toListRef())
+        if (x.isTensor()) keys = keys | x.toTensor().key_set();
+    }
+  }
+  in.keys = (keys | tls.included_) - tls.excluded_;
+  in.direct = !keys.empty() && in.keys.highestPriorityTypeId() == c10::DispatchKey::CPU;
+}
+
+c10::impl::LocalDispatchKeySet below_autograd_tls() {
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return c10::impl::tls_local_dispatch_key_set();
+}
+
+bool same_tls(const c10::impl::LocalDispatchKeySet& a, const c10::impl::LocalDispatchKeySet& b) {
+  return a.included_ == b.included_ && a.excluded_ == b.excluded_;
+}
+
 }  // namespace
 
 NativePlan::NativePlan(py::object goto_type, py::list values, std::vector<int64_t> et_scalar_types)
-    : goto_type_(std::move(goto_type)), values_(std::move(values)) {
+    : goto_type_(std::move(goto_type)), values_(std::move(values)), load_tls_(below_autograd_tls()),
+      outer_tls_(c10::impl::tls_local_dispatch_key_set()) {
   et_type_.fill(-1);
   for (size_t i = 0; i < et_scalar_types.size() && i < et_type_.size(); ++i)
     et_type_[i] = static_cast<int8_t>(et_scalar_types[i]);
@@ -276,6 +214,7 @@ Instr NativePlan::make_kernel(const std::string& name, const std::string& overlo
     in.a = unpack_tensor(result, name + " result");
   }
   in.handle = *handle;
+  set_direct_keys(in, load_tls_);
   Fast fast = in.has_result ? Fast::None : fast_kind(handle->schema());
   if (set_fast_path(in, fast)) {
     std::vector<at::Scalar> scalars;
@@ -377,28 +316,56 @@ std::vector<int64_t> NativePlan::step_counts() const {
 
 // -- running ---------------------------------------------------------------------------------------
 
+void NativePlan::begin_run(const c10::impl::LocalDispatchKeySet& outer) {
+  // Called inside the run's AutoDispatchBelowADInplaceOrView: nothing the runtime owns requires
+  // grad, so every step runs below autograd, where the Python core's calls end up too.
+  outer_tls_ = outer;
+  direct_ = same_tls(c10::impl::tls_local_dispatch_key_set(), load_tls_) &&
+            !at::getStepCallbacksUnlessEmpty(at::RecordScope::FUNCTION).has_value();
+}
+
 void NativePlan::call_kernel(Instr& in) {
-  // Nothing the runtime owns requires grad: below autograd is where the Python path ends up too.
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
   auto& a = in.args;
-  switch (in.fast) {
-    case Fast::TTS:
-      in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
-      return;
-    case Fast::TT:
-      in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
-      return;
-    case Fast::T:
-      in.t->call(a[0].toTensor(), a[1].toTensor());
-      return;
-    case Fast::TTTSS:
-      in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
-      return;
-    case Fast::None:
-      break;
+  if (direct_ && in.direct) {  // straight to the CPU kernel: the key set is known
+    const c10::DispatchKeySet ks = in.keys;
+    switch (in.fast) {
+      case Fast::TTS:
+        in.tts->redispatch(ks, a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+        return;
+      case Fast::TT:
+        in.tt->redispatch(ks, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+        return;
+      case Fast::T:
+        in.t->redispatch(ks, a[0].toTensor(), a[1].toTensor());
+        return;
+      case Fast::TTTSS:
+        in.tttss->redispatch(ks, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+        return;
+      case Fast::None:
+        break;
+    }
+    stack_.assign(a.begin(), a.end());
+    in.handle->redispatchBoxed(ks, &stack_);
+  } else {
+    switch (in.fast) {
+      case Fast::TTS:
+        in.tts->call(a[0].toTensor(), a[1].toTensor(), in.s0, a[3].toTensor());
+        return;
+      case Fast::TT:
+        in.tt->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+        return;
+      case Fast::T:
+        in.t->call(a[0].toTensor(), a[1].toTensor());
+        return;
+      case Fast::TTTSS:
+        in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+        return;
+      case Fast::None:
+        break;
+    }
+    stack_.assign(a.begin(), a.end());
+    in.handle->callBoxed(stack_);
   }
-  stack_.assign(a.begin(), a.end());
-  in.handle->callBoxed(stack_);
   if (in.has_result) {
     const at::Tensor& r = stack_.at(0).toTensor();
     if (!r.is_same(in.a)) in.a.set_(r);
@@ -413,6 +380,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
         const int64_t threads = at::get_num_threads();
         if (threads != in.chosen_for_threads) {
           py::gil_scoped_acquire gil;
+          c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);
           in.use_alternative = in.choose().cast<bool>();
           in.chosen_for_threads = threads;
         }
@@ -423,30 +391,44 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
       return pc + 1;
     case Op::Python: {
       py::gil_scoped_acquire gil;
+      c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);  // Python code runs as it would anywhere
       py::object r = in.fn();
       if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr())) return r.cast<int64_t>();
       return pc + 1;
     }
     case Op::Move: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       in.a.set_(in.b);
       return pc + 1;
     }
     case Op::Free: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       in.a.set_();
       return pc + 1;
     }
     case Op::JumpIfFalse: {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
       return at::all(in.a).item<bool>() ? pc + 1 : in.destination;
     }
   }
   return pc + 1;
 }
 
+void NativePlan::set_trace_log(std::shared_ptr<TraceLog> log, int64_t chains_key) {
+  log_ = std::move(log);
+  chains_key_ = chains_key;
+}
+
 void NativePlan::run() {
+  if (log_) {
+    run_logged(-1);
+  } else {
+    run_plain();
+  }
+}
+
+void NativePlan::run_plain() {
   failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& instrs = chains_[c].instrs;
     const int64_t n = static_cast<int64_t>(instrs.size());
@@ -461,11 +443,13 @@ void NativePlan::run() {
   }
 }
 
-std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
-  failed_chain = failed_index = -1;
+int64_t NativePlan::timed_loop(std::vector<int64_t>& record) {
   // The record format of _interpreter.run_timed: per chain its start, then one end time per step
   // (straight-line) or (step index, end time) pairs closed by -1 (chains with jumps).
-  std::vector<int64_t> record;
+  failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   int64_t events = 0;
   record.reserve(static_cast<size_t>(instruction_count() + 2 * static_cast<int64_t>(chains_.size())));
   for (size_t c = 0; c < chains_.size(); ++c) {
@@ -488,8 +472,11 @@ std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
     }
     if (ch.jumps) record.push_back(-1);
   }
-  // Ticks to nanoseconds: every entry is a tick except the step indices and -1 of jump chains.
-  const Anchor anchor = new_anchor();
+  return events;
+}
+
+void NativePlan::ticks_to_ns(std::vector<int64_t>& record, const Anchor& anchor) const {
+  // Every entry is a tick except the step indices and -1 of jump chains.
   size_t pos = 0;
   for (const auto& ch : chains_) {
     record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
@@ -504,7 +491,29 @@ std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
     }
     ++pos;
   }
+}
+
+std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
+  std::vector<int64_t> record;
+  const int64_t events = timed_loop(record);
+  ticks_to_ns(record, new_anchor());
   return {std::move(record), events};
+}
+
+void NativePlan::run_logged(int64_t bundled) {
+  if (!log_) throw std::logic_error("run_logged: no trace log set");
+  TimedRun run;
+  run.chains_key = chains_key_;
+  run.bundled = bundled;
+  scratch_.clear();
+  const uint64_t start = ticks();
+  run.events = timed_loop(scratch_) + 1;  // + Method::execute
+  const uint64_t end = ticks();
+  const Anchor anchor = recent_anchor(end);
+  ticks_to_ns(scratch_, anchor);
+  run.start = anchor.to_ns(start);
+  run.end = anchor.to_ns(end);
+  log_->add(run, scratch_);
 }
 
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
@@ -525,16 +534,13 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
       continue;
     }
     const int64_t nbytes = t.numel() * static_cast<int64_t>(t.element_size());
-    const int64_t offset = arena.reserve(nbytes, 64);
+    auto [offset, bytes] = arena.reserve(nbytes, 64);
     if (offset < 0) {
       ++dropped;
       complete = false;
       continue;
     }
-    if (nbytes > 0) {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;
-      arena.buffer().narrow(0, offset, nbytes).view(t.scalar_type()).view(t.sizes()).copy_(t);
-    }
+    if (nbytes > 0) bytes.view(t.scalar_type()).view(t.sizes()).copy_(t);
     rec.offsets.push_back(offset);
     rec.scalar_types.push_back(et);
     rec.sizes.emplace_back(t.sizes().begin(), t.sizes().end());
@@ -545,6 +551,9 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
 
 std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_events, int64_t& dropped) {
   failed_chain = failed_index = -1;
+  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
+  at::AutoDispatchBelowADInplaceOrView below_autograd;
+  begin_run(outer);
   std::vector<int64_t> steps;
   steps.reserve(static_cast<size_t>(6 * instruction_count()));
   int64_t python_count = 0;

@@ -3,6 +3,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
@@ -16,19 +17,43 @@ namespace etlab_native {
 
 namespace py = pybind11;
 
+int64_t now_ns();
+
+// Timestamps for tracing. Reading CLOCK_MONOTONIC can cost a system call (hundreds of ns in some
+// virtual machines); the CPU's invariant time-stamp counter costs tens. A trace stores counter
+// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (one clock reading
+// per run) and a tick period measured over the life of the process.
+struct Anchor {
+  uint64_t ticks = 0;
+  int64_t ns = 0;
+  double ns_per_tick = 1.0;
+  int64_t to_ns(uint64_t t) const {
+    return ns + static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t - ticks)) * ns_per_tick);
+  }
+};
+uint64_t ticks();
+Anchor new_anchor();   // reads the clock; refines the tick period
+Anchor recent_anchor(uint64_t now_ticks);  // this thread's last anchor if under 10 ms old, else a new one
+int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
 // Debug-buffer space shared by every method of a program and by the Python tracer: offsets are
-// reserved under a lock, so threads never overlap, and the copy itself happens outside it.
+// reserved under a lock, so threads never overlap, and the copy itself happens outside it. The
+// space is a run of chunks: one of `size` bytes, and more (each at least the growth unit) while
+// the total stays within `limit` (a buffer sized from the plan grows with the runs it keeps).
+// Offsets count from the start of the first chunk; bytes between values are zeroed.
 class DebugArena {
  public:
-  explicit DebugArena(at::Tensor buffer);
-  // Offset of `nbytes` bytes aligned to `alignment`, or -1 when they do not fit.
-  int64_t reserve(int64_t nbytes, int64_t alignment);
+  DebugArena(int64_t size, int64_t limit);
+  // Offset of `nbytes` bytes aligned to `alignment`, and the uint8 view to copy them into, or
+  // (-1, undefined) when they do not fit.
+  std::pair<int64_t, at::Tensor> reserve(int64_t nbytes, int64_t alignment);
+  void grow_by_at_least(int64_t bytes);  // raises the growth unit (methods as they load)
   int64_t used();
-  const at::Tensor& buffer() const { return buffer_; }
+  at::Tensor contents();  // bytes [0, used) as one tensor
 
  private:
-  at::Tensor buffer_;
-  int64_t used_ = 0;
+  std::vector<at::Tensor> chunks_;
+  std::vector<int64_t> starts_;
+  int64_t used_ = 0, capacity_ = 0, limit_, unit_ = 1 << 20;
   std::mutex mutex_;
 };
 
@@ -76,6 +101,11 @@ struct Instr {
   py::object fn;
   std::vector<LogItem> logs;
   std::string name;  // for error messages only
+  // The dispatch key set the dispatcher would compute for these arguments inside the core (below
+  // autograd), resolved at load time; `direct` when it selects the CPU kernel, which the core then
+  // calls by redispatch (no key extraction, no TLS reads) on runs whose dispatch state matches.
+  c10::DispatchKeySet keys;
+  bool direct = false;
 };
 
 struct Chain {
@@ -92,6 +122,39 @@ struct DebugRecord {
   std::vector<int8_t> scalar_types;            // per tensor (ExecuTorch numbering)
   std::vector<std::vector<int64_t>> sizes;     // per tensor
   py::object value;                            // Python
+};
+
+// The timings of one run traced without logged values (the common ETDump case), kept natively
+// until the ETDump is written: nothing is built in Python while the program runs.
+struct TimedRun {
+  int64_t chains_key = -1;   // EventTracer.register_chains key of the method
+  int64_t bundled = -1;      // bundled input index
+  int64_t events = 0;        // events it stands for (instructions' and Method::execute)
+  int64_t kept = 0;          // how many of them fit under the tracer's event limit
+  int64_t start = 0, end = 0;  // Method::execute (the instruction loop), CLOCK_MONOTONIC ns
+  size_t block = 0, offset = 0, length = 0;  // where its record (run_timed's, in ns) is in the log
+};
+
+// A program's native trace: its timed runs and the event count shared with the Python tracer
+// (one limit for both), under one lock so methods on several threads may share it.
+class TraceLog {
+ public:
+  explicit TraceLog(int64_t max_events) : max_events_(max_events) {}
+  // How many of `n` more events fit under the limit (those are counted as kept).
+  int64_t fit(int64_t n);
+  // Appends a run and its record, cut to the room left under the limit (the rest counted as dropped).
+  void add(TimedRun run, const std::vector<int64_t>& record);
+  int64_t size();
+  int64_t dropped();
+  // A copy of the runs and their records, for writing.
+  std::vector<std::pair<TimedRun, std::vector<int64_t>>> runs();
+
+ private:
+  std::mutex mutex_;
+  int64_t max_events_, count_ = 0, dropped_ = 0;
+  std::vector<TimedRun> runs_;
+  // Records back to back in blocks (no allocation per run; a block is never reallocated).
+  std::vector<std::vector<int64_t>> blocks_;
 };
 
 class NativePlan {
@@ -111,10 +174,14 @@ class NativePlan {
   void add_log(int64_t chain, int64_t index, py::object value, int64_t slot);
   void set_event_counts(int64_t chain, std::vector<int64_t> counts);
 
-  // The three loops of _interpreter.py; the GIL is released by the caller.
+  // The three loops of _interpreter.py; the GIL is released by the caller. With a trace log set,
+  // `run` is `run_logged(-1)`: a traced run costs Python nothing more than an untraced one.
   void run();
+  void set_trace_log(std::shared_ptr<TraceLog> log, int64_t chains_key);
   // The record and the number of ETDump events it stands for.
   std::pair<std::vector<int64_t>, int64_t> run_timed();
+  // run_timed, kept in the trace log as one run block (with its Method::execute event).
+  void run_logged(int64_t bundled);
   // Steps as (chain, index, start, end, python events after, debug records after) per step.
   std::vector<int64_t> run_traced(DebugArena& arena, py::list python_events, int64_t& dropped);
   std::vector<DebugRecord>& records() { return records_; }
@@ -127,6 +194,12 @@ class NativePlan {
  private:
   int64_t step(Instr& in, int64_t pc);
   void call_kernel(Instr& in);
+  // Entering and leaving a run: below autograd for the whole run, and whether the precomputed key
+  // sets hold (the dispatch state is the one seen at load, and no RecordFunction callbacks run).
+  void begin_run(const c10::impl::LocalDispatchKeySet& outer);
+  // The loop of run_timed, in counter ticks (converted by the callers).
+  int64_t timed_loop(std::vector<int64_t>& record);
+  void ticks_to_ns(std::vector<int64_t>& record, const Anchor& anchor) const;
   Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
 
@@ -136,26 +209,15 @@ class NativePlan {
   py::list values_;
   std::array<int8_t, 64> et_type_{};  // c10::ScalarType -> ExecuTorch ScalarType, -1 if none
   std::vector<DebugRecord> records_;
+  c10::impl::LocalDispatchKeySet load_tls_;   // the dispatch state (below autograd) at load
+  c10::impl::LocalDispatchKeySet outer_tls_;  // the caller's, restored for Python steps
+  bool direct_ = false;                       // this run may redispatch
+  std::shared_ptr<TraceLog> log_;             // timed runs go here (set_trace_log)
+  int64_t chains_key_ = -1;
+  void run_plain();
+  std::vector<int64_t> scratch_;  // run_logged's record, reused from run to run
 };
 
-int64_t now_ns();
-
-// Timestamps for tracing. Reading CLOCK_MONOTONIC can cost a system call (hundreds of ns in some
-// virtual machines); the CPU's invariant time-stamp counter costs tens. A trace stores counter
-// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (one clock reading
-// per run) and a tick period measured over the life of the process.
-struct Anchor {
-  uint64_t ticks = 0;
-  int64_t ns = 0;
-  double ns_per_tick = 1.0;
-  int64_t to_ns(uint64_t t) const {
-    return ns + static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t - ticks)) * ns_per_tick);
-  }
-};
-uint64_t ticks();
-Anchor new_anchor();   // reads the clock; refines the tick period
-Anchor last_anchor();  // no clock reading
-int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
 std::string error_message(const c10::Error& e);
 
 }  // namespace etlab_native

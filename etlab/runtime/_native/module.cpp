@@ -97,6 +97,18 @@ py::bytes as_bytes(const std::vector<int64_t>& v) {
   return py::bytes(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
 }
 
+// A TraceLog's runs for the writer: (chains key, bundled input index, events, kept,
+// Method::execute start, end, the timed record as int64 bytes) each.
+py::list timed_runs(TraceLog& log) {
+  auto runs = log.runs();
+  py::list out(runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const auto& [r, record] = runs[i];
+    out[i] = py::make_tuple(r.chains_key, r.bundled, r.events, r.kept, r.start, r.end, as_bytes(record));
+  }
+  return out;
+}
+
 // A bare C++ loop making the add.out calls of an add chain (bench/runtime.py): what the same ATen
 // work costs without any interpreter around it. The tensors are converted once, here.
 class BareAddOutLoop {
@@ -110,10 +122,8 @@ class BareAddOutLoop {
   }
   void run() {
     py::gil_scoped_release release;
-    for (size_t i = 0; i < outs_.size(); ++i) {
-      at::AutoDispatchBelowADInplaceOrView below_autograd;  // as the native core's kernel calls
-      at::add_out(outs_[i], lhs_[i], rhs_[i], alpha_);
-    }
+    at::AutoDispatchBelowADInplaceOrView below_autograd;  // as the native core runs its steps
+    for (size_t i = 0; i < outs_.size(); ++i) at::add_out(outs_[i], lhs_[i], rhs_[i], alpha_);
   }
 
  private:
@@ -129,9 +139,18 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "etlab's native runtime core: runs a bound method plan with pre-resolved dispatcher handles.";
 
   py::class_<DebugArena, std::shared_ptr<DebugArena>>(m, "DebugArena")
-      .def(py::init<at::Tensor>())
+      .def(py::init<int64_t, int64_t>(), py::arg("size"), py::arg("limit"))
       .def("reserve", &DebugArena::reserve, py::arg("nbytes"), py::arg("alignment"))
+      .def("grow_by_at_least", &DebugArena::grow_by_at_least, py::arg("nbytes"))
+      .def("contents", &DebugArena::contents)
       .def_property_readonly("used", &DebugArena::used);
+
+  py::class_<TraceLog, std::shared_ptr<TraceLog>>(m, "TraceLog")
+      .def(py::init<int64_t>(), py::arg("max_events"))
+      .def("fit", &TraceLog::fit, py::arg("n"))
+      .def("__len__", &TraceLog::size)
+      .def_property_readonly("dropped", &TraceLog::dropped)
+      .def("runs", &timed_runs);
 
   py::class_<NativePlan>(m, "NativePlan")
       .def(py::init<py::object, py::list, std::vector<int64_t>>())
@@ -158,6 +177,10 @@ PYBIND11_MODULE(_core, m) {
              auto [record, events] = without_gil([&] { return p.run_timed(); });
              return py::make_tuple(as_bytes(record), events);
            })
+      .def("set_trace_log", &NativePlan::set_trace_log, py::arg("log"), py::arg("chains_key"))
+      .def("run_logged", [](NativePlan& p, int64_t bundled) {
+        without_gil([&] { p.run_logged(bundled); return 0; });
+      })
       .def("run_traced", [](NativePlan& p, DebugArena& arena, py::list python_events) {
         p.records().clear();
         int64_t dropped = 0;

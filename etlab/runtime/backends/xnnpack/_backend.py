@@ -1,0 +1,28 @@
+"""The object registered under "XnnpackBackend" with the runtime's backend registry."""
+
+from __future__ import annotations
+
+from etlab.runtime._delegate import BackendInitContext
+from etlab.runtime._registry import register_backend  # not `etlab.runtime`: it imports the backends
+from etlab.runtime.backends.xnnpack._graph import BACKEND_ID, XnnpackPlan, build_plan, run_plan
+from etlab.schema.xnnpack import deserialize_xnnpack
+
+
+class XnnpackBackendRuntime:
+    """init: decode + check + plan the blob (constants may live in the program's named data);
+    execute: run the plan. A plan holds no per-call state, so one may run on several threads."""
+
+    takes_init_context = True  # init receives a BackendInitContext (the program's named data)
+
+    def init(self, processed: memoryview, compile_specs: list[tuple[str, bytes]],
+             context: BackendInitContext | None = None) -> XnnpackPlan:
+        what = f"{BACKEND_ID} delegate" if context is None else f"{BACKEND_ID} delegate {context.delegate_index}"
+        blob = deserialize_xnnpack(processed, what=what)
+        return build_plan(blob, context.named_data if context is not None else {}, what)
+
+    def execute(self, handle: XnnpackPlan, args: list, context=None) -> None:
+        run_plan(handle, args, context)
+
+
+XNNPACK_BACKEND = XnnpackBackendRuntime()
+register_backend(BACKEND_ID, XNNPACK_BACKEND)

@@ -1,0 +1,257 @@
+"""An XNNPACK delegate blob turned into a checked, ready-to-run plan (`XnnpackPlan`), and running it.
+
+`build_plan` checks everything a hostile blob could get wrong before anything runs: value ids
+and shapes, constants (ranges, sizes, named keys), quantization parameters, every node's ids
+and attributes, that every value is written once and before it is read, and (by running the
+whole graph on meta tensors) that each node's declared output shape is what its kernel makes.
+
+`run_plan` executes node by node. Values are float32 tensors; a quantized value holds exactly
+its dequantized levels, so XNNPACK's integer arithmetic is emulated as dequantize -> float op
+-> requantize (within one quantization step of XNNPACK's fixed-point requantization).
+Each node reports a profiling event and its output under its debug handle (the handle of the
+node it was lowered from, the identifier the AOT debug-handle map uses), or under the name
+"<kind> #<n>" for nodes lowering added (no debug handle).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+import torch
+
+from etlab.errors import FormatError
+from etlab.runtime._errors import ExecutionError
+from etlab.runtime.backends.xnnpack._kernels import TORCH_CALLS as T
+from etlab.runtime.backends.xnnpack._kernels import build_kernel
+from etlab.runtime.backends.xnnpack._values import ConstantSource, Quant, ValueSpec, decode_values, external_order
+from etlab.schema.xnnpack import XnnpackBlob, node_kind
+
+BACKEND_ID = "XnnpackBackend"
+NO_DEBUG_HANDLE = 65535  # what upstream's preprocess writes for nodes without a debug handle
+MAX_NODES = 1 << 20
+# kinds whose output is NHWC whatever their input (for logging values in the graph's NCHW layout)
+_MAKES_NHWC = {"XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNMaxPooling2d", "XNNAvgPooling2d",
+               "XNNGlobalAvgPooling2d", "XNNStaticResizeBilinear2D"}
+_KEEPS_LAYOUT = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum", "XNNClamp",
+                 "XNNConvert", "XNNSigmoid", "XNNTanh", "XNNHardswish", "XNNELU", "XNNLeakyReLU", "XNNPReLU",
+                 "XNNGelu", "XNNAbs", "XNNNegate", "XNNSquare", "XNNSquareRoot", "XNNReciprocalSquareRoot",
+                 "XNNFloor", "XNNCeiling", "XNNLog", "XNNExp", "XNNSin", "XNNCos", "XNNCopy",
+                 "XNNStaticConstantPad", "XNNStaticSlice", "XNNConcatenate2", "XNNConcatenate3",
+                 "XNNConcatenate4", "XNNConcatenate5"}
+_TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+
+
+@dataclass
+class PlannedNode:
+    kind: str
+    inputs: tuple[int, ...]
+    output: int
+    fn: Callable[..., torch.Tensor]
+    clamp: tuple[float, float] | None     # fused output_min / output_max
+    quant: Quant | None                   # the output's quantization
+    debug_id: int                         # delegate debug identifier, -1 when named
+    name: str | None                      # event name for nodes without a debug handle
+    metadata: bytes                       # the node kind, attached to its profiling event
+    log_as_nchw: bool                     # output is NHWC; logged permuted back to the graph's NCHW
+    logs_stored: bool                     # the debug event holds the stored value (see _logged)
+    logs_output: bool = True              # False for all but the last node sharing a debug handle
+
+
+@dataclass
+class XnnpackPlan:
+    """One initialized delegate: constant values, the external inputs/outputs and the node list."""
+
+    specs: dict[int, ValueSpec]
+    constants: dict[int, torch.Tensor]
+    inputs: list[int]
+    outputs: list[int]
+    nodes: list[PlannedNode]
+
+
+def fake_quantize(x: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """x rounded to the nearest level of `quant` (saturating), returned as float levels."""
+    if quant.kind == "tensor":
+        q = T["clamp"](T["round"](x / quant.scale) + quant.zero_point, quant.qmin, quant.qmax)
+        return (q - quant.zero_point) * quant.scale
+    if quant.kind == "channel":
+        view = [1] * x.dim()
+        view[quant.axis] = -1
+        scales = quant.scales.reshape(view)
+        return T["clamp"](T["round"](x / scales), quant.qmin, quant.qmax) * scales
+    return _dynamic_fake_quantize(x, quant.axis)
+
+
+def _dynamic_fake_quantize(x: torch.Tensor, nonbatch_dims: int) -> torch.Tensor:
+    """Per-row asymmetric int8 quantization (a row: the trailing `nonbatch_dims` dims) with the range
+    widened to include 0, as XNNPACK's qdint8 values are quantized at run time."""
+    rows = x.reshape(-1, math.prod(x.shape[x.dim() - nonbatch_dims:])) if x.dim() else x.reshape(1, 1)
+    lo = T["clamp"](T["amin"](rows, 1, keepdim=True), max=0.0)
+    hi = T["clamp"](T["amax"](rows, 1, keepdim=True), min=0.0)
+    scale = T["where"](hi > lo, (hi - lo) / 255.0, T["ones_like"](hi))
+    zero_point = T["clamp"](T["round"](-128.0 - lo / scale), -128, 127)
+    q = T["clamp"](T["round"](rows / scale) + zero_point, -128, 127)
+    return ((q - zero_point) * scale).reshape(x.shape)
+
+
+def to_integers(levels: torch.Tensor, quant: Quant, dtype: torch.dtype) -> torch.Tensor:
+    """Float levels of a per-tensor quantized value as its stored integers."""
+    return T["round"](levels / quant.scale + quant.zero_point).to(dtype)
+
+
+def _layouts(kind: str, inputs: tuple[int, ...], output_rank: int, nhwc: set[int], attrs) -> bool:
+    """Is this node's output NHWC? (propagated from the graph's explicit NCHW<->NHWC transposes)"""
+    if output_rank != 4:
+        return False
+    if kind in _MAKES_NHWC:
+        return True
+    if kind == "XNNStaticTranspose":
+        perm = tuple(int(p) for p in attrs.perm or [])
+        source_nhwc = inputs[0] in nhwc
+        return (perm == _TO_NHWC and not source_nhwc) or (perm == (0, 1, 2, 3) and source_nhwc)
+    if kind in _KEEPS_LAYOUT:
+        return any(i in nhwc for i in inputs)
+    return False
+
+
+def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -> XnnpackPlan:
+    """Checks the whole graph and returns its plan; FormatError naming what is wrong."""
+    graph = blob.graph
+    specs = decode_values(graph, ConstantSource(graph, blob.constant_data, named_data, what))
+    inputs, outputs = external_order(graph, specs, what)
+    if any(specs[v].external_id >= len(inputs) for v in inputs):
+        raise FormatError(f"{what}: graph inputs must take the first external ids (the delegate call's inputs "
+                          f"come before its outputs)")
+    xnodes = graph.xnodes or []
+    if len(xnodes) > MAX_NODES:
+        raise FormatError(f"{what}: {len(xnodes)} nodes (at most {MAX_NODES})")
+    constants = {vid: s.constant for vid, s in specs.items() if s.constant is not None}
+    defined = set(inputs) | set(constants)
+    meta = {vid: torch.empty(specs[vid].shape, device="meta") for vid in defined}
+    nhwc: set[int] = set()
+    nodes, unnamed = [], {}
+    for index, xnode in enumerate(xnodes):
+        kind = node_kind(xnode)
+        kernel = build_kernel(kind, xnode.xnode_union, specs, what, index)
+        ctx = f"{what}: node {index} ({kind})"
+        unread = [v for v in kernel.inputs if v not in defined]
+        if unread:
+            raise FormatError(f"{ctx} reads value {unread[0]} before anything writes it")
+        out = kernel.output
+        if out in defined:
+            raise FormatError(f"{ctx} writes value {out}, which is an input, a constant or already written")
+        spec = specs[out]
+        if spec.is_input:
+            raise FormatError(f"{ctx} writes value {out}, an external input")
+        try:
+            made = kernel.fn(*(meta[v] for v in kernel.inputs))
+        except (RuntimeError, ValueError, IndexError, TypeError) as err:
+            raise FormatError(f"{ctx}: operands {[list(specs[v].shape) for v in kernel.inputs]} do not fit: "
+                              f"{str(err).splitlines()[0]}") from None
+        if tuple(made.shape) != spec.shape:
+            raise FormatError(f"{ctx} makes shape {list(made.shape)} but value {out} is {list(spec.shape)}")
+        defined.add(out)
+        meta[out] = made
+        clamp = None
+        if xnode.output_min_max is not None:
+            lo, hi = xnode.output_min_max.output_min, xnode.output_min_max.output_max
+            lo, hi = float(-math.inf if lo is None else lo), float(math.inf if hi is None else hi)
+            if math.isnan(lo) or math.isnan(hi) or lo > hi:
+                raise FormatError(f"{ctx} clamps its output to [{lo}, {hi}]")
+            clamp = (lo, hi)
+        handle = int(xnode.debug_handle or 0)
+        name = None
+        if handle == NO_DEBUG_HANDLE:
+            unnamed[kind] = unnamed.get(kind, 0) + 1
+            name = f"{kind} #{unnamed[kind]}"
+        if _layouts(kind, kernel.inputs, len(spec.shape), nhwc, xnode.xnode_union):
+            nhwc.add(out)
+        logs_stored = spec.quant is not None and clamp != (0.0, math.inf)
+        nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
+                                 -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored))
+    # An op lowered to several nodes (matmul -> reshape, reshape, batch matmul, reshape) gives them
+    # all its handle: only the last one logs an output, the value that handle ends with.
+    last = {node.debug_id: index for index, node in enumerate(nodes) if node.debug_id >= 0}
+    for index, node in enumerate(nodes):
+        node.logs_output = node.debug_id < 0 or last[node.debug_id] == index
+    unwritten = [v for v in outputs if v not in defined]
+    if unwritten:
+        raise FormatError(f"{what}: graph output value {unwritten[0]} is never written")
+    return XnnpackPlan(specs, constants, inputs, outputs, nodes)
+
+
+def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
+    """The run's value table, seeded with constants and the (dequantized) inputs; checks every argument."""
+    expected = len(plan.inputs) + len(plan.outputs)
+    if len(args) != expected:
+        raise ExecutionError(f"{BACKEND_ID}: expected {len(plan.inputs)} inputs and {len(plan.outputs)} outputs "
+                             f"({expected} values), got {len(args)}")
+    values = dict(plan.constants)
+    for position, (vid, arg) in enumerate(zip(plan.inputs + plan.outputs, args)):
+        spec = plan.specs[vid]
+        role = "input" if position < len(plan.inputs) else "output"
+        if not isinstance(arg, torch.Tensor):
+            raise ExecutionError(f"{BACKEND_ID}: {role} {position} must be a tensor, got {type(arg).__name__}")
+        shape = tuple(arg.shape) if arg.dim() or spec.shape != (1,) else (1,)  # a 0-d tensor is [1] here
+        if len(shape) != len(spec.shape) or any(a > b for a, b in zip(shape, spec.shape)):
+            raise ExecutionError(f"{BACKEND_ID}: {role} {position} has shape {list(arg.shape)}; the delegate "
+                                 f"takes {list(spec.shape)} or smaller dims (dynamic shapes) of that rank")
+        if role == "input":
+            arg = arg.reshape(shape)
+            if spec.quant is not None and spec.quant.kind == "tensor":
+                values[vid] = (arg.to(torch.float32) - spec.quant.zero_point) * spec.quant.scale
+            elif arg.dtype != torch.float32:
+                raise ExecutionError(f"{BACKEND_ID}: input {position} must be float32, got {arg.dtype}")
+            else:
+                values[vid] = arg
+    return values
+
+
+def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> None:
+    if spec.quant is not None and spec.quant.kind == "tensor":
+        levels = to_integers(levels, spec.quant, out.dtype)
+    if out.numel() != levels.numel():  # a dynamic shape: the run's output is smaller than the bound
+        if out.dim() != levels.dim() or out.numel() < levels.numel():
+            raise ExecutionError(f"{BACKEND_ID}: output of shape {list(levels.shape)} does not fit the "
+                                 f"program's {list(out.shape)}")
+        out.resize_(levels.shape)
+    out.copy_(levels.reshape(out.shape))
+
+
+def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
+    """Runs the graph on the delegate call's arguments (inputs, then outputs written in place)."""
+    values = _bind_arguments(plan, args)
+    tracing = context is not None and getattr(context, "enabled", True)
+    for node in plan.nodes:
+        token = context.start_profiling_delegate(name=node.name, delegate_debug_id=node.debug_id) if tracing else None
+        result = node.fn(*(values[v] for v in node.inputs))
+        stored = result
+        if node.clamp is not None:
+            stored = T["clamp"](stored, *node.clamp)
+        if node.quant is not None:
+            stored = fake_quantize(stored, node.quant)
+        values[node.output] = stored
+        if tracing:
+            context.end_profiling_delegate(token, metadata=node.metadata)
+            if node.logs_output:
+                context.log_output_delegate(node.name, node.debug_id, _logged(node, result, stored))
+    for position, vid in enumerate(plan.outputs):
+        _store_output(plan.specs[vid], values[vid], args[len(plan.inputs) + position])
+
+
+def _logged(node: PlannedNode, result: torch.Tensor, stored: torch.Tensor) -> torch.Tensor:
+    """What a node's debug event holds, in the lowered graph's layout: the value its debug handle
+    ends with in that graph.
+
+    A float node logs its op's result before a fused clamp (the graph applied the activation as
+    a node of its own, with its own handle). A node with a quantized output logs the stored
+    levels: in a quantized graph the op, its quantize and dequantize share one handle, and the
+    observer it shares with a fused clamp saturates like the clamp. The exception is a fused
+    ReLU (clamp to [0, inf)): upstream's XNNPACKQuantizer annotates conv/linear + relu as one
+    pattern, so the op's own handle ends with its float result and the quantize follows the relu.
+    """
+    value = stored if node.logs_stored else result
+    if node.log_as_nchw:
+        value = T["permute"](value, _TO_NCHW)
+    return value.contiguous()
