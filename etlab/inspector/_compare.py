@@ -87,6 +87,7 @@ class CompareRow:
     sqnr: float | None = None       # dB, B against A (inf: identical)
     cosine: float | None = None
     numeric_note: str = ""          # why no numeric delta, when there is none
+    op_mismatch: bool = False       # joined by handle, but the two sides ran disjoint op types there
 
     @property
     def label(self) -> str:
@@ -112,6 +113,9 @@ class CompareSummary:
     worst_numeric: list[str] = field(default_factory=list)   # row keys, lowest SQNR first
     max_abs: float | None = None
     min_sqnr: float | None = None
+    # rows joined by a debug handle that names different ops on the two sides: the builds' Edge
+    # graphs differ (a quantized build adds q/dq nodes), and handles only line up on the same graph
+    mismatched: int = 0
 
     def text(self, unit: str) -> str:
         """One paragraph for a terminal or a notebook note."""
@@ -124,6 +128,9 @@ class CompareSummary:
                          f"min SQNR {fmt(self.min_sqnr)} dB")
         else:
             parts.append("no intermediate outputs to compare (give both debug buffers)")
+        if self.mismatched:
+            parts.append(f"{self.mismatched} rows join ops of different types under one debug handle: the two "
+                         "builds' graphs differ, so their handles do not line up (compare by event or instruction)")
         return "; ".join(parts) + "."
 
 
@@ -417,6 +424,13 @@ def _numerics(row: CompareRow, a: list[_Unit], b: list[_Unit]) -> None:
     row.cosine = cosine_similarity(ref, val)
 
 
+def _disjoint_ops(a: list[_Unit], b: list[_Unit]) -> bool:
+    """Both sides know their op types here and share none of them."""
+    ops_a = {o for u in a for o in u.op_types}
+    ops_b = {o for u in b for o in u.op_types}
+    return bool(ops_a and ops_b) and not (ops_a & ops_b)
+
+
 def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
     units = a + b
     first = units[0]
@@ -438,6 +452,7 @@ def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
         latency_a=lat_a, latency_b=lat_b, runs_a=runs_a, runs_b=runs_b,
         delta=lat_b - lat_a if both else None,
         ratio=lat_b / lat_a if both and lat_a > 0 else None,
+        op_mismatch=_disjoint_ops(a, b),
     )
 
 
@@ -460,6 +475,7 @@ def _summary(rows: list[CompareRow], exec_a: list[float], exec_b: list[float]) -
         worst_latency=[r.key for r in moved[:5]], worst_numeric=[r.key for r in worst_numeric[:5]],
         max_abs=max((r.max_abs for r in numeric), default=None),
         min_sqnr=min((r.sqnr for r in numeric), default=None),
+        mismatched=sum(r.op_mismatch for r in rows),
     )
 
 

@@ -282,3 +282,18 @@ def test_integer_codes_are_not_compared_with_float_values():
     assert row.max_abs is None and row.numeric_note == "dtypes differ (float32 vs int8)"
     _numerics(row, [unit(torch.ones(4))], [unit(torch.full((2, 2), 1.5))])  # same size, other shape: reshaped
     assert row.max_abs == 0.5 and row.relative == pytest.approx(0.5) and row.cosine == pytest.approx(1.0)
+
+
+def test_handles_naming_different_ops_are_flagged(synthetic_files):
+    """Handles are numbered per graph: a build with other nodes (q/dq of a quantized build) reuses
+    them for other ops. Rows whose two sides ran disjoint op types say so, and the summary counts them."""
+    from etlab.inspector import OpInfo
+
+    other = make_program_info()
+    other.methods["forward"].ops[2] = [OpInfo(name="q", op_type="quantized_decomposed.quantize_per_tensor.default")]
+    a = Inspector(etdump_path=synthetic_files[0], etrecord=make_program_info())
+    b = Inspector(etdump_path=synthetic_files[0], etrecord=other)
+    c = a.compare(b)
+    assert [r.key for r in c.rows if r.op_mismatch] == ["#2"] and c.summary.mismatched == 1
+    assert "do not line up" in c.summary.text(c.unit)
+    assert a.compare(a).summary.mismatched == 0
