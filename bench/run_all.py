@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["compile.py", "runtime.py", "inspector.py", "startup.py", "views.py", "fleet.py"]
+SCRIPTS = ["compile.py", "runtime.py", "inspector.py", "startup.py", "views.py", "fleet.py", "quant.py"]
 
 
 def main() -> int:

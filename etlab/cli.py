@@ -3,6 +3,7 @@
     etlab info FILE                      what is inside a .pte / .ptd / .bpte / .etdp
     etlab inspect --etdump P [...]       the Inspector's table (table, csv, tsv, json; --chrome-trace)
     etlab report --etdump P [...] -o F   the whole dashboard as one offline HTML file
+    etlab compare A B [...]              per-op latency and numeric deltas of run B against run A
     etlab fleet ingest|query|stats|diff  ETDumps of many devices and builds in one store (etlab.fleet)
 """
 
@@ -52,6 +53,7 @@ def _info(args) -> int:
 # Subcommands with their own parsers: the rest of the command line goes to them untouched.
 _DELEGATED = {
     "inspect": ("etlab.inspector._cli", "inspect_main", "the Inspector's table for an ETDump (+ ETRecord)"),
+    "compare": ("etlab.inspector._cli", "compare_main", "per-op latency and numeric deltas of run B against A"),
     "report": ("etlab.visualizer._cli", "report_main", "write the dashboard as an offline HTML report"),
     "fleet": ("etlab.fleet", "fleet_main", "fleet analysis: ingest many ETDumps, query with SQL, diff builds"),
 }

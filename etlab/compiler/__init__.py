@@ -38,6 +38,20 @@ from etlab.compiler._shapes import dim_order_of
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
 
+# PT2E quantization (imports torchao): loaded on first use, so `import etlab.compiler` stays light.
+_QUANTIZER = ("EtlabQuantizer", "int8_dynamic_config", "int8_static_config")
+
+
+def __getattr__(name: str):
+    if name in _QUANTIZER:
+        import etlab.compiler._quantizer as quantizer
+
+        value = getattr(quantizer, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "ALIGNMENT",
     "BackendDetails",
@@ -49,6 +63,7 @@ __all__ = [
     "ETRecordSources",
     "EdgeCompileConfig",
     "EdgeProgramManager",
+    "EtlabQuantizer",
     "ExecutorchBackendConfig",
     "ExecutorchProgramManager",
     "LoweredBackendModule",
@@ -62,6 +77,8 @@ __all__ = [
     "dim_order_of",
     "executorch_call_delegate",
     "get_backend",
+    "int8_dynamic_config",
+    "int8_static_config",
     "linearize",
     "live_bytes",
     "registered_backend_ids",

@@ -33,6 +33,7 @@ from etlab.compiler._decompose import NeedsRetrace, core_decompositions, decompo
 from etlab.compiler._errors import CompileError
 from etlab.compiler._functionalize import functionalize, has_mutation
 from etlab.compiler._graph import fake_mode_of
+from etlab.compiler._quantizer_fold import constant_values, fold_quantized_constants
 from etlab.compiler._verify import verify_graph, verify_outputs
 from etlab.facts.fx import all_graph_modules, copy_graph_module, submodules_of
 
@@ -213,6 +214,9 @@ def to_edge_program(ep: ExportedProgram, config: EdgeCompileConfig | None = None
         with torch.backends.mkldnn.flags(enabled=False):  # portable RNN decompositions (see _decompose)
             builder = _EdgeBuilder(ep.run_decompositions(table))
         _lower(builder, config)
+    fold_quantized_constants(builder.gm, constant_values(builder.input_specs, builder.output_specs,
+                                                         builder.ep.state_dict, builder.constants),
+                             builder.make_constant)
     for sub in all_graph_modules(builder.gm):
         passes.views_to_copies(sub, builder.fake_mode)
         if not config._skip_dim_order:

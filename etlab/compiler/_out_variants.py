@@ -29,6 +29,10 @@ def out_variant(op: OpOverload) -> OpOverload | None:
     """The out variant of `op` (itself if it already is one), or None if the packet has none."""
     if is_out_variant(op):
         return op
+    if op.namespace == "quantized_decomposed":  # torch lacks their out variants: define upstream's
+        from etlab.compiler._quantizer_ops import register_quantized_out_variants
+
+        register_quantized_out_variants()
     packet = op.overloadpacket
     want = _signature(op, drop_options=True)
     candidates = []

@@ -13,10 +13,13 @@
   (`GapRow`), `time_unit`
 - LLM-shaped runs: `phases(inspector, program)` (prefill / decode per method: latency and per-token
   p50/p90/p99, tokens/s), `phase_runs` (one row per run), `block_methods`, `phase_of`
+- `Inspector.compare(other)` -> `Comparison` (`CompareRow`, `CompareSummary`): two runs or builds
+  per op (latency and numeric deltas joined by debug handle); `etlab compare A B` on the command line
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
 """
 
+from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
@@ -39,6 +42,9 @@ __all__ = [
     "DELEGATE_CALL",
     "FRAMEWORK_EVENT_NAMES",
     "OPERATOR_CALL",
+    "CompareRow",
+    "CompareSummary",
+    "Comparison",
     "DebugHandle",
     "DelegateInfo",
     "Event",
@@ -52,6 +58,7 @@ __all__ = [
     "ProgramInfo",
     "TimeScale",
     "block_methods",
+    "compare",
     "compare_results",
     "cosine_similarity",
     "event_label",

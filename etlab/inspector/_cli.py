@@ -1,4 +1,5 @@
-"""Command lines: `python -m etlab.inspector` (upstream's flags) and `etlab inspect` (inspect_main).
+"""Command lines: `python -m etlab.inspector` (upstream's flags) `etlab inspect` (inspect_main)
+and `etlab compare` (compare_main).
 
 Both print one line on stderr and exit with status 2 for bad input (missing or malformed file,
 bad argument); nothing else is printed in that case.
@@ -10,6 +11,8 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -52,10 +55,14 @@ def _module_parser() -> _Parser:
 
 
 def module_main(argv: list[str] | None = None) -> int:
-    """`python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B] ...`"""
+    """`python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B] ...`
+    (or `python -m etlab.inspector compare A B ...`, see compare_main)"""
     from etlab.inspector._inspector import Inspector
     from etlab.inspector._numeric import compare_results
 
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["compare"]:
+        return compare_main(argv[1:], prog="python -m etlab.inspector compare")
     prog = "etlab.inspector"
     try:
         a = _module_parser().parse_args(argv)
@@ -143,3 +150,129 @@ def _plain(v):
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+# -- etlab compare ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunFiles:
+    """The files of one side of `etlab compare`: an ETDump and, optionally, its ETRecord and debug buffer."""
+
+    etdump: Path
+    etrecord: Path | None = None
+    debug_buffer: Path | None = None
+    found_etrecord: bool = False  # picked up from the run's folder, not named on the command line
+
+
+def _only(folder: Path, pattern: str, what: str, prefer: str | None = None) -> Path | None:
+    """The one file matching pattern in folder (the one named `prefer` when several do)."""
+    found = sorted(p for p in folder.glob(pattern) if p.is_file())
+    if prefer is not None and (folder / prefer).is_file() and len(found) > 1:
+        return folder / prefer
+    if len(found) > 1:
+        raise ValueError(f"{folder}: holds {len(found)} {what} files ({', '.join(p.name for p in found[:4])}); "
+                         "give the file instead of the folder")
+    return found[0] if found else None
+
+
+def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: str) -> RunFiles:
+    """A side given as an .etdp file, or as a folder holding one .etdp (with an .etrecord and the
+    run's .bin beside it, picked up when present); explicit --etrecord/--debug-buffer win."""
+    p = Path(path)
+    if p.is_dir():
+        etdp = _only(p, "*.etdp", ".etdp")
+        if etdp is None:
+            raise FileNotFoundError(f"{side}: {p} holds no .etdp file")
+        rec = _only(p, "*.etrecord", ".etrecord")
+        buf = _only(p, "*.bin", ".bin", prefer=etdp.stem + ".bin")
+        files = RunFiles(etdp, rec, buf, found_etrecord=rec is not None)
+    elif p.exists():
+        files = RunFiles(p)
+    else:
+        raise FileNotFoundError(f"{side}: {p} does not exist")
+    if etrecord:
+        files.etrecord, files.found_etrecord = Path(etrecord), False
+    if debug_buffer:
+        files.debug_buffer = Path(debug_buffer)
+    return files
+
+
+def _compare_parser(prog: str) -> _Parser:
+    p = _Parser(prog=prog, description="Per-op latency and numeric deltas of run B against run A.")
+    for side in ("a", "b"):
+        p.add_argument(side, metavar=side.upper(), help=f"run {side.upper()}: an .etdp, or a folder holding one "
+                       "(and its .etrecord and debug buffer .bin)")
+    for side in ("a", "b"):
+        p.add_argument(f"--etrecord-{side}", help=f"ETRecord of run {side.upper()}'s program")
+        p.add_argument(f"--debug-buffer-{side}", help=f"debug buffer of run {side.upper()}")
+    p.add_argument("--by", choices=("debug_handle", "instruction"), default="debug_handle",
+                   help="join events by debug handle (default; by event name without an ETRecord) or instruction")
+    p.add_argument("--top", type=int, default=20, help="rows printed, largest |latency delta| first (default 20)")
+    p.add_argument("--csv", metavar="OUT.csv", help="write every row as CSV")
+    p.add_argument("--json", metavar="OUT.json", help="write the summary and every row as JSON")
+    p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (table, chart, graph)")
+    p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
+    return p
+
+
+def compare_table(comparison, top: int) -> str:
+    """The summary and the `top` rows that moved most (then the rows only one run has), as text."""
+    from tabulate import tabulate
+
+    fmt = lambda v, f="{:.4g}": "" if v is None else f.format(v)
+    moved = comparison.top(top, "latency")
+    one_sided = [r for r in comparison.rows if r.present != "both"][: max(0, top - len(moved))]
+    unit = comparison.unit
+    rows = [[r.key, r.label[:40], r.present, fmt(r.latency_a), fmt(r.latency_b), fmt(r.delta, "{:+.4g}"),
+             fmt(r.ratio, "{:.3f}"), fmt(r.max_abs, "{:.3g}"), fmt(r.sqnr, "{:.1f}")] for r in moved + one_sided]
+    head = [f"A: {comparison.name_a}", f"B: {comparison.name_b}",
+            f"joined by {comparison.by}; {comparison.summary.text(unit)}"]
+    table = tabulate(rows, headers=["row", "ops", "in", f"A ({unit})", f"B ({unit})", f"B-A ({unit})", "B/A",
+                                    "max|B-A|", "SQNR dB"], tablefmt="simple")
+    return "\n".join(head) + "\n\n" + table + "\n"
+
+
+def _csv_text(comparison) -> str:
+    df = comparison.to_dataframe()
+    return df.map(lambda v: " ".join(map(str, v)) if isinstance(v, (list, tuple)) else v).to_csv(index=False)
+
+
+def _record(files: RunFiles, prog: str):
+    """The side's ETRecord: a named one must load; one found beside the run that does not (an
+    upstream ETRecord, say) is left out with a warning, and the run is compared without it."""
+    if files.etrecord is None or not files.found_etrecord:
+        return None if files.etrecord is None else str(files.etrecord)
+    from etlab.etrecord import parse_etrecord
+
+    try:
+        return parse_etrecord(files.etrecord)
+    except (FormatError, ValueError, OSError) as e:
+        print(f"{prog}: warning: {str(e).splitlines()[0]}; comparing {files.etdump.name} without it", file=sys.stderr)
+        return None
+
+
+def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> int:
+    """`etlab compare A B [--etrecord-a R] [--debug-buffer-a B] [... -b] [--by ...] [--top N]
+    [--csv OUT] [--json OUT] [--html OUT]`; returns the exit status."""
+    from etlab.inspector._inspector import Inspector
+
+    try:
+        a = _compare_parser(prog).parse_args(argv)
+        if a.top < 0:
+            raise ValueError(f"--top must be >= 0, got {a.top}")
+        sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A"),
+                 run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B")]
+        ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
+                         target_time_scale=a.target_time_scale) for f in sides]
+        comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
+        sys.stdout.write(compare_table(comparison, a.top))
+        if a.csv:
+            write_atomic(a.csv, _csv_text(comparison).encode())
+        if a.json:
+            write_atomic(a.json, (json.dumps(comparison.to_dict(), indent=1, allow_nan=False) + "\n").encode())
+        if a.html:
+            comparison.save_html(a.html)
+    except (_UsageError, *_BAD_INPUT) as e:
+        return _fail(prog, e)
+    return 0

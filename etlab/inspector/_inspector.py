@@ -295,6 +295,18 @@ class Inspector:
 
         return numeric_gap(self, distance)
 
+    def compare(self, other: Inspector, *, by: str = "debug_handle", name_a: str = "A", name_b: str = "B"):
+        """This run (A) against `other` (B), per op: latency medians, delta and ratio, and where both
+        logged an op's output, max-abs / relative difference, SQNR and cosine similarity.
+
+        Rows are joined by debug handle (a delegate event meets the kernels of the nodes it covers),
+        by event name where a side has no ETRecord, or by instruction with `by="instruction"`.
+        Returns an `etlab.inspector.Comparison`; `.show()` draws it, `.to_dataframe()` tabulates it.
+        """
+        from etlab.inspector._compare import compare
+
+        return compare(self, other, by=by, name_a=name_a, name_b=name_b)
+
     def show(self, program=None, *, method: str = "forward"):
         """The notebook dashboard of this run (graph, memory, delegation, numeric gap, profile);
         pass the ExecutorchProgramManager as `program` for the runtime graph and memory plan.

@@ -210,25 +210,17 @@ def compare_view(ins_a, ins_b, *, name_a: str, name_b: str, pte: PteFile | None 
                  method: str = "forward") -> dict:
     """Per-op p50 of two runs of one program side by side (delta, ratio B/A), and the instruction
     graph colored by the ratio when the program's .pte is known."""
-    from etlab.inspector import execute_timings, op_timings, time_unit
-
-    unit = time_unit(ins_a)
-    a = {(t.instruction_id, t.name): t for t in execute_timings(op_timings(ins_a))}
-    b = {(t.instruction_id, t.name): t for t in execute_timings(op_timings(ins_b))}
+    comparison = ins_a.compare(ins_b, by="instruction", name_a=name_a, name_b=name_b)  # etlab.inspector's join
+    unit = comparison.unit
     rows, ratio_by_instr = [], {}
-    for key in [*a, *(k for k in b if k not in a)]:
-        ta, tb = a.get(key), b.get(key)
-        pa = _num(ta.p50) if ta else None
-        pb = _num(tb.p50) if tb else None
-        ratio = pb / pa if pa and pb is not None else None
-        t = ta or tb
-        rows.append({"name": t.name, "instruction": t.instruction_id, "ops": ", ".join(t.op_types),
-                     "p50_a": pa, "p50_b": pb, "delta": (pb - pa) if pa is not None and pb is not None else None,
-                     "ratio": ratio,
-                     "focus": {"name": None, "handles": [t.instruction_id], "instruction": t.instruction_id}
-                     if t.instruction_id is not None else None})
-        if ratio is not None and t.instruction_id is not None and not t.is_delegated:
-            ratio_by_instr[t.instruction_id] = ratio
+    for r in comparison.rows:
+        instr = (r.instructions_a or r.instructions_b or [None])[0]
+        rows.append({"name": (r.events_a or r.events_b)[0], "instruction": instr,
+                     "ops": ", ".join(r.ops) if r.nodes else "", "p50_a": _num(r.latency_a),
+                     "p50_b": _num(r.latency_b), "delta": _num(r.delta), "ratio": _num(r.ratio),
+                     "focus": {"name": None, "handles": [instr], "instruction": instr} if instr is not None else None})
+        if r.ratio is not None and instr is not None and not r.delegated:
+            ratio_by_instr[instr] = r.ratio
     columns = [{"key": "name", "label": "event", "numeric": False},
                {"key": "instruction", "label": "instr", "numeric": True},
                {"key": "ops", "label": "ops", "numeric": False},

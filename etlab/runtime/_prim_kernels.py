@@ -5,13 +5,12 @@
 - `aten::sym_size.int` and the other symbolic-shape queries, which return Python scalars;
 - `dim_order_ops::*`: copies and allocations with an explicit dimension order;
 - `et_copy::*`: host/device copies (host only here);
-- `quantized_decomposed::*.out`: out-variants of torch's decomposed quantization operators.
+- `quantized_decomposed::*.out`: quantize/dequantize/choose_qparams (`_quant_kernels`).
 """
 
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import operator
 
@@ -19,9 +18,9 @@ import torch
 
 from etlab.runtime._errors import LoadError
 from etlab.runtime._memory import dim_order_strides, reshape_in_place
+from etlab.runtime._quant_kernels import QUANT_KERNELS
 from etlab.runtime._registry import KernelEntry, Site, Step, python_kernel
 from etlab.runtime._values import INT_LIST, TENSOR, ValueTable
-from etlab.schema.scalar_type import scalar_type_to_dtype
 
 # -- symbolic scalars --------------------------------------------------------------------------
 
@@ -135,49 +134,6 @@ def _copy_out(src: torch.Tensor, out: torch.Tensor) -> None:
     out.copy_(src)
 
 
-# -- quantized_decomposed out-variants ----------------------------------------------------------
-
-def _qd():
-    importlib.import_module("torch.ao.quantization.fx._decomposed")  # registers torch.ops.quantized_decomposed
-    return torch.ops.quantized_decomposed
-
-
-def _dtype(v):
-    return scalar_type_to_dtype(v) if isinstance(v, int) and not isinstance(v, bool) else v
-
-
-def _quantize_per_tensor(overload: str):
-    def kernel(x, scale, zp, qmin, qmax, dtype, out, *_ret):
-        _copy_out(getattr(_qd().quantize_per_tensor, overload)(x, scale, zp, qmin, qmax, _dtype(dtype)), out)
-
-    return kernel
-
-
-def _dequantize_per_tensor(overload: str):
-    def kernel(x, scale, zp, qmin, qmax, dtype, out_dtype, out, *_ret):
-        r = getattr(_qd().dequantize_per_tensor, overload)(x, scale, zp, qmin, qmax, _dtype(dtype),
-                                                           out_dtype=_dtype(out_dtype))
-        _copy_out(r, out)
-
-    return kernel
-
-
-def _quantize_per_channel(x, scales, zps, axis, qmin, qmax, dtype, out, *_ret):
-    _copy_out(_qd().quantize_per_channel.default(x, scales, zps, axis, qmin, qmax, _dtype(dtype)), out)
-
-
-def _dequantize_per_channel(x, scales, zps, axis, qmin, qmax, dtype, out_dtype, out, *_ret):
-    r = _qd().dequantize_per_channel.default(x, scales, zps, axis, qmin, qmax, _dtype(dtype),
-                                             out_dtype=_dtype(out_dtype))
-    _copy_out(r, out)
-
-
-def _choose_qparams(x, qmin, qmax, eps, dtype, scale_out, zp_out, *_ret):
-    scale, zp = _qd().choose_qparams.tensor(x, qmin, qmax, eps, _dtype(dtype))
-    _copy_out(scale, scale_out)
-    _copy_out(zp, zp_out)
-
-
 def _builtin_table() -> dict[str, KernelEntry]:
     table: dict[str, KernelEntry] = {}
 
@@ -210,14 +166,8 @@ def _builtin_table() -> dict[str, KernelEntry]:
     add("dim_order_ops::_empty_dim_order.out", bind=_bind_empty_dim_order, outs=(2,))
     for name in ("et_copy::_h2d_copy.out", "et_copy::_d2h_copy.out"):
         add(name, lambda src, out, *_ret: _copy_out(src, out), result=False, outs=(1,))
-    qd = "quantized_decomposed::"
-    add(qd + "quantize_per_tensor.out", _quantize_per_tensor("default"), result=False, outs=(6,))
-    add(qd + "quantize_per_tensor.Tensor_out", _quantize_per_tensor("tensor"), result=False, outs=(6,))
-    add(qd + "dequantize_per_tensor.out", _dequantize_per_tensor("default"), result=False, outs=(7,))
-    add(qd + "dequantize_per_tensor.Tensor_out", _dequantize_per_tensor("tensor"), result=False, outs=(7,))
-    add(qd + "quantize_per_channel.out", _quantize_per_channel, result=False, outs=(7,))
-    add(qd + "dequantize_per_channel.out", _dequantize_per_channel, result=False, outs=(8,))
-    add(qd + "choose_qparams.Tensor_out", _choose_qparams, result=False, outs=(5, 6))
+    for name, (bind, outs) in QUANT_KERNELS.items():
+        add(name, bind=bind, outs=outs)
     return table
 
 

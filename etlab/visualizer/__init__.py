@@ -6,6 +6,7 @@
 - `MemoryTimeline(program_manager)`: planned tensors per memory id over instruction steps, the
   live bytes with the lower bound and the arena size.
 - `DelegationView`, `NumericGapView`, `ProfileView`: tables and charts that click through to the graph.
+- `CompareView(comparison)`: `Inspector.compare`'s rows, A/B latency chart, graph colored by B/A.
 - `show(inspector, program=None)` -> `Dashboard`: all of them in tabs; `.save_html(path)`.
 - `inspector_html`, `event_block_html`, `delegation_info_html`, `repr_mimebundle`: rich reprs.
 - `report_main(argv)`: `etlab report --etdump P --etrecord R -o report.html`.
@@ -13,6 +14,7 @@
 
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._cli import report_main
+from etlab.visualizer._compare_view import CompareView, comparison_html
 from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._fleet_view import FleetDiffView
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
@@ -28,6 +30,7 @@ from etlab.visualizer._reprs import (
 from etlab.visualizer._table import TableView
 
 __all__ = [
+    "CompareView",
     "Dashboard",
     "DelegationView",
     "FleetDiffView",
@@ -41,6 +44,7 @@ __all__ = [
     "ProfileView",
     "TableView",
     "build_graph_model",
+    "comparison_html",
     "delegation_info_html",
     "event_block_html",
     "inspector_html",
@@ -54,12 +58,13 @@ def _register_reprs() -> None:
     """Hands the reprs and the dashboard to etlab.facts.display, which the analysis objects ask."""
     from etlab.devtools import DelegationInfo
     from etlab.facts import display
-    from etlab.inspector import EventBlock, Inspector
+    from etlab.inspector import Comparison, EventBlock, Inspector
 
     display.register(Inspector, html=inspector_html, show=show)
     display.register(EventBlock, html=event_block_html)
     display.register(DelegationInfo, html=delegation_info_html)
     display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow
+    display.register(Comparison, html=comparison_html, show=CompareView)
 
 
 _register_reprs()

@@ -218,6 +218,35 @@ def cache_key(paths: Sequence[Path] = (ZOO, ET_REF, REF_TOOLS, SETUP_SH), recipe
     return h.hexdigest()
 
 
+def cached_build(kind: str, key: str, build: Callable[[Path], object]) -> Path:
+    """cache_root()/kind/key, made once by `build(tmp_dir)` under a file lock (xdist workers build once)
+    and renamed into place when complete; older keys of `kind` (zoo or script edits) are dropped."""
+    root = cache_root() / kind
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / key
+    if (final / "done").is_file():
+        return final
+    with open(root / f".{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (final / "done").is_file():
+            return final
+        shutil.rmtree(final, ignore_errors=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+        try:
+            build(tmp)
+            (tmp / "done").write_text(key)
+            tmp.rename(final)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    for old in root.iterdir():
+        if old.is_dir() and old.name != key and not old.name.startswith(".tmp-"):
+            shutil.rmtree(old, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                (root / f".{old.name}.lock").unlink()
+    return final
+
+
 def external_ptd(model_dir: Path) -> Path:
     """The single .ptd file of ``model_dir/"external"``."""
     ptds = sorted((Path(model_dir) / "external").glob("*.ptd"))

@@ -12,11 +12,7 @@ Every test runs on both runtime cores (native and Python; `tests/runtime/_cores.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -26,7 +22,7 @@ from etlab.devtools._bundled_runtime import load_bundled_program, verify_method_
 from etlab.runtime import Runtime, register_backend, unregister_backend
 from etlab.schema import deserialize_etdump
 from etlab.schema.scalar_type import scalar_type_to_dtype
-from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cache_root, external_ptd, run_ref
+from tests.interop.conftest import SETUP_SH, ZOO, cache_key, cached_build, external_ptd, run_ref
 from tests.runtime import _cores
 from tests.runtime._programs import ScaleBackend, delegate_program
 
@@ -47,32 +43,9 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 @pytest.fixture(scope="session")
 def runtime_exports(ref_python) -> Path:
     """Upstream exports of the zoo models the shared fixture lacks; cached like it, by content hash."""
-    key = cache_key((ZOO, REF_EXPORT, SETUP_SH), RECIPE)
-    root = cache_root() / "runtime"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    if (final / "done").is_file():
-        return final
-    with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "done").is_file():
-            return final
-        shutil.rmtree(final, ignore_errors=True)
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        try:
-            trace = [a for m in TRACED_EXTRA for a in ("--trace", m)]
-            run_ref(ref_python, REF_EXPORT, "zoo", ZOO, *EXTRA_MODELS, "--out", tmp, *trace, timeout=1200)
-            (tmp / "done").write_text(key)
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    for old in root.iterdir():  # older keys: zoo or script edits
-        if old.is_dir() and old.name != key and not old.name.startswith(".tmp-"):
-            shutil.rmtree(old, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (root / f".{old.name}.lock").unlink()
-    return final
+    trace = [a for m in TRACED_EXTRA for a in ("--trace", m)]
+    return cached_build("runtime", cache_key((ZOO, REF_EXPORT, SETUP_SH), RECIPE), lambda tmp: run_ref(
+        ref_python, REF_EXPORT, "zoo", ZOO, *EXTRA_MODELS, "--out", tmp, *trace, timeout=1200))
 
 
 def _close(actual: list, expected: list) -> None:

@@ -1,0 +1,191 @@
+"""`EtlabQuantizer`: PT2E int8 quantization for etlab's portable kernels, on torchao's `Quantizer` API.
+
+Used exactly as upstream's XNNPACKQuantizer is:
+
+    from torchao.quantization.pt2e.quantize_pt2e import prepare_pt2e, convert_pt2e
+    gm = torch.export.export(model, inputs).module()
+    prepared = prepare_pt2e(gm, EtlabQuantizer())          # observers inserted
+    prepared(*calibration_inputs)                            # calibrate
+    converted = convert_pt2e(prepared)                       # quantized_decomposed q/dq ops, int8 weights
+    et = to_edge(torch.export.export(converted, inputs)).to_executorch()
+
+The default configuration is int8 symmetric per-channel weights and int8 per-tensor affine
+activations for conv, linear, matmul/bmm, add, mul (with their relu/hardtanh fusions: conv-bn-relu,
+linear-relu, add-relu), pooling and cat (pooling and cat share their input's qparams, so they
+need no requantization). `EtlabQuantizer(dynamic_int8_config())` is the second mode: linear only,
+activations quantized with qparams chosen at run time (`choose_qparams`), weights per channel.
+
+Configuration resolves per node, most specific first: `set_module_name` (the longest matching
+name), `set_module_type`, `set_operator_type`, then the global config; `None` at any level keeps
+the matching nodes in float (the exclusion list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.fx import GraphModule, Node
+from torchao.quantization.pt2e import (
+    MinMaxObserver,
+    PerChannelMinMaxObserver,
+    PlaceholderObserver,
+)
+from torchao.quantization.pt2e.quantizer import (
+    QuantizationAnnotation,
+    QuantizationConfig,
+    QuantizationSpec,
+    Quantizer,
+)
+
+from etlab.compiler._quantizer_patterns import ANNOTATORS, anchor_kind, is_annotated
+
+_EPS = 2.0**-12  # smallest scale an observer may pick (upstream's XNNPACK configs use the same)
+_UNSET = object()
+
+
+def int8_static_config(*, per_channel: bool = True, activation_observer: Callable = MinMaxObserver
+                       ) -> QuantizationConfig:
+    """int8 per-tensor affine activations (calibrated with `activation_observer`) and int8
+    symmetric weights ([-127, 127], so the range is symmetric around zero), per output channel by
+    default; bias stays float (the runtime computes the op in float between dequantize and quantize)."""
+    act = QuantizationSpec(dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
+                           observer_or_fake_quant_ctr=activation_observer.with_args(eps=_EPS))
+    return QuantizationConfig(act, act, _weight_spec(per_channel), None)
+
+
+def int8_dynamic_config(*, per_channel: bool = True) -> QuantizationConfig:
+    """Dynamic quantization: the input's qparams are computed from each run's input
+    (`choose_qparams` in the program), weights are int8 symmetric; outputs stay float."""
+    act = QuantizationSpec(dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
+                           is_dynamic=True, observer_or_fake_quant_ctr=PlaceholderObserver.with_args(eps=_EPS))
+    return QuantizationConfig(act, None, _weight_spec(per_channel), None)
+
+
+def _weight_spec(per_channel: bool) -> QuantizationSpec:
+    if per_channel:
+        return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_channel_symmetric,
+                                ch_axis=0, observer_or_fake_quant_ctr=PerChannelMinMaxObserver.with_args(eps=_EPS))
+    return QuantizationSpec(dtype=torch.int8, quant_min=-127, quant_max=127, qscheme=torch.per_tensor_symmetric,
+                            observer_or_fake_quant_ctr=MinMaxObserver.with_args(eps=_EPS))
+
+
+def is_dynamic(config: QuantizationConfig) -> bool:
+    return config.input_activation is not None and config.input_activation.is_dynamic
+
+
+def _module_names(node: Node) -> list[str]:
+    """Fully qualified names of the modules `node` was traced in (outermost first)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    names = []
+    for value in stack.values():
+        name = value[0] if isinstance(value, tuple) else str(value)
+        names.append(name[len("L['self']."):] if name.startswith("L['self'].") else name)
+    return names
+
+
+def _module_types(node: Node) -> list[Any]:
+    stack = node.meta.get("nn_module_stack") or {}
+    return [value[1] for value in stack.values() if isinstance(value, tuple) and len(value) > 1]
+
+
+def _type_matches(recorded: Any, wanted: type) -> bool:
+    """nn_module_stack records a class or its qualified name, depending on how the graph was made."""
+    if isinstance(recorded, type):
+        return recorded is wanted
+    return str(recorded) in (wanted.__qualname__, f"{wanted.__module__}.{wanted.__qualname__}")
+
+
+class EtlabQuantizer(Quantizer):
+    """int8 PT2E quantizer for etlab (see the module docstring); the setters return self, so they chain:
+
+        EtlabQuantizer().set_module_name("features.0", None).set_operator_type(torch.ops.aten.mul.Tensor, None)
+    """
+
+    def __init__(self, config: QuantizationConfig | None = None):
+        super().__init__()
+        self.global_config: QuantizationConfig | None = int8_static_config() if config is None else config
+        self.module_name_config: dict[str, QuantizationConfig | None] = {}
+        self.module_type_config: dict[type, QuantizationConfig | None] = {}
+        self.operator_type_config: dict[Any, QuantizationConfig | None] = {}
+
+    # -- configuration ---------------------------------------------------------------------------------------
+    def set_global(self, config: QuantizationConfig | None) -> EtlabQuantizer:
+        """The config for every node nothing more specific names (None: nothing is quantized by default)."""
+        self.global_config = config
+        return self
+
+    def set_module_name(self, module_name: str, config: QuantizationConfig | None) -> EtlabQuantizer:
+        """Nodes traced inside the submodule `module_name` ("features.3.conv") use `config`; None keeps them float."""
+        if not isinstance(module_name, str):
+            raise TypeError(f"set_module_name: module_name must be a str, got {type(module_name).__name__}")
+        self.module_name_config[module_name] = config
+        return self
+
+    def set_module_type(self, module_type: type, config: QuantizationConfig | None) -> EtlabQuantizer:
+        """Nodes traced inside any module of class `module_type` use `config`; None keeps them float."""
+        if not isinstance(module_type, type):
+            raise TypeError(f"set_module_type: module_type must be a class, got {module_type!r}")
+        self.module_type_config[module_type] = config
+        return self
+
+    def set_operator_type(self, operator: Any, config: QuantizationConfig | None) -> EtlabQuantizer:
+        """Nodes whose anchor operator is `operator` (an OpOverload such as torch.ops.aten.linear.default,
+        or its packet torch.ops.aten.linear) use `config`; None keeps them float."""
+        if not isinstance(operator, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+            raise TypeError(f"set_operator_type: expected a torch.ops.aten operator, got {operator!r}")
+        self.operator_type_config[operator] = config
+        return self
+
+    def config_for(self, node: Node) -> QuantizationConfig | None:
+        """The config that applies to anchor `node`: module name, module type, operator type, global."""
+        names = _module_names(node)
+        best = _UNSET
+        best_len = -1
+        for name, config in self.module_name_config.items():
+            if len(name) > best_len and any(n == name or n.startswith(name + ".") for n in names):
+                best, best_len = config, len(name)
+        if best is not _UNSET:
+            return best
+        types = _module_types(node)
+        for recorded in reversed(types):  # innermost module first
+            for wanted, config in self.module_type_config.items():
+                if _type_matches(recorded, wanted):
+                    return config
+        target = node.target
+        for key in (target, getattr(target, "overloadpacket", None)):
+            if key is not None and key in self.operator_type_config:
+                return self.operator_type_config[key]
+        return self.global_config
+
+    # -- the Quantizer API ------------------------------------------------------------------------------------
+    def annotate(self, model: GraphModule) -> GraphModule:
+        """Annotates each anchor op (and its fused activation) with the qspecs of its config."""
+        for node in list(model.graph.nodes):
+            if node.op != "call_function" or is_annotated(node):
+                continue
+            kind = anchor_kind(node)
+            if kind is None:
+                continue
+            config = self.config_for(node)
+            if config is None:
+                continue
+            if is_dynamic(config) and kind != "linear":
+                continue  # dynamic mode quantizes linear only
+            ANNOTATORS[kind](node, config)
+        return model
+
+    def validate(self, model: GraphModule) -> None:
+        """Every annotation names input edges of its own node (what prepare_pt2e relies on)."""
+        for node in model.graph.nodes:
+            annotation: QuantizationAnnotation | None = node.meta.get("quantization_annotation")
+            if annotation is None:
+                continue
+            for source in annotation.input_qspec_map:
+                if source not in node.all_input_nodes:
+                    raise ValueError(f"EtlabQuantizer: node {node.name} is annotated for input {source.name}, "
+                                     "which it does not read")
+
+
+__all__ = ["EtlabQuantizer", "int8_dynamic_config", "int8_static_config"]

@@ -1,0 +1,179 @@
+"""CompareView: two runs or builds side by side (`etlab.inspector.Comparison`): the summary, a sortable
+table of every row, the latency of the rows that moved most (A and B bars), and the program's Edge
+graph colored by the latency ratio B/A or by the numeric delta of each op's output.
+
+The numbers come from the analysis (`Inspector.compare`); this module only draws them. The graph
+uses GraphView's overlays: "latency" carries the ratio (unit "× B/A") and "gap" the max |B - A|.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+
+import ipywidgets as widgets
+import plotly.graph_objects as go
+
+from etlab.visualizer import _html
+from etlab.visualizer._analysis_views import NumericGapView, _fragments, _link_table_to_graph
+from etlab.visualizer._graph_model import GraphModel
+from etlab.visualizer._graph_view import GraphView, graph_models
+from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._sources import resolve_sources
+from etlab.visualizer._table import TableView, _cell
+
+OVERLAYS = {"ratio": "latency", "numeric": "gap", "none": "none"}
+RATIO_UNIT = "× (B/A)"
+DELTA_METRIC = "max |B−A|"
+COLOR_A, COLOR_B = "#4c78a8", "#f58518"
+
+
+def compare_columns(unit: str) -> list[tuple[str, str, bool]]:
+    """TableView columns of a Comparison's rows."""
+    return [("key", "row", False), ("label", "ops", False), ("present", "in", False),
+            ("events_a", "events A", False), ("events_b", "events B", False),
+            ("latency_a", f"A ({unit})", True), ("latency_b", f"B ({unit})", True),
+            ("delta", f"B − A ({unit})", True), ("ratio", "B / A", True), ("max_abs", "max |B−A|", True),
+            ("relative", "rel. diff", True), ("sqnr", "SQNR (dB)", True), ("cosine", "cosine", True),
+            ("module", "module", False), ("source", "source", False), ("note", "note", False)]
+
+
+def compare_rows(comparison) -> list[dict]:
+    """The rows as TableView dicts; a row with debug handles selects its node in the graph."""
+    out = []
+    for r in comparison.rows:
+        row = {"key": r.key, "label": r.label, "present": r.present, "events_a": ", ".join(r.events_a),
+               "events_b": ", ".join(r.events_b), "latency_a": r.latency_a, "latency_b": r.latency_b,
+               "delta": r.delta, "ratio": r.ratio, "max_abs": r.max_abs, "relative": r.relative, "sqnr": r.sqnr,
+               "cosine": r.cosine, "module": r.module, "source": r.source, "note": r.numeric_note}
+        if r.handles:
+            row["focus"] = {"name": r.nodes[-1] if r.nodes else None, "handles": list(r.handles), "kind": "edge"}
+        out.append(row)
+    return out
+
+
+def latency_figure(comparison, top: int = 25) -> go.Figure:
+    """A and B latency of the `top` rows with the largest |delta|, as paired horizontal bars."""
+    rows = list(reversed(comparison.top(top, "latency")))
+    labels = [f"{r.key} {r.label}"[:48] for r in rows]
+    fig = go.Figure()
+    for side, color, name in (("a", COLOR_A, comparison.name_a), ("b", COLOR_B, comparison.name_b)):
+        vals = [getattr(r, f"latency_{side}") for r in rows]
+        fig.add_trace(go.Bar(orientation="h", y=labels, x=vals, name=f"{side.upper()}: {os.path.basename(name)}",
+                             marker={"color": color},
+                             customdata=[[r.nodes[-1] if r.nodes else "", list(r.handles)] for r in rows],
+                             hovertext=[f"<b>{lab}</b><br>{side.upper()}: {v:.4g} {comparison.unit}"
+                                        f"{f'<br>B/A {r.ratio:.3f}' if r.ratio is not None else ''}"
+                                        for lab, v, r in zip(labels, vals, rows)], hoverinfo="text"))
+    fig.update_layout(barmode="group", template="plotly_white", height=140 + 30 * max(1, len(rows)),
+                      title=f"latency per row, A vs B ({comparison.unit}; the {len(rows)} rows that moved most)",
+                      margin={"l": 260, "r": 20, "t": 60, "b": 40},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+    fig.update_xaxes(title_text=comparison.unit)
+    return fig
+
+
+def overlay_models(comparison, program=None, method: str = "forward") -> list[GraphModel]:
+    """The Edge graph (of `program`, else of B's ETRecord, the build under study, else of A's) with each
+    node's ratio B/A as its "latency" and its max |B - A| as its "gap"; [] when no graph is available or
+    the rows carry no debug handles."""
+    if not any(r.handles for r in comparison.rows):
+        return []
+    for side, source in (("", program), ("B", comparison.inspector_b), ("A", comparison.inspector_a)):
+        if source is None:
+            continue
+        try:
+            sources = resolve_sources(source, method)
+            sources.inspector = None  # the comparison's numbers go on the nodes, not one run's
+            models = graph_models(sources, ["edge"])
+        except (ValueError, TypeError, KeyError):
+            continue
+        for m in models:
+            annotate_comparison(m, comparison)
+            if side:
+                m.title += f", drawn on {side}'s graph"
+        return models
+    return []
+
+
+def annotate_comparison(model: GraphModel, comparison) -> GraphModel:
+    """Puts the ratio and numeric delta of the row covering each node on it."""
+    by_handle = {h: r for r in comparison.rows for h in r.handles}
+    model.title = f"Edge graph: latency B/A and output delta ({comparison.by})"
+    model.time_unit, model.gap_metric = RATIO_UNIT, DELTA_METRIC
+    for n in model.nodes:
+        rows = list({id(r): r for h in n.handles if (r := by_handle.get(h)) is not None}.values())
+        n.latency, n.gap = None, None
+        ratios = [r.ratio for r in rows if r.ratio is not None]
+        if ratios:
+            ratio = max(ratios, key=lambda x: abs(x - 1))
+            n.latency = {"p50": ratio, "p10": ratio, "p90": ratio, "avg": ratio, "min": ratio, "max": ratio,
+                         "runs": min(min(r.runs_a, r.runs_b) for r in rows), "events": [r.key for r in rows],
+                         "shared": 1}
+        deltas = [r.max_abs for r in rows if r.max_abs is not None]
+        if deltas:
+            n.gap = max(deltas)
+    return model
+
+
+def comparison_html(comparison, max_rows: int = 12) -> str:
+    """The notebook repr of a Comparison: its summary and the rows that moved most."""
+    columns = compare_columns(comparison.unit)[:9]
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in columns)
+    by_key = {r["key"]: r for r in compare_rows(comparison)}
+    shown = [by_key[r.key] for r in comparison.top(max_rows)]
+    shown += [by_key[r.key] for r in comparison.rows if r.present != "both"][: max(0, max_rows - len(shown))]
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k)))}</td>" for k, _, _ in columns) + "</tr>"
+                   for r in shown)
+    return (f"<div class='etlab-repr' data-etlab-view='compare-repr'><p><b>{html.escape(comparison.name_a)}</b> (A) vs "
+            f"<b>{html.escape(comparison.name_b)}</b> (B), joined by {html.escape(comparison.by)}: "
+            f"{html.escape(comparison.summary.text(comparison.unit))}</p>"
+            f"<table class='etlab-table'><tr>{head}</tr>{body}</table></div>")
+
+
+class CompareView(widgets.VBox):
+    """A Comparison in a notebook: summary, rows (click one to select its node), the A/B latency of
+    the rows that moved most, and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
+
+        ins_a.compare(ins_b).show()                 # or CompareView(comparison, program=manager)
+    """
+
+    def __init__(self, comparison, *, program=None, overlay: str = "ratio", method: str = "forward",
+                 top: int = 25, show_graph: bool = True, **kwargs):
+        if overlay not in OVERLAYS:
+            raise ValueError(f"overlay must be one of {list(OVERLAYS)}, got {overlay!r}")
+        self.comparison = comparison
+        self.models = overlay_models(comparison, program, method) if show_graph else []
+        self.graph = GraphView.from_models(self.models, overlay=OVERLAYS[overlay]) if self.models else None
+        self.table = TableView(compare_columns(comparison.unit), compare_rows(comparison),
+                               title="Rows (click one to show it in the graph)", height=320)
+        _link_table_to_graph(self.table, self.graph)
+        self.figure = latency_figure(comparison, top)
+        self.plot = PlotView(self.figure)
+        if self.graph is not None:
+            self.plot.on_click(self._on_point)
+        self.note = widgets.HTML(self._note_html())
+        super().__init__([self.note, self.table, self.plot] + ([self.graph] if self.graph else []), **kwargs)
+
+    def _note_html(self) -> str:
+        c = self.comparison
+        graph = "" if self.graph is not None else (
+            " No graph overlay: it needs debug handles (an ETRecord for both runs) and a recorded Edge graph.")
+        return (f"<div data-etlab-view='compare' data-rows='{len(c.rows)}'><p class='etlab-note'>"
+                f"A: <b>{html.escape(c.name_a)}</b>, B: <b>{html.escape(c.name_b)}</b>; joined by "
+                f"{html.escape(c.by)}. {html.escape(c.summary.text(c.unit))}{html.escape(graph)}</p></div>")
+
+    _on_point = NumericGapView._on_point  # a clicked bar selects its node, as a gap chart's point does
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
+    def html_fragments(self) -> list[_html.Fragment]:
+        parts = [_html.Fragment(self._note_html()), self.table, _html.plotly_fragment(self.figure)]
+        return _fragments("Comparison", parts + ([self.graph] if self.graph else []))
+
+    def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
+        """Writes the view as one offline HTML file (atomically); returns the path."""
+        c = self.comparison
+        title = title or f"etlab compare: {os.path.basename(c.name_a)} vs {os.path.basename(c.name_b)}"
+        return _html.write_page(path, _html.page(title, self.html_fragments()))
