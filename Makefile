@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel fuzz corpus clean
+.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel fuzz corpus corpus-speed clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,11 @@ fuzz: setup
 corpus: setup
 	status=0; $(PY) bench/corpus.py --parallel 2 || status=$$?; \
 	ETLAB_CORPUS_FULL=1 $(PY) -m pytest -n 2 --dist loadgroup -q tests/corpus && exit $$status
+
+# etlab's and upstream's compile of every corpus model, interleaved in one run (~30 min on 2 loaded cores);
+# rewrites the `corpus compile speed` section of bench/RESULTS.md.
+corpus-speed: setup
+	$(PY) bench/corpus_speed.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so labextension/node_modules labextension/lib \

@@ -375,7 +375,8 @@ def render(results: list[ModelResult], repeat: int) -> str:
         "upstream itself cannot do (named), not counted against green. Upstream's compile times come from the "
         "content-keyed cache and were measured when that entry was made; etlab's in this run "
         f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end): the speed-up is side by "
-        "side only on a cold cache.", "",
+        "side only on a cold cache. Both compilers timed in one interleaved run: section `corpus compile speed` "
+        "(`make corpus-speed`).", "",
         f"**Fully green: {green}/{len(results)}**; median compile speed-up vs upstream {median_ratio:.1f}x "
         f"(min {min(ratios, default=float('nan')):.1f}x, over {len(ratios)} models)."
         + (f" Upstream not measured for {len(unmeasured)}: {', '.join(unmeasured)}." if unmeasured else ""), "",

@@ -26,7 +26,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
 from etlab.compiler._config import EdgeCompileConfig
-from etlab.compiler._graph import call, getitem, inherit_meta, is_static
+from etlab.compiler._graph import call, fake_empty, getitem, inherit_meta, is_static
 
 aten = torch.ops.aten
 
@@ -233,7 +233,7 @@ def _signature(node: Node):
             if not isinstance(v, torch.Tensor) or not is_static(v):
                 raise _Uncacheable
             slot = inputs.setdefault(id(a), len(inputs))
-            return ("T", slot, tuple(v.shape), tuple(v.stride()), v.dtype, v.storage_offset())
+            return ("T", slot, tuple(v.shape), tuple(v.stride()), v.dtype, v.storage_offset(), v.requires_grad)
         if isinstance(a, (list, tuple)):
             return (type(a).__name__, *map(key, a))
         if isinstance(a, (torch.SymInt, torch.SymFloat, torch.SymBool)):
@@ -305,18 +305,21 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
 def _meta_of(out):
     """A picklable-free description of a fake output, to rebuild it in another fake mode."""
     if isinstance(out, torch.Tensor):
-        return ("T", tuple(out.shape), tuple(out.stride()), out.dtype, out.storage_offset())
+        return ("T", tuple(out.shape), tuple(out.stride()), out.dtype, out.storage_offset(), out.device,
+                out.requires_grad)
     if isinstance(out, (tuple, list)):
         return tuple(_meta_of(o) for o in out)
     return out
 
 
 def _rebuild(meta, fake_mode):
+    """The fake value `_meta_of` described, in `fake_mode` (see `fake_empty`). requires_grad is part of
+    the value (the .pte records it): before it was, a cached decomposition of an op on a parameter
+    wrote requires_grad=False where the uncached one wrote True, so the bytes depended on what the
+    process had compiled before."""
     if isinstance(meta, tuple) and meta and meta[0] == "T":
-        _, shape, stride, dtype, offset = meta
-        with fake_mode:
-            base = torch.empty_strided(shape, stride, dtype=dtype)
-            return base.as_strided(shape, stride, offset) if offset else base
+        _, shape, stride, dtype, offset, device, requires_grad = meta
+        return fake_empty(fake_mode, shape, stride, dtype, device, offset, requires_grad)
     if isinstance(meta, tuple):
         return tuple(_rebuild(m, fake_mode) for m in meta)
     return meta

@@ -61,7 +61,7 @@ class _EdgeBuilder:
     def __init__(self, ep: ExportedProgram):
         self.ep = ep
         val_map: dict[Node, Node] = {}
-        self.gm = copy_graph_module(ep.graph_module, val_map)
+        self.gm = copy_graph_module(ep.graph_module, val_map, lazy=True)
         renamed = {old.name: new.name for old, new in val_map.items() if old.name != new.name}
         self.input_specs = [_renamed(s, renamed) for s in ep.graph_signature.input_specs]
         self.output_specs = [_renamed(s, renamed) for s in ep.graph_signature.output_specs]
@@ -169,8 +169,7 @@ class _EdgeBuilder:
         live_targets = {s.target for s in input_specs}
         state_dict = {k: v for k, v in self.ep.state_dict.items() if k in live_targets}
         constants = {k: v for k, v in self.constants.items() if k in live_targets}
-        self.gm.recompile()
-        return ExportedProgram(
+        return ExportedProgram(  # generates the edge graph's code: self.gm's own code is never generated
             root=self.gm, graph=self.gm.graph,
             graph_signature=ExportGraphSignature(input_specs, output_specs),
             state_dict=state_dict, range_constraints=dict(self.ep.range_constraints),

@@ -7,12 +7,13 @@ from collections.abc import Callable
 
 import torch
 from torch._ops import OpOverload
+from torch._prims_common import make_contiguous_strides_for
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import _dim_order_ops
 from etlab.compiler._decompose import is_edge_op
 from etlab.compiler._functionalize import is_view_op
-from etlab.compiler._graph import call
+from etlab.compiler._graph import call, fake_empty, is_static
 from etlab.compiler._shapes import dim_order_of
 
 aten = torch.ops.aten
@@ -34,6 +35,9 @@ def _contiguous_like(val, fake_mode):
     if isinstance(val, torch.Tensor):
         if val.is_contiguous():
             return val
+        if is_static(val):
+            return fake_empty(fake_mode, tuple(val.shape), make_contiguous_strides_for(val.shape), val.dtype,
+                              val.device)
         with fake_mode:
             return torch.empty(val.shape, dtype=val.dtype)
     if isinstance(val, (list, tuple)):
@@ -64,12 +68,18 @@ def _strides(val) -> list:
             for v in torch.utils._pytree.tree_leaves(val)]
 
 
+# Static-shape results of _refresh_layouts' fake re-runs, by (op, argument metadata): a transformer
+# with 12 identical blocks re-runs each op once. Same key and value format as _decompose's cache.
+_LAYOUT_CACHE: dict = {}
+_LAYOUT_CACHE_LIMIT = 4096
+
+
 def _refresh_layouts(gm: GraphModule, changed: set[Node], fake_mode) -> None:
     """Recomputes the fake value of every op fed by a node whose layout changed, in graph order, and
     goes on downstream only where the strides differ. Without this an elementwise op on a former
     transpose keeps the transposed strides, the .pte gives its output another dim order than its
     contiguous inputs, and upstream's portable kernels refuse the mix (tensors_have_same_dim_order)."""
-    from etlab.compiler._decompose import fake_call
+    from etlab.compiler._decompose import _meta_of, _rebuild, _signature, fake_call
 
     for node in gm.graph.nodes:
         if node in changed or node.op != "call_function" or not any(a in changed for a in node.all_input_nodes):
@@ -80,10 +90,17 @@ def _refresh_layouts(gm: GraphModule, changed: set[Node], fake_mode) -> None:
             new = parent[node.args[1]] if isinstance(parent, (tuple, list)) else old
         elif isinstance(node.target, OpOverload) and any(isinstance(v, torch.Tensor)
                                                          for v in torch.utils._pytree.tree_leaves(old)):
-            try:
-                new = fake_call(node.target, node.args, node.kwargs, fake_mode)
-            except Exception:  # an op fake mode cannot re-run keeps its recorded value
-                continue
+            sig = _signature(node)
+            cached = _LAYOUT_CACHE.get(sig) if sig is not None else None
+            if cached is not None:
+                new = _rebuild(cached, fake_mode)
+            else:
+                try:
+                    new = fake_call(node.target, node.args, node.kwargs, fake_mode)
+                except Exception:  # an op fake mode cannot re-run keeps its recorded value
+                    continue
+                if sig is not None and len(_LAYOUT_CACHE) < _LAYOUT_CACHE_LIMIT:
+                    _LAYOUT_CACHE[sig] = _meta_of(new)
         else:
             continue
         if _strides(new) != _strides(old):

@@ -164,7 +164,7 @@ class _SpecBuilder:
 
 def build_et_graph(edge: ExportedProgram) -> GraphModule:
     """The ExecuTorch graph of one edge method (a new GraphModule; the edge program is not modified)."""
-    gm = copy_graph_module(edge.graph_module)
+    gm = copy_graph_module(edge.graph_module, lazy=True)  # code generated on first use, after the rewrites
     insert_write_backs(gm, edge)
     to_out_variants(gm)
     _SpecBuilder(edge, edge.range_constraints).assign(gm)

@@ -38,6 +38,19 @@ def fake_mode_of(gm: GraphModule):
     return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)])
 
 
+def fake_empty(fake_mode, shape, stride, dtype, device, offset: int = 0, requires_grad: bool = False):
+    """A fake tensor of static `shape`/`stride` in `fake_mode`: a meta tensor wrapped in a FakeTensor.
+    Same value as `torch.empty_strided` under the mode, without a fake-mode dispatch (cache key,
+    output reconstruction), which dominated the passes that make thousands of them."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    base = torch.empty_strided(shape, stride, dtype=dtype, device="meta")
+    if offset:
+        base = base.as_strided(shape, stride, offset)
+    fake = FakeTensor(fake_mode, base, device)
+    return fake.requires_grad_(True) if requires_grad else fake
+
+
 def is_static(val) -> bool:
     """True when a tensor value's shape has no symbols."""
     return all(isinstance(s, int) for s in val.shape)

@@ -14,6 +14,7 @@ from etlab.compiler._config import EdgeCompileConfig, ExecutorchBackendConfig
 from etlab.compiler._constants import DEFAULT_EXTERNAL_FILE
 from etlab.compiler._edge import to_edge_program
 from etlab.compiler._errors import CompileError
+from etlab.compiler._gc import with_young_heap_gc, young_heap_gc
 from etlab.compiler._memory_planning import MemoryPlan
 from etlab.compiler._program import CompiledProgram, compile_program
 from etlab.schema import program as P
@@ -88,6 +89,7 @@ class EdgeProgramManager:
         return EdgeProgramManager(programs, self._constant_methods, self.compile_config,
                                   aten_programs=self._aten_programs, generate_etrecord=self._generate_etrecord)
 
+    @with_young_heap_gc
     def transform(self, passes, compile_config: EdgeCompileConfig | None = None) -> EdgeProgramManager:
         """Runs graph passes (callables GraphModule -> PassResult/GraphModule/None), once or per method.
 
@@ -117,6 +119,7 @@ class EdgeProgramManager:
             out[name] = to_edge_program(rebuilt, config)
         return self._derive(out)
 
+    @with_young_heap_gc
     def to_backend(self, partitioner) -> EdgeProgramManager:
         """Delegates the partitions a Partitioner tags (once, as a list, or per method) to their backends."""
         from etlab.compiler._delegation import to_backend
@@ -130,6 +133,7 @@ class EdgeProgramManager:
             out[name] = ep
         return self._derive(out)
 
+    @with_young_heap_gc
     def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> ExecutorchProgramManager:
         config = config or ExecutorchBackendConfig()
         if not isinstance(config, ExecutorchBackendConfig):
@@ -165,8 +169,9 @@ class ExecutorchProgramManager:
         if self._buffer is None:
             # Delegate blobs are whole segments: a stricter delegate alignment raises the segment alignment.
             alignment = max(self.config.segment_alignment, self.config.delegate_alignment or 0)
-            self._buffer = serialize_pte(self._compiled.program, self._compiled.segments,
-                                         segment_alignment=alignment)
+            with young_heap_gc():
+                self._buffer = serialize_pte(self._compiled.program, self._compiled.segments,
+                                             segment_alignment=alignment)
         return self._buffer
 
     def write_to_file(self, f) -> None:
@@ -237,6 +242,7 @@ class ExecutorchProgramManager:
         )
 
 
+@with_young_heap_gc
 def to_edge(programs, constant_methods: dict | None = None, compile_config: EdgeCompileConfig | None = None,
             generate_etrecord: bool = False) -> EdgeProgramManager:
     """Lowers exported program(s) to the Edge dialect. `programs`: an ExportedProgram ('forward') or a dict."""
@@ -247,6 +253,7 @@ def to_edge(programs, constant_methods: dict | None = None, compile_config: Edge
                               generate_etrecord=generate_etrecord)
 
 
+@with_young_heap_gc
 def to_edge_transform_and_lower(programs, transform_passes=None, partitioner=None,
                                 constant_methods: dict | None = None,
                                 compile_config: EdgeCompileConfig | None = None,

@@ -15,6 +15,7 @@ tensors in several arenas.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -138,19 +139,25 @@ def naive(blocks: list[Block], mem_id: int) -> int:
 
 
 def _best_fit(blocks: list[Block]) -> int:
-    placed: list[Block] = []
+    """Places each block, in the given order, in the smallest gap between the blocks already placed
+    whose lifetimes overlap its own (or on top). The placed blocks are kept sorted by (offset, order
+    placed) as plain tuples, so each placement is one pass over them with no sort and no attribute
+    lookups (the quadratic part of planning a graph with thousands of tensors)."""
+    placed: list[tuple[int, int, int, int, int]] = []  # (offset, seq, start, end, size)
     top = 0
-    for b in blocks:
-        overlapping = sorted((p for p in placed if p.start <= b.end and b.start <= p.end), key=lambda p: p.offset)
+    for seq, b in enumerate(blocks):
+        start, end, size = b.start, b.end, b.size
         best, best_gap, cursor = None, None, 0
-        for p in overlapping:
-            gap = p.offset - cursor
-            if gap >= b.size and (best_gap is None or gap < best_gap):
-                best, best_gap = cursor, gap
-            cursor = max(cursor, p.offset + p.size)
+        for p_offset, _seq, p_start, p_end, p_size in placed:
+            if p_start <= end and start <= p_end:
+                gap = p_offset - cursor
+                if gap >= size and (best_gap is None or gap < best_gap):
+                    best, best_gap = cursor, gap
+                if p_offset + p_size > cursor:
+                    cursor = p_offset + p_size
         b.offset = best if best is not None else cursor
-        placed.append(b)
-        top = max(top, b.offset + b.size)
+        bisect.insort(placed, (b.offset, seq, start, end, size))
+        top = max(top, b.offset + size)
     return top
 
 

@@ -13,7 +13,9 @@
 - Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
   (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`.
 - `profile(model, inputs)`: export, compile with an ETRecord, run with ETDump and intermediates,
-  return the Inspector.
+  return the Inspector. With inputs per method ({"prefill": ..., "decode": ...}) it profiles an LLM's
+  prefill and decode steps in one ETDump and returns a `PhaseProfile` (phases, KV cache, Inspector).
+- KV cache: `state_buffers`, `kv_cache_dataframe`, `kv_cache_bytes` (mutable buffers from the plan).
 
     from etlab.devtools import get_delegation_info, profile
     print(get_delegation_info(edge.exported_program().graph_module).get_summary())
@@ -38,6 +40,7 @@ _WHERE = {
     "MethodTestSuite": "_bundled_config",
     "OutputCheck": "_bundled_runtime",
     "PlannedTensor": "_memory_trace",
+    "StateBuffer": "_kv_cache",
     "bundled_test_case_count": "_bundled_runtime",
     "bundled_value": "_bundled_program",
     "check_bundle": "_bundled_program",
@@ -45,6 +48,8 @@ _WHERE = {
     "format_delegated_graph": "_delegation_info",
     "generate_memory_trace": "_memory_trace",
     "get_delegation_info": "_delegation_info",
+    "kv_cache_bytes": "_kv_cache",
+    "kv_cache_dataframe": "_kv_cache",
     "live_bytes_per_step": "_memory_trace",
     "load_bundled_input": "_bundled_runtime",
     "load_bundled_program": "_bundled_runtime",
@@ -63,10 +68,12 @@ _WHERE = {
     "requantize_excluding": "_quant_debug_fix",
     "sensitivity_table": "_quant_debug_fix",
     "serialize_from_bundled_program_to_flatbuffer": "_bundled_program",
+    "state_buffers": "_kv_cache",
     "tensor_from_bundled": "_bundled_program",
     "value_from_bundled": "_bundled_program",
     "verify_bundled_program": "_bundled_runtime",
     "verify_method_outputs": "_bundled_runtime",
+    "with_kv_cache": "_kv_cache",
 }
 
 __all__ = sorted(_WHERE)

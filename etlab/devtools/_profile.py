@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
@@ -22,7 +22,7 @@ def _as_inputs(inputs) -> tuple:
 
 def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_name: str = "forward",
             partitioner=None, workdir: str | os.PathLike | None = None, debug_buffer_size: int | None = None,
-            progress: bool = True):
+            progress: bool = True, decode_steps: int = 8):
     """Exports `model` on `inputs`, compiles it with an ETRecord, runs it `iterations` times with
     ETDump on, and returns an `etlab.inspector.Inspector` over the result.
 
@@ -33,7 +33,14 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     debug_buffer_size: bytes for intermediates (default: the runtime sizes the buffer from the
     method's plan, growing it with the runs; values that do not fit are counted and reported).
     method_name: the method of an exported program to run (a module exports as "forward").
+    inputs per method ({"prefill": ..., "decode": ...}): an LLM's phases, `iterations` generations of
+    one prefill and `decode_steps` decode steps in one ETDump (see `_phase_profile`); returns a PhaseProfile.
     """
+    if isinstance(inputs, Mapping):
+        from etlab.devtools._phase_profile import profile_phases
+
+        return profile_phases(model, inputs, iterations=iterations, decode_steps=decode_steps, debug=debug,
+                              workdir=workdir, progress=progress, debug_buffer_size=_debug_buffer_size)
     from etlab.compiler import to_edge, to_edge_transform_and_lower
     from etlab.etrecord import ETRecord
     from etlab.inspector import Inspector

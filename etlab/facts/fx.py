@@ -85,11 +85,13 @@ def submodules_of(node: Node, root: torch.nn.Module) -> list[GraphModule]:
     return subs
 
 
-def copy_graph_module(gm: GraphModule, val_map: dict | None = None) -> GraphModule:
+def copy_graph_module(gm: GraphModule, val_map: dict | None = None, *, lazy: bool = False) -> GraphModule:
     """A structural copy: new nodes (metadata dicts copied shallowly), shared tensors, copied subgraphs.
 
     Node names can change (fx renames nodes that shadow builtins, e.g. 'input'); `val_map` receives
-    old node -> new node.
+    old node -> new node. `lazy`: the copy generates its Python code on first use (call, `.code`)
+    instead of now; for a compiler pass that rewrites the copy and never runs it, that saves the
+    code generation of a whole graph (tens of ms on a large one).
     """
     graph = torch.fx.Graph()
     val_map = {} if val_map is None else val_map
@@ -99,10 +101,14 @@ def copy_graph_module(gm: GraphModule, val_map: dict | None = None) -> GraphModu
     new_out.meta = copy.copy(old_out.meta)
     root = torch.nn.Module()
     for name, child in gm.named_children():
-        setattr(root, name, copy_graph_module(child) if isinstance(child, GraphModule) else child)
+        setattr(root, name, copy_graph_module(child, lazy=lazy) if isinstance(child, GraphModule) else child)
     for node in graph.nodes:
         if node.op == "get_attr" and not hasattr(root, node.target):
             _set_nested(root, node.target, _get_nested(gm, node.target))
+    if lazy:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+
+        return _LazyGraphModule(root, graph)
     return GraphModule(root, graph)
 
 

@@ -11,6 +11,8 @@
 - rollups for views and reports: `op_timings` (`OpTiming` per timed event: percentiles, handles,
   ops, module, the user's source line), `execute_timings`, `timings_counted_once`, `numeric_gaps`
   (`GapRow`), `time_unit`
+- LLM-shaped runs: `phases(inspector, program)` (prefill / decode per method: latency and per-token
+  p50/p90/p99, tokens/s), `phase_runs` (one row per run), `block_methods`, `phase_of`
 - `Inspector.compare(other)` -> `Comparison` (`CompareRow`, `CompareSummary`): two runs or builds
   per op (latency and numeric deltas joined by debug handle); `etlab compare A B` on the command line
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
@@ -21,6 +23,7 @@ from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, com
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
+from etlab.inspector._phases import block_methods, phase_of, phase_runs, phases
 from etlab.inspector._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
 from etlab.inspector._rollups import (
     GapRow,
@@ -54,6 +57,7 @@ __all__ = [
     "PerfData",
     "ProgramInfo",
     "TimeScale",
+    "block_methods",
     "compare",
     "compare_results",
     "cosine_similarity",
@@ -64,6 +68,9 @@ __all__ = [
     "numeric_gaps",
     "op_timings",
     "ops_without_outputs",
+    "phase_of",
+    "phase_runs",
+    "phases",
     "snr",
     "time_unit",
     "timings_counted_once",

@@ -182,12 +182,18 @@ class TableCodec:
         missing = set(self.tables) - set(self.models)
         if missing:
             raise TypeError(f"{self.ns}: no model class for tables {sorted(missing)}")
+        self._plans: dict[str, tuple] = {}
+        self._gens: dict[str, object] = {}
         self._bytes_fields = {
             t: {f.name for f in dataclasses.fields(self.models[t]) if "bytes" in str(f.type)} for t in self.tables
         }
 
     def _gen(self, table: str):
-        return importlib.import_module(f"{_GEN}.{self.ns}.{table}")
+        """The generated module of `table` (import_module's cache lookup is not free: cached here)."""
+        gen = self._gens.get(table)
+        if gen is None:
+            gen = self._gens[table] = importlib.import_module(f"{_GEN}.{self.ns}.{table}")
+        return gen
 
     # -- encoding -------------------------------------------------------------------------------
 
@@ -201,14 +207,28 @@ class TableCodec:
             builder.Finish(off, ident)
         return builder.Output()
 
+    def _plan(self, table: str):
+        """Per field of `table`: what `_pack` needs (name, kind, type, alignment, bytes?, adder, union-type
+        adder), looked up once per table instead of once per field of every object written."""
+        plan = self._plans.get(table)
+        if plan is None:
+            gen = self._gen(table)
+            plan = []
+            for name, _slot, kind, typ, align, _default in self.tables[table]:
+                adder_name = "Add" + _camel(name)[:1].upper() + _camel(name)[1:]
+                union_adder = getattr(gen, adder_name + "Type") if kind == "union" else None
+                plan.append((name, kind, typ, align, name in self._bytes_fields[table], getattr(gen, adder_name),
+                             union_adder))
+            plan = self._plans[table] = (gen, tuple(plan))
+        return plan
+
     def _pack(self, b: flatbuffers.Builder, obj, table: str) -> int:
         if type(obj) is not self.models[table]:
             raise TypeError(f"expected {self.models[table].__name__} for a {self.ns}.{table}, got {type(obj).__name__}")
-        gen = self._gen(table)
-        rows = self.tables[table]
+        gen, fields = self._plan(table)
         offsets = {}
         # Children first: FlatBuffers are built back to front and tables cannot nest in-progress.
-        for name, _slot, kind, typ, align, _default in rows:
+        for name, kind, typ, align, is_bytes, _adder, _union_adder in fields:
             v = getattr(obj, name)
             if v is None or kind in ("scalar", "enum"):
                 continue
@@ -220,20 +240,19 @@ class TableCodec:
                 member = type(v).__name__
                 offsets[name] = self._pack(b, v, member)
             else:
-                offsets[name] = self._vector(b, v, typ, align, name in self._bytes_fields[table])
+                offsets[name] = self._vector(b, v, typ, align, is_bytes)
         gen.Start(b)
-        for name, _slot, kind, typ, _align, _default in rows:
-            v = getattr(obj, name)
-            adder = getattr(gen, "Add" + _camel(name)[:1].upper() + _camel(name)[1:])
+        for name, kind, typ, _align, _is_bytes, adder, union_adder in fields:
             if kind in ("scalar", "enum"):
+                v = getattr(obj, name)
                 if v is not None:
                     adder(b, v if kind == "scalar" and typ in "fd?" else int(v))
             elif name in offsets:
                 if kind == "union":
                     tag = getattr(obj, name + "_type", None)  # set when several tags name one table
                     if not tag:
-                        tag = LAYOUTS["unions"][typ].index(type(v).__name__) + 1
-                    getattr(gen, adder.__name__ + "Type")(b, tag)
+                        tag = LAYOUTS["unions"][typ].index(type(getattr(obj, name)).__name__) + 1
+                    union_adder(b, tag)
                 adder(b, offsets[name])
         return gen.End(b)
 

@@ -12,6 +12,7 @@ from etlab.visualizer import _html
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._memory_view import MemoryTimeline
+from etlab.visualizer._phase_view import PhaseView
 from etlab.visualizer._quant_view import QuantizationView
 from etlab.visualizer._reprs import inspector_summary_html
 from etlab.visualizer._sources import ProgramSources, resolve_sources
@@ -61,7 +62,7 @@ _TAB_CSS = """<style>
 
 
 _TITLES = {"summary": "Summary", "graph": "Graph", "memory": "Memory", "delegation": "Delegation",
-           "gap": "Numeric gap", "profile": "Profile", "quantization": "Quantization"}
+           "gap": "Numeric gap", "profile": "Profile", "phases": "Phases", "quantization": "Quantization"}
 
 
 def _missing_html(missing: dict[str, str]) -> str:
@@ -109,6 +110,11 @@ class Dashboard(widgets.Tab):
             self.missing["delegation"] = "no edge graph"
         self.views["gap"] = NumericGapView(inspector, show_graph=False)
         self.views["profile"] = ProfileView(inspector, program, method)
+        if PhaseView.applies(program):  # an LLM's prefill and decode methods: the Phases tab
+            try:
+                self.views["phases"] = PhaseView(inspector, program)
+            except (ValueError, TypeError) as e:
+                self.missing["phases"] = str(e)
         if quantization is not None:  # a QuantReport (etlab.devtools.quantization_report)
             self.views["quantization"] = QuantizationView(quantization)
         titles = _TITLES

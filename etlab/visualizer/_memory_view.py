@@ -81,6 +81,13 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
             hovertext=hover, hoverinfo="text", customdata=part["tensor"], showlegend=False,
             meta={"etlab": "tensors", "mem_id": m},
         ), row=2 * i + 1, col=1)
+        kv = part[part["tensor"].isin(df.attrs.get("kv_cache") or [])]  # an LLM's KV cache: its own band
+        if len(kv):
+            fig.add_trace(go.Bar(x=kv["first_step"] + (kv["last_step"] - kv["first_step"] + 1) / 2, y=kv["size"],
+                                 base=kv["offset"], width=kv["last_step"] - kv["first_step"] + 1, hoverinfo="skip",
+                                 name=f"KV cache ({int(kv['size'].sum()):,} bytes)", legendgroup="kv", opacity=0.5,
+                                 marker={"color": "#b279a2", "pattern": {"shape": "/"}}, meta={"etlab": "kv_cache"}),
+                          row=2 * i + 1, col=1)
         live = lives[m]
         arena = buffer_sizes[m] if m < len(buffer_sizes) else None
         bound = int(live.max()) if len(live) else 0
@@ -125,7 +132,9 @@ class MemoryTimeline(widgets.VBox):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, program_manager, method: str = "forward", **kwargs):
-        self.data = _plan_frame(program_manager, method)
+        from etlab.devtools import with_kv_cache
+
+        self.data = with_kv_cache(_plan_frame(program_manager, method), program_manager, method)
         self.method = method
         steps = int(self.data.attrs.get("num_steps") or 0)
         self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "

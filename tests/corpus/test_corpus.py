@@ -37,6 +37,7 @@ def test_corpus_has_forty_architectures_covering_the_issue():
     assert {e.source for e in CORPUS.values()} == {"torch.nn", "transformers"}
     assert any(e.dynamic_shapes for e in CORPUS.values())
     assert set(CORPUS["llama_kv"].build()[1]) == {"prefill", "decode"}
+    assert set(CORPUS["llama_static_kv"].build()[1]) == {"prefill", "decode"}  # its KV cache: mutable buffers
 
 
 def test_entries_are_seeded():
