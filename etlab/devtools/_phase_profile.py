@@ -86,14 +86,14 @@ def _schedule(methods: list[str], iterations: int, decode_steps: int) -> list[tu
 def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tuple]], *, iterations: int = 1,
                    decode_steps: int = 8, debug: bool = False, workdir: str | os.PathLike | None = None,
                    progress: bool = True, tokens: Mapping[str, int] | None = None,
-                   debug_buffer_size: Callable[[object, str, int], int] | None = None) -> PhaseProfile:
+                   debug_buffer_size: int | None = None) -> PhaseProfile:
     """See the module doc. tokens: tokens per run by method when the token-id input does not say.
-    debug_buffer_size(program, method, runs): bytes for a method's intermediates over its runs
-    (profile() passes its own sizing; required with debug=True)."""
+    debug_buffer_size: bytes for intermediates with debug=True (default: the runtime sizes the buffer
+    from the methods' plans and grows it with the runs; values that do not fit are counted)."""
     from etlab.compiler import to_edge
     from etlab.devtools._kv_cache import kv_cache_dataframe
     from etlab.inspector import Inspector, phases
-    from etlab.runtime import Runtime
+    from etlab.runtime import DebugLevel, Runtime
 
     if not method_inputs:
         raise ValueError("inputs: give at least one method's inputs")
@@ -109,11 +109,9 @@ def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tu
     et.write_to_file(pte)
     et.get_etrecord().save(record)
     runs = _schedule(list(method_inputs), iterations, decode_steps)
-    counts = {m: sum(1 for r, _ in runs if r == m) for m in method_inputs}
-    if debug and debug_buffer_size is None:
-        raise ValueError("debug=True needs debug_buffer_size(program, method, runs)")
-    size = sum(debug_buffer_size(et.executorch_program, m, n) for m, n in counts.items()) if debug else 0
-    program = Runtime.get().load_program(et.buffer, enable_etdump=True, debug_buffer_size=size)
+    level = DebugLevel.INTERMEDIATE_OUTPUTS if debug else DebugLevel.NO_LOGGING
+    program = Runtime.get().load_program(et.buffer, enable_etdump=True, etdump_debug_level=level,
+                                         debug_buffer_size=debug_buffer_size if debug else 0)
     loaded = {m: program.load_method(m) for m in method_inputs}
     for m, step in tqdm(runs, desc="profile " + "+".join(method_inputs), unit="run", disable=not progress):
         loaded[m].execute(list(_inputs_at(method_inputs[m], m, step)))

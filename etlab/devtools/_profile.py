@@ -40,7 +40,7 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
         from etlab.devtools._phase_profile import profile_phases
 
         return profile_phases(model, inputs, iterations=iterations, decode_steps=decode_steps, debug=debug,
-                              workdir=workdir, progress=progress, debug_buffer_size=_debug_buffer_size)
+                              workdir=workdir, progress=progress, debug_buffer_size=debug_buffer_size)
     from etlab.compiler import to_edge, to_edge_transform_and_lower
     from etlab.etrecord import ETRecord
     from etlab.inspector import Inspector
