@@ -71,6 +71,14 @@ def _delegate_handles(delegate: DelegateInfo, ident):
     return got
 
 
+def _handle_as_identifier(ident, covered) -> tuple[int, ...] | None:
+    """A delegate without a debug-identifier map (upstream's XNNPACK records an empty one) whose
+    events are keyed by the Edge nodes' own debug handles: an integer id that is one of the
+    handles the delegate call covers is that node."""
+    h = ident if isinstance(ident, int) else (int(ident) if str(ident).lstrip("-").isdigit() else None)
+    return (h,) if h is not None and h in {int(c) for c in covered or ()} else None
+
+
 def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, instruction_id: np.ndarray,
                delegate_id: list, is_delegated: np.ndarray) -> JoinedColumns:
     m = len(names)
@@ -93,7 +101,9 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
             if delegate is None:
                 log.warning("no delegate map for the delegate called by instruction %s of chain %s", ins, ch)
             else:
-                handles = _delegate_handles(delegate, delegate_id[j])
+                covered, handles = handles, _delegate_handles(delegate, delegate_id[j])
+                if handles is None and not delegate.debug_handles:
+                    handles = _handle_as_identifier(delegate_id[j], covered)
         elif nm != DELEGATE_CALL:
             out.backend_names[j] = None
         if handles is None:

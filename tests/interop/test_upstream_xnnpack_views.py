@@ -118,3 +118,25 @@ def test_delegation_info_and_views_show_xnnpack(xnnpack):
     assert len(groups) == 2 and all(g.backend == BACKEND for g in groups)
     assert sum(n.backend == BACKEND for n in model.nodes) > 0
     assert DelegationView(edge, show_graph=False).info.num_delegated_subgraphs == 2
+
+
+def test_etlab_host_run_joins_each_delegated_node(xnnpack, tmp_path):
+    """etlab's XnnpackBackend logs each delegated node under its Edge node's debug handle; with
+    upstream's ETRecord (whose XNNPACK delegate map is empty) those rows get the node's op type."""
+    from etlab.runtime import DebugLevel, Runtime
+
+    record = parse_etrecord(xnnpack / "model.etrecord")
+    program = Runtime.get().load_program(xnnpack / "model.pte", enable_etdump=True,
+                                         etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
+    program.load_method("forward").execute(list(record._representative_inputs))
+    program.write_etdump_result_to_file(tmp_path / "host.etdp", tmp_path / "host.bin")
+    ins = Inspector(etdump_path=tmp_path / "host.etdp", etrecord=xnnpack / "model.etrecord",
+                    debug_buffer_path=tmp_path / "host.bin")
+    df = ins.to_dataframe()
+    per_node = df[df.is_delegated_op.astype(bool) & df.delegate_debug_identifier.map(lambda i: str(i).isdigit())]
+    assert len(per_node) > 10
+    edge_ops = {n.meta.get("debug_handle"): str(n.target) for n in record.edge_dialect_program.graph.nodes
+                if n.op == "call_function"}
+    for ident, ops in zip(per_node.delegate_debug_identifier, per_node.op_types):
+        assert ops and any(op in edge_ops[int(ident)] for op in ops), (ident, ops)
+    assert {op for ops in per_node.op_types for op in ops} >= {"aten.convolution.default", "aten.add.Tensor"}
