@@ -47,11 +47,12 @@ def load_debug_buffer(source) -> DebugBuffer:
     if isinstance(source, (bytes, bytearray, memoryview)):
         view = memoryview(source).cast("B")
         return DebugBuffer(view, f"<debug buffer of {len(view)} bytes>", not view.readonly)
-    # Copy-on-write: tensors may be written to without changing the file. Large files stay
-    # mapped; tensor_from_debug_buffer checks they were not truncated (no SIGBUS).
+    # Copy-on-write: tensors may be written to without changing the file. Files past 1 MiB stay
+    # mapped (a runtime's buffer is mostly unused space: only the ETDump's ranges are ever read);
+    # tensor_from_debug_buffer checks they were not truncated (no SIGBUS).
     path = Path(source)
     try:
-        view, name = map_file(path, copy_on_write=True)
+        view, name = map_file(path, copy_on_write=True, small_file_bytes=1 << 20)
     except FileNotFoundError:
         raise FileNotFoundError(f"{path}: no such file (debug buffer)") from None
     except FormatError:

@@ -64,18 +64,25 @@ def check_intact(view) -> None:
         obj.check_intact()
 
 
-def map_file(path, *, what: str | None = None, copy_on_write: bool = False) -> tuple[memoryview, str]:
-    """A file's bytes: in memory up to SMALL_FILE_BYTES, else a GuardedMap (see the module notes).
+def map_file(path, *, what: str | None = None, copy_on_write: bool = False,
+             small_file_bytes: int | None = None) -> tuple[memoryview, str]:
+    """A file's bytes: in memory up to SMALL_FILE_BYTES (or the smaller `small_file_bytes`), else a
+    GuardedMap (see the module notes).
 
-    `copy_on_write`: the view is writable and writes never reach the file."""
+    `copy_on_write`: the view is writable and writes never reach the file. A caller that touches
+    only parts of a big file (a debug buffer: the ETDump's tensors are a few ranges of it) maps it
+    from a smaller size on, and checks `check_intact` where it hands bytes out."""
     path = Path(path)
     name = what or str(path)
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size <= SMALL_FILE_BYTES:
-                data = f.read()
-                return memoryview(bytearray(data) if copy_on_write else data), name
+            if size <= min(SMALL_FILE_BYTES, SMALL_FILE_BYTES if small_file_bytes is None else small_file_bytes):
+                if not copy_on_write:
+                    return memoryview(f.read()), name
+                data = bytearray(size)  # read straight into the writable copy (one copy, not two)
+                got = f.readinto(data)
+                return memoryview(data)[:got], name
             return memoryview(GuardedMap(f.fileno(), name, size, copy_on_write=copy_on_write)), name
     except FileNotFoundError:
         raise FileNotFoundError(f"{name}: no such file") from None

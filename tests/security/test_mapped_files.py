@@ -74,3 +74,19 @@ def test_small_files_are_read_into_memory(tmp_path):
     path = _pte(tmp_path)
     view, _ = read_bytes(path)
     assert not is_mapped(view) and bytes(view[4:8]) == b"ET12"
+
+
+def test_debug_buffers_past_one_mib_are_mapped_and_copy_on_write(tmp_path):
+    """A runtime's debug buffer is mostly unused space: it is mapped, not read, from 1 MiB on; its
+    tensors stay writable without touching the file, and a small one is still read into memory."""
+    from etlab.etdump._debug_buffer import load_debug_buffer, tensor_from_debug_buffer
+    from etlab.schema._files import is_mapped
+
+    big, small = tmp_path / "big.bin", tmp_path / "small.bin"
+    big.write_bytes(bytes(2 << 20))
+    small.write_bytes(bytes(1 << 10))
+    buf = load_debug_buffer(big)
+    assert is_mapped(buf.data) and not is_mapped(load_debug_buffer(small).data)
+    t = tensor_from_debug_buffer(buf, 6, [4], None, 64, "test")  # ScalarType.FLOAT
+    t += 1
+    assert t.tolist() == [1.0] * 4 and big.read_bytes() == bytes(2 << 20)
