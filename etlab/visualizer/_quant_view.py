@@ -172,7 +172,7 @@ class QuantizationView(widgets.VBox):
                                 f"{html.escape(self.summary_text())}</p>"), plot, self.table.html_fragment()]
         if self.graph is not None:
             parts.append(_html.anywidget_fragment(_html.graph_module_source(), self.graph.state(), what="GraphView",
-                                                  expose=PAGE_GRAPH, libraries=("elk",)))
+                                                  expose=PAGE_GRAPH))
         return parts
 
     def save_html(self, path: str | os.PathLike, title: str = "Quantization") -> os.PathLike:
