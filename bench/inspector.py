@@ -126,7 +126,8 @@ def etrecord_lines(ref: str, repeats: int) -> list[str]:
                      f"| {theirs / ours:.0f}x |")
         print(lines[-1], file=sys.stderr, flush=True)
     lines += ["", f"Speed-up with the .etrecord: median {median(ratios):.0f}x, min {min(ratios):.0f}x "
-              f"(target >= 20x; load average {os.getloadavg()[0]:.1f}, measured under load).", "", ETRECORD_END]
+              f"(target >= 20x; load average {os.getloadavg()[0]:.1f}"
+              f"{', measured under load' if os.getloadavg()[0] > 2 else ''}).", "", ETRECORD_END]
     return lines
 
 
