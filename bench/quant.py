@@ -126,7 +126,9 @@ def _ms(v) -> str:
 def render(results: dict, upstream: dict, threads: int, clock: str) -> str:
     lines = [
         "## Quantization", "",
-        f"Measured under load (a shared 2-core machine); medians of alternating rounds; in-process contenders "
+        f"Load average {os.getloadavg()[0]:.1f} on 2 cores"
+        f"{' (measured under load: other jobs shared the machine)' if os.getloadavg()[0] > 2 else ''}; "
+        f"medians of alternating rounds; in-process contenders "
         f"timed in {'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`), torch threads = "
         f"{threads}; upstream = ExecuTorch 1.5.1 pybindings with its portable and quantized kernels "
         "(`tests/interop/ref_quant.py run`, per `execute` call, wall time, OMP_NUM_THREADS = torch threads) on the "
