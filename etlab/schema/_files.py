@@ -77,7 +77,8 @@ def map_file(path, *, what: str | None = None, copy_on_write: bool = False,
     try:
         with open(path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
-            if size <= min(SMALL_FILE_BYTES, SMALL_FILE_BYTES if small_file_bytes is None else small_file_bytes):
+            limit = SMALL_FILE_BYTES if small_file_bytes is None else min(small_file_bytes, SMALL_FILE_BYTES)
+            if size <= limit:
                 if not copy_on_write:
                     return memoryview(f.read()), name
                 data = bytearray(size)  # read straight into the writable copy (one copy, not two)
