@@ -24,6 +24,7 @@ FLOAT = 6
 
 
 @pytest.mark.parametrize("name,mode", [("mlp", "static"), ("cnn", "static"), ("transformer", "static"),
+                                       ("mobilenet_v2", "static"),
                                        ("mlp", "dynamic"), ("transformer", "dynamic")])
 def test_quantized_zoo_matches_eager_converted_model(name, mode):
     _, inputs, eager, pte, steps = quantized_zoo(name, mode)
