@@ -2,13 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +14,7 @@ from etlab.etdump import read_etdump
 from etlab.inspector import Inspector
 from etlab.models.zoo import make_mlp
 from etlab.schema import deserialize_etdump
-from tests.interop.conftest import ET_REF, REF_TOOLS, ZOO, cache_key, cache_root, run_ref
+from tests.interop.conftest import ET_REF, REF_TOOLS, ZOO, cache_key, cached_build, run_ref
 
 pytestmark = pytest.mark.interop
 
@@ -102,25 +97,13 @@ def test_mlp_intermediates_match_torch(upstream_artifacts):
 def xnnpack_run(ref_python) -> Path:
     """An XNNPACK-delegated CNN exported and run (3 iterations) by upstream, and upstream
     Inspector's events for it; cached next to the interop artifacts."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    d = root / f"inspector-xnnpack-{cache_key()[:16]}"
-    with open(root / f".{d.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # xdist workers: one builds
-        if (d / "events.json").is_file():
-            return d
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-xnnpack-", dir=root))
-        try:
-            run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--xnnpack", "--out", tmp)
-            run_ref(ref_python, ET_REF, "run", tmp / "model.pte", "--inputs", tmp / "inputs.pt",
-                    "--etdump", tmp / "run.etdp", "--iters", "3")
-            run_ref(ref_python, REF_TOOLS, "inspect-events", tmp / "run.etdp", "--json", tmp / "events.json")
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(d)
-            os.rename(tmp, d)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return d
+    def build(tmp: Path) -> None:
+        run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--xnnpack", "--out", tmp)
+        run_ref(ref_python, ET_REF, "run", tmp / "model.pte", "--inputs", tmp / "inputs.pt",
+                "--etdump", tmp / "run.etdp", "--iters", "3")
+        run_ref(ref_python, REF_TOOLS, "inspect-events", tmp / "run.etdp", "--json", tmp / "events.json")
+
+    return cached_build("inspector-xnnpack", cache_key()[:16], build)
 
 
 def test_xnnpack_delegate_events_match_upstream(xnnpack_run):

@@ -11,19 +11,14 @@ the debug-handle map of each delegate-call instruction.
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 
 from etlab.etrecord import DELEGATE_PARTITION_META, parse_etrecord
 from etlab.inspector import Inspector
-from tests.interop.conftest import ET_REF, ZOO, cache_key, cache_root, run_ref
+from tests.interop.conftest import ET_REF, ZOO, cache_key, cached_build, run_ref
 from tests.interop.test_upstream_etrecord import assert_same_rows
 
 pytestmark = pytest.mark.interop
@@ -35,28 +30,16 @@ BACKEND = "XnnpackBackend"
 def xnnpack(ref_python) -> Path:
     """Upstream's XNNPACK CNN: model.pte, model.etrecord, run.etdp + run.bin (2 iterations), and
     upstream Inspector's frame (inspect.json) and numeric gap (gap.json); cached per interop key."""
-    root = cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    d = root / f"xnnpack-views-{cache_key()[:16]}"
-    with open(root / f".{d.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (d / "gap.json").is_file():
-            return d
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-xnnpack-views-", dir=root))
-        try:
-            run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--xnnpack", "--out", tmp)
-            run_ref(ref_python, ET_REF, "run", tmp / "model.pte", "--inputs", tmp / "inputs.pt", "--etdump",
-                    tmp / "run.etdp", "--debug-buffer", tmp / "run.bin", "--debug-buffer-size", str(16 << 20),
-                    "--iters", "2")
-            for cmd, out in (("inspect", "inspect.json"), ("gap", "gap.json")):
-                run_ref(ref_python, ET_REF, cmd, tmp / "run.etdp", "--etrecord", tmp / "model.etrecord",
-                        "--debug-buffer", tmp / "run.bin", "--json", tmp / out)
-            with contextlib.suppress(FileNotFoundError):
-                shutil.rmtree(d)
-            os.rename(tmp, d)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return d
+    def build(tmp: Path) -> None:
+        run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--xnnpack", "--out", tmp)
+        run_ref(ref_python, ET_REF, "run", tmp / "model.pte", "--inputs", tmp / "inputs.pt", "--etdump",
+                tmp / "run.etdp", "--debug-buffer", tmp / "run.bin", "--debug-buffer-size", str(16 << 20),
+                "--iters", "2")
+        for cmd, out in (("inspect", "inspect.json"), ("gap", "gap.json")):
+            run_ref(ref_python, ET_REF, cmd, tmp / "run.etdp", "--etrecord", tmp / "model.etrecord",
+                    "--debug-buffer", tmp / "run.bin", "--json", tmp / out)
+
+    return cached_build("xnnpack-views", cache_key()[:16], build)
 
 
 def _inspector(d: Path) -> Inspector:

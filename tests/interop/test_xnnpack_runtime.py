@@ -12,11 +12,7 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import shutil
 import struct
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -29,7 +25,7 @@ from etlab.runtime import LoadError, Runtime
 from etlab.schema import deserialize_pte
 from etlab.schema.program import reserialize_pte
 from etlab.schema.xnnpack import deserialize_xnnpack, node_kind, serialize_xnnpack
-from tests.interop.conftest import ET_REF, SETUP_SH, ZOO, cache_key, cache_root, run_ref
+from tests.interop.conftest import ET_REF, SETUP_SH, ZOO, cache_key, cached_build, run_ref
 
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("xnnpack_interop")]
 
@@ -54,33 +50,12 @@ UPSTREAM_NAMES = {
 @pytest.fixture(scope="session")
 def xnnpack_artifacts(ref_python) -> Path:
     """Upstream XNNPACK exports, runs and AOT intermediates of the zoo models; cached by content hash."""
-    key = cache_key((ZOO, ET_REF, REF_XNNPACK, SETUP_SH), RECIPE)
-    root = cache_root() / "xnnpack"
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / key
-    if (final / "done").is_file():
-        return final
-    with open(root / f".{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / "done").is_file():
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-        try:
-            with ThreadPoolExecutor(len(EXPORT_JOBS)) as pool:
-                list(pool.map(lambda job: run_ref(ref_python, REF_XNNPACK, ET_REF, ZOO, *job[0], "--out", tmp,
-                                                  "--dynamic", *job[1], timeout=1800), EXPORT_JOBS))
-            (tmp / "done").write_text(key)
-            shutil.rmtree(final, ignore_errors=True)
-            tmp.rename(final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
-    for old in root.iterdir():  # older keys: zoo or script edits
-        if old.is_dir() and old.name != key and not old.name.startswith(".tmp-"):
-            shutil.rmtree(old, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (root / f".{old.name}.lock").unlink()
-    return final
+    def build(tmp: Path) -> None:
+        with ThreadPoolExecutor(len(EXPORT_JOBS)) as pool:
+            list(pool.map(lambda job: run_ref(ref_python, REF_XNNPACK, ET_REF, ZOO, *job[0], "--out", tmp,
+                                              "--dynamic", *job[1], timeout=1800), EXPORT_JOBS))
+
+    return cached_build("xnnpack", cache_key((ZOO, ET_REF, REF_XNNPACK, SETUP_SH), RECIPE), build)
 
 
 def _load(path: Path, name: str):
