@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 
 from etlab.errors import FormatError
-from etlab.runtime._errors import ExecutionError
+from etlab.runtime._errors import ExecutionError, check_delegate_args
 from etlab.runtime._registry import register_backend  # not `etlab.runtime`: it imports this module
 
 BACKEND_ID = "DemoBackend"
@@ -221,10 +221,7 @@ class DemoBackendRuntime:
 
     def execute(self, handle: DemoHandle, args: list, context=None) -> None:
         """Run the program: `args` are the delegate call's inputs then its preallocated outputs."""
-        expected = len(handle.inputs) + len(handle.outputs)
-        if len(args) != expected:
-            raise ExecutionError(f"{BACKEND_ID}: expected {len(handle.inputs)} inputs and {len(handle.outputs)} "
-                                 f"outputs ({expected} values), got {len(args)}")
+        check_delegate_args(BACKEND_ID, len(handle.inputs), len(handle.outputs), args)
         slots = list(handle.slots)
         for position, (slot, value) in enumerate(zip(handle.inputs + handle.outputs, args)):
             role = "input" if position < len(handle.inputs) else "output"

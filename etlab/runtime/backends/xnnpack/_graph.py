@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import torch
 
 from etlab.errors import FormatError
-from etlab.runtime._errors import ExecutionError
+from etlab.runtime._errors import ExecutionError, check_delegate_args
 from etlab.runtime.backends.xnnpack._kernels import TORCH_CALLS as T
 from etlab.runtime.backends.xnnpack._kernels import build_kernel
 from etlab.runtime.backends.xnnpack._values import ConstantSource, Quant, ValueSpec, decode_values, external_order
@@ -183,10 +183,7 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
 
 def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
     """The run's value table, seeded with constants and the (dequantized) inputs; checks every argument."""
-    expected = len(plan.inputs) + len(plan.outputs)
-    if len(args) != expected:
-        raise ExecutionError(f"{BACKEND_ID}: expected {len(plan.inputs)} inputs and {len(plan.outputs)} outputs "
-                             f"({expected} values), got {len(args)}")
+    check_delegate_args(BACKEND_ID, len(plan.inputs), len(plan.outputs), args)
     values = dict(plan.constants)
     for position, (vid, arg) in enumerate(zip(plan.inputs + plan.outputs, args)):
         spec = plan.specs[vid]
