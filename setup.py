@@ -23,7 +23,8 @@ except ImportError as e:  # e.g. an isolated build, which has no torch: Python c
 else:
     ext_modules = [CppExtension(
         "etlab.runtime._native._core",
-        ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace.cpp", "etlab/runtime/_native/module.cpp"],
+        ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace.cpp", "etlab/runtime/_native/module.cpp",
+         "etlab/runtime/_native/quant.cpp"],
         extra_compile_args=["-O2", "-g0"],
     )]
     cmdclass = {"build_ext": BuildExtension.with_options(use_ninja=True)}

@@ -76,8 +76,16 @@ def _scalar_qparams(scale, zero_point) -> tuple[float, int]:
 # qparams) once, and returns the step that computes into `out`; the .Tensor overloads' qparams are
 # tensors whose values may change, so they are read (and checked) on every call.
 
+_SCALE_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_ZERO_POINT_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+
+
 def _qparams_getter(scale, zero_point):
     if isinstance(scale, torch.Tensor) or isinstance(zero_point, torch.Tensor):
+        # A tensor's dtype cannot change: checked now (its values, on every call).
+        for what, t, dtypes in (("scale", scale, _SCALE_DTYPES), ("zero_point", zero_point, _ZERO_POINT_DTYPES)):
+            if isinstance(t, torch.Tensor) and t.dtype not in dtypes:
+                raise ValueError(f"{what} must be a tensor of {'/'.join(str(d) for d in dtypes)}, got {t.dtype}")
         return lambda: _scalar_qparams(scale, zero_point)
     fixed = _scalar_qparams(scale, zero_point)
     return lambda: fixed
@@ -273,3 +281,41 @@ QUANT_KERNELS = {
     "quantized_decomposed::dequantize_per_channel.out": (_binder(_prepare_dequantize_per_channel, (8,)), (8,)),
     "quantized_decomposed::choose_qparams.Tensor_out": (_binder(_prepare_choose_qparams, (5, 6)), (5, 6)),
 }
+
+
+# -- the native core's kernels (etlab/runtime/_native/quant.cpp) -----------------------------------------------
+# Same arithmetic and checks, computed in C++ without the GIL. The native core binds a call to them when
+# its arguments are of the kinds they take; everything else keeps the Python step above.
+
+_NATIVE_SCALES = (torch.float32, torch.float64)  # per-channel scale dtypes the native kernels take
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def native_call(name: str, values: list, static_shapes: bool) -> tuple[str, str, list] | None:
+    """(operator, overload, arguments) of the `etlab_native` kernel that computes kernel `name` on these
+    argument values (a bound call's, already checked by its `_prepare_*`) bit-identically, or None.
+
+    Per-tensor calls need both qparams as numbers (`.out`) or both as tensors (`.tensor_out`); per-channel
+    calls need static shapes (their qparams broadcast along the load-time shape) and float32/float64
+    scales; choose_qparams stays in Python."""
+    op = name.split("::", 1)[1].split(".", 1)[0]
+    if op in ("quantize_per_tensor", "dequantize_per_tensor"):
+        x, scale, zero_point, qmin, qmax = values[:5]
+        out = values[6 if op == "quantize_per_tensor" else 7]
+        if isinstance(scale, torch.Tensor) and isinstance(zero_point, torch.Tensor):
+            overload = "tensor_out"
+        elif isinstance(scale, (int, float)) and not isinstance(scale, bool) and _is_int(zero_point):
+            overload, scale = "out", float(scale)
+        else:
+            return None
+        return f"etlab_native::{op}", overload, [x, scale, zero_point, qmin, qmax, out]
+    if op in ("quantize_per_channel", "dequantize_per_channel") and static_shapes:
+        x, scales, zero_points, axis, qmin, qmax = values[:6]
+        out = values[7 if op == "quantize_per_channel" else 8]
+        if not isinstance(scales, torch.Tensor) or scales.dtype not in _NATIVE_SCALES:
+            return None
+        return f"etlab_native::{op}", "out", [x, scales, zero_points, axis, qmin, qmax, out]
+    return None

@@ -94,6 +94,19 @@ def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
     return [generic, (direct, lambda: select(*backend_args) == slow2d)]
 
 
+def _quant_kernel_call(entry, table: ValueTable, slots: list[int]):
+    """The native form of a quantize/dequantize kernel of `_quant_kernels` (quant.cpp's operators, same
+    arithmetic and checks) as (operator, overload, argument values, None), or None."""
+    from etlab.runtime._quant_kernels import QUANT_KERNELS, native_call
+
+    if entry.origin != "builtin" or entry.name not in QUANT_KERNELS or not all(_slot_is_fixed(table, s) for s in slots):
+        return None
+    tensors = [s for s in slots if table.kinds[s] == TENSOR]
+    static = all(table.is_static_shape(s) for s in tensors)
+    call = native_call(entry.name, [table.values[s] for s in slots], static)
+    return None if call is None else (*call, None)
+
+
 def _with_context(step: Step, context, info: StepInfo) -> Step:
     """A delegate step that first tells the delegate context which instruction runs (as run_traced does)."""
     chain, instruction = info.chain, info.instruction
@@ -197,7 +210,7 @@ def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: S
     values = table.values
     if isinstance(args, P.KernelCall):
         entry, slots = kernels[info.operator], list(args.args or [])
-        call = _native_kernel_args(entry, table, slots)
+        call = _native_kernel_args(entry, table, slots) or _quant_kernel_call(entry, table, slots)
         calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
         if calls is not None:
             try:
