@@ -5,8 +5,10 @@ Per zoo model (MLP, CNN, MobileNetV2, transformer): the float program and its in
 inputs, convert_pt2e, etlab's compiler), both compiled by etlab; then
 - `.pte` size, float vs int8;
 - latency of torch eager (float model, torchao's converted int8 model), etlab's native core
-  (float .pte, int8 .pte), all in-process in alternating rounds (medians), and upstream ExecuTorch
-  1.5.1's portable + quantized kernels running the same two `.pte` files (medians, its own process);
+  (float .pte, int8 .pte; and the int8 .pte with its quantize/dequantize kernels called back in
+  Python as before they ran natively, `_native._plan.native_quant_kernels = False`), all in-process
+  in alternating rounds (medians), and upstream ExecuTorch 1.5.1's portable + quantized kernels
+  running the same two `.pte` files (medians, its own process);
 - accuracy of the int8 program: SQNR of etlab's int8 output against the float model's, and the
   largest difference from the converted model in eager, in quantization steps of the output.
 
@@ -36,6 +38,7 @@ from _common import REPO, interleaved, reference_python, run_ref, write_section
 from etlab.compiler import EtlabQuantizer, to_edge
 from etlab.models import ZOO
 from etlab.runtime import Runtime
+from etlab.runtime._native import _plan as native_plan
 
 REF_QUANT = REPO / "tests" / "interop" / "ref_quant.py"
 MODELS = ["mlp", "cnn", "mobilenet_v2", "transformer"]
@@ -87,6 +90,14 @@ def measure(name: str, workdir: Path, rounds: int, clock) -> dict:
     runtime = Runtime.get(core="native")
     programs = {k: runtime.load_program(p) for k, p in (("float", float_pte), ("int8", int8_pte))}
     methods = {k: p.load_method("forward") for k, p in programs.items()}
+    native_plan.native_quant_kernels = False  # the "before": q/dq as Python steps the native core calls back
+    try:
+        methods["int8_pyqdq"] = runtime.load_program(int8_pte).load_method("forward")
+    finally:
+        native_plan.native_quant_kernels = True
+    qdq_python_steps = sum(n for op, n in methods["int8_pyqdq"]._core.python_steps.items()
+                           if "quantize" in op)
+    assert not any("quantize" in op for op in methods["int8"]._core.python_steps), "q/dq not native"
     args = list(inputs)
     with torch.no_grad():
         ref = _first(model(*inputs))
@@ -96,13 +107,15 @@ def measure(name: str, workdir: Path, rounds: int, clock) -> dict:
             "eager_int8": lambda: converted(*inputs),
             "etlab_float": lambda: methods["float"].execute(args),
             "etlab_int8": lambda: methods["int8"].execute(args),
+            "etlab_int8_pyqdq": lambda: methods["int8_pyqdq"].execute(args),
         }, rounds=rounds, clock=clock)
     ours = methods["int8"].execute(args)[0]
+    assert torch.equal(ours, methods["int8_pyqdq"].execute(args)[0]), "native q/dq differs from the Python kernels"
     step = _out_step(converted)
     diff = float((ours - eager_int8).abs().max())
     return {
         "float_bytes": len(float_pte), "int8_bytes": len(int8_pte), "quantize_s": quantize_s,
-        "compile_int8_s": compile_int8_s, "sqnr_db": _sqnr(ref, ours),
+        "compile_int8_s": compile_int8_s, "qdq_calls": qdq_python_steps, "sqnr_db": _sqnr(ref, ours),
         "steps_from_eager": diff / step if step else None, **{k: v * 1e3 for k, v in times.items()},
     }
 
@@ -134,12 +147,15 @@ def render(results: dict, upstream: dict, threads: int, clock: str) -> str:
         "(`tests/interop/ref_quant.py run`, per `execute` call, wall time, OMP_NUM_THREADS = torch threads) on the "
         "same two `.pte` files etlab runs. int8 = EtlabQuantizer (per-channel int8 weights, per-tensor int8 "
         "activations, calibrated on the example inputs) -> convert_pt2e -> etlab's compiler; both runtimes run "
-        "each quantized op as dequantize -> float kernel -> quantize (no delegate), so int8 buys size here, not "
-        "speed.", "",
+        "each quantized op as dequantize -> float kernel -> quantize (no delegate). etlab int8 = quantize/"
+        "dequantize native (`etlab/runtime/_native/quant.cpp`); before = the same `.pte` with them as Python "
+        "steps the native core calls back (`_native._plan.native_quant_kernels = False`), timed in the same "
+        "rounds; both give the same bits (checked).", "",
         "| model | float .pte KB | int8 .pte KB | size int8/float | eager float ms | eager int8 ms | etlab float ms "
-        "| etlab int8 ms | etlab int8/float | upstream float ms | upstream int8 ms | upstream int8 / etlab int8 "
+        "| etlab int8 ms | etlab int8/float | q/dq calls | before: int8 ms | before: int8/float "
+        "| upstream float ms | upstream int8 ms | upstream int8 / etlab int8 "
         "| SQNR vs float dB | max diff vs eager int8 (steps) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in results.items():
         up_f, up_q = upstream.get(f"{name}-float"), upstream.get(f"{name}-int8")
@@ -149,11 +165,15 @@ def render(results: dict, upstream: dict, threads: int, clock: str) -> str:
             f"| {name} | {r['float_bytes'] / 1024:.1f} | {r['int8_bytes'] / 1024:.1f} | "
             f"{r['int8_bytes'] / r['float_bytes']:.2f} | {r['eager_float']:.3f} | {r['eager_int8']:.3f} | "
             f"{r['etlab_float']:.3f} | {r['etlab_int8']:.3f} | {r['etlab_int8'] / r['etlab_float']:.2f}x | "
+            f"{r['qdq_calls']} | {r['etlab_int8_pyqdq']:.3f} | {r['etlab_int8_pyqdq'] / r['etlab_float']:.2f}x | "
             f"{_ms(up_f)} | {_ms(up_q)} | {vs_up} | {r['sqnr_db']:.1f} | {steps} |")
-    lines += ["", "etlab's quantize/dequantize kernels are Python steps (`etlab/runtime/_quant_kernels.py`; the native "
-              "core calls them back), about 10 us per call against upstream's C++ kernels: that dominates the int8 "
-              "latency of the small models (mlp: 11 q/dq calls, transformer: ~90), while on convolutions etlab's "
-              "float kernels lead. Upstream's portable kernels are timed with OMP_NUM_THREADS = torch threads: with "
+    lines += ["", "Quantize/dequantize run in the native core as C++ loops (AVX2 where the CPU has it, "
+              "bit-identical to the Python kernels of `etlab/runtime/_quant_kernels.py`, which stay the Python "
+              "core's); as Python steps (before) each cost ~10 us with its GIL round trip, which dominated the int8 "
+              "latency of the small models. What int8 still adds on this path is the arithmetic itself: every "
+              "run dequantizes the weights (per channel) and requantizes every activation, in exchange for the "
+              "float program's batch norms, which quantization folds away. Dynamic programs' choose_qparams "
+              "stays a Python step. Upstream's portable kernels are timed with OMP_NUM_THREADS = torch threads: with "
               "`executorch.kernels.quantized` loaded and 2 OpenMP threads on this loaded machine, its transformer "
               "took 60 ms per call instead of 0.4 ms."]
     timings = ", ".join(f"{n} {r['quantize_s']:.1f} + {r['compile_int8_s']:.1f}" for n, r in results.items())

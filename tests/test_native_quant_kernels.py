@@ -1,7 +1,7 @@
 """The native core's quantize/dequantize kernels (etlab/runtime/_native/quant.cpp) against the Python
 kernels of etlab/runtime/_quant_kernels.py: the same bits on every dtype, layout and special value,
 quantized programs that give the same outputs and ETDumps on both cores with no Python step for
-q/dq, and the same errors (naming the instruction) for bad qparams from a file or an input."""
+q/dq or choose_qparams, and the same errors (naming the instruction) for bad qparams from a file or an input."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import torch
 from etlab.runtime import DebugLevel, ExecutionError, Runtime, _native
 from etlab.runtime._quant_kernels import (
     _Q_BOUNDS,
+    choose_qparams,
     dequantize_per_channel,
     dequantize_per_tensor,
     native_call,
@@ -113,6 +114,33 @@ def test_per_channel_kernels_are_bit_identical_on_every_axis(shape):
                             assert torch.equal(back, back_ref), (axis, sdtype, q, out_dtype, zz is None)
 
 
+def _choose_inputs(dtype: torch.dtype) -> list[torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    xs = [torch.randn(int(torch.randint(1, 40, (1,), generator=g)), generator=g) * 10.0 ** k + shift
+          for k in range(-6, 4) for shift in (0.0, 3.0, -3.0)]
+    xs += [torch.rand(9).abs(), -torch.rand(9), torch.zeros(4), torch.tensor([float("inf"), 1.0]),
+           torch.tensor([-float("inf"), float("inf")]), torch.tensor([float("nan"), 2.0])]
+    return [x.to(dtype) for x in xs]
+
+
+OUTS = ((torch.float64, torch.int64), (torch.float32, torch.int32), (torch.float16, torch.float32))
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_choose_qparams_is_bit_identical_to_torchs_reference(dtype):
+    ops = _ops()
+    for x in _choose_inputs(dtype):
+        for qmin, qmax, q in ((-128, 127, torch.int8), (0, 255, torch.uint8), (-127, 127, torch.int8)):
+            for eps in (2**-12, 0.3):
+                for sdtype, zdtype in OUTS:
+                    ref = torch.empty(1, dtype=sdtype), torch.empty(1, dtype=zdtype)
+                    got = torch.empty(1, dtype=sdtype), torch.empty(1, dtype=zdtype)
+                    choose_qparams(x, qmin, qmax, eps, dtype_to_scalar_type(q), *ref)
+                    ops.choose_qparams.tensor_out(x, qmin, qmax, eps, scale_out=got[0], zero_point_out=got[1])
+                    assert torch.equal(got[0], ref[0]) or (got[0].isnan().all() and ref[0].isnan().all()), x
+                    assert torch.equal(got[1], ref[1]), x
+
+
 def test_strided_and_overlapping_operands_give_the_python_kernels_results():
     ops = _ops()
     x = torch.randn(6, 10).t()  # not contiguous
@@ -166,6 +194,10 @@ def test_out_takes_the_inputs_shape_within_its_memory():
     (lambda o: o.quantize_per_channel.out(torch.ones(2, 3), torch.ones(2), torch.zeros(5, dtype=torch.int64), 0, -127,
                                           127, out=torch.empty(2, 3, dtype=torch.int8)),
      "zero_points must be a 1-d integer tensor of 2"),
+    (lambda o: o.choose_qparams.tensor_out(torch.ones(0), -128, 127, 1e-5, scale_out=torch.empty(1),
+                                           zero_point_out=torch.empty(1, dtype=torch.int64)), "the input is empty"),
+    (lambda o: o.choose_qparams.tensor_out(torch.ones(3), 1, 127, 1e-5, scale_out=torch.empty(1),
+                                           zero_point_out=torch.empty(1, dtype=torch.int64)), "must include 0"),
     (lambda o: o.dequantize_per_channel.out(torch.ones(2, 3, dtype=torch.int8), torch.ones(2, dtype=torch.float16),
                                             None, 0, -127, 127, out=torch.empty(2, 3)), "float32/float64 scales"),
 ])
@@ -183,7 +215,7 @@ def test_native_call_binds_only_what_the_native_kernels_compute():
     assert native_call(QD + "dequantize_per_channel.out", [q, s32, z, 1, -128, 127, 1, None, out], True)[1] == "out"
     assert native_call(QD + "dequantize_per_channel.out", [q, s32, z, 1, -128, 127, 1, None, out], False) is None
     assert native_call(QD + "dequantize_per_channel.out", [q, s32.half(), z, 1, -128, 127, 1, None, out], True) is None
-    assert native_call(QD + "choose_qparams.Tensor_out", [x, -128, 127, 1e-5, 1, s32, z], True) is None
+    assert native_call(QD + "choose_qparams.Tensor_out", [x, -128, 127, 1e-5, 1, s32, z], False)[1] == "tensor_out"
 
 
 # -- programs ---------------------------------------------------------------------------------------------------
@@ -203,8 +235,7 @@ def test_quantized_programs_run_qdq_natively_with_the_python_cores_bits(name, mo
     _, inputs, eager, pte, _ = quantized_zoo(name, mode)
     _, native = _load("native", pte)
     _, python = _load("python", pte)
-    # every quantize/dequantize is a native step; only choose_qparams (dynamic programs) calls back Python
-    assert set(_python_quant_steps(native)) <= {QD + "choose_qparams.Tensor_out"}
+    assert not _python_quant_steps(native)  # every quantize/dequantize/choose_qparams is a native step
     for scale in (1.0, 0.5) if name != "mobilenet_v2" else (1.0,):
         args = [t * scale if t.is_floating_point() else t for t in inputs]
         for got, want in zip(native.execute(args), python.execute(args)):

@@ -204,9 +204,14 @@ def _prepare_choose_qparams(x, qmin, qmax, eps, dtype, scale_out, zero_point_out
     _check_range(qmin, qmax, dtype)
     if not (isinstance(eps, (int, float)) and math.isfinite(eps) and eps > 0):
         raise ValueError(f"choose_qparams: eps must be finite and positive, got {eps}")
-    for name, dst in (("scale_out", scale_out), ("zero_point_out", zero_point_out)):
+    if not qmin <= 0 <= qmax or qmin == qmax:  # torch's reference asserts this on every call
+        raise ValueError(f"choose_qparams: quant_min/quant_max [{qmin}, {qmax}] must include 0")
+    for name, dst, dtypes in (("scale_out", scale_out, _SCALE_DTYPES),
+                              ("zero_point_out", zero_point_out, _ZERO_POINT_DTYPES + _SCALE_DTYPES)):
         if dst.numel() != 1:
             raise ValueError(f"choose_qparams: {name} holds {dst.numel()} elements, expected 1")
+        if dst.dtype not in dtypes:
+            raise ValueError(f"choose_qparams: {name} must be of {'/'.join(map(str, dtypes))}, got {dst.dtype}")
     choose = _qd().choose_qparams.tensor
 
     def step() -> None:
@@ -300,7 +305,7 @@ def native_call(name: str, values: list, static_shapes: bool) -> tuple[str, str,
 
     Per-tensor calls need both qparams as numbers (`.out`) or both as tensors (`.tensor_out`); per-channel
     calls need static shapes (their qparams broadcast along the load-time shape) and float32/float64
-    scales; choose_qparams stays in Python."""
+    scales."""
     op = name.split("::", 1)[1].split(".", 1)[0]
     if op in ("quantize_per_tensor", "dequantize_per_tensor"):
         x, scale, zero_point, qmin, qmax = values[:5]
@@ -318,4 +323,7 @@ def native_call(name: str, values: list, static_shapes: bool) -> tuple[str, str,
         if not isinstance(scales, torch.Tensor) or scales.dtype not in _NATIVE_SCALES:
             return None
         return f"etlab_native::{op}", "out", [x, scales, zero_points, axis, qmin, qmax, out]
+    if op == "choose_qparams":
+        x, qmin, qmax, eps, _dtype, scale_out, zero_point_out = values[:7]
+        return "etlab_native::choose_qparams", "tensor_out", [x, qmin, qmax, float(eps), scale_out, zero_point_out]
     return None

@@ -94,12 +94,19 @@ def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
     return [generic, (direct, lambda: select(*backend_args) == slow2d)]
 
 
+native_quant_kernels = True
+"""Whether methods loaded from now on bind quantize/dequantize to quant.cpp's kernels; bench/quant.py
+turns it off for its "before" column (the Python kernels, called back)."""
+
+
 def _quant_kernel_call(entry, table: ValueTable, slots: list[int]):
     """The native form of a quantize/dequantize kernel of `_quant_kernels` (quant.cpp's operators, same
     arithmetic and checks) as (operator, overload, argument values, None), or None."""
     from etlab.runtime._quant_kernels import QUANT_KERNELS, native_call
 
-    if entry.origin != "builtin" or entry.name not in QUANT_KERNELS or not all(_slot_is_fixed(table, s) for s in slots):
+    if not native_quant_kernels or entry.origin != "builtin" or entry.name not in QUANT_KERNELS:
+        return None
+    if not all(_slot_is_fixed(table, s) for s in slots):
         return None
     tensors = [s for s in slots if table.kinds[s] == TENSOR]
     static = all(table.is_static_shape(s) for s in tensors)
