@@ -24,7 +24,7 @@ else:
     ext_modules = [CppExtension(
         "etlab.runtime._native._core",
         ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace.cpp", "etlab/runtime/_native/module.cpp",
-         "etlab/runtime/_native/quant.cpp"],
+         "etlab/runtime/_native/quant.cpp", "etlab/runtime/_native/quant_choose.cpp"],
         extra_compile_args=["-O2", "-g0"],
     )]
     cmdclass = {"build_ext": BuildExtension.with_options(use_ninja=True)}

@@ -10,131 +10,25 @@
 // pass over the data and with no temporaries. Every argument may come from a hostile file, so every
 // call checks dtypes, ranges, shapes and the qparams it reads (c10::ValueError, which the core
 // reports naming the instruction).
-#include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <c10/util/TypeCast.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <charconv>
-#include <cmath>
-#include <cstdint>
-#include <cstdio>
 #include <cstring>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
-#include <limits>
 #include <optional>
-#include <string>
-#include <tuple>
-#include <type_traits>
 #include <vector>
+
+#include "quant.h"
 
 namespace etlab_native {
 namespace {
 
+using namespace quant;
+
 constexpr int64_t kGrain = 32768;  // elements per parallel task (ATen's internal::GRAIN_SIZE)
-
-// -- messages, worded as the Python kernels' --------------------------------------------------------
-
-// Python's repr of a float ("nan", "0.0", "1e-05"), so both cores report a bad scale alike.
-std::string py_repr(double v) {
-  if (std::isnan(v)) return "nan";
-  if (std::isinf(v)) return v > 0 ? "inf" : "-inf";
-  char buf[64];
-  auto res = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);  // shortest: [-]d.ddde±XX
-  const std::string sci(buf, res.ptr);
-  const size_t e = sci.find('e');
-  const int exp = std::atoi(sci.c_str() + e + 1);
-  const bool neg = sci[0] == '-';
-  std::string digits;
-  for (size_t i = neg ? 1 : 0; i < e; ++i)
-    if (sci[i] != '.') digits += sci[i];
-  std::string out = neg ? "-" : "";
-  if (exp < -4 || exp >= 16) {
-    out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
-    char tail[16];
-    std::snprintf(tail, sizeof(tail), "e%c%02d", exp < 0 ? '-' : '+', std::abs(exp));
-    return out + tail;
-  }
-  if (exp < 0) return out + "0." + std::string(static_cast<size_t>(-exp - 1), '0') + digits;
-  const size_t whole = static_cast<size_t>(exp) + 1;
-  if (digits.size() <= whole) return out + digits + std::string(whole - digits.size(), '0') + ".0";
-  return out + digits.substr(0, whole) + "." + digits.substr(whole);
-}
-
-std::string dtype_name(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "torch.float32";
-    case at::kDouble: return "torch.float64";
-    case at::kHalf: return "torch.float16";
-    case at::kBFloat16: return "torch.bfloat16";
-    case at::kByte: return "torch.uint8";
-    case at::kChar: return "torch.int8";
-    case at::kShort: return "torch.int16";
-    case at::kInt: return "torch.int32";
-    case at::kLong: return "torch.int64";
-    case at::kBool: return "torch.bool";
-    default: return std::string("torch.") + c10::toString(t);
-  }
-}
-
-std::string shape_of(const at::Tensor& t) {
-  std::string s = "(";
-  for (int64_t d = 0; d < t.dim(); ++d) s += (d ? ", " : "") + std::to_string(t.size(d));
-  return s + (t.dim() == 1 ? ",)" : ")");
-}
-
-// -- arithmetic shared by the scalar and vector loops -------------------------------------------------
-
-// std::nearbyint in the default rounding mode (ties to even, torch.round) without a libm call, so the
-// loops vectorize: below 2^(mantissa bits) adding and subtracting that power leaves the nearest integer;
-// at or above it (and for inf and nan) the value is its own rounding. The sign is kept (-0.4 -> -0.0).
-template <class F>
-inline F round_even(F v) {
-  constexpr F big = sizeof(F) == 4 ? F(8388608.0) : F(4503599627370496.0);
-  const F a = std::fabs(v);
-  return a < big ? std::copysign((a + big) - big, v) : v;
-}
-
-// What a C++ cast of a float to a 32-bit (or narrower, by truncation) integer gives on this CPU, which
-// is what torch's own casts give: on x86 (cvttss2si) nan and out-of-range values become INT32_MIN;
-// elsewhere (arm64's fcvtzs) they saturate and nan becomes 0. Spelled out: such a cast is undefined C++.
-template <class F>
-inline int32_t to_i32(F v) {
-  if (v >= F(-2147483648.0) && v < F(2147483648.0)) return static_cast<int32_t>(v);
-#if defined(__x86_64__) || defined(__i386__)
-  return INT32_MIN;
-#else
-  return std::isnan(v) ? 0 : (v > 0 ? INT32_MAX : INT32_MIN);
-#endif
-}
-
-// One value quantized in compute type F (float, or double for float64 per-channel scales).
-template <class Q, class F>
-inline Q quantize_one(F x, F inv_scale, F zero_point, bool add_zero_point, F lo, F hi) {
-  F v = round_even(x * inv_scale);
-  if (add_zero_point) v = v + zero_point;
-  v = v < lo ? lo : v;  // torch.clamp: nan stays nan
-  v = v > hi ? hi : v;
-  return static_cast<Q>(to_i32(v));
-}
-
-// opmath: the type torch computes a T in (reduced floats in float).
-template <class T>
-using Opmath = std::conditional_t<std::is_same_v<T, double>, double, float>;
-
-// One value dequantized into T: T(q), minus the zero point (already in T's opmath, rounded as torch
-// rounds it), stored as T; times the scale in D (T's opmath, or the promotion of T and a per-channel
-// scale's dtype), stored as T.
-template <class T, class D, class Q>
-inline T dequantize_one(Q q, Opmath<T> zero_point, bool sub_zero_point, D scale) {
-  T t = c10::convert<T>(q);
-  if (sub_zero_point) t = c10::convert<T>(static_cast<Opmath<T>>(t) - zero_point);
-  return c10::convert<T>(static_cast<D>(t) * scale);
-}
 
 // -- loops over contiguous runs ---------------------------------------------------------------------
 
@@ -252,66 +146,6 @@ void dequantize_run(const Q* q, int64_t n, Opmath<T> zero_point, bool sub_zero_p
   }
 #endif
   for (; i < n; ++i) out[i] = dequantize_one<T, D>(q[i], zero_point, sub_zero_point, scale);
-}
-
-// -- dtypes -------------------------------------------------------------------------------------------
-
-// Calls f(Q{}) for the quantized dtypes (torch's _DTYPE_TO_QVALUE_BOUNDS keys).
-template <class F>
-void with_q(at::ScalarType t, F&& f) {
-  switch (t) {
-    case at::kByte: return f(uint8_t{});
-    case at::kChar: return f(int8_t{});
-    case at::kShort: return f(int16_t{});
-    case at::kInt: return f(int32_t{});
-    default: TORCH_CHECK_VALUE(false, "quantized dtype ", dtype_name(t),
-                               " is not one of torch.uint8, torch.int8, torch.int16, torch.int32");
-  }
-}
-
-template <class F>
-void with_float_input(at::ScalarType t, const char* what, F&& f) {
-  switch (t) {
-    case at::kFloat: return f(float{});
-    case at::kHalf: return f(c10::Half{});
-    case at::kBFloat16: return f(c10::BFloat16{});
-    default: TORCH_CHECK_VALUE(false, what, ": input must be float32/float16/bfloat16, got ", dtype_name(t));
-  }
-}
-
-template <class F>
-void with_float_output(at::ScalarType t, const char* what, F&& f) {
-  switch (t) {
-    case at::kFloat: return f(float{});
-    case at::kDouble: return f(double{});
-    case at::kHalf: return f(c10::Half{});
-    case at::kBFloat16: return f(c10::BFloat16{});
-    default: TORCH_CHECK_VALUE(false, what, ": out_dtype must be floating, got ", dtype_name(t));
-  }
-}
-
-// Per-channel scales the native kernels take (the Python kernels take any floating dtype; _plan.py
-// binds other dtypes to them).
-template <class F>
-void with_scales(at::ScalarType t, const char* what, F&& f) {
-  switch (t) {
-    case at::kFloat: return f(float{});
-    case at::kDouble: return f(double{});
-    default: TORCH_CHECK_VALUE(false, what, ": the native kernel takes float32/float64 scales, got ", dtype_name(t));
-  }
-}
-
-void check_range(int64_t qmin, int64_t qmax, at::ScalarType t) {
-  with_q(t, [&](auto q) {
-    using Q = decltype(q);
-    const int64_t lo = std::numeric_limits<Q>::min(), hi = std::numeric_limits<Q>::max();
-    TORCH_CHECK_VALUE(lo <= qmin && qmin <= qmax && qmax <= hi, "quant_min/quant_max [", qmin, ", ", qmax,
-                      "] is not a range within ", dtype_name(t), "'s [", lo, ", ", hi, "]");
-  });
-}
-
-void check_scale(double scale) {
-  TORCH_CHECK_VALUE(std::isfinite(scale) && scale > 0, "scale must be finite and positive, got ", py_repr(scale));
 }
 
 // The .Tensor overloads' qparams: one-element tensors read on every call (their values may change).
@@ -524,74 +358,6 @@ void dequantize_per_channel(const at::Tensor& x, const at::Tensor& scales, const
   });
 }
 
-// -- choose_qparams ------------------------------------------------------------------------------------
-
-// torch.aminmax: the smallest and largest value, nan if there is one (as floats: exact for every X).
-template <class X>
-std::pair<float, float> min_max(const X* x, int64_t n) {
-  float lo = static_cast<float>(x[0]), hi = lo;
-  bool nan = false;
-  for (int64_t i = 0; i < n; ++i) {
-    const float v = static_cast<float>(x[i]);
-    nan |= v != v;
-    lo = v < lo ? v : lo;
-    hi = v > hi ? v : hi;
-  }
-  if (nan) lo = hi = std::numeric_limits<float>::quiet_NaN();
-  return {lo, hi};
-}
-
-// torch.min/max of two values: nan if either is.
-inline float nan_min(float a, float b) {
-  return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : std::min(a, b);
-}
-inline float nan_max(float a, float b) {
-  return (a != a || b != b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
-}
-
-// choose_qparams.Tensor_out: torch's reference (aminmax, then utils.determine_qparams for a per-tensor
-// affine scheme) step for step: min(min, 0) and max(max, 0) and their difference in X (rounded to X, as
-// its 0-d tensors are), that divided by float(quant_max - quant_min) in X, the larger of it and eps
-// (a float32 tensor) in float32; zero_point = clamp(quant_min - int32(round(min_neg / scale)), quant_min,
-// quant_max) in int32 (the subtraction wraps as int32 tensors do); then scale as float64 and zero_point as
-// int64 copied into the outputs.
-void choose_qparams(const at::Tensor& x, int64_t qmin, int64_t qmax, double eps, at::Tensor& scale_out,
-                    at::Tensor& zero_point_out) {
-  TORCH_CHECK_VALUE(qmin <= 0 && 0 <= qmax && qmin < qmax && qmin >= INT32_MIN && qmax <= INT32_MAX,
-                    "choose_qparams: quant_min/quant_max [", qmin, ", ", qmax,
-                    "] must include 0 and be an int32 range");
-  TORCH_CHECK_VALUE(std::isfinite(eps) && eps > 0, "choose_qparams: eps must be finite and positive, got ",
-                    py_repr(eps));
-  TORCH_CHECK_VALUE(scale_out.numel() == 1 && at::isFloatingType(scale_out.scalar_type()),
-                    "choose_qparams: scale_out must be one floating element, got ", dtype_name(scale_out.scalar_type()),
-                    " of shape ", shape_of(scale_out));
-  TORCH_CHECK_VALUE(zero_point_out.numel() == 1 && (at::isIntegralType(zero_point_out.scalar_type(), false) ||
-                                                    at::isFloatingType(zero_point_out.scalar_type())),
-                    "choose_qparams: zero_point_out must be one real element, got ",
-                    dtype_name(zero_point_out.scalar_type()), " of shape ", shape_of(zero_point_out));
-  TORCH_CHECK_VALUE(x.numel() > 0, "choose_qparams: the input is empty");
-  float scale = 0, min_neg = 0;
-  with_float_input(x.scalar_type(), "choose_qparams", [&](auto xt) {
-    using X = decltype(xt);
-    const at::Tensor xc = x.contiguous();
-    const auto [lo, hi] = min_max(xc.const_data_ptr<X>(), xc.numel());
-    auto in_x = [](float v) { return static_cast<float>(c10::convert<X>(v)); };
-    min_neg = nan_min(lo, 0.0f);
-    const float max_pos = nan_max(hi, 0.0f);
-    const float span = in_x(max_pos - min_neg);
-    scale = nan_max(in_x(span / static_cast<float>(static_cast<double>(qmax - qmin))), static_cast<float>(eps));
-  });
-  const int64_t rounded = to_i32(round_even(min_neg / scale));
-  int64_t zero_point = static_cast<int32_t>(static_cast<uint32_t>(qmin - rounded));  // int32 wrap-around
-  zero_point = std::min(std::max(zero_point, qmin), qmax);
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, scale_out.scalar_type(), "choose_qparams", [&] {
-    *scale_out.mutable_data_ptr<scalar_t>() = c10::convert<scalar_t>(static_cast<double>(scale));
-  });
-  AT_DISPATCH_ALL_TYPES_AND2(at::kHalf, at::kBFloat16, zero_point_out.scalar_type(), "choose_qparams", [&] {
-    *zero_point_out.mutable_data_ptr<scalar_t>() = c10::convert<scalar_t>(zero_point);
-  });
-}
-
 // -- boxed signatures of the schemas below ------------------------------------------------------------------
 
 at::Tensor& quantize_per_tensor_out(const at::Tensor& x, double scale, int64_t zero_point, int64_t qmin, int64_t qmax,
@@ -632,17 +398,11 @@ at::Tensor& dequantize_per_channel_out(const at::Tensor& x, const at::Tensor& sc
   return out;
 }
 
-std::tuple<at::Tensor&, at::Tensor&> choose_qparams_tensor_out(const at::Tensor& x, int64_t qmin, int64_t qmax,
-                                                              double eps, at::Tensor& scale_out,
-                                                              at::Tensor& zero_point_out) {
-  choose_qparams(x, qmin, qmax, eps, scale_out, zero_point_out);
-  return {scale_out, zero_point_out};
-}
-
 }  // namespace
 }  // namespace etlab_native
 
-// The output dtype is out's (checked against the call's dtype at load by _quant_kernels).
+// The output dtype is out's (checked against the call's dtype at load by _quant_kernels). choose_qparams'
+// kernel is in quant_choose.cpp.
 TORCH_LIBRARY(etlab_native, m) {
   m.def("quantize_per_tensor.out(Tensor input, float scale, int zero_point, int quant_min, int quant_max, *, "
         "Tensor(a!) out) -> Tensor(a!)");
@@ -668,5 +428,4 @@ TORCH_LIBRARY_IMPL(etlab_native, CPU, m) {
   m.impl("dequantize_per_tensor.tensor_out", &dequantize_per_tensor_tensor_out);
   m.impl("quantize_per_channel.out", &quantize_per_channel_out);
   m.impl("dequantize_per_channel.out", &dequantize_per_channel_out);
-  m.impl("choose_qparams.tensor_out", &choose_qparams_tensor_out);
 }
