@@ -3,8 +3,11 @@
 Each instruction becomes a native step when everything it touches is fixed at load time (the
 tensor objects, which keep their identity for the life of a method, and non-dynamic scalars);
 otherwise it calls back the Python step `_binding` already made for it, so both cores share one
-definition of what an instruction does. `NativeCore` has the interface of
-`_interpreter.PythonCore` (`run`, `run_timed`, `run_traced`) and raises the same `StepFailed`.
+definition of what an instruction does. The quantized_decomposed kernels (quantize, dequantize,
+choose_qparams), which are Python steps on the Python core, become calls of their C++ twins
+(`quant.cpp`, operators `etlab_native::*`), which compute the same bits. `NativeCore` has the
+interface of `_interpreter.PythonCore` (`run`, `run_timed`, `run_traced`) and raises the same
+`StepFailed`.
 """
 
 from __future__ import annotations
