@@ -39,7 +39,10 @@ constexpr int64_t kGrain = 32768;  // elements per parallel task (ATen's interna
 // vmaxps(lo, v) is `lo > v ? lo : v` and vminps(hi, v) `hi < v ? hi : v`, so nan stays nan as in
 // quantize_one; vcvttps2dq is the x86 cast (nan -> INT32_MIN), then truncated to Q. AVX2 alone, no
 // FMA: nothing can fuse a multiply and an add.
-const bool kAvx2 = __builtin_cpu_supports("avx2");
+const bool kAvx2 = [] {
+  __builtin_cpu_init();  // this initializer may run before libgcc's own
+  return __builtin_cpu_supports("avx2") != 0;
+}();
 
 // The low sizeof(Q) bytes of each 32-bit lane of n, stored as 8 Qs.
 template <class Q>
