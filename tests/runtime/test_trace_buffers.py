@@ -72,6 +72,31 @@ def test_event_limit_cuts_native_and_python_runs_alike(tmp_path):
     assert program.etdump_dropped_events == 23 - 12
 
 
+@pytest.mark.skipif(not _native.available(), reason="the native core is not built")
+def test_native_log_keeps_every_run_across_its_blocks():
+    """The native log keeps runs back to back in 2 MiB blocks: runs past the first block are kept whole,
+    in order, with timestamps that rise within each run and Method::execute spanning its steps."""
+    from array import array
+
+    data, _ = add_chain(200)
+    program = Runtime.get(core="native").load_program(data, enable_etdump=True, etdump_max_events=1 << 30)
+    method = program.load_method("forward")
+    runs = (2 << 20) // 8 // (10 + 201) + 50  # a run: a 10-entry header and 201 ticks; past one block
+    x = torch.ones(2, 3)
+    for _ in range(runs):
+        method.execute([x])
+    logged = method._native_log.runs()
+    assert len(logged) == runs
+    previous_end = 0
+    for _key, bundled, events, kept, start, end, raw in logged:
+        record = array("q")
+        record.frombytes(raw)
+        assert (events, kept, bundled, len(record)) == (401, 401, -1, 201)  # 2 events a step, + execute
+        assert list(record) == sorted(record) and record[0] >= previous_end
+        assert (start, end) == (record[0], record[-1])
+        previous_end = end
+
+
 def _big_chain() -> tuple[bytes, int]:
     """Three adds of (256, 1024) floats: each logged value is 1 MiB, a run logs 4 MiB."""
     data, _ = add_chain(3, shape=(256, 1024))

@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <new>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace etlab_native {
@@ -17,14 +19,6 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-#if defined(__x86_64__) || defined(__i386__)
-uint64_t ticks() { return __rdtsc(); }
-constexpr bool kCounter = true;
-#else
-uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
-constexpr bool kCounter = false;
-#endif
 
 namespace {
 
@@ -163,6 +157,43 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
+void decode_record(const int64_t* record, size_t n, const Anchor& anchor, int64_t* out) {
+  for (size_t k = 0; k < n; ++k) {
+    const int64_t v = record[k];
+    out[k] = v >= 0 ? anchor.to_ns(static_cast<uint64_t>(v)) : v == -1 ? -1 : -v - 2;
+  }
+}
+
+namespace {
+
+constexpr size_t kHeader = 10;  // a run in the log: length, the TimedRun's fields, its anchor
+constexpr size_t kBlockBytes = size_t{2} << 20;
+
+int64_t* allocate_block(size_t entries, size_t& capacity) {
+  const size_t bytes = (entries * sizeof(int64_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  void* p = std::aligned_alloc(kBlockBytes, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages as before
+#endif
+  capacity = bytes / sizeof(int64_t);
+  return static_cast<int64_t*>(p);
+}
+
+int64_t bits_of(double d) {
+  int64_t i;
+  std::memcpy(&i, &d, sizeof i);
+  return i;
+}
+
+double double_of(int64_t i) {
+  double d;
+  std::memcpy(&d, &i, sizeof d);
+  return d;
+}
+
+}  // namespace
+
 int64_t TraceLog::fit(int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
@@ -170,22 +201,26 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const std::vector<int64_t>& record) {
-  constexpr size_t kBlock = size_t{1} << 16;
+void TraceLog::add(TimedRun run, const int64_t* record, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
-  if (blocks_.empty() || blocks_.back().size() + record.size() > blocks_.back().capacity()) {
-    blocks_.emplace_back();
-    blocks_.back().reserve(std::max(kBlock, record.size()));
+  if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
+  if (blocks_.empty() || blocks_.back().used + kHeader + n > blocks_.back().capacity) {
+    Block b;
+    b.data.reset(allocate_block(kHeader + n, b.capacity));
+    blocks_.push_back(std::move(b));
   }
-  std::vector<int64_t>& block = blocks_.back();
-  run.block = blocks_.size() - 1;
-  run.offset = block.size();
-  run.length = record.size();
-  block.insert(block.end(), record.begin(), record.end());
-  runs_.push_back(run);
+  Block& b = blocks_.back();
+  int64_t* out = b.data.get() + b.used;
+  const int64_t header[kHeader] = {static_cast<int64_t>(n), run.chains_key, run.bundled, run.events, run.kept,
+                                   run.start, run.end, static_cast<int64_t>(run.anchor.ticks), run.anchor.ns,
+                                   bits_of(run.anchor.ns_per_tick)};
+  std::memcpy(out, header, sizeof header);
+  if (n > 0) std::memcpy(out + kHeader, record, n * sizeof(int64_t));
+  b.used += kHeader + n;
+  ++runs_;
 }
 
 int64_t TraceLog::dropped() {
@@ -195,16 +230,28 @@ int64_t TraceLog::dropped() {
 
 int64_t TraceLog::size() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int64_t>(runs_.size());
+  return runs_;
 }
 
 std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
-  out.reserve(runs_.size());
-  for (const TimedRun& r : runs_) {
-    const auto first = blocks_[r.block].begin() + static_cast<std::ptrdiff_t>(r.offset);
-    out.emplace_back(r, std::vector<int64_t>(first, first + static_cast<std::ptrdiff_t>(r.length)));
+  out.reserve(static_cast<size_t>(runs_));
+  for (const Block& b : blocks_) {
+    const int64_t* p = b.data.get();
+    for (size_t at = 0; at < b.used;) {
+      const int64_t* h = p + at;
+      TimedRun r;
+      const size_t n = static_cast<size_t>(h[0]);
+      r.chains_key = h[1], r.bundled = h[2], r.events = h[3], r.kept = h[4];
+      r.anchor.ticks = static_cast<uint64_t>(h[7]), r.anchor.ns = h[8], r.anchor.ns_per_tick = double_of(h[9]);
+      r.start = r.anchor.to_ns(static_cast<uint64_t>(h[5]));
+      r.end = r.anchor.to_ns(static_cast<uint64_t>(h[6]));
+      std::vector<int64_t> record(n);
+      decode_record(h + kHeader, n, r.anchor, record.data());
+      out.emplace_back(r, std::move(record));
+      at += kHeader + n;
+    }
   }
   return out;
 }
