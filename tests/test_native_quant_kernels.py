@@ -198,12 +198,21 @@ def test_out_takes_the_inputs_shape_within_its_memory():
                                            zero_point_out=torch.empty(1, dtype=torch.int64)), "the input is empty"),
     (lambda o: o.choose_qparams.tensor_out(torch.ones(3), 1, 127, 1e-5, scale_out=torch.empty(1),
                                            zero_point_out=torch.empty(1, dtype=torch.int64)), "must include 0"),
+    (lambda o: o.dequantize_per_channel.out(torch.ones(2, 3, dtype=torch.int8), torch.ones(2),
+                                            torch.zeros(2, dtype=torch.bool), 0, -127, 127, out=torch.empty(2, 3)),
+     "zero_points must be a 1-d integer tensor of 2"),
     (lambda o: o.dequantize_per_channel.out(torch.ones(2, 3, dtype=torch.int8), torch.ones(2, dtype=torch.float16),
                                             None, 0, -127, 127, out=torch.empty(2, 3)), "float32/float64 scales"),
 ])
 def test_native_kernels_check_their_arguments_on_every_call(call, message):
     with pytest.raises(ValueError, match=message):
         call(_ops())
+
+
+def test_bool_zero_points_are_refused_at_load_by_the_python_kernels_too():
+    with pytest.raises(ValueError, match="zero_points must be a 1-d integer tensor of 2"):
+        dequantize_per_channel(torch.ones(2, 3, dtype=torch.int8), torch.ones(2), torch.zeros(2, dtype=torch.bool), 0,
+                               -127, 127, dtype_to_scalar_type(torch.int8), None, torch.empty(2, 3))
 
 
 def test_native_call_binds_only_what_the_native_kernels_compute():

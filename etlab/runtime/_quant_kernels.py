@@ -155,7 +155,7 @@ def _check_per_channel(x, scales, zero_points, axis: int, what: str) -> list[int
         raise ValueError(f"{what}: scales must be a 1-d floating tensor of {channels} elements (the input's size "
                          f"on axis {axis}), got {scales.dtype} of shape {tuple(scales.shape)}")
     if zero_points is not None and (zero_points.dim() != 1 or zero_points.numel() != channels
-                                    or zero_points.dtype.is_floating_point):
+                                    or zero_points.dtype not in _ZERO_POINT_DTYPES):
         raise ValueError(f"{what}: zero_points must be a 1-d integer tensor of {channels} elements, got "
                          f"{zero_points.dtype} of shape {tuple(zero_points.shape)}")
     shape = [1] * x.dim()
