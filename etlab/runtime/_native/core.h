@@ -191,15 +191,17 @@ class TraceLog {
 
  private:
   // Runs back to back, each a header and its record, in blocks that are never reallocated (2 MiB,
-  // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms.
+  // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms,
+  // each with the index of the first run it converts.
   struct Block {
     std::unique_ptr<uint32_t, void (*)(void*)> data{nullptr, std::free};
     size_t capacity = 0, used = 0;
   };
   std::mutex mutex_;
   int64_t max_events_, count_ = 0, dropped_ = 0, runs_ = 0;
+  uint64_t last_start_ = 0;  // the previous run's start: a run stores its start as the ticks since
   std::vector<Block> blocks_;
-  std::vector<Anchor> anchors_;
+  std::vector<std::pair<int64_t, Anchor>> anchors_;
 };
 
 class NativePlan {

@@ -182,7 +182,11 @@ uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const A
 
 namespace {
 
-constexpr size_t kHeader = 10;  // words: length, chains key, bundled, anchor, events (2), kept (2), start (2)
+// A run in the log: its record's length in words (the top bit set when not all its events were
+// kept), its chains key, bundled input, events, the kept ones (only with that bit), the ticks since
+// the previous run's start (put_ticks: one word, or three), then its record.
+constexpr size_t kMaxHeader = 8;
+constexpr uint32_t kCut = 0x80000000u;
 constexpr size_t kBlockBytes = size_t{2} << 20;
 
 uint32_t* allocate_block(size_t words, size_t& capacity) {
@@ -194,15 +198,6 @@ uint32_t* allocate_block(size_t words, size_t& capacity) {
 #endif
   capacity = bytes / sizeof(uint32_t);
   return static_cast<uint32_t*>(p);
-}
-
-void put64(uint32_t* out, int64_t v) {
-  out[0] = static_cast<uint32_t>(static_cast<uint64_t>(v));
-  out[1] = static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32);
-}
-
-int64_t get64(const uint32_t* in) {
-  return static_cast<int64_t>(static_cast<uint64_t>(in[0]) | (static_cast<uint64_t>(in[1]) << 32));
 }
 
 }  // namespace
@@ -220,23 +215,27 @@ void TraceLog::add(TimedRun run, const uint32_t* record, size_t n) {
   count_ += run.kept;
   dropped_ += run.events - run.kept;
   if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
-  if (anchors_.empty() || anchors_.back().ticks != run.anchor.ticks) anchors_.push_back(run.anchor);
-  if (blocks_.empty() || blocks_.back().used + kHeader + n > blocks_.back().capacity) {
+  if (run.events >= int64_t{1} << 32 || n >= kCut) throw std::length_error("TraceLog: a run too long to log");
+  if (anchors_.empty() || anchors_.back().second.ticks != run.anchor.ticks) anchors_.emplace_back(runs_, run.anchor);
+  if (blocks_.empty() || blocks_.back().used + kMaxHeader + n > blocks_.back().capacity) {
     Block b;
-    b.data.reset(allocate_block(kHeader + n, b.capacity));
+    b.data.reset(allocate_block(kMaxHeader + n, b.capacity));
     blocks_.push_back(std::move(b));
   }
   Block& b = blocks_.back();
   uint32_t* out = b.data.get() + b.used;
-  out[0] = static_cast<uint32_t>(n);
-  out[1] = static_cast<uint32_t>(run.chains_key);
-  out[2] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
-  out[3] = static_cast<uint32_t>(anchors_.size() - 1);
-  put64(out + 4, run.events);
-  put64(out + 6, run.kept);
-  put64(out + 8, run.start);
-  if (n > 0) std::memcpy(out + kHeader, record, n * sizeof(uint32_t));
-  b.used += kHeader + n;
+  const bool cut = run.kept < run.events;
+  size_t k = 0;
+  out[k++] = static_cast<uint32_t>(n) | (cut ? kCut : 0);
+  out[k++] = static_cast<uint32_t>(run.chains_key);
+  out[k++] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
+  out[k++] = static_cast<uint32_t>(run.events);
+  if (cut) out[k++] = static_cast<uint32_t>(run.kept);
+  const uint64_t start = static_cast<uint64_t>(run.start);
+  k = put_ticks(out, k, start - last_start_);
+  last_start_ = start;
+  if (n > 0) std::memcpy(out + k, record, n * sizeof(uint32_t));
+  b.used += k + n;
   ++runs_;
 }
 
@@ -254,25 +253,35 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
   out.reserve(static_cast<size_t>(runs_));
+  uint64_t start = 0;
+  size_t anchor = 0;
   for (const Block& b : blocks_) {
     const uint32_t* p = b.data.get();
     for (size_t at = 0; at < b.used;) {
+      const int64_t index = static_cast<int64_t>(out.size());
+      while (anchor + 1 < anchors_.size() && anchors_[anchor + 1].first <= index) ++anchor;
       const uint32_t* h = p + at;
-      const size_t n = h[0];
+      const size_t n = h[0] & ~kCut;
+      size_t k = 1;
       TimedRun r;
-      r.chains_key = h[1];
-      r.bundled = static_cast<int32_t>(h[2]);
-      r.anchor = anchors_[h[3]];
-      r.events = get64(h + 4);
-      r.kept = get64(h + 6);
-      const uint64_t start = static_cast<uint64_t>(get64(h + 8));
+      r.chains_key = h[k++];
+      r.bundled = static_cast<int32_t>(h[k++]);
+      r.events = h[k++];
+      r.kept = (h[0] & kCut) ? h[k++] : r.events;
+      if (h[k] == kRecordWide) {
+        start += static_cast<uint64_t>(h[k + 1]) | (static_cast<uint64_t>(h[k + 2]) << 32);
+        k += 3;
+      } else {
+        start += h[k++];
+      }
+      r.anchor = anchors_[anchor].second;
       std::vector<int64_t> record;
       record.reserve(n);
-      const uint64_t end = decode_record(h + kHeader, n, start, r.anchor, record);
+      const uint64_t end = decode_record(h + k, n, start, r.anchor, record);
       r.start = r.anchor.to_ns(start);
       r.end = r.anchor.to_ns(end);
       out.emplace_back(r, std::move(record));
-      at += kHeader + n;
+      at += k + n;
     }
   }
   return out;
