@@ -260,8 +260,20 @@ class MemoryPlanningPass:
         """After `run` on every method of a program: places the shared mutable buffers (nothing to do
         without share_mutable_buffers). Starts afresh for the next program."""
         state, self._shared = self._shared, _shared_buffers.SharedBufferState()
-        if self.share_mutable_buffers:
-            _shared_buffers.place_shared_buffers(state, ALIGNMENT)
+        if not self.share_mutable_buffers:
+            return
+        arena, offsets = _shared_buffers.place_shared_buffers(state, ALIGNMENT)
+        shared_id = _shared_buffers.SHARED_MEM_ID
+        for _gm, plan, buffers in state.methods:  # every method: [0, activations, state]
+            while len(plan.buffer_sizes) < shared_id:
+                plan.buffer_sizes.append(0)
+                plan.lower_bounds.append(0)
+            plan.buffer_sizes.append(arena)
+            plan.lower_bounds.append(arena)  # state is live all the time: nothing can reuse it
+            for fqn in dict.fromkeys(b.fqn for b in buffers if b.fqn in offsets):
+                specs = [b.spec for b in buffers if b.fqn == fqn]
+                plan.blocks.append(Block(specs, specs[0].allocated_memory, 0, max(plan.num_steps - 1, 0), shared_id,
+                                         offsets[fqn]))
 
     def _mark_unplanned_io(self, gm: GraphModule) -> None:
         if not self.alloc_graph_input:

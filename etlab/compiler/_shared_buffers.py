@@ -82,12 +82,9 @@ def check_default_mem_ids(plan, method: str) -> None:
                          f"{list(range(1, len(plan.buffer_sizes)))}; every other tensor must be in memory id 1")
 
 
-def place_shared_buffers(state: SharedBufferState, alignment: int = ALIGNMENT) -> int:
-    """Gives every shared buffer its offset in memory id 2 and appends the state size to each method's
-    plan (see the module doc); returns that size. The same buffer must have the same dtype and shape
-    in every method."""
-    from etlab.compiler._memory_planning import Block
-
+def place_shared_buffers(state: SharedBufferState, alignment: int = ALIGNMENT) -> tuple[int, dict[str, int]]:
+    """Gives every shared buffer its offset in memory id 2 (see the module doc); returns the state
+    size and each buffer's offset. The same buffer must have the same dtype and shape in every method."""
     mutated: dict[str, list[StateBuffer]] = {}
     read_only: dict[str, list[StateBuffer]] = {}
     for _gm, _plan, buffers in state.methods:
@@ -107,15 +104,4 @@ def place_shared_buffers(state: SharedBufferState, alignment: int = ALIGNMENT) -
             b.node.meta["mutable_buffer"] = fqn  # state in this method too, even if it only reads it
         offsets[fqn] = arena
         arena += align(first.nbytes, alignment)
-    for _gm, plan, buffers in state.methods:
-        while len(plan.buffer_sizes) < SHARED_MEM_ID:
-            plan.buffer_sizes.append(0)
-            plan.lower_bounds.append(0)
-        plan.buffer_sizes.append(arena)
-        plan.lower_bounds.append(arena)  # state is live all the time: no reuse is possible
-        last = max(plan.num_steps - 1, 0)
-        shared = [b for b in buffers if b.fqn in offsets]
-        for fqn in dict.fromkeys(b.fqn for b in shared):
-            specs = [b.spec for b in shared if b.fqn == fqn]
-            plan.blocks.append(Block(specs, specs[0].allocated_memory, 0, last, SHARED_MEM_ID, offsets[fqn]))
-    return arena
+    return arena, offsets
