@@ -180,10 +180,13 @@ class Program:
                    time.perf_counter_ns())]
         allocators = []
         if tracer.trace_allocations:
+            shared = self._shared.tensor if self._shared is not None else None
             for mem_id, t in enumerate(arenas.tensors):
                 if t is not None:
                     events.append(("A", len(allocators), t.numel()))
-                    allocators.append(f"{name}:planned_memory_{mem_id}")
+                    # the program's shared state is one allocation whichever method names it
+                    allocators.append(f"program:shared_memory_{mem_id}" if t is shared else
+                                      f"{name}:planned_memory_{mem_id}")
         tracer.add_load_events(events, allocators)
 
     # -- ETDump ------------------------------------------------------------------------------

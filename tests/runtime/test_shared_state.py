@@ -224,3 +224,16 @@ def test_methods_that_disagree_about_the_shared_state_are_refused(write_read, ch
     for name in ("read", "write"):  # whichever loads first checks all of them
         with pytest.raises(LoadError, match=message):
             program.load_method(name)
+
+
+def test_allocation_events_name_the_shared_state_once(write_read, tmp_path):
+    from etlab.schema import deserialize_etdump
+
+    program = Runtime.get().load_program(write_read[3].buffer, enable_etdump=True, trace_allocations=True)
+    program.load_method("write")
+    program.load_method("read")
+    program.write_etdump_result_to_file(tmp_path / "run.etdp")
+    dump = deserialize_etdump((tmp_path / "run.etdp").read_bytes())
+    names = [a.name for run in dump.run_data for a in (run.allocators or [])]
+    assert names.count("program:shared_memory_2") == 2  # named the same by each load: one allocation
+    assert "write:planned_memory_1" in names and "read:planned_memory_1" in names
