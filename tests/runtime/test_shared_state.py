@@ -162,21 +162,14 @@ def test_llama_static_kv_prefill_then_decode_generates_as_eager():
 
 # -- the compiler refuses what it cannot share ---------------------------------------------------------------
 
-def test_share_needs_allocated_buffers_and_default_memory_ids(write_read):
+def test_share_needs_allocated_buffers_and_default_memory_ids():
+    from tests.compiler.test_compiler_memory import _TwoPools  # addmm results in memory id 2
+
     with pytest.raises(ValueError, match="only meaningful when alloc_mutable_buffers"):
         MemoryPlanningPass(share_mutable_buffers=True, alloc_mutable_buffers=False)
-
-    class TwoPools(MemoryPlanningPass):
-        def run(self, graph_module, graph_signature=None):
-            for node in graph_module.graph.nodes:
-                if node.op == "call_function" and node.target is torch.ops.aten.mul.out:
-                    node.meta["spec"].mem_id = 3
-            return super().run(graph_module, graph_signature)
-
-    module, examples, _, _, _ = write_read
+    ep = torch.export.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),))
     with pytest.raises(ValueError, match="every other tensor must be in memory id 1"):
-        to_edge(_export(module, examples)).to_executorch(
-            ExecutorchBackendConfig(memory_planning_pass=TwoPools(share_mutable_buffers=True)))
+        to_edge(ep).to_executorch(ExecutorchBackendConfig(memory_planning_pass=_TwoPools(share_mutable_buffers=True)))
 
 
 # -- hostile files ---------------------------------------------------------------------------------------------
