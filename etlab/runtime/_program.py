@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import threading
@@ -137,7 +138,9 @@ class Program:
             shared = self._shared_region() if declares_shared_state(plan) else None
             arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what,
                                      {SHARED_MEM_ID: (shared.tensor, shared.array)} if shared else None)
-            table = build_value_table(plan, arenas, self._data, what)
+            # a buffer's initial state is copied in at load (as upstream does): not while a method runs
+            with shared.lock if shared else contextlib.nullcontext():
+                table = build_value_table(plan, arenas, self._data, what)
             kernels = classify(plan, table, what)
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
