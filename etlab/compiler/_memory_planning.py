@@ -275,6 +275,10 @@ class MemoryPlanningPass:
                 plan.blocks.append(Block(specs, specs[0].allocated_memory, 0, max(plan.num_steps - 1, 0), shared_id,
                                          offsets[fqn]))
 
+    def discard_multimethod(self) -> None:
+        """Forgets the methods `run` collected (a compile that failed before `run_multimethod`)."""
+        self._shared = _shared_buffers.SharedBufferState()
+
     def _mark_unplanned_io(self, gm: GraphModule) -> None:
         if not self.alloc_graph_input:
             for node in gm.graph.nodes:

@@ -74,11 +74,16 @@ def compile_program(edge_programs: dict[str, ExportedProgram], constant_methods:
     methods, et_programs, plans = {}, {}, {}
     # Planned in the program's own method order (where shared mutable buffers land depends on it, as
     # upstream's), then placed across methods, then emitted in name order.
-    for name, edge in edge_programs.items():
-        et_programs[name], plans[name] = _et_program(name, edge, config)
-    run_multimethod = getattr(config.memory_planning_pass, "run_multimethod", None)
-    if run_multimethod is not None:
-        run_multimethod()
+    planner = config.memory_planning_pass
+    try:
+        for name, edge in edge_programs.items():
+            et_programs[name], plans[name] = _et_program(name, edge, config)
+    except BaseException:
+        if hasattr(planner, "discard_multimethod"):
+            planner.discard_multimethod()  # the next compile with this planner starts clean
+        raise
+    if hasattr(planner, "run_multimethod"):
+        planner.run_multimethod()
     for name in sorted(edge_programs):
         et = et_programs[name]
         methods[name] = emit_method(name, et.graph_module, et, constants, delegates, config)

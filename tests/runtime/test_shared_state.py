@@ -230,3 +230,35 @@ def test_allocation_events_name_the_shared_state_once(write_read, tmp_path):
     names = [a.name for run in dump.run_data for a in (run.allocators or [])]
     assert names.count("program:shared_memory_2") == 2  # named the same by each load: one allocation
     assert "write:planned_memory_1" in names and "read:planned_memory_1" in names
+
+
+def test_a_planner_reused_after_a_failed_compile_starts_clean(write_read):
+    module, examples, calls, _, _ = write_read
+    class Counter(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros(8))
+
+        def forward(self, x):
+            self.count.add_(1)
+            return x + self.count
+
+    planner = MemoryPlanningPass(share_mutable_buffers=True)
+    with torch.no_grad():  # planned first (collected), then the failing method
+        eps = {"count": torch.export.export(Counter(), (torch.randn(8),)),
+               "linear": torch.export.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),))}
+    original = planner.run
+
+    def fail_on_linear(gm, sig=None):
+        if any(n.target is torch.ops.aten.addmm.out for n in gm.graph.nodes):
+            raise RuntimeError("planning failed")
+        return original(gm, sig)
+
+    planner.run = fail_on_linear
+    with pytest.raises(RuntimeError, match="planning failed"):
+        to_edge(eps).to_executorch(ExecutorchBackendConfig(memory_planning_pass=planner))
+    del planner.run
+    et = to_edge(_export(module, examples)).to_executorch(ExecutorchBackendConfig(memory_planning_pass=planner))
+    assert [p.non_const_buffer_sizes[2] for p in et.executorch_program.execution_plan] == [48, 48]
+    for g, w in zip(_run_calls(et.buffer, calls), _eager(calls)):
+        torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
