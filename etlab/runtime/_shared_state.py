@@ -133,24 +133,27 @@ def _check_ranges(tensors: list[StateTensor], what: str) -> None:
     for t in tensors:
         if t.end > t.start:
             by_range.setdefault((t.start, t.end), []).append(t)
-    furthest: list[StateTensor] = []
+    methods = {key: {t.method for t in group} for key, group in by_range.items()}
+    furthest: tuple[int, int] | None = None
     for key in sorted(by_range):
-        group = by_range[key]
-        if furthest and key[0] < furthest[0].end and len({t.method for t in furthest + group}) > 1:
-            a, b = _of_two_methods(furthest, group)
-            raise LoadError(f"{what}: methods disagree about the shared state (memory id {SHARED_MEM_ID}): "
-                            f"{_describe(a)} partly overlaps {_describe(b)}")
-        if not furthest or key[1] > furthest[0].end:
-            furthest = group
+        if furthest is not None and key[0] < furthest[1]:
+            mine, theirs = methods[key], methods[furthest]
+            if len(mine) > 1 or len(theirs) > 1 or mine != theirs:  # O(1) unless it is about to fail
+                a, b = _of_two_methods(by_range[furthest], by_range[key])
+                raise LoadError(f"{what}: methods disagree about the shared state (memory id {SHARED_MEM_ID}): "
+                                f"{_describe(a)} partly overlaps {_describe(b)}")
+        if furthest is None or key[1] > furthest[1]:
+            furthest = key
 
 
 def _of_two_methods(first: list[StateTensor], second: list[StateTensor]) -> tuple[StateTensor, StateTensor]:
     """A tensor of each group, of two different methods (the groups hold at least two methods)."""
-    for a in first:
-        for b in second:
-            if a.method != b.method:
-                return a, b
-    return first[0], next(t for t in first + second if t.method != first[0].method)
+    a = first[0]
+    b = next((t for t in second if t.method != a.method), None)
+    if b is not None:
+        return a, b
+    other = next((t for t in first if t.method != a.method), first[-1])  # second is all of a's method
+    return other, second[0]
 
 
 def allocate_shared_region(size: int, what: str) -> SharedRegion:

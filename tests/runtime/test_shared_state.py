@@ -262,3 +262,22 @@ def test_a_planner_reused_after_a_failed_compile_starts_clean(write_read):
     assert [p.non_const_buffer_sizes[2] for p in et.executorch_program.execution_plan] == [48, 48]
     for g, w in zip(_run_calls(et.buffer, calls), _eager(calls)):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
+
+
+def test_the_range_check_allows_agreement_and_stays_linear_on_crafted_layouts():
+    from etlab.runtime._shared_state import StateTensor, _check_ranges
+
+    def t(method, start, end, slot=0):
+        return StateTensor(method, slot, start, end, torch.float32, (max((end - start) // 4, 0),), None)
+
+    _check_ranges([t("a", 0, 16), t("b", 0, 16), t("a", 16, 32), t("b", 32, 48)], "f")  # identical or disjoint
+    _check_ranges([t("a", 0, 32), t("a", 8, 16)], "f")  # one method's own overlap: its plan check decides
+    with pytest.raises(LoadError, match=r"method 'a' value 0: float32 \[8\] at bytes 0..32 partly overlaps "
+                                        r"method 'b' value 0"):
+        _check_ranges([t("a", 0, 32), t("b", 16, 48)], "f")
+    with pytest.raises(LoadError, match="partly overlaps"):  # hidden behind an agreeing range
+        _check_ranges([t("a", 0, 64), t("b", 0, 64), t("a", 8, 16)], "f")
+    # crafted: 100k tensors of one method over one range, 100k nested ranges, then a clash at the end
+    many = [t("a", 0, 1 << 20, k) for k in range(100_000)] + [t("a", k, k + 4, k) for k in range(1, 100_001)]
+    with pytest.raises(LoadError, match="partly overlaps"):
+        _check_ranges([*many, t("b", 200_000, (1 << 20) + 4)], "f")
