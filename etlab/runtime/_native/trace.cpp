@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <new>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace etlab_native {
@@ -17,14 +19,6 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-#if defined(__x86_64__) || defined(__i386__)
-uint64_t ticks() { return __rdtsc(); }
-constexpr bool kCounter = true;
-#else
-uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
-constexpr bool kCounter = false;
-#endif
 
 namespace {
 
@@ -163,6 +157,56 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
+uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+                       std::vector<int64_t>& out) {
+  uint64_t t = start;
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t w = record[k];
+    if (w < kRecordStep) {
+      t += w;
+    } else if (w == kRecordEnd) {
+      out.push_back(-1);
+      continue;
+    } else if (w == kRecordWide) {
+      if (k + 2 >= n) throw std::logic_error("decode_record: a wide time cut short");
+      t += static_cast<uint64_t>(record[k + 1]) | (static_cast<uint64_t>(record[k + 2]) << 32);
+      k += 2;
+    } else {
+      out.push_back(static_cast<int64_t>(w & ~kRecordStep));
+      continue;
+    }
+    out.push_back(anchor.to_ns(t));
+  }
+  return t;
+}
+
+namespace {
+
+constexpr size_t kHeader = 10;  // words: length, chains key, bundled, anchor, events (2), kept (2), start (2)
+constexpr size_t kBlockBytes = size_t{2} << 20;
+
+uint32_t* allocate_block(size_t words, size_t& capacity) {
+  const size_t bytes = (words * sizeof(uint32_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  void* p = std::aligned_alloc(kBlockBytes, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
+#endif
+  capacity = bytes / sizeof(uint32_t);
+  return static_cast<uint32_t*>(p);
+}
+
+void put64(uint32_t* out, int64_t v) {
+  out[0] = static_cast<uint32_t>(static_cast<uint64_t>(v));
+  out[1] = static_cast<uint32_t>(static_cast<uint64_t>(v) >> 32);
+}
+
+int64_t get64(const uint32_t* in) {
+  return static_cast<int64_t>(static_cast<uint64_t>(in[0]) | (static_cast<uint64_t>(in[1]) << 32));
+}
+
+}  // namespace
+
 int64_t TraceLog::fit(int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
@@ -170,22 +214,30 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const std::vector<int64_t>& record) {
-  constexpr size_t kBlock = size_t{1} << 16;
+void TraceLog::add(TimedRun run, const uint32_t* record, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
-  if (blocks_.empty() || blocks_.back().size() + record.size() > blocks_.back().capacity()) {
-    blocks_.emplace_back();
-    blocks_.back().reserve(std::max(kBlock, record.size()));
+  if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
+  if (anchors_.empty() || anchors_.back().ticks != run.anchor.ticks) anchors_.push_back(run.anchor);
+  if (blocks_.empty() || blocks_.back().used + kHeader + n > blocks_.back().capacity) {
+    Block b;
+    b.data.reset(allocate_block(kHeader + n, b.capacity));
+    blocks_.push_back(std::move(b));
   }
-  std::vector<int64_t>& block = blocks_.back();
-  run.block = blocks_.size() - 1;
-  run.offset = block.size();
-  run.length = record.size();
-  block.insert(block.end(), record.begin(), record.end());
-  runs_.push_back(run);
+  Block& b = blocks_.back();
+  uint32_t* out = b.data.get() + b.used;
+  out[0] = static_cast<uint32_t>(n);
+  out[1] = static_cast<uint32_t>(run.chains_key);
+  out[2] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
+  out[3] = static_cast<uint32_t>(anchors_.size() - 1);
+  put64(out + 4, run.events);
+  put64(out + 6, run.kept);
+  put64(out + 8, run.start);
+  if (n > 0) std::memcpy(out + kHeader, record, n * sizeof(uint32_t));
+  b.used += kHeader + n;
+  ++runs_;
 }
 
 int64_t TraceLog::dropped() {
@@ -195,16 +247,33 @@ int64_t TraceLog::dropped() {
 
 int64_t TraceLog::size() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int64_t>(runs_.size());
+  return runs_;
 }
 
 std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
-  out.reserve(runs_.size());
-  for (const TimedRun& r : runs_) {
-    const auto first = blocks_[r.block].begin() + static_cast<std::ptrdiff_t>(r.offset);
-    out.emplace_back(r, std::vector<int64_t>(first, first + static_cast<std::ptrdiff_t>(r.length)));
+  out.reserve(static_cast<size_t>(runs_));
+  for (const Block& b : blocks_) {
+    const uint32_t* p = b.data.get();
+    for (size_t at = 0; at < b.used;) {
+      const uint32_t* h = p + at;
+      const size_t n = h[0];
+      TimedRun r;
+      r.chains_key = h[1];
+      r.bundled = static_cast<int32_t>(h[2]);
+      r.anchor = anchors_[h[3]];
+      r.events = get64(h + 4);
+      r.kept = get64(h + 6);
+      const uint64_t start = static_cast<uint64_t>(get64(h + 8));
+      std::vector<int64_t> record;
+      record.reserve(n);
+      const uint64_t end = decode_record(h + kHeader, n, start, r.anchor, record);
+      r.start = r.anchor.to_ns(start);
+      r.end = r.anchor.to_ns(end);
+      out.emplace_back(r, std::move(record));
+      at += kHeader + n;
+    }
   }
   return out;
 }
