@@ -179,14 +179,19 @@ def _set_tracing(method, on: bool) -> None:
     method._core.plan.set_trace_log(method._native_log if on else None, method._chains_key if on else -1)
 
 
-def time_tracing(d: Path, rounds: int) -> dict[str, float]:
+PAIRED_REPEATS = 3
+
+
+def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
     """ETDump timing overhead, measured three ways on batches of about 2 ms (a 15 us model is timed
     over enough calls for a 1% difference to show through the clock's noise):
 
-    - `paired` (the verdict): one loaded traced method, each round a batch with its timing log on and a
-      batch with it off (order alternating, each batch after one untimed call); the overhead is the
-      median of the rounds' ratios. Same memory, same inputs, neighbouring batches: what differs is
-      tracing alone.
+    - `paired` (the verdict): a loaded traced method, each round a batch with its timing log on and a
+      batch with it off (order alternating, each batch after one untimed call), for `seconds` split
+      over PAIRED_REPEATS fresh loads; each load's overhead is the median of its rounds' ratios, the
+      verdict the median of the loads' (their range is reported: where a load's memory happens to
+      lie moves a small model's time by a few tenths of a percent, more than the rounds' noise).
+      Same memory, same inputs, neighbouring batches: what differs is tracing alone.
     - `separate`: a traced and an untraced method loaded separately, as a user would (`interleaved`);
     - `a/a`: two untraced methods loaded separately, timed the same way: how far apart `separate`
       puts two identical contenders in this run (its noise floor).
@@ -194,36 +199,43 @@ def time_tracing(d: Path, rounds: int) -> dict[str, float]:
     inputs = torch.load(d / "inputs.pt", weights_only=True)
     plain = _method(d, "native")
     plain_b = _method(d, "native")
-    traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+    for _ in range(3):
+        plain.execute(inputs)  # the first calls are slower (allocation, lazy initialisation)
     start = time.perf_counter()
     for _ in range(5):
         plain.execute(inputs)
     per_call = (time.perf_counter() - start) / 5
     per_round = max(1, min(200, int(2e-3 / per_call)))
+    overheads, on_s, off_s = [], [], []
+    for _ in range(PAIRED_REPEATS):
+        traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
 
-    def batch(on: bool) -> float:
-        _set_tracing(traced, on)
-        traced.execute(inputs)  # untimed: the steady state of this setting
-        t0 = _clock()
-        for _ in range(per_round):
-            traced.execute(inputs)
-        return (_clock() - t0) / per_round
+        def batch(on: bool, traced=traced) -> float:
+            _set_tracing(traced, on)
+            traced.execute(inputs)  # untimed: the steady state of this setting
+            t0 = _clock()
+            for _ in range(per_round):
+                traced.execute(inputs)
+            return (_clock() - t0) / per_round
 
-    ratios, on_s, off_s = [], [], []
-    for r in range(rounds):
-        if r % 2:
-            t_off = batch(False)
-            t_on = batch(True)
-        else:
-            t_on = batch(True)
-            t_off = batch(False)
-        ratios.append(t_on / t_off)
-        on_s.append(t_on)
-        off_s.append(t_off)
-    _set_tracing(traced, True)
+        ratios = []
+        end = time.perf_counter() + seconds / PAIRED_REPEATS
+        while time.perf_counter() < end or len(ratios) < 10:
+            if len(ratios) % 2:
+                t_off = batch(False)
+                t_on = batch(True)
+            else:
+                t_on = batch(True)
+                t_off = batch(False)
+            ratios.append(t_on / t_off)
+            on_s.append(t_on)
+            off_s.append(t_off)
+        _set_tracing(traced, True)
+        overheads.append(median(ratios) - 1)
     separate = interleaved({"native": lambda: plain.execute(inputs), "traced": lambda: traced.execute(inputs),
                             "native_b": lambda: plain_b.execute(inputs)}, rounds=rounds, per_round=per_round)
-    return {"native": median(off_s), "traced": median(on_s), "paired": median(ratios) - 1,
+    return {"native": median(off_s), "traced": median(on_s), "paired": median(overheads),
+            "paired_min": min(overheads), "paired_max": max(overheads), "rounds": len(on_s),
             "separate": separate["traced"] / separate["native"] - 1,
             "aa": separate["native_b"] / separate["native"] - 1}
 
@@ -307,16 +319,18 @@ def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tr
             f"{r['capture'] * 1e3:.3f} ({(r['capture'] / r['native'] - 1) * 100:+.0f}%) | "
             f"{f'{port:.3f}' if port else 'n/a'} | {f'{xnn:.3f}' if xnn else 'n/a'} |")
     lines += ["", "**ETDump tracing overhead, native core, every zoo model** (timings only, no logged values). "
-              "`paired` is the verdict: one loaded traced method, each round a batch of about 2 ms with its "
-              "timing log on and one with it off (order alternating, each after one untimed call); median of the "
-              "rounds' ratios (same memory, neighbouring batches: what differs is tracing alone). "
+              "`paired` is the verdict: a loaded traced method, each round a batch of about 2 ms with its "
+              f"timing log on and one with it off (order alternating, each after one untimed call); per load the "
+              f"median of its rounds' ratios, the verdict the median over {PAIRED_REPEATS} fresh loads (range in "
+              "brackets; same memory, neighbouring batches: what differs is tracing alone). "
               "`separate methods` times a traced and a plain method loaded separately, as a user would; "
               "`A/A` times two plain methods the same way: that column is the noise floor of the separate "
               "measurement in this run.", "",
-              "| model | native ms | traced ms | overhead (paired) | separate methods | A/A |",
-              "|---|---:|---:|---:|---:|---:|"]
+              "| model | native ms | traced ms | paired rounds | overhead (paired) | separate methods | A/A |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
     for name, r in tracing.items():
-        lines.append(f"| {name} | {r['native'] * 1e3:.3f} | {r['traced'] * 1e3:.3f} | {r['paired'] * 100:+.2f}% | "
+        lines.append(f"| {name} | {r['native'] * 1e3:.3f} | {r['traced'] * 1e3:.3f} | {r['rounds']} | "
+                     f"{r['paired'] * 100:+.2f}% [{r['paired_min'] * 100:+.2f}, {r['paired_max'] * 100:+.2f}] | "
                      f"{r['separate'] * 100:+.2f}% | {r['aa'] * 100:+.2f}% |")
     lines.append("")
     verdicts = []
@@ -382,7 +396,7 @@ def main() -> None:
             print(f"{m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in models[m].items()), flush=True)
         tracing = {}
         for m, d in zoo_dirs.items():
-            tracing[m] = time_tracing(d, 5 * a.rounds if m != "mobilenet_v2" else max(a.rounds // 2, 5))
+            tracing[m] = time_tracing(d, a.rounds * 0.5, a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
             print(f"tracing {m}: paired {tracing[m]['paired'] * 100:+.2f}%, separate "
                   f"{tracing[m]['separate'] * 100:+.2f}%, A/A {tracing[m]['aa'] * 100:+.2f}%", flush=True)
         if ref:

@@ -427,53 +427,59 @@ void NativePlan::run() {
 }
 
 template <bool kTimed>
-NativePlan::LoopResult NativePlan::loop(std::vector<int64_t>* record) {
+NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
   // One loop for plain and timed runs, so that the two compile alike and differ only by what timing
-  // adds: per step one counter read and one store (straight-line chains, nearly all, write into
-  // room made before the chain starts and count their events once per chain).
+  // adds: per step one counter read and one 4-byte store (straight-line chains, nearly all, write
+  // into room made before the chain starts and count their events once per chain).
   failed_chain = failed_index = -1;
   const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   begin_run(outer);
   LoopResult result;
   size_t& pos = result.length;
+  uint64_t& prev = result.last;
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
     int64_t pc = 0;
-    int64_t* out = nullptr;
+    uint32_t* out = nullptr;
     if constexpr (kTimed) {
-      const size_t room = pos + static_cast<size_t>(n) + 2;  // start, the steps, a jump chain's pair
+      const size_t room = pos + 3 * (static_cast<size_t>(n) + 1);  // every time wide, at worst
       if (record->size() < room) record->resize(std::max(room, 2 * record->size()));
       out = record->data();
-      out[pos++] = result.last = static_cast<int64_t>(ticks());
-      if (c == 0) result.first = result.last;
+      const uint64_t t = ticks();
+      if (c == 0) result.first = prev = t;
+      pos = put_ticks(out, pos, t - prev);
+      prev = t;
     }
     try {
       if (!ch.jumps) {  // only a jump's step returns anything but pc + 1
         for (; pc < n; ++pc) {
           step(ch.instrs[pc], pc);
-          if constexpr (kTimed) out[pos++] = static_cast<int64_t>(ticks());
+          if constexpr (kTimed) {
+            const uint64_t t = ticks();
+            pos = put_ticks(out, pos, t - prev);
+            prev = t;
+          }
         }
-        if constexpr (kTimed) {
-          result.events += ch.events;
-          result.last = out[pos - 1];
-        }
+        if constexpr (kTimed) result.events += ch.events;
       } else {
         while (pc < n) {
           const int64_t next = step(ch.instrs[pc], pc);
           if constexpr (kTimed) {
-            if (record->size() < pos + 3) {
-              record->resize(2 * record->size());
+            const uint64_t t = ticks();
+            if (record->size() < pos + 5) {  // the step, a wide time, and the chain's end
+              record->resize(2 * record->size() + 5);
               out = record->data();
             }
-            out[pos++] = encode_step(pc);
-            out[pos++] = result.last = static_cast<int64_t>(ticks());
+            out[pos++] = kRecordStep | static_cast<uint32_t>(pc);
+            pos = put_ticks(out, pos, t - prev);
+            prev = t;
             if (!ch.event_counts.empty()) result.events += ch.event_counts[pc];
           }
           pc = next;
         }
-        if constexpr (kTimed) out[pos++] = -1;
+        if constexpr (kTimed) out[pos++] = kRecordEnd;
       }
     } catch (...) {
       failed_chain = static_cast<int64_t>(c);
@@ -487,10 +493,11 @@ NativePlan::LoopResult NativePlan::loop(std::vector<int64_t>* record) {
 void NativePlan::run_plain() { loop<false>(nullptr); }
 
 std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
-  std::vector<int64_t> raw;
+  std::vector<uint32_t> raw;
   const LoopResult r = loop<true>(&raw);
-  std::vector<int64_t> record(r.length);
-  decode_record(raw.data(), r.length, new_anchor(), record.data());
+  std::vector<int64_t> record;
+  record.reserve(r.length);
+  decode_record(raw.data(), r.length, r.first, new_anchor(), record);
   return {std::move(record), r.events};
 }
 
@@ -502,10 +509,9 @@ void NativePlan::run_logged(int64_t bundled) {
   const LoopResult r = loop<true>(&scratch_);
   // Method::execute spans the instruction loop: from the first chain's start to the last step's end
   // (no counter reads of its own).
-  run.start = r.length > 0 ? r.first : static_cast<int64_t>(ticks());
-  run.end = r.length > 0 ? r.last : run.start;
+  run.start = static_cast<int64_t>(r.length > 0 ? r.first : ticks());
   run.events = r.events + 1;  // + Method::execute
-  run.anchor = recent_anchor(static_cast<uint64_t>(run.end));
+  run.anchor = recent_anchor(r.length > 0 ? r.last : static_cast<uint64_t>(run.start));
   log_->add(run, scratch_.data(), r.length);
 }
 

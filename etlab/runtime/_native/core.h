@@ -144,16 +144,35 @@ struct TimedRun {
   int64_t bundled = -1;      // bundled input index
   int64_t events = 0;        // events it stands for (instructions' and Method::execute)
   int64_t kept = 0;          // how many of them fit under the tracer's event limit
-  int64_t start = 0, end = 0;  // Method::execute (the instruction loop): ticks in the log, ns when read
+  int64_t start = 0, end = 0;  // Method::execute (the instruction loop): ticks when added, ns when read
   Anchor anchor;               // converts this run's ticks
 };
 
-// A timed run's record as the loop writes it (`NativePlan::loop<true>`): per chain its start, then one
-// end per step (straight-line) or (step, end) pairs closed by -1 (chains with jumps), where every
-// time is a counter tick (>= 0) and a step index k is stored as -(k + 2). Converting it into
-// run_timed's format (times in CLOCK_MONOTONIC ns, plain step indices) needs no chain layout.
-void decode_record(const int64_t* record, size_t n, const Anchor& anchor, int64_t* out);
-inline int64_t encode_step(int64_t k) { return -(k + 2); }
+// A timed run's record as the loop writes it: 32-bit words, per chain its start, then one end per
+// step (straight-line chains) or (step, end) pairs closed by kRecordEnd (chains with jumps). A time is
+// the counter ticks since the time before it (the run's start for the first), in one word below
+// 2^31 or as kRecordWide and two more words (low, high); a step index k is kRecordStep | k. Four
+// bytes a step: a run's cost is mostly the memory its record takes (fresh pages must be faulted in
+// and zeroed), so the record is as small as it can be while staying cheap to write.
+constexpr uint32_t kRecordStep = 0x80000000u;
+constexpr uint32_t kRecordWide = 0xFFFFFFFEu;
+constexpr uint32_t kRecordEnd = 0xFFFFFFFFu;
+
+inline size_t put_ticks(uint32_t* out, size_t pos, uint64_t delta) {
+  if (delta < kRecordStep) {
+    out[pos] = static_cast<uint32_t>(delta);
+    return pos + 1;
+  }
+  out[pos] = kRecordWide;
+  out[pos + 1] = static_cast<uint32_t>(delta);
+  out[pos + 2] = static_cast<uint32_t>(delta >> 32);
+  return pos + 3;
+}
+
+// Appends a record in run_timed's format (times in CLOCK_MONOTONIC ns, plain step indices, -1 closing
+// a jump chain) to `out`; returns the tick of its last time (`start` if it has none).
+uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+                       std::vector<int64_t>& out);
 
 // A program's native trace: its timed runs and the event count shared with the Python tracer
 // (one limit for both), under one lock so methods on several threads may share it.
@@ -162,25 +181,27 @@ class TraceLog {
   explicit TraceLog(int64_t max_events) : max_events_(max_events) {}
   // How many of `n` more events fit under the limit (those are counted as kept).
   int64_t fit(int64_t n);
-  // Appends a run and its raw record (counter ticks), cut to the room left under the limit (the rest
-  // counted as dropped; a run with nothing kept keeps no record).
-  void add(TimedRun run, const int64_t* record, size_t n);
+  // Appends a run and its record (see decode_record; `run.start` in ticks), cut to the room left under
+  // the limit (the rest counted as dropped; a run with nothing kept keeps no record).
+  void add(TimedRun run, const uint32_t* record, size_t n);
   int64_t size();
   int64_t dropped();
-  // A copy of the runs and their records converted to nanoseconds, for writing.
+  // A copy of the runs (start and end in ns) and their records in run_timed's format, for writing.
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> runs();
 
  private:
-  // Runs back to back, each a header and its record, in blocks that are never reallocated: a run
-  // costs one copy into memory that is already there (2 MiB blocks, huge pages where the kernel
-  // has them: a fresh 4 KiB page costs microseconds to fault in, a quarter of a run's tracing).
+  // Runs back to back, each a header and its record, in blocks that are never reallocated (2 MiB,
+  // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms,
+  // each with the index of the first run it converts.
   struct Block {
-    std::unique_ptr<int64_t, void (*)(void*)> data{nullptr, std::free};
+    std::unique_ptr<uint32_t, void (*)(void*)> data{nullptr, std::free};
     size_t capacity = 0, used = 0;
   };
   std::mutex mutex_;
   int64_t max_events_, count_ = 0, dropped_ = 0, runs_ = 0;
+  uint64_t last_start_ = 0;  // the previous run's start: a run stores its start as the ticks since
   std::vector<Block> blocks_;
+  std::vector<std::pair<int64_t, Anchor>> anchors_;
 };
 
 class NativePlan {
@@ -223,15 +244,15 @@ class NativePlan {
   // Entering and leaving a run: below autograd for the whole run, and whether the precomputed key
   // sets hold (the dispatch state is the one seen at load, and no RecordFunction callbacks run).
   void begin_run(const c10::impl::LocalDispatchKeySet& outer);
-  // The one instruction loop of run_plain (kTimed false) and of timed runs (kTimed true: the raw
+  // The one instruction loop of run_plain (kTimed false) and of timed runs (kTimed true: the
   // record, see decode_record, into `record`, grown and never shrunk).
   struct LoopResult {
-    int64_t events = 0;         // the ETDump events the steps stand for (timed)
-    size_t length = 0;          // of the record (timed)
-    int64_t first = 0, last = 0;  // the first and the last tick read (timed)
+    int64_t events = 0;            // the ETDump events the steps stand for (timed)
+    size_t length = 0;             // of the record, in words (timed)
+    uint64_t first = 0, last = 0;  // the first and the last tick read (timed)
   };
   template <bool kTimed>
-  LoopResult loop(std::vector<int64_t>* record);
+  LoopResult loop(std::vector<uint32_t>* record);
   Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
 
@@ -247,7 +268,7 @@ class NativePlan {
   std::shared_ptr<TraceLog> log_;             // timed runs go here (set_trace_log)
   int64_t chains_key_ = -1;
   void run_plain();
-  std::vector<int64_t> scratch_;  // run_logged's record, reused from run to run
+  std::vector<uint32_t> scratch_;  // run_logged's record, reused from run to run
 };
 
 std::string error_message(const c10::Error& e);

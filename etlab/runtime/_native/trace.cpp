@@ -157,39 +157,47 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
-void decode_record(const int64_t* record, size_t n, const Anchor& anchor, int64_t* out) {
+uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+                       std::vector<int64_t>& out) {
+  uint64_t t = start;
   for (size_t k = 0; k < n; ++k) {
-    const int64_t v = record[k];
-    out[k] = v >= 0 ? anchor.to_ns(static_cast<uint64_t>(v)) : v == -1 ? -1 : -v - 2;
+    const uint32_t w = record[k];
+    if (w < kRecordStep) {
+      t += w;
+    } else if (w == kRecordEnd) {
+      out.push_back(-1);
+      continue;
+    } else if (w == kRecordWide) {
+      if (k + 2 >= n) throw std::logic_error("decode_record: a wide time cut short");
+      t += static_cast<uint64_t>(record[k + 1]) | (static_cast<uint64_t>(record[k + 2]) << 32);
+      k += 2;
+    } else {
+      out.push_back(static_cast<int64_t>(w & ~kRecordStep));
+      continue;
+    }
+    out.push_back(anchor.to_ns(t));
   }
+  return t;
 }
 
 namespace {
 
-constexpr size_t kHeader = 10;  // a run in the log: length, the TimedRun's fields, its anchor
+// A run in the log: its record's length in words (the top bit set when not all its events were
+// kept), its chains key, bundled input, events, the kept ones (only with that bit), the ticks since
+// the previous run's start (put_ticks: one word, or three), then its record.
+constexpr size_t kMaxHeader = 8;
+constexpr uint32_t kCut = 0x80000000u;
 constexpr size_t kBlockBytes = size_t{2} << 20;
 
-int64_t* allocate_block(size_t entries, size_t& capacity) {
-  const size_t bytes = (entries * sizeof(int64_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+uint32_t* allocate_block(size_t words, size_t& capacity) {
+  const size_t bytes = (words * sizeof(uint32_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
   void* p = std::aligned_alloc(kBlockBytes, bytes);
   if (p == nullptr) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE)
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages as before
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
 #endif
-  capacity = bytes / sizeof(int64_t);
-  return static_cast<int64_t*>(p);
-}
-
-int64_t bits_of(double d) {
-  int64_t i;
-  std::memcpy(&i, &d, sizeof i);
-  return i;
-}
-
-double double_of(int64_t i) {
-  double d;
-  std::memcpy(&d, &i, sizeof d);
-  return d;
+  capacity = bytes / sizeof(uint32_t);
+  return static_cast<uint32_t*>(p);
 }
 
 }  // namespace
@@ -201,25 +209,33 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const int64_t* record, size_t n) {
+void TraceLog::add(TimedRun run, const uint32_t* record, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
   if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
-  if (blocks_.empty() || blocks_.back().used + kHeader + n > blocks_.back().capacity) {
+  if (run.events >= int64_t{1} << 32 || n >= kCut) throw std::length_error("TraceLog: a run too long to log");
+  if (anchors_.empty() || anchors_.back().second.ticks != run.anchor.ticks) anchors_.emplace_back(runs_, run.anchor);
+  if (blocks_.empty() || blocks_.back().used + kMaxHeader + n > blocks_.back().capacity) {
     Block b;
-    b.data.reset(allocate_block(kHeader + n, b.capacity));
+    b.data.reset(allocate_block(kMaxHeader + n, b.capacity));
     blocks_.push_back(std::move(b));
   }
   Block& b = blocks_.back();
-  int64_t* out = b.data.get() + b.used;
-  const int64_t header[kHeader] = {static_cast<int64_t>(n), run.chains_key, run.bundled, run.events, run.kept,
-                                   run.start, run.end, static_cast<int64_t>(run.anchor.ticks), run.anchor.ns,
-                                   bits_of(run.anchor.ns_per_tick)};
-  std::memcpy(out, header, sizeof header);
-  if (n > 0) std::memcpy(out + kHeader, record, n * sizeof(int64_t));
-  b.used += kHeader + n;
+  uint32_t* out = b.data.get() + b.used;
+  const bool cut = run.kept < run.events;
+  size_t k = 0;
+  out[k++] = static_cast<uint32_t>(n) | (cut ? kCut : 0);
+  out[k++] = static_cast<uint32_t>(run.chains_key);
+  out[k++] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
+  out[k++] = static_cast<uint32_t>(run.events);
+  if (cut) out[k++] = static_cast<uint32_t>(run.kept);
+  const uint64_t start = static_cast<uint64_t>(run.start);
+  k = put_ticks(out, k, start - last_start_);
+  last_start_ = start;
+  if (n > 0) std::memcpy(out + k, record, n * sizeof(uint32_t));
+  b.used += k + n;
   ++runs_;
 }
 
@@ -237,20 +253,35 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
   out.reserve(static_cast<size_t>(runs_));
+  uint64_t start = 0;
+  size_t anchor = 0;
   for (const Block& b : blocks_) {
-    const int64_t* p = b.data.get();
+    const uint32_t* p = b.data.get();
     for (size_t at = 0; at < b.used;) {
-      const int64_t* h = p + at;
+      const int64_t index = static_cast<int64_t>(out.size());
+      while (anchor + 1 < anchors_.size() && anchors_[anchor + 1].first <= index) ++anchor;
+      const uint32_t* h = p + at;
+      const size_t n = h[0] & ~kCut;
+      size_t k = 1;
       TimedRun r;
-      const size_t n = static_cast<size_t>(h[0]);
-      r.chains_key = h[1], r.bundled = h[2], r.events = h[3], r.kept = h[4];
-      r.anchor.ticks = static_cast<uint64_t>(h[7]), r.anchor.ns = h[8], r.anchor.ns_per_tick = double_of(h[9]);
-      r.start = r.anchor.to_ns(static_cast<uint64_t>(h[5]));
-      r.end = r.anchor.to_ns(static_cast<uint64_t>(h[6]));
-      std::vector<int64_t> record(n);
-      decode_record(h + kHeader, n, r.anchor, record.data());
+      r.chains_key = h[k++];
+      r.bundled = static_cast<int32_t>(h[k++]);
+      r.events = h[k++];
+      r.kept = (h[0] & kCut) ? h[k++] : r.events;
+      if (h[k] == kRecordWide) {
+        start += static_cast<uint64_t>(h[k + 1]) | (static_cast<uint64_t>(h[k + 2]) << 32);
+        k += 3;
+      } else {
+        start += h[k++];
+      }
+      r.anchor = anchors_[anchor].second;
+      std::vector<int64_t> record;
+      record.reserve(n);
+      const uint64_t end = decode_record(h + k, n, start, r.anchor, record);
+      r.start = r.anchor.to_ns(start);
+      r.end = r.anchor.to_ns(end);
       out.emplace_back(r, std::move(record));
-      at += kHeader + n;
+      at += k + n;
     }
   }
   return out;
