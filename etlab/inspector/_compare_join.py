@@ -1,0 +1,336 @@
+"""Which ops of two builds are the same op of the source model: the keys `compare` joins rows by.
+
+Debug handles are numbered per Edge graph. Two builds of one export (portable vs delegated, two runs)
+share them; a float build and its quantized build do not (the quantized graph has quantize and
+dequantize nodes around each op, and batch norms folded into their convs), so handle 5 of one is
+some other op of the other. The join therefore has tiers, decided per method:
+
+1. debug handle: every handle both ETRecords know names the same operators (one graph): rows join
+   by handle, as they always did;
+2. module + op: otherwise each op is keyed by what it is in the source model: its innermost module
+   path (nn_module_stack, `etlab.facts.source.module_path`), its operator without overload
+   ("aten.convolution") and its order among the ops of that module and operator (graph order);
+3. unmatched: an op with no counterpart stays listed on its own side.
+
+Quantize/dequantize ops are attached to the op they wrap, never paired on their own: a dequantize to
+the op that consumes it (role "in": the op's input), a quantize to the op that produces its input
+(role "out": the op's output), following the recorded Edge graph (`Inspector.get_exported_program`);
+where the graph does not say (no graph recorded, or the node sits inside a delegate), by handle order:
+a dequantize goes to the next op, a quantize to the previous one. A quantized layer's time is then its
+op's plus its q/dq ops', and its output is the quantize's (dequantized with that op's scale and zero
+point) when it has one. A batch norm that one side has and the other folded away (PT2E quantization
+folds it into the conv before it) joins the row of the op producing its input, so that row's outputs
+compare after the norm on both sides.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+
+from etlab.errors import FormatError
+from etlab.facts.source import module_path
+
+log = logging.getLogger(__name__)
+
+QDQ_NAMESPACES = ("quantized_decomposed", "torchao")
+# ops a build may fold into the op producing their input (and another build keep)
+FOLDABLE = frozenset({"aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit",
+                      "aten.native_batch_norm", "aten.batch_norm", "aten._batch_norm_with_update"})
+EDGE_GRAPH = "edge_dialect_exported_program"
+
+
+def op_kind(op_type: str) -> str:
+    """An operator without its overload: "aten.convolution.default" -> "aten.convolution" (builds may
+    pick other overloads of one op)."""
+    return op_type.rsplit(".", 1)[0] if op_type.count(".") >= 2 else op_type
+
+
+def qdq_kind(op_type: str) -> str | None:
+    """"quantize" (quantize_*, choose_qparams_*), "dequantize" (dequantize_*) or None for other ops."""
+    parts = op_type.split(".")
+    if len(parts) < 2 or parts[0] not in QDQ_NAMESPACES:
+        return None
+    if parts[1].startswith("dequantize"):
+        return "dequantize"
+    if parts[1].startswith(("quantize", "choose_qparams")):
+        return "quantize"
+    return None
+
+
+def handles_line_up(ops_a: dict, ops_b: dict) -> bool:
+    """Whether two methods' debug handles name the same ops: every handle both know has the same
+    operator types on both sides (the same Edge graph, partitioned or not)."""
+    common = set(ops_a) & set(ops_b)
+    sig = lambda ops: tuple(o.op_type for o in ops)
+    return bool(common) and all(sig(ops_a[h]) == sig(ops_b[h]) for h in common)
+
+
+# -- the recorded graph at the level of debug handles ------------------------------------------------
+
+
+@dataclass
+class HandleGraph:
+    """Data flow between the debug handles of one Edge graph (nodes without a handle, such as
+    getitem, are looked through), and the constant scale/zero point of each per-tensor quantize."""
+
+    producers: dict[int, set[int]] = field(default_factory=dict)
+    users: dict[int, set[int]] = field(default_factory=dict)
+    qparams: dict[int, tuple[float, int]] = field(default_factory=dict)
+
+
+def _handle_of(node) -> int | None:
+    h = node.meta.get("debug_handle")
+    if isinstance(h, (tuple, list)) and h:
+        h = h[0]
+    return h if isinstance(h, int) and not isinstance(h, bool) else None
+
+
+def _constant_qparams(node) -> tuple[float, int] | None:
+    args = node.args
+    if len(args) >= 3 and isinstance(args[1], (int, float)) and isinstance(args[2], int) \
+            and not isinstance(args[1], bool):
+        return float(args[1]), int(args[2])
+    return None
+
+
+def handle_graph(graph_module) -> HandleGraph:
+    """The handle-level data flow of a graph module's top-level graph (delegates' insides are not in it)."""
+    out = HandleGraph()
+    behind: dict = {}  # node -> the handles it stands for (itself, or what a handle-less node passes on)
+    for node in graph_module.graph.nodes:
+        ins = set().union(*(behind.get(a, set()) for a in node.all_input_nodes)) if node.all_input_nodes else set()
+        h = _handle_of(node) if node.op == "call_function" else None
+        if h is None:
+            behind[node] = ins
+            continue
+        behind[node] = {h}
+        for p in ins - {h}:
+            out.producers.setdefault(h, set()).add(p)
+            out.users.setdefault(p, set()).add(h)
+        target = str(getattr(node, "target", ""))
+        if qdq_kind(target) == "quantize" and "per_tensor" in target:
+            params = _constant_qparams(node)
+            if params is not None:
+                out.qparams[h] = params
+    return out
+
+
+def recorded_graph(inspector, block: str):
+    """The Edge graph module behind one event block of an Inspector's ETRecord, or None (no ETRecord,
+    or a graph that cannot be rebuilt: the join then works from handle order)."""
+    for key in (f"{EDGE_GRAPH}/{block}", EDGE_GRAPH):
+        try:
+            ep = inspector.get_exported_program(key)
+        except KeyError:
+            continue
+        except (FormatError, ValueError, TypeError, RuntimeError, AttributeError) as e:
+            log.warning("compare: the ETRecord's graph %s could not be rebuilt (%s); q/dq ops are attached "
+                        "by handle order", key, str(e).splitlines()[0] if str(e) else type(e).__name__)
+            return None
+        if ep is not None:
+            return getattr(ep, "graph_module", None)
+    return None
+
+
+# -- one side's keys ------------------------------------------------------------------------------------
+
+
+@dataclass
+class SideKeys:
+    """One method of one build, keyed for the join."""
+
+    anchor: dict[int, int]                  # handle -> the op handle it belongs to (q/dq -> the op they wrap)
+    role: dict[int, str]                    # handle -> "op", "in" (dequantizes an input), "out" (quantizes the output)
+    key: dict[int, tuple[str, str, int]]    # op handle -> (module path, operator, order among those)
+    inputs: dict[int, set[int]]             # op handle -> op handles producing its inputs
+    qparams: dict[int, tuple[float, int]]   # quantize handle -> (scale, zero point)
+    has_graph: bool
+    folded: dict[int, int] = field(default_factory=dict)  # op handle -> op handle it joins (folded away)
+
+    def target(self, handle: int) -> int | None:
+        """The op handle a handle's events count for (after attaching q/dq and folding)."""
+        a = self.anchor.get(handle)
+        return None if a is None else self.folded.get(a, a)
+
+
+def _walk(start: int, edges: dict[int, set[int]], through: set[int]) -> list[int]:
+    """The op handles reached from `start` along `edges`, stepping through q/dq handles only."""
+    found, seen, todo = [], {start}, deque([start])
+    while todo:
+        for n in sorted(edges.get(todo.popleft(), ())):
+            if n in seen:
+                continue
+            seen.add(n)
+            if n in through:
+                todo.append(n)
+            else:
+                found.append(n)
+    return sorted(found)
+
+
+def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
+    """Keys of one method's ops (`MethodInfo.ops`: handle -> OpInfo list), q/dq attached via `graph`."""
+    handles = sorted(ops)
+    qdq = {h: kinds.pop() for h in handles
+           if len(kinds := {qdq_kind(o.op_type) for o in ops[h]}) == 1 and None not in kinds}
+    op_handles = [h for h in handles if h not in qdq]
+    g = graph or HandleGraph()
+    has_graph = bool(g.producers or g.users)
+    anchor = {h: h for h in op_handles}
+    role = dict.fromkeys(op_handles, "op")
+    for h, kind in qdq.items():
+        after = _walk(h, g.users, set(qdq))
+        before = _walk(h, g.producers, set(qdq))
+        nxt = next((o for o in op_handles if o > h), None)
+        prev = next((o for o in reversed(op_handles) if o < h), None)
+        tries = ([(after[:1], "in"), (before[-1:], "out"), ([nxt] if nxt is not None else [], "in")]
+                 if kind == "dequantize" else
+                 [(before[-1:], "out"), (after[:1], "in"), ([prev] if prev is not None else [], "out")])
+        tries += [([prev] if prev is not None else [], "out"), ([nxt] if nxt is not None else [], "in")]
+        for found, r in tries:
+            if found:
+                anchor[h], role[h] = found[0], r
+                break
+    key, count = {}, {}
+    for h in op_handles:
+        last = ops[h][-1]
+        base = (module_path(last.module_hierarchy), op_kind(last.op_type))
+        key[h] = (*base, count.get(base, 0))
+        count[base] = count.get(base, 0) + 1
+    inputs = {}
+    for i, h in enumerate(op_handles):
+        if has_graph:
+            inputs[h] = {anchor.get(p, p) for p in _walk(h, g.producers, set(qdq))} - {h}
+        else:  # no graph: a chain, each op fed by the one before it
+            inputs[h] = {op_handles[i - 1]} if i else set()
+    return SideKeys(anchor, role, key, inputs, dict(g.qparams), has_graph)
+
+
+def fold_unmatched(a: SideKeys, b: SideKeys) -> None:
+    """Folds each batch norm one side has and the other lacks into the op producing its input, when
+    that op has a counterpart (the other build folded the norm into it)."""
+    for side, other in ((a, b), (b, a)):
+        theirs = set(other.key.values())
+        for h, k in side.key.items():
+            if k in theirs or k[1] not in FOLDABLE or not side.inputs.get(h):
+                continue
+            producer = max(side.inputs[h])
+            if side.key.get(producer) in theirs:
+                side.folded[h] = producer
+
+
+# -- both sides of a method -----------------------------------------------------------------------------
+
+
+@dataclass
+class MethodJoin:
+    """How the ops of one method pair up: by handle (`by_handle`) or by module + op."""
+
+    a: SideKeys | None
+    b: SideKeys | None
+    by_handle: bool
+
+    def side(self, which: str) -> SideKeys | None:
+        return self.a if which == "a" else self.b
+
+    def link(self, which: str, block: str, handle: int) -> tuple:
+        """The join key of one handle of side `which`."""
+        keys = self.side(which)
+        target = keys.target(handle) if keys is not None else None
+        if target is None:
+            return ("h", block, handle)
+        if self.by_handle:
+            return ("h", block, target)
+        return ("m", block, *keys.key[target])
+
+    def role(self, which: str, handles) -> str:
+        """A unit's role from its handles': "in" or "out" when it runs only q/dq of that role, else "op"."""
+        keys = self.side(which)
+        roles = {keys.role.get(h, "op") for h in handles} if keys is not None else {"op"}
+        return roles.pop() if len(roles) == 1 else "op"
+
+    def qparams(self, which: str, handles) -> tuple[float, int] | None:
+        keys = self.side(which)
+        if keys is None:
+            return None
+        return next((keys.qparams[h] for h in reversed(sorted(handles)) if h in keys.qparams), None)
+
+    def inputs(self, which: str, block: str, handle: int) -> list[tuple]:
+        """The join keys of the ops producing the inputs of the op a handle counts for."""
+        keys = self.side(which)
+        target = keys.target(handle) if keys is not None else None
+        if target is None:
+            return []
+        return [self.link(which, block, p) for p in sorted(keys.inputs.get(target, ())) if p != target]
+
+    def notes(self, which: str, handles) -> list[str]:
+        """What the reader of a row should know about how this side's ops joined it."""
+        keys = self.side(which)
+        if keys is None or self.by_handle:
+            return []
+        out = []
+        for h in sorted(set(handles)):
+            if keys.anchor.get(h) in keys.folded:
+                mod, kind, _ = keys.key[keys.anchor[h]]
+                out.append(f"{which.upper()}'s {kind.split('.')[-1].lstrip('_')} ({mod or 'root'}) folded in")
+        if not keys.has_graph and any(keys.role.get(h) in ("in", "out") for h in handles):
+            out.append(f"{which.upper()}: q/dq attached by handle order (no graph in the ETRecord)")
+        return list(dict.fromkeys(out))
+
+
+def key_label(key: tuple) -> str:
+    """A row's name from its module + op key: "features.0.0/convolution#0"."""
+    _, _, module, kind, n = key
+    return f"{module or 'root'}/{kind.split('.')[-1].lstrip('_')}#{n}"
+
+
+class Rejoin:
+    """The join of two Inspectors' methods, built per event block on first use."""
+
+    def __init__(self, a, b, *, force_module: bool = False):
+        self.inspectors = {"a": a, "b": b}
+        self.force_module = force_module
+        self._methods: dict[str, MethodJoin] = {}
+
+    def _method(self, which: str, block: str):
+        program = self.inspectors[which].program_info
+        return program.method_for_block(block) if program is not None else None
+
+    def method(self, block: str) -> MethodJoin:
+        if block in self._methods:
+            return self._methods[block]
+        ma, mb = self._method("a", block), self._method("b", block)
+        by_handle = not self.force_module and (ma is None or mb is None or handles_line_up(ma.ops, mb.ops))
+        sides = {}
+        for which, m in (("a", ma), ("b", mb)):
+            if m is None:
+                sides[which] = None
+                continue
+            gm = None if by_handle and not any(qdq_kind(o.op_type) for ops in m.ops.values() for o in ops) \
+                else recorded_graph(self.inspectors[which], block)
+            sides[which] = side_keys(m.ops, handle_graph(gm) if gm is not None else None)
+        if not by_handle and sides["a"] is not None and sides["b"] is not None:
+            fold_unmatched(sides["a"], sides["b"])
+        join = self._methods[block] = MethodJoin(sides["a"], sides["b"], by_handle)
+        return join
+
+    @property
+    def by_handle(self) -> bool:
+        """Whether every method seen so far joined by debug handle."""
+        return all(m.by_handle for m in self._methods.values())
+
+
+def added_errors(rows: list, inputs: list[set[int]]) -> None:
+    """Sets each row's `added_error`: its relative error minus the largest relative error among the
+    rows feeding it (a row without numbers passes on its inputs'), i.e. the error this op introduced
+    rather than inherited. `inputs[i]`: indices of the rows feeding row i; rows in execution order."""
+    carried: dict[int, float] = {}
+    for i, row in enumerate(rows):
+        inherited = max((carried[j] for j in inputs[i] if j in carried), default=0.0)
+        if row.relative is not None:
+            row.added_error = row.relative - inherited
+            carried[i] = row.relative
+        elif inputs[i]:
+            carried[i] = inherited
