@@ -102,6 +102,9 @@ class CompareRow:
     join: str = ""                  # "debug_handle", "module+op", "event", "instruction" or "unmatched"
     join_note: str = ""             # what a reader should know about the join (a folded batch norm, ...)
     added_error: float | None = None  # relative error minus the largest of its input rows': introduced here
+    # each side's own debug handles (a module + op row joins different handles of two different graphs)
+    handles_a: tuple[int, ...] = ()
+    handles_b: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -511,6 +514,8 @@ def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
         ratio=lat_b / lat_a if both and lat_a > 0 else None,
         op_mismatch=_disjoint_ops(a, b),
         join_note="; ".join(dict.fromkeys(n for u in units for n in u.notes)),
+        handles_a=tuple(sorted({h for u in a for h in u.handles})),
+        handles_b=tuple(sorted({h for u in b for h in u.handles})),
     )
 
 
