@@ -173,8 +173,9 @@ def _walk(start: int, edges: dict[int, set[int]], through: set[int]) -> list[int
 def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
     """Keys of one method's ops (`MethodInfo.ops`: handle -> OpInfo list), q/dq attached via `graph`."""
     handles = sorted(ops)
-    qdq = {h: kinds.pop() for h in handles
-           if len(kinds := {qdq_kind(o.op_type) for o in ops[h]}) == 1 and None not in kinds}
+    # a handle of q/dq ops only (upstream gives an input's quantize and dequantize one handle): attached
+    # as its last op is; a handle mixing an op with its q/dq (upstream's, again) keys as that op
+    qdq = {h: kinds[-1] for h in handles if (kinds := [qdq_kind(o.op_type) for o in ops[h]]) and all(kinds)}
     op_handles = [h for h in handles if h not in qdq]
     g = graph or HandleGraph()
     has_graph = bool(g.producers or g.users)
@@ -195,7 +196,7 @@ def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
                 break
     key, count = {}, {}
     for h in op_handles:
-        last = ops[h][-1]
+        last = [o for o in ops[h] if not qdq_kind(o.op_type)][-1]
         base = (module_path(last.module_hierarchy), op_kind(last.op_type))
         key[h] = (*base, count.get(base, 0))
         count[base] = count.get(base, 0) + 1

@@ -135,6 +135,15 @@ def test_qdq_attach_to_the_op_they_wrap_by_graph_and_by_order():
     assert order.anchor == keys.anchor and not order.has_graph and order.inputs == {4: set(), 5: {4}, 8: {5}}
 
 
+def test_upstream_handles_that_group_an_op_with_its_q_dq():
+    """Upstream's ETRecords give an input's quantize and dequantize one handle, and an op one handle
+    with the q/dq on its output: the first attaches to its consumer, the second keys as its op."""
+    ops = {1: _op(DQC), 2: [*_op(Q), *_op(DQ)], 3: [*_op("aten.addmm.default", "fc"), *_op(Q), *_op(DQ)]}
+    keys = side_keys(ops, HandleGraph(producers={3: {1, 2}}, users={1: {3}, 2: {3}}))
+    assert keys.anchor == {1: 3, 2: 3, 3: 3} and keys.role == {1: "in", 2: "in", 3: "op"}
+    assert keys.key == {3: ("fc", "aten.addmm", 0)}
+
+
 def test_batch_norm_folds_into_its_producer_only_when_the_other_side_lacks_it():
     bn = "aten._native_batch_norm_legit_no_training.default"
     a = side_keys({1: _op("aten.convolution.default", "c.0"), 2: _op(bn, "c.1"), 3: _op("aten.relu.default", "c.2")},
