@@ -25,6 +25,7 @@ compare after the norm on both sides.
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections import deque
 from dataclasses import dataclass, field
@@ -148,6 +149,7 @@ class SideKeys:
     qparams: dict[int, tuple[float, int]]   # quantize handle -> (scale, zero point)
     has_graph: bool
     folded: dict[int, int] = field(default_factory=dict)  # op handle -> op handle it joins (folded away)
+    producers_seen: set[int] = field(default_factory=set)  # handles the graph shows data flow into
 
     def target(self, handle: int) -> int | None:
         """The op handle a handle's events count for (after attaching q/dq and folding)."""
@@ -184,8 +186,9 @@ def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
     for h, kind in qdq.items():
         after = _walk(h, g.users, set(qdq))
         before = _walk(h, g.producers, set(qdq))
-        nxt = next((o for o in op_handles if o > h), None)
-        prev = next((o for o in reversed(op_handles) if o < h), None)
+        i = bisect.bisect_left(op_handles, h)
+        nxt = op_handles[i] if i < len(op_handles) else None
+        prev = op_handles[i - 1] if i else None
         tries = ([(after[:1], "in"), (before[-1:], "out"), ([nxt] if nxt is not None else [], "in")]
                  if kind == "dequantize" else
                  [(before[-1:], "out"), (after[:1], "in"), ([prev] if prev is not None else [], "out")])
@@ -206,7 +209,7 @@ def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
             inputs[h] = {anchor.get(p, p) for p in _walk(h, g.producers, set(qdq))} - {h}
         else:  # no graph: a chain, each op fed by the one before it
             inputs[h] = {op_handles[i - 1]} if i else set()
-    return SideKeys(anchor, role, key, inputs, dict(g.qparams), has_graph)
+    return SideKeys(anchor, role, key, inputs, dict(g.qparams), has_graph, producers_seen=set(g.producers))
 
 
 def fold_unmatched(a: SideKeys, b: SideKeys) -> None:
@@ -312,8 +315,13 @@ class Rejoin:
             gm = None if by_handle and not any(qdq_kind(o.op_type) for ops in m.ops.values() for o in ops) \
                 else recorded_graph(self.inspectors[which], block)
             sides[which] = side_keys(m.ops, handle_graph(gm) if gm is not None else None)
-        if not by_handle and sides["a"] is not None and sides["b"] is not None:
-            fold_unmatched(sides["a"], sides["b"])
+        a, b = sides["a"], sides["b"]
+        if by_handle and a is not None and b is not None:
+            # one graph: attach q/dq once, from the side whose recorded graph shows more of it (a
+            # delegated build's graph hides the nodes its delegates run)
+            sides["a"] = sides["b"] = max((a, b), key=lambda k: len(k.producers_seen))
+        elif a is not None and b is not None:
+            fold_unmatched(a, b)
         join = self._methods[block] = MethodJoin(sides["a"], sides["b"], by_handle)
         return join
 

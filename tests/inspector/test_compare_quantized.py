@@ -87,9 +87,13 @@ def test_outputs_are_dequantized_and_the_planted_layer_is_the_top_numeric_change
     assert q_events and all(str(t.dtype) == "torch.int8" for e in q_events for t in e.debug_data)
     assert all(20 < r.sqnr < 60 for r in c.rows if r.key != planted_key), [(r.key, r.sqnr) for r in c.rows]
     assert "biggest numeric change " + planted_key in c.summary.text(c.unit)
-    # the same graph on both sides still joins by debug handle, exactly
-    same = fl.compare(fl)
-    assert same.by == "debug_handle" and all(r.join == "debug_handle" and r.max_abs == 0 for r in same.rows)
+    # the same graph on both sides still joins by debug handle, exactly; a quantized one with its
+    # q/dq attached to their ops there too
+    for ins in (fl, q8):
+        same = ins.compare(ins)
+        assert same.by == "debug_handle" and all(r.join == "debug_handle" and r.max_abs == 0 for r in same.rows)
+        assert not [r.key for r in same.rows if all(qdq_kind(o) for o in r.ops)]
+    assert len(q8.compare(q8).rows) == len(c.rows)
 
 
 def test_cli_in_a_fresh_process_reads_the_quantized_etrecord_and_shows_the_join(tmp_path):
