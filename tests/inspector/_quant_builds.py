@@ -12,32 +12,16 @@ from pathlib import Path
 
 import torch
 
-from etlab.compiler import EtlabQuantizer, to_edge
+from etlab.compiler import EtlabQuantizer
 from etlab.inspector import Inspector
 from etlab.models import ZOO
-from etlab.runtime import Runtime
 from tests.compiler._quant import quantize
+from tests.test_end_to_end import compile_run_inspect
 
 RUNS = 3
 # per model: the op of the converted graph whose output quantization grid the planted defect
 # coarsens, and the comparison row it is (the second relu; the ReLU6 of stage 2's depthwise conv)
 PLANTED = {"mlp": ("relu_1", "root/relu#1"), "cnn": ("hardtanh_3", "features.2.conv.1.2/hardtanh#0")}
-
-
-def compile_and_run(model, inputs, folder: Path) -> Path:
-    """Compiles `model` (ETRecord with representative inputs), runs it RUNS times with intermediates."""
-    folder.mkdir(parents=True, exist_ok=True)
-    manager = to_edge(torch.export.export(model, inputs), generate_etrecord=True).to_executorch()
-    manager.write_to_file(folder / "model.pte")
-    record = manager.get_etrecord()
-    record.update_representative_inputs(list(inputs))
-    record.save(folder / "model.etrecord")
-    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True, debug_buffer_size=8 << 20)
-    method = program.load_method("forward")
-    for _ in range(RUNS):
-        method.execute(list(inputs))
-    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
-    return folder
 
 
 def plant_coarse_output(gm, node_name: str, factor: float) -> None:
@@ -72,9 +56,8 @@ def build_pair(name: str, root: Path, *, plant: float | None = None) -> Pair:
         plant_coarse_output(gm, PLANTED[name][0], plant)
     out = {}
     for side, m in (("float", model), ("int8", gm)):
-        d = compile_and_run(m, inputs, root / side)
-        out[side] = Inspector(etdump_path=d / "run.etdp", debug_buffer_path=d / "run.bin",
-                              etrecord=d / "model.etrecord")
+        (root / side).mkdir(parents=True, exist_ok=True)
+        out[side] = compile_run_inspect(root / side, m, inputs, RUNS)
     return Pair(out["float"], out["int8"], root)
 
 
