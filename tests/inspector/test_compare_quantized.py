@@ -168,3 +168,21 @@ def test_kinds_and_handle_alignment():
     ops = {1: _op("aten.relu.default"), 2: _op("aten.add.Tensor")}
     assert handles_line_up(ops, dict(ops)) and not handles_line_up(ops, {1: _op(DQ), 2: ops[2]})
     assert not handles_line_up(ops, {7: _op("aten.relu.default")})  # no handle in common
+
+
+def test_a_graph_that_cannot_be_rebuilt_falls_back_to_handle_order(caplog):
+    from etlab.errors import FormatError
+    from etlab.inspector._compare_join import recorded_graph
+
+    class Broken:
+        def get_exported_program(self, key):
+            raise FormatError(f"model.etrecord: graph {key}: unknown operator 'evil.op'")
+
+    class Missing:
+        def get_exported_program(self, key):
+            raise KeyError(key)
+
+    with caplog.at_level("WARNING", logger="etlab.inspector._compare_join"):
+        assert recorded_graph(Broken(), "forward") is None
+    assert "unknown operator 'evil.op'" in caplog.text and "handle order" in caplog.text
+    assert recorded_graph(Missing(), "forward") is None
