@@ -157,35 +157,47 @@ class SideKeys:
         return None if a is None else self.folded.get(a, a)
 
 
-def _walk(start: int, edges: dict[int, set[int]], through: set[int]) -> list[int]:
-    """The op handles reached from `start` along `edges`, stepping through q/dq handles only."""
+def _walk(start: int, edges: dict[int, set[int]], targets: set[int]) -> list[int]:
+    """The handles of `targets` (ops) reached first from `start` along `edges`, stepping through the
+    others (q/dq, and nodes such as getitem that carry a handle the ETRecord names no op for)."""
     found, seen, todo = [], {start}, deque([start])
     while todo:
         for n in sorted(edges.get(todo.popleft(), ())):
             if n in seen:
                 continue
             seen.add(n)
-            if n in through:
-                todo.append(n)
-            else:
+            if n in targets:
                 found.append(n)
+            else:
+                todo.append(n)
     return sorted(found)
+
+
+def _attaches_forward(op_types: list[str]) -> bool:
+    """Whether q/dq ops belong to the op they feed: a dequantize, and the dynamic quantization of an
+    input (choose_qparams, then a quantize taking its scale as a tensor); a static quantize belongs
+    to the op whose output it quantizes."""
+    last = op_types[-1]
+    return (qdq_kind(last) == "dequantize"
+            or any(".choose_qparams" in t or t.endswith((".tensor", ".Tensor", ".tensor2")) for t in op_types))
 
 
 def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
     """Keys of one method's ops (`MethodInfo.ops`: handle -> OpInfo list), q/dq attached via `graph`."""
-    handles = sorted(ops)
+    handles = sorted(h for h, o in ops.items() if o)
     # a handle of q/dq ops only (upstream gives an input's quantize and dequantize one handle): attached
     # as its last op is; a handle mixing an op with its q/dq (upstream's, again) keys as that op
-    qdq = {h: kinds[-1] for h in handles if (kinds := [qdq_kind(o.op_type) for o in ops[h]]) and all(kinds)}
+    qdq = {h: "dequantize" if _attaches_forward([o.op_type for o in ops[h]]) else "quantize"
+           for h in handles if all(qdq_kind(o.op_type) for o in ops[h])}
     op_handles = [h for h in handles if h not in qdq]
+    targets = set(op_handles)
     g = graph or HandleGraph()
     has_graph = bool(g.producers or g.users)
     anchor = {h: h for h in op_handles}
     role = dict.fromkeys(op_handles, "op")
     for h, kind in qdq.items():
-        after = _walk(h, g.users, set(qdq))
-        before = _walk(h, g.producers, set(qdq))
+        after = _walk(h, g.users, targets)
+        before = _walk(h, g.producers, targets)
         i = bisect.bisect_left(op_handles, h)
         nxt = op_handles[i] if i < len(op_handles) else None
         prev = op_handles[i - 1] if i else None
@@ -206,7 +218,7 @@ def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
     inputs = {}
     for i, h in enumerate(op_handles):
         if has_graph:
-            inputs[h] = {anchor.get(p, p) for p in _walk(h, g.producers, set(qdq))} - {h}
+            inputs[h] = set(_walk(h, g.producers, targets)) - {h}
         else:  # no graph: a chain, each op fed by the one before it
             inputs[h] = {op_handles[i - 1]} if i else set()
     return SideKeys(anchor, role, key, inputs, dict(g.qparams), has_graph, producers_seen=set(g.producers))
@@ -245,7 +257,7 @@ class MethodJoin:
         target = keys.target(handle) if keys is not None else None
         if target is None:
             return ("h", block, handle)
-        if self.by_handle:
+        if self.by_handle or target not in keys.key:
             return ("h", block, target)
         return ("m", block, *keys.key[target])
 

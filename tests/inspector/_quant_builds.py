@@ -48,10 +48,11 @@ class Pair:
         return self.root / side
 
 
-def build_pair(name: str, root: Path, *, plant: float | None = None) -> Pair:
-    """Float and int8 builds of zoo model `name` under `root`; `plant`: coarsen PLANTED[name]'s output grid."""
+def build_pair(name: str, root: Path, *, plant: float | None = None, quantizer=None) -> Pair:
+    """Float and int8 builds of zoo model `name` under `root` (EtlabQuantizer() unless `quantizer`);
+    `plant`: coarsen PLANTED[name]'s output grid."""
     model, inputs = ZOO[name]()
-    gm = quantize(model, inputs, EtlabQuantizer())
+    gm = quantize(model, inputs, quantizer or EtlabQuantizer())
     if plant is not None:
         plant_coarse_output(gm, PLANTED[name][0], plant)
     out = {}

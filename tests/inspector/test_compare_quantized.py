@@ -24,7 +24,7 @@ from etlab.inspector._compare_join import (
     qdq_kind,
     side_keys,
 )
-from tests.inspector._quant_builds import PLANTED, planted_pair
+from tests.inspector._quant_builds import PLANTED, build_pair, planted_pair
 from tests.inspector.test_compare import REPO
 
 MODELS = ("mlp", "cnn")
@@ -110,6 +110,21 @@ def test_cli_in_a_fresh_process_reads_the_quantized_etrecord_and_shows_the_join(
     assert {r["join"] for r in data["rows"]} == {"module+op"} and data["summary"]["matched_pct"] == 100.0
 
 
+def test_dynamic_quantization_joins_choose_qparams_and_q_dq_to_the_linear_they_feed(tmp_path):
+    from etlab.compiler import EtlabQuantizer, int8_dynamic_config
+
+    p = build_pair("mlp", tmp_path, quantizer=EtlabQuantizer(int8_dynamic_config()))
+    c = p.float.compare(p.int8)
+    assert c.by == "module+op" and c.summary.matched_pct == 100.0 and len(c.rows) == 5
+    for row in (r for r in c.rows if r.key.startswith("fc")):
+        names = [e.rsplit(".", 1)[0] for e in row.events_b]
+        assert names[-2:] == ["native_call_permute_copy", "native_call_addmm"], names
+        assert {"native_call_choose_qparams", "native_call_quantize_per_tensor", "native_call_dequantize_per_tensor",
+                "native_call_dequantize_per_channel"} <= set(names)
+    assert all(r.events_b == r.events_a for r in c.rows if r.key.startswith("root/relu"))  # float relus
+    assert c.summary.compared_outputs == 5 and all(r.sqnr > 25 for r in c.rows)
+
+
 # --- the keying, on hand-built facts ---------------------------------------------------------------------
 
 
@@ -146,6 +161,23 @@ def test_upstream_handles_that_group_an_op_with_its_q_dq():
     keys = side_keys(ops, HandleGraph(producers={3: {1, 2}}, users={1: {3}, 2: {3}}))
     assert keys.anchor == {1: 3, 2: 3, 3: 3} and keys.role == {1: "in", 2: "in", 3: "op"}
     assert keys.key == {3: ("fc", "aten.addmm", 0)}
+
+
+def test_dynamic_input_quantization_attaches_forward_through_handles_without_ops():
+    """choose_qparams -> getitem (5, 6: handles the ETRecord names no op for) -> quantize.tensor ->
+    dequantize.tensor -> linear: all of it is the linear's input."""
+    from etlab.inspector._compare_join import MethodJoin
+
+    ops = {4: _op("quantized_decomposed.choose_qparams.tensor"),
+           7: _op("quantized_decomposed.quantize_per_tensor.tensor"),
+           8: _op("quantized_decomposed.dequantize_per_tensor.tensor"), 9: _op("aten.addmm.default", "fc")}
+    producers = {5: {4}, 6: {4}, 7: {5, 6}, 8: {7}, 9: {8}}
+    users = {4: {5, 6}, 5: {7}, 6: {7}, 7: {8}, 8: {9}}
+    keys = side_keys(ops, HandleGraph(producers=producers, users=users))
+    assert keys.anchor == {4: 9, 7: 9, 8: 9, 9: 9} and {keys.role[h] for h in (4, 7, 8)} == {"in"}
+    join = MethodJoin(keys, keys, by_handle=False)
+    assert join.link("b", "Execute", 8) == ("m", "Execute", "fc", "aten.addmm", 0)
+    assert join.link("b", "Execute", 5) == ("h", "Execute", 5)  # a handle without ops keys as itself
 
 
 def test_batch_norm_folds_into_its_producer_only_when_the_other_side_lacks_it():
