@@ -463,10 +463,10 @@ def _link(units: list[_Unit], side: str, rejoin: Rejoin) -> None:
         if not u.handles:
             continue
         m = rejoin.method(u.block)
-        u.links = list(dict.fromkeys(m.link(side, u.block, h) for h in u.handles))
+        u.links = m.links(side, u.block, u.handles)
         u.role = m.role(side, u.handles)
         u.qparams = m.qparams(side, u.handles) if u.role != "in" else None
-        u.notes = m.notes(side, u.handles)
+        u.notes = m.notes(side, m.linking(side, u.handles))
 
 
 def _row_inputs(groups: list, rejoin: Rejoin) -> list[set[int]]:

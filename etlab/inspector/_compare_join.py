@@ -150,6 +150,8 @@ class SideKeys:
     has_graph: bool
     folded: dict[int, int] = field(default_factory=dict)  # op handle -> op handle it joins (folded away)
     producers_seen: set[int] = field(default_factory=set)  # handles the graph shows data flow into
+    # op handle -> (A's operator, B's operator) of a pair made by order within a module (pair_leftovers)
+    by_order: dict[int, tuple[str, str]] = field(default_factory=dict)
 
     def target(self, handle: int) -> int | None:
         """The op handle a handle's events count for (after attaching q/dq and folding)."""
@@ -237,6 +239,24 @@ def fold_unmatched(a: SideKeys, b: SideKeys) -> None:
                 side.folded[h] = producer
 
 
+def pair_leftovers(a: SideKeys, b: SideKeys) -> None:
+    """Pairs the ops of a module that the operator alone keeps apart (one build lowers a linear to
+    addmm, another keeps aten.linear): where both sides have the same number of ops without a
+    counterpart in a (non-root) module, they pair in order, B's ops taking A's keys."""
+    keys_a, keys_b = set(a.key.values()), set(b.key.values())
+    left: tuple[dict[str, list[int]], dict[str, list[int]]] = ({}, {})
+    for side, theirs, out in ((a, keys_b, left[0]), (b, keys_a, left[1])):
+        for h, k in sorted(side.key.items()):
+            if k not in theirs and h not in side.folded and k[0]:
+                out.setdefault(k[0], []).append(h)
+    for module, ha in left[0].items():
+        hb = left[1].get(module, [])
+        if len(ha) == len(hb):
+            for x, y in zip(ha, hb):
+                a.by_order[x] = b.by_order[y] = (a.key[x][1], b.key[y][1])
+                b.key[y] = a.key[x]
+
+
 # -- both sides of a method -----------------------------------------------------------------------------
 
 
@@ -260,6 +280,22 @@ class MethodJoin:
         if self.by_handle or target not in keys.key:
             return ("h", block, target)
         return ("m", block, *keys.key[target])
+
+    def linking(self, which: str, handles) -> list[int]:
+        """The handles a unit joins rows by: by module + op its ops' (q/dq ride along with their op),
+        and a unit of q/dq alone joins the one op they wrap, or nothing when they wrap several (the
+        time a delegate spent on the weights of many layers is no layer's)."""
+        keys = self.side(which)
+        if keys is None or self.by_handle:
+            return list(handles)
+        ops = [h for h in handles if keys.role.get(h, "op") == "op"]
+        if not ops and len({keys.target(h) for h in handles}) > 1:
+            return []
+        return ops or list(handles)
+
+    def links(self, which: str, block: str, handles) -> list[tuple]:
+        """The join keys of a unit (see `linking`)."""
+        return list(dict.fromkeys(self.link(which, block, h) for h in self.linking(which, handles)))
 
     def role(self, which: str, handles) -> str:
         """A unit's role from its handles': "in" or "out" when it runs only q/dq of that role, else "op"."""
@@ -287,10 +323,15 @@ class MethodJoin:
         if keys is None or self.by_handle:
             return []
         out = []
+        short = lambda kind: kind.split(".")[-1].lstrip("_")
         for h in sorted(set(handles)):
             if keys.anchor.get(h) in keys.folded:
                 mod, kind, _ = keys.key[keys.anchor[h]]
-                out.append(f"{which.upper()}'s {kind.split('.')[-1].lstrip('_')} ({mod or 'root'}) folded in")
+                out.append(f"{which.upper()}'s {short(kind)} ({mod or 'root'}) folded in")
+            if keys.anchor.get(h) in keys.by_order:
+                kind_a, kind_b = keys.by_order[keys.anchor[h]]
+                out.append(f"{short(kind_a)} (A) and {short(kind_b)} (B) paired by order in "
+                           f"{keys.key[keys.anchor[h]][0]}")
         if not keys.has_graph and any(keys.role.get(h) in ("in", "out") for h in handles):
             out.append(f"{which.upper()}: q/dq attached by handle order (no graph in the ETRecord)")
         return list(dict.fromkeys(out))
@@ -334,6 +375,7 @@ class Rejoin:
             sides["a"] = sides["b"] = max((a, b), key=lambda k: len(k.producers_seen))
         elif a is not None and b is not None:
             fold_unmatched(a, b)
+            pair_leftovers(a, b)
         join = self._methods[block] = MethodJoin(sides["a"], sides["b"], by_handle)
         return join
 

@@ -180,6 +180,27 @@ def test_dynamic_input_quantization_attaches_forward_through_handles_without_ops
     assert join.link("b", "Execute", 5) == ("h", "Execute", 5)  # a handle without ops keys as itself
 
 
+def test_ops_only_the_operator_keeps_apart_pair_by_order_in_their_module():
+    """One build lowers a linear to addmm, another keeps aten.linear: same module, one op each side."""
+    from etlab.inspector._compare_join import MethodJoin, pair_leftovers
+
+    a = side_keys({1: _op("aten.addmm.default", "fc"), 2: _op("aten.relu.default", "act")}, None)
+    b = side_keys({3: _op(DQC), 4: _op("aten.linear.default", "fc"), 5: _op("aten.relu.default", "act"),
+                   6: _op("aten.gelu.default", "act2")}, None)
+    pair_leftovers(a, b)
+    assert b.key[4] == a.key[1] == ("fc", "aten.addmm", 0) and b.key[6] == ("act2", "aten.gelu", 0)
+    join = MethodJoin(a, b, by_handle=False)
+    assert join.notes("b", [4]) == ["addmm (A) and linear (B) paired by order in fc"]
+    # a unit of q/dq alone that wraps ops of several layers joins none of them
+    two = side_keys({1: _op(DQC), 2: _op(DQC), 3: _op("aten.convolution.default", "c1"),
+                     4: _op("aten.convolution.default", "c2")},
+                    HandleGraph(producers={3: {1}, 4: {2}}, users={1: {3}, 2: {4}}))
+    join = MethodJoin(two, two, by_handle=False)
+    assert join.links("b", "Execute", (1, 2)) == [] and join.links("b", "Execute", (1,)) == [
+        ("m", "Execute", "c1", "aten.convolution", 0)]
+    assert join.links("b", "Execute", (1, 4)) == [("m", "Execute", "c2", "aten.convolution", 0)]
+
+
 def test_batch_norm_folds_into_its_producer_only_when_the_other_side_lacks_it():
     bn = "aten._native_batch_norm_legit_no_training.default"
     a = side_keys({1: _op("aten.convolution.default", "c.0"), 2: _op(bn, "c.1"), 3: _op("aten.relu.default", "c.2")},
