@@ -1,7 +1,9 @@
 """Inspector.compare / `etlab compare` on upstream-made files: upstream ExecuTorch's float portable
 build of a zoo model against its XNNPACKQuantizer-quantized portable build (et_ref.py export
 [--quantize]), each with upstream's ETRecord (read by etlab.etrecord, without pickle) and upstream's
-ETDump with intermediate outputs. The two graphs' debug handles differ: rows re-join by module + op."""
+ETDump with intermediate outputs. The two graphs' debug handles differ: rows re-join by module + op.
+And the float build against upstream's quantized XNNPACK-delegated CNN, run by etlab's host runtime
+(whose XNNPACK backend logs each delegated node under its handle)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from etlab.facts.source import module_path
 from etlab.inspector import Inspector
@@ -22,10 +25,12 @@ pytestmark = pytest.mark.interop
 
 MODELS = ("mlp", "cnn")
 SIDES = {"float": (), "int8": ("--quantize",)}
-RECIPE = f"compare-quantized v1 iters={ITERS} dbg={16 << 20} models={','.join(MODELS)}"
+RECIPE = f"compare-quantized v2 iters={ITERS} dbg={16 << 20} models={','.join(MODELS)} xnnpack=cnn"
 
 
 def _build(ref_python: str, root: Path) -> None:
+    run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--out", root / "cnn" / "int8-xnnpack", "--quantize",
+            "--xnnpack")
     for m in MODELS:
         for side, extra in SIDES.items():
             d = root / m / side
@@ -37,7 +42,8 @@ def _build(ref_python: str, root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def upstream_builds(ref_python) -> Path:
-    """cache/<key>/<model>/{float,int8}/: model.pte, model.etrecord, inputs.pt, run.etdp, run.bin (upstream-made)."""
+    """cache/<key>/<model>/{float,int8}/: model.pte, model.etrecord, inputs.pt, run.etdp, run.bin (upstream-made);
+    cnn/int8-xnnpack/: model.pte, model.etrecord, inputs.pt (not run)."""
     return cached_build("compare_quantized", cache_key((ZOO, ET_REF, SETUP_SH), RECIPE),
                         lambda tmp: _build(ref_python, tmp))
 
@@ -82,3 +88,30 @@ def test_cli_on_upstream_float_and_quantized_folders(upstream_builds, tmp_path):
     assert "warning" not in out.stderr and "joined by module+op" in out.stdout and "folded in" in out.stdout
     data = json.loads((tmp_path / "c.json").read_text())
     assert data["by"] == "module+op" and {r["join"] for r in data["rows"]} == {"module+op"}
+
+
+def test_float_portable_vs_quantized_xnnpack_delegated_on_the_host_runtime(upstream_builds, tmp_path):
+    from etlab.runtime import DebugLevel, Runtime
+
+    d = upstream_builds / "cnn" / "int8-xnnpack"
+    program = Runtime.get().load_program(d / "model.pte", enable_etdump=True,
+                                         etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
+    method = program.load_method("forward")
+    for _ in range(ITERS):
+        method.execute(list(torch.load(d / "inputs.pt", weights_only=True)))
+    program.write_etdump_result_to_file(tmp_path / "run.etdp", tmp_path / "run.bin")
+    fl = _inspector(upstream_builds / "cnn" / "float")
+    xq = Inspector(etdump_path=tmp_path / "run.etdp", debug_buffer_path=tmp_path / "run.bin",
+                   etrecord=d / "model.etrecord")
+    c = fl.compare(xq, name_a="float portable", name_b="int8 XNNPACK")
+    assert c.by == "module+op"
+    # every op of the float build pairs with the delegated node(s) standing for it
+    assert c.summary.only_a == 0 and all(r.join == "module+op" for r in c.rows if r.present == "both")
+    assert all(r.backend_b == "XnnpackBackend" for r in c.rows if r.present == "both" and "conv" in r.key)
+    # the float linear (addmm) and XNNPACK's aten.linear pair by order in their module
+    (fc,) = [r for r in c.rows if r.module == "classifier.1"]
+    assert "paired by order" in fc.join_note and fc.present == "both"
+    # what stays on B's side: XNNPACK's own operators (no debug handle) and its weights' time
+    assert all(not r.handles_b or all(qdq_kind(o) for o in r.ops) for r in c.only_in_b), \
+        [(r.key, r.ops) for r in c.only_in_b]
+    assert c.summary.compared_outputs == c.summary.matched and all(15 < r.sqnr < 70 for r in c.rows if r.sqnr)
