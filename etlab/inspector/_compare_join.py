@@ -201,12 +201,11 @@ def side_keys(ops: dict, graph: HandleGraph | None) -> SideKeys:
         after = _walk(h, g.users, targets)
         before = _walk(h, g.producers, targets)
         i = bisect.bisect_left(op_handles, h)
-        nxt = op_handles[i] if i < len(op_handles) else None
-        prev = op_handles[i - 1] if i else None
-        tries = ([(after[:1], "in"), (before[-1:], "out"), ([nxt] if nxt is not None else [], "in")]
-                 if kind == "dequantize" else
-                 [(before[-1:], "out"), (after[:1], "in"), ([prev] if prev is not None else [], "out")])
-        tries += [([prev] if prev is not None else [], "out"), ([nxt] if nxt is not None else [], "in")]
+        next_op, prev_op = op_handles[i:i + 1], op_handles[i - 1:i] if i else []
+        # the graph first (the nearest op each way), then handle order
+        forward, backward = [(after[:1], "in"), (next_op, "in")], [(before[-1:], "out"), (prev_op, "out")]
+        tries = ([forward[0], backward[0], *forward[1:], *backward[1:]] if kind == "dequantize"
+                 else [backward[0], forward[0], *backward[1:], *forward[1:]])
         for found, r in tries:
             if found:
                 anchor[h], role[h] = found[0], r
