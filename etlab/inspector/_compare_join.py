@@ -303,6 +303,7 @@ class MethodJoin:
         return roles.pop() if len(roles) == 1 else "op"
 
     def qparams(self, which: str, handles) -> tuple[float, int] | None:
+        """(scale, zero point) of the last constant per-tensor quantize among a unit's handles."""
         keys = self.side(which)
         if keys is None:
             return None
