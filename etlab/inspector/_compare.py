@@ -452,7 +452,7 @@ def _summary(rows: list[CompareRow], exec_a: list[float], exec_b: list[float]) -
         matched_pct=100.0 * sum(r.present == "both" for r in rows) / len(rows) if rows else None,
         joins=joins, worst_added=[r.key for r in added[:5]],
         max_added_error=added[0].added_error if added else None,
-        biggest_latency=f"{moved[0].key} ({moved[0].delta:+.4g})" if moved else None,
+        biggest_latency=f"{moved[0].key} ({moved[0].delta:+.4g})" if moved and moved[0].delta else None,
         biggest_numeric=f"{added[0].key} (+{added[0].added_error:.3g} relative error)" if added else None,
     )
 
