@@ -264,7 +264,11 @@ def compare_table(comparison, top: int) -> str:
     table = tabulate(rows, headers=["row", "ops", "in", "joined by", f"A ({unit})", f"B ({unit})", f"B-A ({unit})",
                                     "B/A", "max|B-A|", "SQNR dB", "+rel.err"], tablefmt="simple")
     notes = [f"  {r.key}: {r.join_note}" for r in moved + one_sided if r.join_note]
-    return "\n".join(head) + "\n\n" + table + "\n" + ("\nnotes:\n" + "\n".join(notes) + "\n" if notes else "")
+    added = [r for r in comparison.top(3, "added") if r.added_error > 0]
+    starts = ("\nnumeric differences start at (relative error added over the inputs'): "
+              + ", ".join(f"{r.key} (+{r.added_error:.3g})" for r in added) + "\n") if added else ""
+    return ("\n".join(head) + "\n\n" + table + "\n" + starts
+            + ("\nnotes:\n" + "\n".join(notes) + "\n" if notes else ""))
 
 
 def _csv_text(comparison) -> str:

@@ -106,6 +106,7 @@ def test_cli_in_a_fresh_process_reads_the_quantized_etrecord_and_shows_the_join(
     assert "warning" not in out.stderr
     assert "joined by module+op" in out.stdout and "+rel.err" in out.stdout and "module+op" in out.stdout
     assert "biggest numeric change root/relu#1" in out.stdout
+    assert "numeric differences start at (relative error added over the inputs'): root/relu#1 (+" in out.stdout
     data = json.loads((tmp_path / "c.json").read_text())
     assert {r["join"] for r in data["rows"]} == {"module+op"} and data["summary"]["matched_pct"] == 100.0
 
