@@ -31,33 +31,15 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
+from etlab.facts.quant import op_kind, qdq_kind
 from etlab.facts.source import module_path
 
 log = logging.getLogger(__name__)
 
-QDQ_NAMESPACES = ("quantized_decomposed", "torchao")
 # ops a build may fold into the op producing their input (and another build keep)
 FOLDABLE = frozenset({"aten._native_batch_norm_legit_no_training", "aten._native_batch_norm_legit",
                       "aten.native_batch_norm", "aten.batch_norm", "aten._batch_norm_with_update"})
 EDGE_GRAPH = "edge_dialect_exported_program"
-
-
-def op_kind(op_type: str) -> str:
-    """An operator without its overload: "aten.convolution.default" -> "aten.convolution" (builds may
-    pick other overloads of one op)."""
-    return op_type.rsplit(".", 1)[0] if op_type.count(".") >= 2 else op_type
-
-
-def qdq_kind(op_type: str) -> str | None:
-    """"quantize" (quantize_*, choose_qparams_*), "dequantize" (dequantize_*) or None for other ops."""
-    parts = op_type.split(".")
-    if len(parts) < 2 or parts[0] not in QDQ_NAMESPACES:
-        return None
-    if parts[1].startswith("dequantize"):
-        return "dequantize"
-    if parts[1].startswith(("quantize", "choose_qparams")):
-        return "quantize"
-    return None
 
 
 def handles_line_up(ops_a: dict, ops_b: dict) -> bool:

@@ -15,15 +15,9 @@ import pytest
 pytest.importorskip("torchao")
 
 from etlab.facts import OpInfo
+from etlab.facts.quant import op_kind, qdq_kind
 from etlab.facts.source import module_path
-from etlab.inspector._compare_join import (
-    HandleGraph,
-    fold_unmatched,
-    handles_line_up,
-    op_kind,
-    qdq_kind,
-    side_keys,
-)
+from etlab.inspector._compare_join import HandleGraph, fold_unmatched, handles_line_up, side_keys
 from tests.inspector._quant_builds import PLANTED, build_pair, planted_pair
 from tests.inspector.test_compare import REPO
 

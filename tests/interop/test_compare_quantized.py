@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from etlab.facts.quant import op_kind, qdq_kind
 from etlab.facts.source import module_path
 from etlab.inspector import Inspector
-from etlab.inspector._compare_join import op_kind, qdq_kind
 from tests.interop.conftest import ET_REF, ITERS, REPO, SETUP_SH, ZOO, cache_key, cached_build, run_ref
 
 pytestmark = pytest.mark.interop
