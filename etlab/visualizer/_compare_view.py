@@ -87,6 +87,35 @@ def latency_figure(comparison, top: int = 25, side: str = "b") -> go.Figure:
     return fig
 
 
+def numeric_figure(comparison, side: str = "b") -> go.Figure | None:
+    """Per row in execution order, where both sides' outputs were compared: the relative error of B's
+    output (a line) and the part of it the row added over its inputs' (bars): where quantization, or
+    any other difference, enters the network rather than where it is carried. None without numbers."""
+    rows = [r for r in comparison.rows if r.relative is not None]
+    if not rows:
+        return None
+    labels = [r.key for r in rows]
+    custom = [[r.nodes[-1] if r.nodes else "", list(_side_handles(r, side))] for r in rows]
+    added = [r.added_error for r in rows]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=added, name="added by the row", customdata=custom,
+                         marker={"color": [COLOR_B if (v or 0) > 0 else "#9aa5b1" for v in added]},
+                         hovertext=[f"<b>{r.key}</b><br>added {_fmt(r.added_error)}<br>relative {r.relative:.3g}"
+                                    f"<br>SQNR {_fmt(r.sqnr)} dB" for r in rows], hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=labels, y=[r.relative for r in rows], name="relative error ‖B−A‖/‖A‖",
+                             mode="lines+markers", customdata=custom, marker={"color": COLOR_A}))
+    fig.update_layout(template="plotly_white", height=360, barmode="overlay",
+                      title="numeric difference per row, in execution order (bars: the error a row adds)",
+                      margin={"l": 60, "r": 20, "t": 60, "b": 140},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+    fig.update_xaxes(tickangle=-45, tickfont={"size": 9})
+    return fig
+
+
+def _fmt(v) -> str:
+    return "–" if v is None else f"{v:.3g}"
+
+
 def overlay_models(comparison, program=None, method: str = "forward") -> list[GraphModel]:
     """The Edge graph (of `program`, else of B's ETRecord, the build under study, else of A's) with each
     node's ratio B/A as its "latency" and its max |B - A| as its "gap"; [] when no graph is available or
@@ -153,7 +182,8 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
 
 class CompareView(widgets.VBox):
     """A Comparison in a notebook: summary, rows (click one to select its node), the A/B latency of
-    the rows that moved most, and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
+    the rows that moved most, the numeric difference row by row (relative error, and the part each row
+    adds), and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
 
         ins_a.compare(ins_b).show()                 # or CompareView(comparison, program=manager)
     """
@@ -170,10 +200,15 @@ class CompareView(widgets.VBox):
         _link_table_to_graph(self.table, self.graph)
         self.figure = latency_figure(comparison, top, side)
         self.plot = PlotView(self.figure)
+        self.numeric = numeric_figure(comparison, side)
+        self.numeric_plot = PlotView(self.numeric) if self.numeric is not None else None
         if self.graph is not None:
-            self.plot.on_click(self._on_point)
+            for plot in (self.plot, self.numeric_plot):
+                if plot is not None:
+                    plot.on_click(self._on_point)
         self.note = widgets.HTML(self._note_html())
-        super().__init__([self.note, self.table, self.plot] + ([self.graph] if self.graph else []), **kwargs)
+        plots = [self.plot] + ([self.numeric_plot] if self.numeric_plot is not None else [])
+        super().__init__([self.note, self.table, *plots] + ([self.graph] if self.graph else []), **kwargs)
 
     def _note_html(self) -> str:
         c = self.comparison
@@ -190,6 +225,8 @@ class CompareView(widgets.VBox):
 
     def html_fragments(self) -> list[_html.Fragment]:
         parts = [_html.Fragment(self._note_html()), self.table, _html.plotly_fragment(self.figure)]
+        if self.numeric is not None:
+            parts.append(_html.plotly_fragment(self.numeric))
         return _fragments("Comparison", parts + ([self.graph] if self.graph else []))
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:

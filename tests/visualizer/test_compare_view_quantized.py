@@ -39,10 +39,16 @@ def test_rows_say_how_they_joined_and_sit_on_the_quantized_graph(comparison, tmp
     assert relu.gap == pytest.approx(planted.max_abs)
     elsewhere = [nodes[h] for h in set(planted.handles_a) - set(planted.handles_b) if h in nodes]
     assert elsewhere and all(planted.key not in (n.latency or {}).get("events", []) for n in elsewhere)
+    # the row-by-row numeric chart: its tallest bar (error added) is the planted layer, a click selects B's node
+    bars = view.numeric.data[0]
+    assert list(bars.x) == [r.key for r in c.rows if r.relative is not None]
+    assert bars.x[max(range(len(bars.y)), key=lambda i: bars.y[i])] == planted.key
+    assert list(bars.customdata[list(bars.x).index(planted.key)][1]) == list(planted.handles_b)
     folded = next(r for r in c.rows if "folded in" in r.join_note)
     assert "folded in" in by_key[folded.key]["note"]
     page = Path(view.save_html(tmp_path / "q.html")).read_text()
     assert "module+op" in page and planted.key in page and "biggest numeric change" in page
+    assert "numeric difference per row" in page
     assert "joined by module+op" in c._repr_html_()
 
 
