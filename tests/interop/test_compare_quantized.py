@@ -24,28 +24,37 @@ from tests.interop.conftest import ET_REF, ITERS, REPO, SETUP_SH, ZOO, cache_key
 pytestmark = pytest.mark.interop
 
 MODELS = ("mlp", "cnn")
-SIDES = {"float": (), "int8": ("--quantize",)}
-RECIPE = f"compare-quantized v2 iters={ITERS} dbg={16 << 20} models={','.join(MODELS)} xnnpack=cnn"
+SIDES = ("float", "int8")
+RECIPE = f"compare-quantized v3 iters={ITERS} dbg={16 << 20} models={','.join(MODELS)} xnnpack=cnn"
 
 
 def _build(ref_python: str, root: Path) -> None:
     run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_cnn", "--out", root / "cnn" / "int8-xnnpack", "--quantize",
             "--xnnpack")
     for m in MODELS:
-        for side, extra in SIDES.items():
-            d = root / m / side
-            run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_{m}", "--out", d, *extra)
-            run_ref(ref_python, ET_REF, "run", d / "model.pte", "--inputs", d / "inputs.pt", "--etdump",
-                    d / "run.etdp", "--debug-buffer", d / "run.bin", "--debug-buffer-size", str(16 << 20),
-                    "--iters", str(ITERS))
+        d = root / m / "int8"
+        run_ref(ref_python, ET_REF, "export", f"{ZOO}:make_{m}", "--out", d, "--quantize")
+        run_ref(ref_python, ET_REF, "run", d / "model.pte", "--inputs", d / "inputs.pt", "--etdump",
+                d / "run.etdp", "--debug-buffer", d / "run.bin", "--debug-buffer-size", str(16 << 20),
+                "--iters", str(ITERS))
 
 
 @pytest.fixture(scope="module")
-def upstream_builds(ref_python) -> Path:
-    """cache/<key>/<model>/{float,int8}/: model.pte, model.etrecord, inputs.pt, run.etdp, run.bin (upstream-made);
-    cnn/int8-xnnpack/: model.pte, model.etrecord, inputs.pt (not run)."""
-    return cached_build("compare_quantized", cache_key((ZOO, ET_REF, SETUP_SH), RECIPE),
-                        lambda tmp: _build(ref_python, tmp))
+def upstream_builds(ref_python, upstream_artifacts, tmp_path_factory) -> Path:
+    """<model>/float/: the shared upstream artifacts (model.pte, model.etrecord, run.etdp, run.bin, ...);
+    <model>/int8/: the same export quantized (model.pte, model.etrecord, inputs.pt, run.etdp, run.bin);
+    cnn/int8-xnnpack/: quantized and XNNPACK-delegated (model.pte, model.etrecord, inputs.pt; not run).
+    Upstream-made; the quantized builds cached under their own key, the folders linked side by side."""
+    built = cached_build("compare_quantized", cache_key((ZOO, ET_REF, SETUP_SH), RECIPE),
+                         lambda tmp: _build(ref_python, tmp))
+    root = tmp_path_factory.mktemp("upstream_builds")
+    for m in MODELS:
+        (root / m).mkdir()
+        (root / m / "float").symlink_to(upstream_artifacts[m], target_is_directory=True)
+        for side in ("int8", "int8-xnnpack"):
+            if (built / m / side).is_dir():
+                (root / m / side).symlink_to(built / m / side, target_is_directory=True)
+    return root
 
 
 def _inspector(d: Path) -> Inspector:
