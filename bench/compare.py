@@ -18,15 +18,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 import warnings
 from datetime import date
 from pathlib import Path
 
-from _common import REPO, write_section
+from _common import REPO, interleaved, write_section
 
 from etlab.compiler import EtlabQuantizer
 from etlab.inspector import Inspector
@@ -37,17 +35,6 @@ from tests.compiler._quant import quantize
 from tests.test_end_to_end import compile_run_inspect
 
 MODELS = ("cnn", "transformer")
-
-
-def timed(fn, repeats: int) -> float:
-    """Median seconds of `repeats` calls (after one warm-up call)."""
-    fn()
-    samples = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - t)
-    return statistics.median(samples)
 
 
 def inspector(folder: Path) -> Inspector:
@@ -66,10 +53,14 @@ def bench_model(name: str, root: Path, repeats: int) -> dict:
     f, f2, q = (root / s for s in ("float", "float2", "int8"))
     warm = {"handle": (inspector(f), inspector(f2)), "module": (inspector(f), inspector(q))}
     out = {"rows": len(warm["module"][0].compare(warm["module"][1]).rows)}
-    out["handle_cold"] = timed(lambda: inspector(f).compare(inspector(f2)), repeats)
-    out["module_cold"] = timed(lambda: inspector(f).compare(inspector(q)), repeats)
-    out["handle_warm"] = timed(lambda: warm["handle"][0].compare(warm["handle"][1]), repeats)
-    out["module_warm"] = timed(lambda: warm["module"][0].compare(warm["module"][1]), repeats)
+    # side by side, in alternating rounds (so that load drift hits both joins alike)
+    cold = interleaved({"handle": lambda: inspector(f).compare(inspector(f2)),
+                        "module": lambda: inspector(f).compare(inspector(q))}, rounds=repeats, per_round=1, warmup=1)
+    hot = interleaved({"handle": lambda: warm["handle"][0].compare(warm["handle"][1]),
+                       "module": lambda: warm["module"][0].compare(warm["module"][1])},
+                      rounds=repeats, per_round=3, warmup=1)
+    out.update(handle_cold=cold["handle"], module_cold=cold["module"], handle_warm=hot["handle"],
+               module_warm=hot["module"])
     c = warm["module"][0].compare(warm["module"][1])
     out["by"], out["matched"] = c.by, c.summary.matched_pct
     return out
@@ -77,7 +68,7 @@ def bench_model(name: str, root: Path, repeats: int) -> dict:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--repeats", type=int, default=7, help="rounds (medians of these)")
     a = p.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="etlab-bench-compare-") as tmp:
@@ -86,7 +77,8 @@ def main() -> int:
             results[name] = bench_model(name, Path(tmp) / name, a.repeats)
     ms = lambda s: f"{s * 1e3:.1f}"
     lines = [f"`bench/compare.py`, {date.today()}, 2 cores, load average {os.getloadavg()[0]:.1f} when it ran "
-             f"(shared machine: absolute times are noisy, ratios less so); medians of {a.repeats}. No speed target: "
+             f"(shared machine: absolute times are noisy, ratios less so); medians of {a.repeats} alternating "
+             "rounds. No speed target: "
              "what re-joining a float build with its int8 build (module + op, q/dq attached through the ETRecord's "
              "graph) costs next to the debug-handle join of two builds of one graph.", "",
              "| model | rows (float vs int8) | joined by | matched | by handle, cold (ms) | module + op, cold (ms) "
