@@ -3,7 +3,7 @@ python (../shared/reference/setup.sh prints it); etlab never imports upstream.
 
   $REF bench/_ref_corpus.py JOBS.json
 
-JOBS.json is a list of jobs; each is {"kind": "compile", "dir": D, "methods": [...]} or
+JOBS.json is a list of jobs; each is {"kind": "compile", "dir": D, "methods": [...], "share_mutable_buffers": B} or
 {"kind": "run", "pte": P, "inputs_dir": D, "methods": [...], "out": O}.
 
 compile: loads D/<method>.pt2 (torch.export.save files written by etlab's side, so both compilers
@@ -68,11 +68,17 @@ def _step(result, name, fn):
 
 def compile_job(job, repeat):
     import torch
-    from executorch.exir import to_edge, to_edge_transform_and_lower
+    from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.exir.passes import MemoryPlanningPass
 
     d, methods = job["dir"], job["methods"]
     result = {}
     programs = {}
+
+    def config():  # methods sharing mutable buffers (a KV cache) when the job says so
+        if not job.get("share_mutable_buffers"):
+            return None
+        return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True))
 
     def load():
         programs.update(_load_programs(d, methods))
@@ -82,7 +88,7 @@ def compile_job(job, repeat):
         for _ in range(repeat):
             progs = copy.deepcopy(programs)  # to_edge may mutate; copying is outside the timer
             t = time.perf_counter()
-            et = to_edge(progs).to_executorch()
+            et = to_edge(progs).to_executorch(config())
             buf = et.buffer
             times.append(time.perf_counter() - t)
         with open(os.path.join(d, "upstream.pte"), "wb") as f:
@@ -92,7 +98,8 @@ def compile_job(job, repeat):
     def compile_xnnpack():
         from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
 
-        et = to_edge_transform_and_lower(copy.deepcopy(programs), partitioner=[XnnpackPartitioner()]).to_executorch()
+        et = to_edge_transform_and_lower(copy.deepcopy(programs), partitioner=[XnnpackPartitioner()]).to_executorch(
+            config())
         with open(os.path.join(d, "xnnpack.pte"), "wb") as f:
             f.write(et.buffer)
 

@@ -36,8 +36,8 @@ import _corpus_upstream as up  # noqa: E402
 import torch  # noqa: E402
 from _common import reference_python, write_section  # noqa: E402
 
-from etlab.compiler import to_edge  # noqa: E402
-from etlab.models.corpus import CORPUS, CorpusEntry, max_abs_error, within_tolerance  # noqa: E402
+from etlab.compiler import ExecutorchBackendConfig, MemoryPlanningPass, to_edge  # noqa: E402
+from etlab.models.corpus import CORPUS, SHARED_STATE, CorpusEntry, max_abs_error, within_tolerance  # noqa: E402
 from etlab.runtime import Runtime  # noqa: E402
 from etlab.schema import load_pte  # noqa: E402
 
@@ -103,6 +103,13 @@ def _outputs_check(got: list[torch.Tensor], want: list[torch.Tensor], entry: Cor
     return Check(ok, f"max err {err:.1e}" if math.isfinite(err) else "outputs differ in count or shape")
 
 
+def _config(entry: CorpusEntry) -> ExecutorchBackendConfig | None:
+    """Entries tagged SHARED_STATE compile with their methods sharing mutable buffers (both compilers)."""
+    if SHARED_STATE not in entry.tags:
+        return None
+    return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True))
+
+
 def _run_all(pte: bytes | Path, methods: dict[str, tuple]) -> dict[str, list[torch.Tensor]]:
     program = Runtime.get().load_program(pte)
     return {m: list(program.load_method(m).execute(list(ins))) for m, ins in methods.items()}
@@ -146,7 +153,7 @@ def etlab_phase(entry: CorpusEntry, repeat: int, jobs: list[up.PendingJob] | Non
         times = []
         for _ in range(max(repeat, 1)):
             t = time.perf_counter()
-            work.pte = bytes(to_edge(work.programs).to_executorch().buffer)
+            work.pte = bytes(to_edge(work.programs).to_executorch(_config(work.entry)).buffer)
             times.append(time.perf_counter() - t)
         work.result.etlab_compile_s = statistics.median(times[1:] or times)
         checks["etlab compile"] = Check(True, f"{work.result.etlab_compile_s * 1e3:.0f} ms")
@@ -180,7 +187,8 @@ def _queue_upstream(work: _Work, jobs: list[up.PendingJob] | None) -> None:
         for m, ep in work.programs.items():
             torch.export.save(ep, job.tmp / f"{m}.pt2")
         _save_inputs(job.tmp, work.methods)
-        job.spec = {"dir": str(job.tmp), "methods": methods}
+        job.spec = {"dir": str(job.tmp), "methods": methods,
+                    "share_mutable_buffers": SHARED_STATE in work.entry.tags}
         jobs.append(job)
         work.compile_dir = job.final
     with tempfile.TemporaryDirectory() as scratch:
@@ -307,7 +315,7 @@ def inspector_check(work: _Work, outdir: Path) -> None:
         return
     method = next(iter(work.methods))
     try:
-        et = to_edge(work.programs, generate_etrecord=True).to_executorch()
+        et = to_edge(work.programs, generate_etrecord=True).to_executorch(_config(work.entry))
         pte, rec = outdir / f"{work.entry.name}.pte", outdir / f"{work.entry.name}.etrecord"
         et.write_to_file(str(pte))
         record = et.get_etrecord()

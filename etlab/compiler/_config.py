@@ -37,6 +37,8 @@ class ExecutorchBackendConfig:
     external_constants: store weights in a .ptd (see ExecutorchProgramManager.write_tensor_data_to_file)
     instead of the .pte (True for all constants, or a callable node -> bool to pick).
     emit_stacktrace: record each instruction's user stack trace in the chain.
+    emit_mutable_buffer_names: record each mutable buffer's module path on its tensor
+    (extra_tensor_info.fully_qualified_name), as upstream does with the same option.
     """
 
     memory_planning_pass: Any = field(default_factory=_default_memory_planning_pass)
@@ -46,6 +48,7 @@ class ExecutorchBackendConfig:
     external_constants: Any = False
     segment_alignment: int = 4096
     emit_stacktrace: bool = False
+    emit_mutable_buffer_names: bool = False
 
     def __post_init__(self):
         for name in ("constant_tensor_alignment", "delegate_alignment", "segment_alignment"):

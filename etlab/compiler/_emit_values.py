@@ -18,9 +18,10 @@ _MEMORY_FORMATS = {torch.contiguous_format: 0, torch.preserve_format: 1, torch.c
 class ValueTable:
     """Appends EValues; remembers the value of each TensorSpec and each non-tensor node result."""
 
-    def __init__(self, constants):
+    def __init__(self, constants, mutable_buffer_names: bool = False):
         self.values: list[P.EValue] = []
         self.constants = constants  # _ConstantStore: tensor -> data_buffer_idx / external name
+        self.mutable_buffer_names = mutable_buffer_names  # name each mutable buffer (its module path)
         self._spec_index: dict[int, int] = {}
         self.node_index: dict[Node, int] = {}
 
@@ -52,6 +53,10 @@ class ValueTable:
             off = root.mem_offset
             tensor.allocation_info = P.AllocationDetails(memory_id=root.mem_id, memory_offset_low=off & 0xFFFFFFFF,
                                                          memory_offset_high=off >> 32)
+            fqn = node.meta.get("mutable_buffer") if node is not None and node.op == "placeholder" else None
+            if fqn and self.mutable_buffer_names:
+                tensor.extra_tensor_info = P.ExtraTensorInfo(fully_qualified_name=str(fqn),
+                                                             location=P.TensorDataLocation.SEGMENT)
         return tensor
 
     def empty_tensor(self) -> int:

@@ -11,6 +11,10 @@ one block living from the first member's definition to the last member's use. Al
 
 Subclass MemoryPlanningPass and set `spec.mem_id` per node in `run` (then call the parent) to place
 tensors in several arenas.
+
+`share_mutable_buffers=True` plans the mutable buffers of all methods once, in memory id 2, shared
+by every method of the program (`_shared_buffers`): `run` plans each method without them, and
+`run_multimethod`, called once all methods are planned, places them.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import torch
 from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
+from etlab.compiler import _shared_buffers
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.fx import submodules_of
 
@@ -185,11 +190,19 @@ class MemoryPlanningPass:
     """Plans every non-constant tensor of a method into arenas (memory ids >= 1).
 
     alloc_graph_input / alloc_graph_output: plan user inputs / outputs too (otherwise the caller
-    provides their memory at run time).
+    provides their memory at run time). alloc_mutable_buffers: plan mutable buffers (etlab always
+    does). share_mutable_buffers: one copy of each mutable buffer for all methods of the program, in
+    memory id 2 (see the module doc); pair it with ExecutorchBackendConfig(emit_mutable_buffer_names=True)
+    to record each buffer's name in the program, as upstream's examples do.
     """
 
     def __init__(self, memory_planning_algo: str | Callable = "greedy", alloc_graph_input: bool = True,
-                 alloc_graph_output: bool = True, alignment: int = ALIGNMENT):
+                 alloc_graph_output: bool = True, alloc_mutable_buffers: bool = True,
+                 share_mutable_buffers: bool = False, alignment: int = ALIGNMENT):
+        if share_mutable_buffers and not alloc_mutable_buffers:
+            raise ValueError("share_mutable_buffers is only meaningful when alloc_mutable_buffers is True")
+        if not alloc_mutable_buffers:
+            raise ValueError("alloc_mutable_buffers=False (mutable buffers provided at run time) is not supported")
         if isinstance(memory_planning_algo, str) and memory_planning_algo not in ALGORITHMS:
             raise ValueError(f"memory_planning_algo must be one of {sorted(ALGORITHMS)} or a callable, "
                              f"got {memory_planning_algo!r}")
@@ -198,7 +211,10 @@ class MemoryPlanningPass:
         self.memory_planning_algo = memory_planning_algo
         self.alloc_graph_input = alloc_graph_input
         self.alloc_graph_output = alloc_graph_output
+        self.alloc_mutable_buffers = alloc_mutable_buffers
+        self.share_mutable_buffers = share_mutable_buffers
         self._graph_signature: ExportGraphSignature | None = None
+        self._shared = _shared_buffers.SharedBufferState()
 
     def __call__(self, graph_module: GraphModule):
         return self.call(graph_module)
@@ -207,8 +223,11 @@ class MemoryPlanningPass:
         return self.run(graph_module, self._graph_signature)
 
     def run(self, graph_module: GraphModule, graph_signature: ExportGraphSignature | None = None) -> MemoryPlan:
-        """Sets mem_id/mem_offset on every planned spec; stores and returns the MemoryPlan."""
+        """Sets mem_id/mem_offset on every planned spec; stores and returns the MemoryPlan. With
+        share_mutable_buffers, the method's buffers wait for `run_multimethod`."""
         self._mark_unplanned_io(graph_module)
+        buffers = _shared_buffers.state_buffers(graph_module) if self.share_mutable_buffers else []
+        _shared_buffers.exclude_from_method_plan(buffers)
         specs, steps = compute_lifetimes(graph_module)
         blocks = _blocks(specs)
         algo = self.memory_planning_algo
@@ -232,7 +251,33 @@ class MemoryPlanningPass:
             plan.buffer_sizes[mem_id] = align(size)
             plan.lower_bounds[mem_id] = lower_bound(arena, steps)
         graph_module.meta["memory_plan"] = plan
+        if self.share_mutable_buffers:
+            _shared_buffers.check_default_mem_ids(plan, str(graph_module.meta.get("method", "?")))
+            self._shared.methods.append((graph_module, plan, buffers))
         return plan
+
+    def run_multimethod(self) -> None:
+        """After `run` on every method of a program: places the shared mutable buffers (nothing to do
+        without share_mutable_buffers). Starts afresh for the next program."""
+        state, self._shared = self._shared, _shared_buffers.SharedBufferState()
+        if not self.share_mutable_buffers:
+            return
+        arena, offsets = _shared_buffers.place_shared_buffers(state, ALIGNMENT)
+        shared_id = _shared_buffers.SHARED_MEM_ID
+        for _gm, plan, buffers in state.methods:  # every method: [0, activations, state]
+            while len(plan.buffer_sizes) < shared_id:
+                plan.buffer_sizes.append(0)
+                plan.lower_bounds.append(0)
+            plan.buffer_sizes.append(arena)
+            plan.lower_bounds.append(arena)  # state is live all the time: nothing can reuse it
+            for fqn in dict.fromkeys(b.fqn for b in buffers if b.fqn in offsets):
+                specs = [b.spec for b in buffers if b.fqn == fqn]
+                plan.blocks.append(Block(specs, specs[0].allocated_memory, 0, max(plan.num_steps - 1, 0), shared_id,
+                                         offsets[fqn]))
+
+    def discard_multimethod(self) -> None:
+        """Forgets the methods `run` collected (a compile that failed before `run_multimethod`)."""
+        self._shared = _shared_buffers.SharedBufferState()
 
     def _mark_unplanned_io(self, gm: GraphModule) -> None:
         if not self.alloc_graph_input:

@@ -27,8 +27,10 @@ class CompiledProgram:
     constant_methods: dict = field(default_factory=dict)
 
 
-def _et_program(edge: ExportedProgram, config: ExecutorchBackendConfig) -> tuple[ExportedProgram, MemoryPlan]:
+def _et_program(name: str, edge: ExportedProgram,
+                config: ExecutorchBackendConfig) -> tuple[ExportedProgram, MemoryPlan]:
     gm = build_et_graph(edge)
+    gm.meta["method"] = name
     gm.meta["num_mutation_outputs"] = sum(1 for s in edge.graph_signature.output_specs
                                           if s.kind != OutputKind.USER_OUTPUT)
     planner = config.memory_planning_pass
@@ -70,9 +72,20 @@ def compile_program(edge_programs: dict[str, ExportedProgram], constant_methods:
     constants = ConstantStore(alignment=config.constant_tensor_alignment or 16, external=config.external_constants)
     delegates = DelegateStore()
     methods, et_programs, plans = {}, {}, {}
+    # Planned in the program's own method order (where shared mutable buffers land depends on it, as
+    # upstream's), then placed across methods, then emitted in name order.
+    planner = config.memory_planning_pass
+    try:
+        for name, edge in edge_programs.items():
+            et_programs[name], plans[name] = _et_program(name, edge, config)
+    except BaseException:
+        if hasattr(planner, "discard_multimethod"):
+            planner.discard_multimethod()  # the next compile with this planner starts clean
+        raise
+    if hasattr(planner, "run_multimethod"):
+        planner.run_multimethod()
     for name in sorted(edge_programs):
-        et, plan = _et_program(edge_programs[name], config)
-        et_programs[name], plans[name] = et, plan
+        et = et_programs[name]
         methods[name] = emit_method(name, et.graph_module, et, constants, delegates, config)
     execution_plans = [m.plan for m in methods.values()]
     for name, value in (constant_methods or {}).items():

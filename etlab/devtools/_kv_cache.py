@@ -6,6 +6,10 @@ whole method (`node.meta["mutable_buffer"]` on its placeholder in the planned gr
 buffer is listed; those whose name says cache (`cache`, `past_key`, `past_value`) are the KV cache,
 the others are other state (a position counter, a running statistic).
 
+A program compiled with `share_mutable_buffers=True` (what `profile()` does for several methods) plans
+each buffer once for all methods, in memory id 2 (`shared`): prefill and decode then hold one cache,
+counted once in `program_kv_cache_bytes`; otherwise every method plans its own copy.
+
 A model that passes its cache in and out as tensors (transformers' DynamicCache flattened, like the
 corpus' llama_kv) has no mutable buffers: its cache is user inputs and outputs, and is not counted.
 """
@@ -33,6 +37,15 @@ class StateBuffer:
     offset: int | None
     dtype: str
     shape: tuple[int, ...]
+    shared: bool = False  # one copy for all methods of the program (memory id 2 of a shared-state plan)
+
+
+SHARED_MEM_ID, SHARED_PLAN_ARENAS = 2, 3  # upstream's share_mutable_buffers layout: [0, activations, state]
+
+
+def _plans_shared_state(program_manager, method: str) -> bool:
+    plan = getattr(program_manager, "memory_plans", {}).get(method)
+    return plan is not None and len(plan.buffer_sizes) == SHARED_PLAN_ARENAS
 
 
 def state_buffers(program_manager, method: str | None = None) -> list[StateBuffer]:
@@ -45,6 +58,7 @@ def state_buffers(program_manager, method: str | None = None) -> list[StateBuffe
             raise ValueError(f"method {name!r} is not a method of the program; methods are "
                              f"{sorted(program_manager.methods)}")
         gm = program_manager.exported_program(name).graph_module
+        shared_plan = _plans_shared_state(program_manager, name)
         for node in gm.graph.nodes:
             target = node.meta.get("mutable_buffer") if node.op == "placeholder" else None
             spec = node.meta.get("spec")
@@ -55,16 +69,21 @@ def state_buffers(program_manager, method: str | None = None) -> list[StateBuffe
                 role="kv_cache" if KV_CACHE_NAME.search(str(target)) else "state", bytes=int(spec.nbytes),
                 mem_id=None if spec.mem_id is None else int(spec.mem_id),
                 offset=None if spec.mem_offset is None else int(spec.mem_offset),
-                dtype=str(spec.dtype).replace("torch.", ""), shape=tuple(int(d) for d in spec.shape)))
+                dtype=str(spec.dtype).replace("torch.", ""), shape=tuple(int(d) for d in spec.shape),
+                shared=shared_plan and spec.mem_id == SHARED_MEM_ID))
     return out
 
 
 def kv_cache_dataframe(program_manager, method: str | None = None) -> pd.DataFrame:
-    """`state_buffers` as a table; `df.attrs["kv_cache_bytes"]` per method (the KV cache's bytes)."""
+    """`state_buffers` as a table; `df.attrs["kv_cache_bytes"]` per method (the KV cache each method
+    sees) and `df.attrs["program_kv_cache_bytes"]` (the program's KV cache: a shared buffer once)."""
     rows = state_buffers(program_manager, method)
     df = pd.DataFrame([asdict(r) for r in rows], columns=[f.name for f in fields(StateBuffer)])
     df.attrs["kv_cache_bytes"] = {m: int(df[(df["method"] == m) & (df["role"] == "kv_cache")]["bytes"].sum())
                                   for m in (sorted(program_manager.methods) if method is None else [method])}
+    kv = [r for r in rows if r.role == "kv_cache"]
+    once = {r.buffer: r.bytes for r in kv if r.shared}
+    df.attrs["program_kv_cache_bytes"] = sum(once.values()) + sum(r.bytes for r in kv if not r.shared)
     return df
 
 

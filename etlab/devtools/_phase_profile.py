@@ -6,6 +6,10 @@ and returns a `PhaseProfile`: the Inspector, the phases table (`etlab.inspector.
 latency p50/p90/p99 and tokens/s of decode, latency per prompt token of prefill), the KV cache the
 program plans (`kv_cache_dataframe`) and the compiled program (for `show()`).
 
+The methods share their mutable buffers (`MemoryPlanningPass(share_mutable_buffers=True)`, as
+upstream's LLM exports do): decode reads the KV cache prefill wrote, so the values are a real
+generation's, not only the timings; `share_mutable_buffers=False` gives each method its own copy.
+
 A method's inputs are a tuple (the same every run) or a callable `step -> tuple` (step: the run's index
 among that method's runs in its generation, from 0), so a decode step can advance its position:
 `lambda i: (token, torch.tensor([8 + i]))`.
@@ -86,11 +90,11 @@ def _schedule(methods: list[str], iterations: int, decode_steps: int) -> list[tu
 def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tuple]], *, iterations: int = 1,
                    decode_steps: int = 8, debug: bool = False, workdir: str | os.PathLike | None = None,
                    progress: bool = True, tokens: Mapping[str, int] | None = None,
-                   debug_buffer_size: int | None = None) -> PhaseProfile:
+                   debug_buffer_size: int | None = None, share_mutable_buffers: bool = True) -> PhaseProfile:
     """See the module doc. tokens: tokens per run by method when the token-id input does not say.
     debug_buffer_size: bytes for intermediates with debug=True (default: the runtime sizes the buffer
     from the methods' plans and grows it with the runs; values that do not fit are counted)."""
-    from etlab.compiler import to_edge
+    from etlab.compiler import ExecutorchBackendConfig, MemoryPlanningPass, to_edge
     from etlab.devtools._kv_cache import kv_cache_dataframe
     from etlab.inspector import Inspector, phases
     from etlab.runtime import DebugLevel, Runtime
@@ -100,7 +104,10 @@ def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tu
     for name, value in (("iterations", iterations), ("decode_steps", decode_steps)):
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ValueError(f"{name} must be a positive int, got {value!r}")
-    et = to_edge(_exported(model, method_inputs), generate_etrecord=True).to_executorch()
+    config = ExecutorchBackendConfig(
+        memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=share_mutable_buffers),
+        emit_mutable_buffer_names=share_mutable_buffers)
+    et = to_edge(_exported(model, method_inputs), generate_etrecord=True).to_executorch(config)
     out = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="etlab-profile-"))
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"workdir {os.fspath(out)!r} exists and is not a directory")

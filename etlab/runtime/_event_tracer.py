@@ -242,8 +242,8 @@ class EventTracer:
         record.frombytes(raw)
         events = [("T", key, record, count - 1),
                   ("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end)]
-        if kept < count:
-            events = self._expand(events)[:kept]
+        if kept < count:  # a run with nothing kept has no record (_core.TraceLog.add)
+            events = self._expand(events)[:kept] if kept else []
         return ("Execute", bundled, (), events)
 
     def to_etdump(self) -> E.ETDump:

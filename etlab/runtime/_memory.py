@@ -108,12 +108,19 @@ def _zeroed(size: int) -> np.ndarray:
     return np.frombuffer(mmap.mmap(-1, size), dtype=np.uint8)
 
 
-def allocate_arenas(sizes: list[int], what: str) -> Arenas:
+def allocate_arenas(sizes: list[int], what: str, shared: dict[int, tuple[torch.Tensor, np.ndarray]] | None = None,
+                    ) -> Arenas:
+    """One arena per memory id; `shared` gives the ones the method shares with others (already sized)."""
     tensors: list[torch.Tensor | None] = [None]
     arrays: list[np.ndarray | None] = [None]
     for mem_id, size in enumerate(sizes[1:], start=1):
         if size < 0:
             raise LoadError(f"{what}: memory arena {mem_id} has negative size {size}")
+        if shared and mem_id in shared:
+            tensor, array = shared[mem_id]
+            tensors.append(tensor)
+            arrays.append(array)
+            continue
         try:
             array = _zeroed(size)
         except (OSError, MemoryError, OverflowError, ValueError) as e:

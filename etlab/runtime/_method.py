@@ -3,7 +3,8 @@
 Threads: a Method serves one thread at a time (a second thread calling `execute` while it runs
 gets an ExecutionError); load one Method per thread. Methods of one Program share nothing
 writable (constants are read-only views), so they may run in parallel; torch kernels release
-the GIL.
+the GIL. The exception is a program's shared state (`share_mutable_buffers`): the methods using it
+take its lock while they run, so they run one at a time.
 """
 
 from __future__ import annotations
@@ -98,7 +99,8 @@ class Method:
 
     def __init__(self, program, meta: MethodMeta, table: ValueTable, plan_inputs: list[int],
                  plan_outputs: list[int], bound: BoundPlan, arenas: Arenas, delegates: list[LoadedDelegate],
-                 tracer: EventTracer | None, context, scratch: list[int] = (), core=None):
+                 tracer: EventTracer | None, context, scratch: list[int] = (), core=None,
+                 state_lock: threading.Lock | None = None):
         self.program = program
         self.name = meta.name
         self._meta = meta
@@ -119,6 +121,7 @@ class Method:
             self._native_log = tracer.native_log
             self._core.trace_to(self._native_log, self._chains_key)
         self._busy = threading.Lock()
+        self._state_lock = state_lock  # the program's shared state, held while running
         self._closed = False
         self._scratch = [table.values[s] for s in scratch]
         self._setters = [_input_setter(table, s, info) for s, info in zip(plan_inputs, meta.inputs)]
@@ -151,7 +154,10 @@ class Method:
         try:
             if self._closed:
                 raise ExecutionError(f"method {self.name!r} was closed")
-            return self._execute(inputs, bundled_input_index)
+            if self._state_lock is None:
+                return self._execute(inputs, bundled_input_index)
+            with self._state_lock:
+                return self._execute(inputs, bundled_input_index)
         finally:
             self._busy.release()
 

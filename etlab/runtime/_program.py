@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import threading
@@ -22,6 +23,13 @@ from etlab.runtime._method import Method
 from etlab.runtime._native import choose_core
 from etlab.runtime._plan_check import check_no_live_overlap
 from etlab.runtime._registry import BackendRegistry
+from etlab.runtime._shared_state import (
+    SHARED_MEM_ID,
+    SharedRegion,
+    allocate_shared_region,
+    check_shared_layout,
+    declares_shared_state,
+)
 from etlab.runtime._values import DataSources, build_value_table
 from etlab.schema import (
     check_intact,
@@ -70,8 +78,10 @@ def _named_data(pte: P.PteFile, data_files, what: str, views: list) -> dict[str,
 
 
 class Program:
-    """A loaded program. Safe to share between threads; each `load_method` call returns a new,
-    independent Method (its own memory and mutable state)."""
+    """A loaded program. Safe to share between threads; each `load_method` call returns a new Method
+    with its own memory and mutable state, except the state a program compiled with
+    `share_mutable_buffers` shares (memory id 2 of its three-arena plans, `_shared_state`): every
+    method of the program loaded here reads and writes that one copy, as upstream's runtime does."""
 
     def __init__(self, pte: P.PteFile, what: str, *, data: DataSources, tracer: EventTracer | None,
                  bundled: BundledProgram | None, keepalive: Any = None, core: str | None = None):
@@ -85,6 +95,8 @@ class Program:
         self._mapped = [v for v in keepalive or () if is_mapped(v)]
         self.bundled = bundled
         self._plans = {plan.name: plan for plan in pte.program.execution_plan or []}
+        self._shared: SharedRegion | None = None
+        self._shared_lock = threading.Lock()
 
     def check_files(self) -> None:
         """FormatError if a memory-mapped file of this program shrank since it was loaded."""
@@ -123,8 +135,12 @@ class Program:
             raise LoadError(f"{what}: {e}") from None
         delegates = []
         try:
-            arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what)
-            table = build_value_table(plan, arenas, self._data, what)
+            shared = self._shared_region() if declares_shared_state(plan) else None
+            arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what,
+                                     {SHARED_MEM_ID: (shared.tensor, shared.array)} if shared else None)
+            # a buffer's initial state is copied in at load (as upstream does): not while a method runs
+            with shared.lock if shared else contextlib.nullcontext():
+                table = build_value_table(plan, arenas, self._data, what)
             kernels = classify(plan, table, what)
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
@@ -145,10 +161,19 @@ class Program:
             raise LoadError(f"{self._what}: {e}") from e
         init_end = time.perf_counter_ns()
         method = Method(self, meta, table, list(plan.inputs or []), list(plan.outputs or []), bound, arenas,
-                        delegates, self._tracer, context, dynamic_scratch(plan, table), core)
+                        delegates, self._tracer, context, dynamic_scratch(plan, table), core,
+                        shared.lock if shared else None)
         if self._tracer is not None:
             self._trace_load(name, method, load_start, init_start, init_end, arenas)
         return method
+
+    def _shared_region(self) -> SharedRegion:
+        """The program's shared state, checked across all methods and allocated on first use."""
+        with self._shared_lock:
+            if self._shared is None:
+                size = check_shared_layout(list(self._plans.values()), self._what)
+                self._shared = allocate_shared_region(size, self._what)
+            return self._shared
 
     def _trace_load(self, name: str, method: Method, load_start: int, init_start: int, init_end: int, arenas) -> None:
         tracer = self._tracer
@@ -158,10 +183,13 @@ class Program:
                    time.perf_counter_ns())]
         allocators = []
         if tracer.trace_allocations:
+            shared = self._shared.tensor if self._shared is not None else None
             for mem_id, t in enumerate(arenas.tensors):
                 if t is not None:
                     events.append(("A", len(allocators), t.numel()))
-                    allocators.append(f"{name}:planned_memory_{mem_id}")
+                    # the program's shared state is one allocation whichever method names it
+                    allocators.append(f"program:shared_memory_{mem_id}" if t is shared else
+                                      f"{name}:planned_memory_{mem_id}")
         tracer.add_load_events(events, allocators)
 
     # -- ETDump ------------------------------------------------------------------------------

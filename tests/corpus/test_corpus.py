@@ -11,8 +11,8 @@ import os
 import pytest
 import torch
 
-from etlab.compiler import to_edge
-from etlab.models.corpus import CORPUS, flat_tensors, within_tolerance
+from etlab.compiler import ExecutorchBackendConfig, MemoryPlanningPass, to_edge
+from etlab.models.corpus import CORPUS, SHARED_STATE, flat_tensors, within_tolerance
 from etlab.runtime import Runtime
 from tests.corpus.conftest import load_bench_corpus
 
@@ -54,8 +54,10 @@ def test_entry_compiles_and_matches_eager(name):
     entry = CORPUS[name]
     built = entry.build()
     eager = entry.eager(built)
-    program = Runtime.get().load_program(to_edge(entry.export(built)).to_executorch().buffer)
-    for method, inputs in built[1].items():
+    shared = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True))
+    et = to_edge(entry.export(built)).to_executorch(shared if SHARED_STATE in entry.tags else None)
+    program = Runtime.get().load_program(et.buffer)
+    for method, inputs in built[1].items():  # in order, from one program: state carries over
         got = flat_tensors(program.load_method(method).execute(list(inputs)))
         assert len(got) == len(eager[method])
         for g, w in zip(got, eager[method]):

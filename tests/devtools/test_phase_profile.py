@@ -76,24 +76,28 @@ def test_kv_cache_bytes_equal_the_cache_buffers(run):
         assert kv_cache_bytes(run.program, method) == want
         buffers = [b for b in state_buffers(run.program, method)]
         assert {b.buffer for b in buffers} == {f"module.layers.{i}.{kv}_cache" for i in (0, 1) for kv in "kv"}
-        assert all(b.role == "kv_cache" and b.mem_id is not None and b.offset is not None for b in buffers)
+        assert all(b.role == "kv_cache" and b.mem_id == 2 and b.offset is not None and b.shared for b in buffers)
     kv = kv_cache_dataframe(run.program)
     assert kv.attrs["kv_cache_bytes"] == {"decode": want, "prefill": want}
+    assert kv.attrs["program_kv_cache_bytes"] == want  # one cache for both methods
     assert run.kv_cache.attrs["kv_cache_bytes"] == kv.attrs["kv_cache_bytes"]
 
 
 def test_decode_steps_advance_their_position_and_match_eager(run):
-    """The decode inputs were a callable of the step: the profiled decode method saw positions 8, 9, ..."""
+    """The decode inputs were a callable of the step: the profiled decode method saw positions 8, 9, ...;
+    its methods share the KV cache, so prefill then decode steps equal eager's generation."""
     module, inputs = _model_and_inputs()
     from etlab.runtime import Runtime
 
     program = Runtime.get().load_program(run.program.buffer)
-    decode = program.load_method("decode")
+    prefill, decode = program.load_method("prefill"), program.load_method("decode")
     with torch.no_grad():
+        got, want = prefill.execute(list(inputs["prefill"]))[0], module.prefill(*inputs["prefill"])
+        assert torch.allclose(got, want, atol=1e-5)
         for step in range(3):
             got = decode.execute(list(inputs["decode"](step)))[0]
-            want = module.decode(*inputs["decode"](step))
-            assert torch.allclose(got, want, atol=1e-5), step  # each method has its own cache: eager decode alone
+            want = module.decode(*inputs["decode"](step))  # attends to the prompt prefill cached
+            assert torch.allclose(got, want, atol=1e-5), step
 
 
 def test_methods_can_be_named_and_wrong_names_are_refused(run):

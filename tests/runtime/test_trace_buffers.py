@@ -3,11 +3,22 @@ values counted in the ETDump and reported by the Inspector; kernel errors. Runs 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from etlab.inspector import Inspector
-from etlab.runtime import DebugLevel, ExecutionError, Runtime, _native, register_backend, unregister_backend
+from etlab.runtime import (
+    DebugLevel,
+    ExecutionError,
+    Runtime,
+    _native,
+    register_backend,
+    register_kernel,
+    unregister_backend,
+    unregister_kernel,
+)
 from etlab.runtime._event_tracer import _DebugArena
 from etlab.schema import deserialize_etdump
 from etlab.schema.etdump import DROPPED_DEBUG_VALUES
@@ -70,6 +81,58 @@ def test_event_limit_cuts_native_and_python_runs_alike(tmp_path):
     dump = deserialize_etdump((tmp_path / "t.etdp").read_bytes())
     assert [len(r.events) for r in dump.run_data] == [2, 7, 3, 0]  # 2 load events + 7 per run, 12 kept
     assert program.etdump_dropped_events == 23 - 12
+
+
+@pytest.mark.skipif(not _native.available(), reason="the native core is not built")
+def test_native_log_keeps_every_run_across_its_blocks():
+    """The native log keeps runs back to back in 2 MiB blocks: runs past the first block are kept whole,
+    in order, with timestamps that rise within each run and Method::execute spanning its steps."""
+    from array import array
+
+    data, _ = add_chain(200)
+    program = Runtime.get(core="native").load_program(data, enable_etdump=True, etdump_max_events=1 << 30)
+    method = program.load_method("forward")
+    runs = (2 << 20) // 4 // (10 + 201) + 50  # a run: a 10-word header and 201 one-word times; past one block
+    x = torch.ones(2, 3)
+    for _ in range(runs):
+        method.execute([x])
+    logged = method._native_log.runs()
+    assert len(logged) == runs
+    previous_end = 0
+    for _key, bundled, events, kept, start, end, raw in logged:
+        record = array("q")
+        record.frombytes(raw)
+        assert (events, kept, bundled, len(record)) == (401, 401, -1, 201)  # 2 events a step, + execute
+        assert list(record) == sorted(record) and record[0] >= previous_end
+        assert (start, end) == (record[0], record[-1])
+        previous_end = end
+
+
+@pytest.mark.skipif(not _native.available(), reason="the native core is not built")
+def test_a_step_longer_than_a_short_time_is_timed_whole(tmp_path):
+    """The native log stores a time in 31 bits of counter ticks (under a second) or, past that, in a
+    wide form: a 1.2 s step is timed as such, and the steps after it keep their own times."""
+    register_kernel("etlab_test::slow.out", lambda x, out, _ret: (time.sleep(1.2), out.copy_(x)))
+    try:
+        b = PlanBuilder()
+        x, y, z = b.tensor([2]), b.tensor([2]), b.tensor([2])
+        b.kernel("etlab_test::slow.out", x, y, y)
+        b.kernel("aten::add.out", y, y, b.int(1), z, z)
+        program = Runtime.get(core="native").load_program(ProgramBuilder().serialize([b.plan([x], [z])]),
+                                                          enable_etdump=True)
+        program.load_method("forward").execute([torch.ones(2)])
+        program.write_etdump_result_to_file(tmp_path / "t.etdp")
+    finally:
+        unregister_kernel("etlab_test::slow.out")
+    run = deserialize_etdump((tmp_path / "t.etdp").read_bytes()).run_data[-1]
+    events = [e.profile_event for e in run.events if e.profile_event]
+    # seconds, converted from counter ticks (a period measured against CLOCK_MONOTONIC, which NTP may slew by
+    # up to 0.05%)
+    took = {e.name: (e.end_time - e.start_time) / 1e9 for e in events}
+    assert 1.19 <= took["native_call_slow.out"] < 5
+    assert took["native_call_add.out"] < 0.5
+    assert events[-1].name == "Method::execute" and 1.19 <= took["Method::execute"] < 5
+    assert [e.start_time for e in events[:-1]] == sorted(e.start_time for e in events[:-1])
 
 
 def _big_chain() -> tuple[bytes, int]:

@@ -13,10 +13,10 @@ from etlab.models.corpus._entry import (
     within_tolerance,
 )
 from etlab.models.corpus._hf_models import HF_ENTRIES
-from etlab.models.corpus._llm_models import LLM_ENTRIES, LlamaStaticKV
+from etlab.models.corpus._llm_models import LLM_ENTRIES, SHARED_STATE, LlamaStaticKV
 from etlab.models.corpus._nn_models import NN_ENTRIES
 
 CORPUS: dict[str, CorpusEntry] = {e.name: e for e in [*NN_ENTRIES, *HF_ENTRIES, *LLM_ENTRIES]}
 
-__all__ = ["CORPUS", "CorpusEntry", "LlamaStaticKV", "MethodAsForward", "flat_tensors", "max_abs_error",
-           "within_tolerance"]
+__all__ = ["CORPUS", "SHARED_STATE", "CorpusEntry", "LlamaStaticKV", "MethodAsForward", "flat_tensors",
+           "max_abs_error", "within_tolerance"]

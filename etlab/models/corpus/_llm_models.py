@@ -1,123 +1,34 @@
-"""A Llama-style decoder whose KV cache is the program's state: mutable buffers written in place at
-the token positions, as on-device LLM exports (ExecuTorch's export_llama) hold it, with a prefill
-method (the prompt) and a decode method (one token). Written with torch.nn (RMSNorm, rotary
-embeddings, grouped-query attention, SwiGLU), random weights.
+"""The LLM entries of the corpus: `llama_static_kv` (`_llama_static_kv.LlamaStaticKV`), a Llama-style
+decoder whose KV cache is mutable buffers, with prefill and decode methods.
 
-Each method of a program plans its own copy of the mutable buffers (etlab, like upstream without
-`share_mutable_buffers`), so decode does not see the cache prefill wrote: the example inputs decode
-at position 0, which attends to nothing but what decode itself writes there, so the program matches
-eager (which runs prefill first on the same module). Profiling prefill then several decode steps
-(`etlab.devtools.profile`) times what a generation runs: attention always spans the whole cache.
+The entry's example inputs decode right after the prompt (position PROMPT_TOKENS), as a generation
+does: eager decode attends to the cache prefill wrote, so the compiled program matches eager only
+when its methods share that cache: the entry is tagged SHARED_STATE, and whoever compiles the corpus
+compiles it with `MemoryPlanningPass(share_mutable_buffers=True)`.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import Tensor, nn
 
 from etlab.models.corpus._entry import Built, CorpusEntry
+from etlab.models.corpus._llama_static_kv import LlamaStaticKV, generate
 
-
-class _RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.weight, self.eps = nn.Parameter(torch.ones(dim)), eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding on (batch, heads, tokens, head_dim) with cos/sin of (tokens, head_dim / 2)."""
-    x1, x2 = x[..., ::2], x[..., 1::2]
-    return torch.stack((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).flatten(-2)
-
-
-class _Layer(nn.Module):
-    """Pre-norm attention (GQA, rotary, a static cache in buffers `k_cache`/`v_cache`) + SwiGLU MLP."""
-
-    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int, max_seq: int):
-        super().__init__()
-        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
-        self.attn_norm, self.mlp_norm = _RMSNorm(dim), _RMSNorm(dim)
-        self.wq = nn.Linear(dim, dim, bias=False)
-        self.wk = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
-        self.wv = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
-        self.wo = nn.Linear(dim, dim, bias=False)
-        self.gate, self.up = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
-        self.down = nn.Linear(hidden, dim, bias=False)
-        self.register_buffer("k_cache", torch.zeros(1, kv_heads, max_seq, self.head_dim))
-        self.register_buffer("v_cache", torch.zeros(1, kv_heads, max_seq, self.head_dim))
-
-    def forward(self, x: Tensor, input_pos: Tensor, cos: Tensor, sin: Tensor, mask: Tensor) -> Tensor:
-        b, t, _ = x.shape
-        h = self.attn_norm(x)
-        q = self.wq(h).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-        k = self.wk(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        v = self.wv(h).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        self.k_cache[:, :, input_pos] = k
-        self.v_cache[:, :, input_pos] = v
-        group = self.heads // self.kv_heads
-        keys = self.k_cache.repeat_interleave(group, dim=1)
-        values = self.v_cache.repeat_interleave(group, dim=1)
-        scores = q @ keys.transpose(-1, -2) / math.sqrt(self.head_dim)
-        scores = scores.masked_fill(~mask, float("-inf"))
-        out = (scores.softmax(-1) @ values).transpose(1, 2).reshape(b, t, -1)
-        x = x + self.wo(out)
-        h = self.mlp_norm(x)
-        return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
-
-
-class LlamaStaticKV(nn.Module):
-    """`prefill(tokens (1, P), input_pos (P,))` and `decode(token (1, 1), input_pos (1,))`: the logits of
-    the last token; both write their keys/values into the cache buffers at `input_pos`."""
-
-    def __init__(self, vocab: int = 96, dim: int = 32, layers: int = 2, heads: int = 4, kv_heads: int = 2,
-                 hidden: int = 64, max_seq: int = 32):
-        super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(_Layer(dim, heads, kv_heads, hidden, max_seq) for _ in range(layers))
-        self.norm, self.head = _RMSNorm(dim), nn.Linear(dim, vocab, bias=False)
-        half = dim // heads // 2
-        freqs = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
-        angles = torch.outer(torch.arange(max_seq, dtype=torch.float32), freqs)
-        self.register_buffer("rope_cos", angles.cos(), persistent=False)
-        self.register_buffer("rope_sin", angles.sin(), persistent=False)
-        self.register_buffer("positions", torch.arange(max_seq), persistent=False)
-
-    def _step(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
-        x = self.embed(tokens)
-        cos, sin = self.rope_cos[input_pos], self.rope_sin[input_pos]
-        mask = input_pos[:, None] >= self.positions[None, :]  # causal over absolute positions
-        for layer in self.layers:
-            x = layer(x, input_pos, cos, sin, mask)
-        return self.head(self.norm(x))[:, -1]
-
-    def prefill(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
-        return self._step(tokens, input_pos)
-
-    def decode(self, token: Tensor, input_pos: Tensor) -> Tensor:
-        return self._step(token, input_pos)
-
-    def forward(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
-        return self.prefill(tokens, input_pos)
-
+__all__ = ["LLM_ENTRIES", "PROMPT_TOKENS", "SHARED_STATE", "LlamaStaticKV", "generate"]
 
 PROMPT_TOKENS = 8
+SHARED_STATE = "shared_mutable_buffers"  # tag: compile with MemoryPlanningPass(share_mutable_buffers=True)
 
 
 def _llama_static_kv() -> Built:
     module = LlamaStaticKV().eval()
     prompt = torch.randint(0, 96, (1, PROMPT_TOKENS))
     return module, {"prefill": (prompt, torch.arange(PROMPT_TOKENS)),
-                    "decode": (torch.randint(0, 96, (1, 1)), torch.tensor([0]))}
+                    "decode": (torch.randint(0, 96, (1, 1)), torch.tensor([PROMPT_TOKENS]))}  # after the prompt
 
 
 LLM_ENTRIES = [
     CorpusEntry("llama_static_kv", "torch.nn", "Llama-style decoder with its KV cache in mutable buffers (static "
                 "cache written at input_pos), prefill and decode methods", _llama_static_kv,
-                tags=frozenset({"llm"})),
+                tags=frozenset({"llm", SHARED_STATE})),
 ]

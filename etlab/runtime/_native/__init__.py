@@ -10,8 +10,9 @@ through a call back into Python, every step that needs Python (custom `register_
 kernels, primitive operators on Python scalars, delegates, and anything the native core cannot
 bind). The GIL is released while native steps run. Tracing records the same timestamps and
 debug values as the Python tracer, so both cores write the same ETDump; a run traced with
-timings only is kept in a native `TraceLog` (its run block and Method::execute event), which
-Python reads only when the ETDump is written.
+timings only is kept in a native `TraceLog` (its run block and Method::execute event) as raw
+time-stamp-counter ticks, one counter read and one store per step, which are converted to
+nanoseconds and read by Python only when the ETDump is written.
 
 `choose_core(requested)` picks the core a program uses: `"python"`, `"native"`, or None for the
 default (ETLAB_RUNTIME_CORE if set, else native when built, else Python with a warning).

@@ -296,6 +296,8 @@ void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
   Chain& ch = chain_at(chains_, chain);
   if (counts.size() != ch.instrs.size()) throw std::invalid_argument("one event count per step");
   ch.event_counts = std::move(counts);
+  ch.events = 0;
+  for (int64_t n : ch.event_counts) ch.events += n;
 }
 
 int64_t NativePlan::instruction_count() const {
@@ -424,80 +426,79 @@ void NativePlan::run() {
   }
 }
 
-void NativePlan::run_plain() {
+template <bool kTimed>
+NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
+  // One loop for plain and timed runs, so that the two compile alike and differ only by what timing
+  // adds: per step one counter read and one 4-byte store (straight-line chains, nearly all, write
+  // into room made before the chain starts and count their events once per chain).
   failed_chain = failed_index = -1;
   const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   begin_run(outer);
-  for (size_t c = 0; c < chains_.size(); ++c) {
-    auto& instrs = chains_[c].instrs;
-    const int64_t n = static_cast<int64_t>(instrs.size());
-    int64_t pc = 0;
-    try {
-      while (pc < n) pc = step(instrs[pc], pc);
-    } catch (...) {
-      failed_chain = static_cast<int64_t>(c);
-      failed_index = pc;
-      throw;
-    }
-  }
-}
-
-int64_t NativePlan::timed_loop(std::vector<int64_t>& record) {
-  // The record format of _interpreter.run_timed: per chain its start, then one end time per step
-  // (straight-line) or (step index, end time) pairs closed by -1 (chains with jumps).
-  failed_chain = failed_index = -1;
-  const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
-  at::AutoDispatchBelowADInplaceOrView below_autograd;
-  begin_run(outer);
-  int64_t events = 0;
-  record.reserve(static_cast<size_t>(instruction_count() + 2 * static_cast<int64_t>(chains_.size())));
+  LoopResult result;
+  size_t& pos = result.length;
+  uint64_t& prev = result.last;
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
     int64_t pc = 0;
-    record.push_back(static_cast<int64_t>(ticks()));
+    uint32_t* out = nullptr;
+    if constexpr (kTimed) {
+      const size_t room = pos + 3 * (static_cast<size_t>(n) + 1);  // every time wide, at worst
+      if (record->size() < room) record->resize(std::max(room, 2 * record->size()));
+      out = record->data();
+      const uint64_t t = ticks();
+      if (c == 0) result.first = prev = t;
+      pos = put_ticks(out, pos, t - prev);
+      prev = t;
+    }
     try {
-      while (pc < n) {
-        int64_t next = step(ch.instrs[pc], pc);
-        if (ch.jumps) record.push_back(pc);
-        record.push_back(static_cast<int64_t>(ticks()));
-        if (!ch.event_counts.empty()) events += ch.event_counts[pc];
-        pc = next;
+      if (!ch.jumps) {  // only a jump's step returns anything but pc + 1
+        for (; pc < n; ++pc) {
+          step(ch.instrs[pc], pc);
+          if constexpr (kTimed) {
+            const uint64_t t = ticks();
+            pos = put_ticks(out, pos, t - prev);
+            prev = t;
+          }
+        }
+        if constexpr (kTimed) result.events += ch.events;
+      } else {
+        while (pc < n) {
+          const int64_t next = step(ch.instrs[pc], pc);
+          if constexpr (kTimed) {
+            const uint64_t t = ticks();
+            if (record->size() < pos + 5) {  // the step, a wide time, and the chain's end
+              record->resize(2 * record->size() + 5);
+              out = record->data();
+            }
+            out[pos++] = kRecordStep | static_cast<uint32_t>(pc);
+            pos = put_ticks(out, pos, t - prev);
+            prev = t;
+            if (!ch.event_counts.empty()) result.events += ch.event_counts[pc];
+          }
+          pc = next;
+        }
+        if constexpr (kTimed) out[pos++] = kRecordEnd;
       }
     } catch (...) {
       failed_chain = static_cast<int64_t>(c);
       failed_index = pc;
       throw;
     }
-    if (ch.jumps) record.push_back(-1);
   }
-  return events;
+  return result;
 }
 
-void NativePlan::ticks_to_ns(std::vector<int64_t>& record, const Anchor& anchor) const {
-  // Every entry is a tick except the step indices and -1 of jump chains.
-  size_t pos = 0;
-  for (const auto& ch : chains_) {
-    record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
-    ++pos;
-    if (!ch.jumps) {
-      for (size_t k = 0; k < ch.instrs.size(); ++k, ++pos) record[pos] = anchor.to_ns(static_cast<uint64_t>(record[pos]));
-      continue;
-    }
-    while (record[pos] != -1) {
-      record[pos + 1] = anchor.to_ns(static_cast<uint64_t>(record[pos + 1]));
-      pos += 2;
-    }
-    ++pos;
-  }
-}
+void NativePlan::run_plain() { loop<false>(nullptr); }
 
 std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
+  std::vector<uint32_t> raw;
+  const LoopResult r = loop<true>(&raw);
   std::vector<int64_t> record;
-  const int64_t events = timed_loop(record);
-  ticks_to_ns(record, new_anchor());
-  return {std::move(record), events};
+  record.reserve(r.length);
+  decode_record(raw.data(), r.length, r.first, new_anchor(), record);
+  return {std::move(record), r.events};
 }
 
 void NativePlan::run_logged(int64_t bundled) {
@@ -505,15 +506,13 @@ void NativePlan::run_logged(int64_t bundled) {
   TimedRun run;
   run.chains_key = chains_key_;
   run.bundled = bundled;
-  scratch_.clear();
-  const uint64_t start = ticks();
-  run.events = timed_loop(scratch_) + 1;  // + Method::execute
-  const uint64_t end = ticks();
-  const Anchor anchor = recent_anchor(end);
-  ticks_to_ns(scratch_, anchor);
-  run.start = anchor.to_ns(start);
-  run.end = anchor.to_ns(end);
-  log_->add(run, scratch_);
+  const LoopResult r = loop<true>(&scratch_);
+  // Method::execute spans the instruction loop: from the first chain's start to the last step's end
+  // (no counter reads of its own).
+  run.start = static_cast<int64_t>(r.length > 0 ? r.first : ticks());
+  run.events = r.events + 1;  // + Method::execute
+  run.anchor = recent_anchor(r.length > 0 ? r.last : static_cast<uint64_t>(run.start));
+  log_->add(run, scratch_.data(), r.length);
 }
 
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {

@@ -7,11 +7,17 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <array>
+#include <cstdlib>
+#include <memory>
 #include <cstdint>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 namespace etlab_native {
 
@@ -31,7 +37,13 @@ struct Anchor {
     return ns + static_cast<int64_t>(static_cast<double>(static_cast<int64_t>(t - ticks)) * ns_per_tick);
   }
 };
-uint64_t ticks();
+#if defined(__x86_64__) || defined(__i386__)
+inline uint64_t ticks() { return __rdtsc(); }  // inline: a traced step pays this and nothing more
+constexpr bool kCounter = true;
+#else
+inline uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
+constexpr bool kCounter = false;
+#endif
 Anchor new_anchor();   // reads the clock; refines the tick period
 Anchor recent_anchor(uint64_t now_ticks);  // this thread's last anchor if under 10 ms old, else a new one
 int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
@@ -111,6 +123,7 @@ struct Instr {
 struct Chain {
   std::vector<Instr> instrs;
   std::vector<int64_t> event_counts;  // ETDump events per step (what the tracer counts against its limit)
+  int64_t events = 0;                 // their sum: a straight-line chain's events, counted once per run
   bool jumps = false;
 };
 
@@ -131,9 +144,35 @@ struct TimedRun {
   int64_t bundled = -1;      // bundled input index
   int64_t events = 0;        // events it stands for (instructions' and Method::execute)
   int64_t kept = 0;          // how many of them fit under the tracer's event limit
-  int64_t start = 0, end = 0;  // Method::execute (the instruction loop), CLOCK_MONOTONIC ns
-  size_t block = 0, offset = 0, length = 0;  // where its record (run_timed's, in ns) is in the log
+  int64_t start = 0, end = 0;  // Method::execute (the instruction loop): ticks when added, ns when read
+  Anchor anchor;               // converts this run's ticks
 };
+
+// A timed run's record as the loop writes it: 32-bit words, per chain its start, then one end per
+// step (straight-line chains) or (step, end) pairs closed by kRecordEnd (chains with jumps). A time is
+// the counter ticks since the time before it (the run's start for the first), in one word below
+// 2^31 or as kRecordWide and two more words (low, high); a step index k is kRecordStep | k. Four
+// bytes a step: a run's cost is mostly the memory its record takes (fresh pages must be faulted in
+// and zeroed), so the record is as small as it can be while staying cheap to write.
+constexpr uint32_t kRecordStep = 0x80000000u;
+constexpr uint32_t kRecordWide = 0xFFFFFFFEu;
+constexpr uint32_t kRecordEnd = 0xFFFFFFFFu;
+
+inline size_t put_ticks(uint32_t* out, size_t pos, uint64_t delta) {
+  if (delta < kRecordStep) {
+    out[pos] = static_cast<uint32_t>(delta);
+    return pos + 1;
+  }
+  out[pos] = kRecordWide;
+  out[pos + 1] = static_cast<uint32_t>(delta);
+  out[pos + 2] = static_cast<uint32_t>(delta >> 32);
+  return pos + 3;
+}
+
+// Appends a record in run_timed's format (times in CLOCK_MONOTONIC ns, plain step indices, -1 closing
+// a jump chain) to `out`; returns the tick of its last time (`start` if it has none).
+uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+                       std::vector<int64_t>& out);
 
 // A program's native trace: its timed runs and the event count shared with the Python tracer
 // (one limit for both), under one lock so methods on several threads may share it.
@@ -142,19 +181,27 @@ class TraceLog {
   explicit TraceLog(int64_t max_events) : max_events_(max_events) {}
   // How many of `n` more events fit under the limit (those are counted as kept).
   int64_t fit(int64_t n);
-  // Appends a run and its record, cut to the room left under the limit (the rest counted as dropped).
-  void add(TimedRun run, const std::vector<int64_t>& record);
+  // Appends a run and its record (see decode_record; `run.start` in ticks), cut to the room left under
+  // the limit (the rest counted as dropped; a run with nothing kept keeps no record).
+  void add(TimedRun run, const uint32_t* record, size_t n);
   int64_t size();
   int64_t dropped();
-  // A copy of the runs and their records, for writing.
+  // A copy of the runs (start and end in ns) and their records in run_timed's format, for writing.
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> runs();
 
  private:
+  // Runs back to back, each a header and its record, in blocks that are never reallocated (2 MiB,
+  // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms,
+  // each with the index of the first run it converts.
+  struct Block {
+    std::unique_ptr<uint32_t, void (*)(void*)> data{nullptr, std::free};
+    size_t capacity = 0, used = 0;
+  };
   std::mutex mutex_;
-  int64_t max_events_, count_ = 0, dropped_ = 0;
-  std::vector<TimedRun> runs_;
-  // Records back to back in blocks (no allocation per run; a block is never reallocated).
-  std::vector<std::vector<int64_t>> blocks_;
+  int64_t max_events_, count_ = 0, dropped_ = 0, runs_ = 0;
+  uint64_t last_start_ = 0;  // the previous run's start: a run stores its start as the ticks since
+  std::vector<Block> blocks_;
+  std::vector<std::pair<int64_t, Anchor>> anchors_;
 };
 
 class NativePlan {
@@ -197,9 +244,15 @@ class NativePlan {
   // Entering and leaving a run: below autograd for the whole run, and whether the precomputed key
   // sets hold (the dispatch state is the one seen at load, and no RecordFunction callbacks run).
   void begin_run(const c10::impl::LocalDispatchKeySet& outer);
-  // The loop of run_timed, in counter ticks (converted by the callers).
-  int64_t timed_loop(std::vector<int64_t>& record);
-  void ticks_to_ns(std::vector<int64_t>& record, const Anchor& anchor) const;
+  // The one instruction loop of run_plain (kTimed false) and of timed runs (kTimed true: the
+  // record, see decode_record, into `record`, grown and never shrunk).
+  struct LoopResult {
+    int64_t events = 0;            // the ETDump events the steps stand for (timed)
+    size_t length = 0;             // of the record, in words (timed)
+    uint64_t first = 0, last = 0;  // the first and the last tick read (timed)
+  };
+  template <bool kTimed>
+  LoopResult loop(std::vector<uint32_t>* record);
   Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
 
@@ -215,7 +268,7 @@ class NativePlan {
   std::shared_ptr<TraceLog> log_;             // timed runs go here (set_trace_log)
   int64_t chains_key_ = -1;
   void run_plain();
-  std::vector<int64_t> scratch_;  // run_logged's record, reused from run to run
+  std::vector<uint32_t> scratch_;  // run_logged's record, reused from run to run
 };
 
 std::string error_message(const c10::Error& e);

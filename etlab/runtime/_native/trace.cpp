@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <new>
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
+#if defined(__linux__)
+#include <sys/mman.h>
 #endif
 
 namespace etlab_native {
@@ -17,14 +19,6 @@ int64_t now_ns() {
              std::chrono::steady_clock::now().time_since_epoch())
       .count();
 }
-
-#if defined(__x86_64__) || defined(__i386__)
-uint64_t ticks() { return __rdtsc(); }
-constexpr bool kCounter = true;
-#else
-uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
-constexpr bool kCounter = false;
-#endif
 
 namespace {
 
@@ -163,6 +157,51 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
+uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+                       std::vector<int64_t>& out) {
+  uint64_t t = start;
+  for (size_t k = 0; k < n; ++k) {
+    const uint32_t w = record[k];
+    if (w < kRecordStep) {
+      t += w;
+    } else if (w == kRecordEnd) {
+      out.push_back(-1);
+      continue;
+    } else if (w == kRecordWide) {
+      if (k + 2 >= n) throw std::logic_error("decode_record: a wide time cut short");
+      t += static_cast<uint64_t>(record[k + 1]) | (static_cast<uint64_t>(record[k + 2]) << 32);
+      k += 2;
+    } else {
+      out.push_back(static_cast<int64_t>(w & ~kRecordStep));
+      continue;
+    }
+    out.push_back(anchor.to_ns(t));
+  }
+  return t;
+}
+
+namespace {
+
+// A run in the log: its record's length in words (the top bit set when not all its events were
+// kept), its chains key, bundled input, events, the kept ones (only with that bit), the ticks since
+// the previous run's start (put_ticks: one word, or three), then its record.
+constexpr size_t kMaxHeader = 8;
+constexpr uint32_t kCut = 0x80000000u;
+constexpr size_t kBlockBytes = size_t{2} << 20;
+
+uint32_t* allocate_block(size_t words, size_t& capacity) {
+  const size_t bytes = (words * sizeof(uint32_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  void* p = std::aligned_alloc(kBlockBytes, bytes);
+  if (p == nullptr) throw std::bad_alloc();
+#if defined(MADV_HUGEPAGE)
+  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
+#endif
+  capacity = bytes / sizeof(uint32_t);
+  return static_cast<uint32_t*>(p);
+}
+
+}  // namespace
+
 int64_t TraceLog::fit(int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
@@ -170,22 +209,34 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const std::vector<int64_t>& record) {
-  constexpr size_t kBlock = size_t{1} << 16;
+void TraceLog::add(TimedRun run, const uint32_t* record, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
-  if (blocks_.empty() || blocks_.back().size() + record.size() > blocks_.back().capacity()) {
-    blocks_.emplace_back();
-    blocks_.back().reserve(std::max(kBlock, record.size()));
+  if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
+  if (run.events >= int64_t{1} << 32 || n >= kCut) throw std::length_error("TraceLog: a run too long to log");
+  if (anchors_.empty() || anchors_.back().second.ticks != run.anchor.ticks) anchors_.emplace_back(runs_, run.anchor);
+  if (blocks_.empty() || blocks_.back().used + kMaxHeader + n > blocks_.back().capacity) {
+    Block b;
+    b.data.reset(allocate_block(kMaxHeader + n, b.capacity));
+    blocks_.push_back(std::move(b));
   }
-  std::vector<int64_t>& block = blocks_.back();
-  run.block = blocks_.size() - 1;
-  run.offset = block.size();
-  run.length = record.size();
-  block.insert(block.end(), record.begin(), record.end());
-  runs_.push_back(run);
+  Block& b = blocks_.back();
+  uint32_t* out = b.data.get() + b.used;
+  const bool cut = run.kept < run.events;
+  size_t k = 0;
+  out[k++] = static_cast<uint32_t>(n) | (cut ? kCut : 0);
+  out[k++] = static_cast<uint32_t>(run.chains_key);
+  out[k++] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
+  out[k++] = static_cast<uint32_t>(run.events);
+  if (cut) out[k++] = static_cast<uint32_t>(run.kept);
+  const uint64_t start = static_cast<uint64_t>(run.start);
+  k = put_ticks(out, k, start - last_start_);
+  last_start_ = start;
+  if (n > 0) std::memcpy(out + k, record, n * sizeof(uint32_t));
+  b.used += k + n;
+  ++runs_;
 }
 
 int64_t TraceLog::dropped() {
@@ -195,16 +246,43 @@ int64_t TraceLog::dropped() {
 
 int64_t TraceLog::size() {
   std::lock_guard<std::mutex> lock(mutex_);
-  return static_cast<int64_t>(runs_.size());
+  return runs_;
 }
 
 std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
-  out.reserve(runs_.size());
-  for (const TimedRun& r : runs_) {
-    const auto first = blocks_[r.block].begin() + static_cast<std::ptrdiff_t>(r.offset);
-    out.emplace_back(r, std::vector<int64_t>(first, first + static_cast<std::ptrdiff_t>(r.length)));
+  out.reserve(static_cast<size_t>(runs_));
+  uint64_t start = 0;
+  size_t anchor = 0;
+  for (const Block& b : blocks_) {
+    const uint32_t* p = b.data.get();
+    for (size_t at = 0; at < b.used;) {
+      const int64_t index = static_cast<int64_t>(out.size());
+      while (anchor + 1 < anchors_.size() && anchors_[anchor + 1].first <= index) ++anchor;
+      const uint32_t* h = p + at;
+      const size_t n = h[0] & ~kCut;
+      size_t k = 1;
+      TimedRun r;
+      r.chains_key = h[k++];
+      r.bundled = static_cast<int32_t>(h[k++]);
+      r.events = h[k++];
+      r.kept = (h[0] & kCut) ? h[k++] : r.events;
+      if (h[k] == kRecordWide) {
+        start += static_cast<uint64_t>(h[k + 1]) | (static_cast<uint64_t>(h[k + 2]) << 32);
+        k += 3;
+      } else {
+        start += h[k++];
+      }
+      r.anchor = anchors_[anchor].second;
+      std::vector<int64_t> record;
+      record.reserve(n);
+      const uint64_t end = decode_record(h + k, n, start, r.anchor, record);
+      r.start = r.anchor.to_ns(start);
+      r.end = r.anchor.to_ns(end);
+      out.emplace_back(r, std::move(record));
+      at += k + n;
+    }
   }
   return out;
 }
