@@ -23,6 +23,7 @@ a pure operator on etlab's allowlist (`etlab.ops`), so a recorded graph cannot r
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 
@@ -153,6 +154,8 @@ def resolve_operator(target: str):
             return found if isinstance(found, torch._ops.HigherOrderOperator) else None
         if overload is None:
             return None
+        if ns == "quantized_decomposed":  # torch registers these ops only when this module is imported
+            importlib.import_module("torch.ao.quantization.fx._decomposed")
         packet = getattr(getattr(torch.ops, ns), op)
         found = getattr(packet, overload)
     except (AttributeError, RuntimeError):

@@ -8,6 +8,7 @@ The leaf of etlab's layers (it imports only torch and `etlab.errors`):
   torch and etlab), the full stack, module paths (text helpers, no torch import).
 - `etlab.facts.fx`: operator names of FX nodes, graph walks, graph copies.
 - `etlab.facts.lowered`: `LoweredBackendModule`, `executorch_call_delegate`, and finding them in graphs.
+- `etlab.facts.quant`: whether an operator (by name) quantizes or dequantizes; its name without overload.
 - `etlab.facts.display`: how objects of lower layers get rich notebook reprs from the views.
 
 Import the submodules you need; this package itself loads only the dataclasses, so that reading

@@ -14,7 +14,8 @@
 - LLM-shaped runs: `phases(inspector, program)` (prefill / decode per method: latency and per-token
   p50/p90/p99, tokens/s), `phase_runs` (one row per run), `block_methods`, `phase_of`
 - `Inspector.compare(other)` -> `Comparison` (`CompareRow`, `CompareSummary`): two runs or builds
-  per op (latency and numeric deltas joined by debug handle); `etlab compare A B` on the command line
+  per op (latency and numeric deltas joined by debug handle, or by module + op where the builds'
+  graphs differ, e.g. float vs quantized); `etlab compare A B` on the command line
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
 """

@@ -236,8 +236,10 @@ def _compare_parser(prog: str) -> _Parser:
     for side in ("a", "b"):
         p.add_argument(f"--etrecord-{side}", help=f"ETRecord of run {side.upper()}'s program")
         p.add_argument(f"--debug-buffer-{side}", help=f"debug buffer of run {side.upper()}")
-    p.add_argument("--by", choices=("debug_handle", "instruction"), default="debug_handle",
-                   help="join events by debug handle (default; by event name without an ETRecord) or instruction")
+    p.add_argument("--by", choices=("debug_handle", "module", "instruction"), default="debug_handle",
+                   help="join events by debug handle (default; by module path + op where the builds' handles do "
+                   "not line up, e.g. float vs quantized; by event name without an ETRecord), always by module "
+                   "+ op, or by instruction")
     p.add_argument("--top", type=int, default=20, help="rows printed, largest |latency delta| first (default 20)")
     p.add_argument("--csv", metavar="OUT.csv", help="write every row as CSV")
     p.add_argument("--json", metavar="OUT.json", help="write the summary and every row as JSON")
@@ -254,13 +256,19 @@ def compare_table(comparison, top: int) -> str:
     moved = comparison.top(top, "latency")
     one_sided = [r for r in comparison.rows if r.present != "both"][: max(0, top - len(moved))]
     unit = comparison.unit
-    rows = [[r.key, r.label[:40], r.present, fmt(r.latency_a), fmt(r.latency_b), fmt(r.delta, "{:+.4g}"),
-             fmt(r.ratio, "{:.3f}"), fmt(r.max_abs, "{:.3g}"), fmt(r.sqnr, "{:.1f}")] for r in moved + one_sided]
+    rows = [[r.key, r.label[:40], r.present, r.join, fmt(r.latency_a), fmt(r.latency_b), fmt(r.delta, "{:+.4g}"),
+             fmt(r.ratio, "{:.3f}"), fmt(r.max_abs, "{:.3g}"), fmt(r.sqnr, "{:.1f}"), fmt(r.added_error, "{:+.3g}")]
+            for r in moved + one_sided]
     head = [f"A: {comparison.name_a}", f"B: {comparison.name_b}",
             f"joined by {comparison.by}; {comparison.summary.text(unit)}"]
-    table = tabulate(rows, headers=["row", "ops", "in", f"A ({unit})", f"B ({unit})", f"B-A ({unit})", "B/A",
-                                    "max|B-A|", "SQNR dB"], tablefmt="simple")
-    return "\n".join(head) + "\n\n" + table + "\n"
+    table = tabulate(rows, headers=["row", "ops", "in", "joined by", f"A ({unit})", f"B ({unit})", f"B-A ({unit})",
+                                    "B/A", "max|B-A|", "SQNR dB", "+rel.err"], tablefmt="simple")
+    notes = [f"  {r.key}: {r.join_note}" for r in moved + one_sided if r.join_note]
+    added = [r for r in comparison.top(3, "added") if r.added_error > 0]
+    starts = ("\nnumeric differences start at (relative error added over the inputs'): "
+              + ", ".join(f"{r.key} (+{r.added_error:.3g})" for r in added) + "\n") if added else ""
+    return ("\n".join(head) + "\n\n" + table + "\n" + starts
+            + ("\nnotes:\n" + "\n".join(notes) + "\n" if notes else ""))
 
 
 def _csv_text(comparison) -> str:

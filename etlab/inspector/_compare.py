@@ -8,14 +8,20 @@ ETDump). `compare(a, b)` joins the two Inspectors' events into rows:
   runs sharing any handle (transitively) form one row, so a delegate event covering three nodes
   of the Edge graph meets the three kernels that run them in a portable build, and their
   latencies are added up per run before the median is taken;
+- by module + op when the two builds' handles do not line up (a float build and its quantized
+  build have different graphs), or always with `by="module"`: ops pair by their module path,
+  operator and order in the source model, quantize/dequantize ops attached to the op they wrap
+  (`etlab.inspector._compare_join`); each row says how it was joined (`CompareRow.join`);
 - events without handles (no ETRecord on that side) are joined by block, event name, delegate
   id and occurrence, which pairs the events of two runs of the same program (and of two builds
   that run the same op sequence);
 - `by="instruction"` joins every event by (block, instruction id, name, delegate id) instead.
 
 Latency: the median over runs (runs of same-named blocks pooled). Numerics: where both sides
-logged the output of the row's last node, max-abs difference, relative L2 difference, SQNR of B
-against A and cosine similarity (etlab.inspector's `snr` and `cosine_similarity`).
+logged the output of the row's last node (a quantize's integer codes dequantized with its scale and
+zero point), max-abs difference, relative L2 difference, SQNR of B against A and cosine similarity
+(etlab.inspector's `snr` and `cosine_similarity`), and the relative error the row added to what its
+inputs carried (`added_error`: where a difference starts rather than where it is inherited).
 """
 
 from __future__ import annotations
@@ -27,11 +33,12 @@ from typing import Any
 import numpy as np
 
 from etlab.facts import display
-from etlab.inspector._numeric import _pair, cosine_similarity, snr
+from etlab.inspector._compare_join import Rejoin, added_errors, key_label
+from etlab.inspector._compare_numeric import _numerics
 from etlab.inspector._rollups import _handles, _innermost_module, _source, event_label
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
-JOIN_KINDS = ("debug_handle", "instruction")  # what callers ask for; "event" is the fallback below
+JOIN_KINDS = ("debug_handle", "module", "instruction")  # what callers ask for; "event" is the fallback below
 EXECUTE = "Method::execute"
 
 
@@ -55,6 +62,10 @@ class _Unit:
     raw: list[float]
     outputs: list
     num_outputs: int
+    links: list = field(default_factory=list)      # join keys (debug handle or module + op), see _compare_join
+    role: str = "op"                               # "in": dequantizes an input of its op; "out": quantizes its output
+    qparams: tuple[float, int] | None = None       # (scale, zero point) of a quantize's integer output
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -88,6 +99,12 @@ class CompareRow:
     cosine: float | None = None
     numeric_note: str = ""          # why no numeric delta, when there is none
     op_mismatch: bool = False       # joined by handle, but the two sides ran disjoint op types there
+    join: str = ""                  # "debug_handle", "module+op", "event", "instruction" or "unmatched"
+    join_note: str = ""             # what a reader should know about the join (a folded batch norm, ...)
+    added_error: float | None = None  # relative error minus the largest of its input rows': introduced here
+    # each side's own debug handles (a module + op row joins different handles of two different graphs)
+    handles_a: tuple[int, ...] = ()
+    handles_b: tuple[int, ...] = ()
 
     @property
     def label(self) -> str:
@@ -116,13 +133,26 @@ class CompareSummary:
     # rows joined by a debug handle that names different ops on the two sides: the builds' Edge
     # graphs differ (a quantized build adds q/dq nodes), and handles only line up on the same graph
     mismatched: int = 0
+    matched_pct: float | None = None                          # rows in both, % of all rows
+    joins: dict[str, int] = field(default_factory=dict)       # rows per join kind (CompareRow.join)
+    worst_added: list[str] = field(default_factory=list)      # row keys, largest added error first
+    max_added_error: float | None = None
+    biggest_latency: str | None = None                        # "key (±delta)", the row that moved most
+    biggest_numeric: str | None = None                        # "key (+added error)", where numbers moved most
 
     def text(self, unit: str) -> str:
         """One paragraph for a terminal or a notebook note."""
         fmt = lambda v: "–" if v is None else f"{v:.4g}"
+        joined = ", ".join(f"{n} {k}" if k == "unmatched" else f"{n} by {k}" for k, n in self.joins.items() if n)
         parts = [f"total {fmt(self.total_a)} → {fmt(self.total_b)} {unit}"
                  + (f" (B/A {self.total_ratio:.3f}×)" if self.total_ratio is not None else ""),
-                 f"{self.matched} rows in both, {self.only_a} only in A, {self.only_b} only in B"]
+                 f"{self.matched} rows in both, {self.only_a} only in A, {self.only_b} only in B"
+                 + (f" ({self.matched_pct:.0f}% matched: {joined})" if self.matched_pct is not None and joined
+                    else "")]
+        if self.biggest_latency:
+            parts.append(f"biggest latency change {self.biggest_latency}")
+        if self.biggest_numeric:
+            parts.append(f"biggest numeric change {self.biggest_numeric}")
         if self.compared_outputs:
             parts.append(f"{self.compared_outputs} outputs compared: max |B-A| {fmt(self.max_abs)}, "
                          f"min SQNR {fmt(self.min_sqnr)} dB")
@@ -156,14 +186,18 @@ class Comparison:
         return [r for r in self.rows if r.present == "b"]
 
     def top(self, n: int = 10, by: str = "latency") -> list[CompareRow]:
-        """The n rows that differ most: by |latency delta| ("latency") or lowest SQNR ("numeric")."""
+        """The n rows that differ most: by |latency delta| ("latency"), lowest SQNR ("numeric") or
+        largest error added over their inputs' ("added": where a numeric difference starts)."""
         if by == "latency":
             rows = [r for r in self.rows if r.delta is not None]
             return sorted(rows, key=lambda r: -abs(r.delta))[:n]
         if by == "numeric":
             rows = [r for r in self.rows if r.sqnr is not None]
             return sorted(rows, key=lambda r: (r.sqnr, -(r.max_abs or 0.0)))[:n]
-        raise ValueError(f"top: by must be 'latency' or 'numeric', got {by!r}")
+        if by == "added":
+            rows = [r for r in self.rows if r.added_error is not None]
+            return sorted(rows, key=lambda r: -r.added_error)[:n]
+        raise ValueError(f"top: by must be 'latency', 'numeric' or 'added', got {by!r}")
 
     def to_dataframe(self):
         """One row per CompareRow (lists as lists; handles as a tuple)."""
@@ -212,49 +246,6 @@ def _json_safe(v):
 def _median(values: list[float]) -> float | None:
     vals = [v for v in values if v is not None and math.isfinite(v)]
     return float(np.median(vals)) if vals else None
-
-
-def max_abs_difference(reference, value) -> float:
-    """Largest element-wise |value - reference|."""
-    import torch
-
-    a, b = _pair(reference, value)
-    return float(torch.max(torch.abs(a - b))) if a.numel() else 0.0
-
-
-def relative_difference(reference, value) -> float:
-    """||value - reference|| / ||reference|| (L2); inf when the reference is zero and they differ."""
-    import torch
-
-    a, b = _pair(reference, value)
-    diff, ref = float(torch.linalg.vector_norm(a - b)), float(torch.linalg.vector_norm(a))
-    if diff == 0.0:
-        return 0.0
-    return diff / ref if ref > 0 else math.inf
-
-
-def _tensors(outputs) -> list:
-    import sys
-
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return []
-    return [v for v in (outputs or []) if isinstance(v, torch.Tensor) and v.device.type != "meta" and v.numel()]
-
-
-def _output_pair(out_a: list, out_b: list):
-    """The output of A and of B that are the same value: A's largest tensor (the last of equal
-    size: an op's extra outputs, such as batch norm's saved statistics, are smaller), and B's last
-    tensor of that shape (a delegate call logs its inputs before its output), else of that size."""
-    ta, tb = _tensors(out_a), _tensors(out_b)
-    if not ta or not tb:
-        return None
-    a = max(reversed(ta), key=lambda t: t.numel())
-    same = [t for t in tb if tuple(t.shape) == tuple(a.shape)]
-    if same:
-        return a, same[-1]
-    size = [t for t in tb if t.numel() == a.numel()]
-    return (a, size[-1].reshape(a.shape)) if size else None
 
 
 # -- the join -----------------------------------------------------------------------------------------
@@ -306,7 +297,7 @@ def _units(inspector, by: str) -> tuple[list[_Unit], list[float]]:
                 continue
             facts = {"handles": _handles(e.debug_handles), "raw": list(e.perf_data.raw) if e.perf_data else [],
                      "op_types": list(e.op_types), "nodes": list(e.stack_traces), "label": event_label(e)}
-            if by == "debug_handle" and e.name == DELEGATE_CALL and e.instruction_id in inner:
+            if by in ("debug_handle", "module") and e.name == DELEGATE_CALL and e.instruction_id in inner:
                 # the backend's own events stand for the call, op by op; the call keeps what they miss
                 facts = _delegate_rest(inspector, block, e, inner[e.instruction_id])
                 if facts is None:
@@ -327,8 +318,8 @@ def _units(inspector, by: str) -> tuple[list[_Unit], list[float]]:
 
 
 def _groups(units_a: list[_Unit], units_b: list[_Unit], by: str) -> list[tuple[str, list[_Unit], list[_Unit]]]:
-    """(key, A units, B units) per row: units sharing a debug handle (same block) are one row;
-    the rest pair by their name key."""
+    """(key, A units, B units) per row: units sharing a join key (a debug handle or a module + op
+    key, `_Unit.links`) are one row; the rest pair by their name key."""
     parent: dict[int, int] = {}
 
     def find(i: int) -> int:
@@ -342,9 +333,8 @@ def _groups(units_a: list[_Unit], units_b: list[_Unit], by: str) -> list[tuple[s
     seen: dict[tuple, int] = {}
     for i, (side, u) in enumerate(every):
         find(i)
-        if by == "debug_handle" and u.handles:
-            for h in u.handles:
-                k = (u.block, h)
+        if by in ("debug_handle", "module") and u.links:
+            for k in u.links:
                 if k in owner:
                     parent[find(i)] = find(owner[k])
                 else:
@@ -369,7 +359,10 @@ def _groups(units_a: list[_Unit], units_b: list[_Unit], by: str) -> list[tuple[s
     for a, b in groups.values():
         first = (a or b)[0]
         handles = sorted({h for u in a + b for h in u.handles})
-        if handles and by == "debug_handle":
+        by_module = [k for u in a + b for k in u.links if k[0] == "m"]
+        if by_module:
+            key = key_label(min(by_module, key=lambda k: (k[2] != first.module, k)))
+        elif handles and by in ("debug_handle", "module"):
             key = "#" + ",".join(map(str, handles)) if len(handles) <= 3 else f"#{handles[0]}…{handles[-1]}"
         else:
             occurrence = sum(1 for u in (units_a if a else units_b) if u.name == first.name and u.order < first.order)
@@ -389,46 +382,21 @@ def _latency(units: list[_Unit]) -> tuple[float | None, int]:
     return float(sum(np.median(r) for r in timed)), min(runs)
 
 
-def _last_output(units: list[_Unit], handles: list[int]) -> tuple[_Unit | None, str]:
-    """The unit that logged the row's last value: the latest one with outputs, if it covers the
-    row's last node (with handles), else None and why."""
-    logged = [u for u in units if _tensors(u.outputs)]
-    if not logged:
-        shapes_only = any(getattr(v, "device", None) is not None and v.device.type == "meta"
-                          for u in units for v in u.outputs)
-        return None, "no tensor data (give the debug buffer)" if shapes_only else "no output logged"
-    last = max(logged, key=lambda u: u.order)
-    if handles and last.handles and handles[-1] not in last.handles:
-        return None, "the last node's output was not logged"
-    return last, ""
-
-
-def _numerics(row: CompareRow, a: list[_Unit], b: list[_Unit]) -> None:
-    ua, why_a = _last_output(a, list(row.handles))
-    ub, why_b = _last_output(b, list(row.handles))
-    if ua is None or ub is None:
-        row.numeric_note = f"{'A' if ua is None else 'B'}: {why_a or why_b}"
-        return
-    pair = _output_pair(ua.outputs, ub.outputs)
-    if pair is None:
-        row.numeric_note = "outputs differ in shape"
-        return
-    ref, val = pair
-    if ref.dtype.is_floating_point != val.dtype.is_floating_point:
-        # a quantized build logs integer codes where the float build logs values: not comparable as is
-        row.numeric_note = f"dtypes differ ({str(ref.dtype)[6:]} vs {str(val.dtype)[6:]})"
-        return
-    row.max_abs = max_abs_difference(ref, val)
-    row.relative = relative_difference(ref, val)
-    row.sqnr = snr(ref, val)
-    row.cosine = cosine_similarity(ref, val)
-
-
 def _disjoint_ops(a: list[_Unit], b: list[_Unit]) -> bool:
     """Both sides know their op types here and share none of them."""
     ops_a = {o for u in a for o in u.op_types}
     ops_b = {o for u in b for o in u.op_types}
     return bool(ops_a and ops_b) and not (ops_a & ops_b)
+
+
+def _join_kind(a: list[_Unit], b: list[_Unit], by: str) -> str:
+    """How a row's two sides were joined."""
+    if not (a and b):
+        return "unmatched"
+    links = [k for u in a + b for k in u.links]
+    if not links:
+        return by if by in ("instruction", "event") else "event"
+    return "module+op" if any(k[0] == "m" for k in links) else "debug_handle"
 
 
 def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
@@ -453,6 +421,9 @@ def _row(key: str, a: list[_Unit], b: list[_Unit]) -> CompareRow:
         delta=lat_b - lat_a if both else None,
         ratio=lat_b / lat_a if both and lat_a > 0 else None,
         op_mismatch=_disjoint_ops(a, b),
+        join_note="; ".join(dict.fromkeys(n for u in units for n in u.notes)),
+        handles_a=tuple(sorted({h for u in a for h in u.handles})),
+        handles_b=tuple(sorted({h for u in b for h in u.handles})),
     )
 
 
@@ -466,6 +437,8 @@ def _summary(rows: list[CompareRow], exec_a: list[float], exec_b: list[float]) -
     numeric = [r for r in rows if r.sqnr is not None]
     moved = sorted((r for r in rows if r.delta is not None), key=lambda r: -abs(r.delta))
     worst_numeric = sorted((r for r in numeric if r.max_abs), key=lambda r: (r.sqnr, -r.max_abs))
+    added = sorted((r for r in rows if r.added_error), key=lambda r: -r.added_error)
+    joins = {k: sum(r.join == k for r in rows) for k in dict.fromkeys(r.join for r in rows)}
     return CompareSummary(
         total_a=total_a, total_b=total_b,
         total_delta=total_b - total_a if total_a is not None and total_b is not None else None,
@@ -476,7 +449,35 @@ def _summary(rows: list[CompareRow], exec_a: list[float], exec_b: list[float]) -
         max_abs=max((r.max_abs for r in numeric), default=None),
         min_sqnr=min((r.sqnr for r in numeric), default=None),
         mismatched=sum(r.op_mismatch for r in rows),
+        matched_pct=100.0 * sum(r.present == "both" for r in rows) / len(rows) if rows else None,
+        joins=joins, worst_added=[r.key for r in added[:5]],
+        max_added_error=added[0].added_error if added else None,
+        biggest_latency=f"{moved[0].key} ({moved[0].delta:+.4g})" if moved and moved[0].delta else None,
+        biggest_numeric=f"{added[0].key} (+{added[0].added_error:.3g} relative error)" if added else None,
     )
+
+
+def _link(units: list[_Unit], side: str, rejoin: Rejoin) -> None:
+    """Gives each unit with debug handles its join keys, role, quantize parameters and notes."""
+    for u in units:
+        if not u.handles:
+            continue
+        m = rejoin.method(u.block)
+        u.links = m.links(side, u.block, u.handles)
+        u.role = m.role(side, u.handles)
+        u.qparams = m.qparams(side, u.handles) if u.role != "in" else None
+        u.notes = m.notes(side, m.linking(side, u.handles))
+
+
+def _row_inputs(groups: list, rejoin: Rejoin) -> list[set[int]]:
+    """Per row (in `groups` order), the indices of the rows holding the ops that feed its ops."""
+    row_of = {k: i for i, (_, ua, ub) in enumerate(groups) for u in ua + ub for k in u.links}
+    out = []
+    for i, (_, ua, ub) in enumerate(groups):
+        feeding = {row_of.get(k) for side, units in (("a", ua), ("b", ub)) for u in units if u.role == "op"
+                   for h in u.handles for k in rejoin.method(u.block).inputs(side, u.block, h)}
+        out.append({j for j in feeding if j is not None and j != i})
+    return out
 
 
 def compare(a, b, *, by: str = "debug_handle", name_a: str = "A", name_b: str = "B") -> Comparison:
@@ -491,19 +492,28 @@ def compare(a, b, *, by: str = "debug_handle", name_a: str = "A", name_b: str = 
                          "create both with the same target_time_scale")
     units_a, exec_a = _units(a, by)
     units_b, exec_b = _units(b, by)
-    if by == "debug_handle" and not (any(u.handles for u in units_a) and any(u.handles for u in units_b)):
+    if by != "instruction" and not (any(u.handles for u in units_a) and any(u.handles for u in units_b)):
         by = "event"  # a side without an ETRecord has no handles: pair the events by name instead
         units_a, exec_a = _units(a, by)
         units_b, exec_b = _units(b, by)
-    groups = _groups(units_a, units_b, by)
+    rejoin = Rejoin(a, b, force_module=by == "module") if by in ("debug_handle", "module") else None
+    if rejoin is not None:
+        _link(units_a, "a", rejoin)
+        _link(units_b, "b", rejoin)
+        by = "debug_handle" if rejoin.by_handle else "module+op"
+    groups = _groups(units_a, units_b, "module" if rejoin is not None else by)
     rank_a = {id(u): u.order for u in units_a}
     rank_b = {id(u): u.order for u in units_b}
     groups.sort(key=lambda g: (0, min(rank_a[id(u)] for u in g[1])) if g[1] else (1, min(rank_b[id(u)] for u in g[2])))
     rows = []
     for key, ua, ub in groups:
         row = _row(key, sorted(ua, key=lambda u: u.order), sorted(ub, key=lambda u: u.order))
+        row.join = _join_kind(ua, ub, by)
+        row.op_mismatch = row.op_mismatch and row.join == "debug_handle"  # module + op rows differ by design
         if ua and ub:
             _numerics(row, ua, ub)
         rows.append(row)
+    if rejoin is not None:
+        added_errors(rows, _row_inputs(groups, rejoin))
     return Comparison(name_a=name_a, name_b=name_b, by=by, unit=unit_a, rows=rows,
                       summary=_summary(rows, exec_a, exec_b), inspector_a=a, inspector_b=b)

@@ -305,8 +305,10 @@ class Inspector:
         """This run (A) against `other` (B), per op: latency medians, delta and ratio, and where both
         logged an op's output, max-abs / relative difference, SQNR and cosine similarity.
 
-        Rows are joined by debug handle (a delegate event meets the kernels of the nodes it covers),
-        by event name where a side has no ETRecord, or by instruction with `by="instruction"`.
+        Rows are joined by debug handle (a delegate event meets the kernels of the nodes it covers);
+        where the two builds' handles do not line up (float vs quantized), or with `by="module"`, by
+        module path + operator + order, q/dq ops attached to the op they wrap; by event name where a
+        side has no ETRecord, or by instruction with `by="instruction"`. `CompareRow.join` says which.
         Returns an `etlab.inspector.Comparison`; `.show()` draws it, `.to_dataframe()` tabulates it.
         """
         from etlab.inspector._compare import compare

@@ -4,6 +4,8 @@ graph colored by the latency ratio B/A or by the numeric delta of each op's outp
 
 The numbers come from the analysis (`Inspector.compare`); this module only draws them. The graph
 uses GraphView's overlays: "latency" carries the ratio (unit "× B/A") and "gap" the max |B - A|.
+Rows say how they were joined (debug handle, module + op for builds whose graphs differ, such as
+float vs quantized, or unmatched); each row is placed on the drawn graph by that build's own handles.
 """
 
 from __future__ import annotations
@@ -30,30 +32,41 @@ COLOR_A, COLOR_B = "#4c78a8", "#f58518"
 
 def compare_columns(unit: str) -> list[tuple[str, str, bool]]:
     """TableView columns of a Comparison's rows."""
-    return [("key", "row", False), ("label", "ops", False), ("present", "in", False),
+    return [("key", "row", False), ("label", "ops", False), ("present", "in", False), ("join", "joined by", False),
             ("events_a", "events A", False), ("events_b", "events B", False),
             ("latency_a", f"A ({unit})", True), ("latency_b", f"B ({unit})", True),
             ("delta", f"B − A ({unit})", True), ("ratio", "B / A", True), ("max_abs", "max |B−A|", True),
-            ("relative", "rel. diff", True), ("sqnr", "SQNR (dB)", True), ("cosine", "cosine", True),
-            ("module", "module", False), ("source", "source", False), ("note", "note", False)]
+            ("relative", "rel. diff", True), ("added_error", "+rel. diff", True), ("sqnr", "SQNR (dB)", True),
+            ("cosine", "cosine", True), ("module", "module", False), ("source", "source", False),
+            ("note", "note", False)]
 
 
-def compare_rows(comparison) -> list[dict]:
-    """The rows as TableView dicts; a row with debug handles selects its node in the graph."""
+def _side_handles(row, side: str) -> tuple[int, ...]:
+    """A row's handles in the graph of build `side` ("a" or "b"); the union when the sides share handles."""
+    own = row.handles_a if side == "a" else row.handles_b
+    return own if row.join == "module+op" else (own or row.handles)
+
+
+def compare_rows(comparison, side: str = "b") -> list[dict]:
+    """The rows as TableView dicts; a row with debug handles in build `side`'s graph selects its node there."""
     out = []
     for r in comparison.rows:
-        row = {"key": r.key, "label": r.label, "present": r.present, "events_a": ", ".join(r.events_a),
+        notes = "; ".join(n for n in (r.join_note, r.numeric_note) if n)
+        row = {"key": r.key, "label": r.label, "present": r.present, "join": r.join, "events_a": ", ".join(r.events_a),
                "events_b": ", ".join(r.events_b), "latency_a": r.latency_a, "latency_b": r.latency_b,
-               "delta": r.delta, "ratio": r.ratio, "max_abs": r.max_abs, "relative": r.relative, "sqnr": r.sqnr,
-               "cosine": r.cosine, "module": r.module, "source": r.source, "note": r.numeric_note}
-        if r.handles:
-            row["focus"] = {"name": r.nodes[-1] if r.nodes else None, "handles": list(r.handles), "kind": "edge"}
+               "delta": r.delta, "ratio": r.ratio, "max_abs": r.max_abs, "relative": r.relative,
+               "added_error": r.added_error, "sqnr": r.sqnr, "cosine": r.cosine, "module": r.module,
+               "source": r.source, "note": notes}
+        handles = _side_handles(r, side)
+        if handles:
+            row["focus"] = {"name": r.nodes[-1] if r.nodes else None, "handles": list(handles), "kind": "edge"}
         out.append(row)
     return out
 
 
-def latency_figure(comparison, top: int = 25) -> go.Figure:
-    """A and B latency of the `top` rows with the largest |delta|, as paired horizontal bars."""
+def latency_figure(comparison, top: int = 25, side: str = "b") -> go.Figure:
+    """A and B latency of the `top` rows with the largest |delta|, as paired horizontal bars (a bar
+    carries its row's node and handles in build `side`'s graph, for a click to select)."""
     rows = list(reversed(comparison.top(top, "latency")))
     labels = [f"{r.key} {r.label}"[:48] for r in rows]
     fig = go.Figure()
@@ -61,7 +74,8 @@ def latency_figure(comparison, top: int = 25) -> go.Figure:
         vals = [getattr(r, f"latency_{side}") for r in rows]
         fig.add_trace(go.Bar(orientation="h", y=labels, x=vals, name=f"{side.upper()}: {os.path.basename(name)}",
                              marker={"color": color},
-                             customdata=[[r.nodes[-1] if r.nodes else "", list(r.handles)] for r in rows],
+                             customdata=[[r.nodes[-1] if r.nodes else "", list(_side_handles(r, side))]
+                                         for r in rows],
                              hovertext=[f"<b>{lab}</b><br>{side.upper()}: {v:.4g} {comparison.unit}"
                                         f"{f'<br>B/A {r.ratio:.3f}' if r.ratio is not None else ''}"
                                         for lab, v, r in zip(labels, vals, rows)], hoverinfo="text"))
@@ -73,12 +87,46 @@ def latency_figure(comparison, top: int = 25) -> go.Figure:
     return fig
 
 
+def numeric_figure(comparison, side: str = "b") -> go.Figure | None:
+    """Per row in execution order, where both sides' outputs were compared: the relative error of B's
+    output (a line) and the part of it the row added over its inputs' (bars): where quantization, or
+    any other difference, enters the network rather than where it is carried. None without numbers."""
+    rows = [r for r in comparison.rows if r.relative is not None]
+    if not rows:
+        return None
+    labels = [r.key for r in rows]
+    custom = [[r.nodes[-1] if r.nodes else "", list(_side_handles(r, side))] for r in rows]
+    added = [r.added_error for r in rows]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, y=added, name="added by the row", customdata=custom,
+                         marker={"color": [COLOR_B if (v or 0) > 0 else "#9aa5b1" for v in added]},
+                         hovertext=[f"<b>{r.key}</b><br>added {_fmt(r.added_error)}<br>relative {r.relative:.3g}"
+                                    f"<br>SQNR {_fmt(r.sqnr)} dB" for r in rows], hoverinfo="text"))
+    fig.add_trace(go.Scatter(x=labels, y=[r.relative for r in rows], name="relative error ‖B−A‖/‖A‖",
+                             mode="lines+markers", customdata=custom, marker={"color": COLOR_A}))
+    fig.update_layout(template="plotly_white", height=360, barmode="overlay",
+                      title="numeric difference per row, in execution order (bars: the error a row adds)",
+                      margin={"l": 60, "r": 20, "t": 60, "b": 140},
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0})
+    fig.update_xaxes(tickangle=-45, tickfont={"size": 9})
+    return fig
+
+
+def _fmt(v) -> str:
+    return "–" if v is None else f"{v:.3g}"
+
+
 def overlay_models(comparison, program=None, method: str = "forward") -> list[GraphModel]:
     """The Edge graph (of `program`, else of B's ETRecord, the build under study, else of A's) with each
     node's ratio B/A as its "latency" and its max |B - A| as its "gap"; [] when no graph is available or
     the rows carry no debug handles."""
+    return drawn_graph(comparison, program, method)[0]
+
+
+def drawn_graph(comparison, program=None, method: str = "forward") -> tuple[list[GraphModel], str]:
+    """(`overlay_models`, the build whose graph they are: "a" or "b"; `program` counts as B's build)."""
     if not any(r.handles for r in comparison.rows):
-        return []
+        return [], "b"
     for side, source in (("", program), ("B", comparison.inspector_b), ("A", comparison.inspector_a)):
         if source is None:
             continue
@@ -89,16 +137,17 @@ def overlay_models(comparison, program=None, method: str = "forward") -> list[Gr
         except (ValueError, TypeError, KeyError):
             continue
         for m in models:
-            annotate_comparison(m, comparison)
+            annotate_comparison(m, comparison, (side or "B").lower())
             if side:
                 m.title += f", drawn on {side}'s graph"
-        return models
-    return []
+        return models, (side or "B").lower()
+    return [], "b"
 
 
-def annotate_comparison(model: GraphModel, comparison) -> GraphModel:
-    """Puts the ratio and numeric delta of the row covering each node on it."""
-    by_handle = {h: r for r in comparison.rows for h in r.handles}
+def annotate_comparison(model: GraphModel, comparison, side: str = "b") -> GraphModel:
+    """Puts the ratio and numeric delta of the row covering each node on it (rows placed by build
+    `side`'s handles: rows joined by module + op carry two graphs' handles)."""
+    by_handle = {h: r for r in comparison.rows for h in _side_handles(r, side)}
     model.title = f"Edge graph: latency B/A and output delta ({comparison.by})"
     model.time_unit, model.gap_metric = RATIO_UNIT, DELTA_METRIC
     for n in model.nodes:
@@ -118,7 +167,7 @@ def annotate_comparison(model: GraphModel, comparison) -> GraphModel:
 
 def comparison_html(comparison, max_rows: int = 12) -> str:
     """The notebook repr of a Comparison: its summary and the rows that moved most."""
-    columns = compare_columns(comparison.unit)[:9]
+    columns = compare_columns(comparison.unit)[:10]
     head = "".join(f"<th>{html.escape(label)}</th>" for _, label, _ in columns)
     by_key = {r["key"]: r for r in compare_rows(comparison)}
     shown = [by_key[r.key] for r in comparison.top(max_rows)]
@@ -133,7 +182,8 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
 
 class CompareView(widgets.VBox):
     """A Comparison in a notebook: summary, rows (click one to select its node), the A/B latency of
-    the rows that moved most, and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
+    the rows that moved most, the numeric difference row by row (relative error, and the part each row
+    adds), and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
 
         ins_a.compare(ins_b).show()                 # or CompareView(comparison, program=manager)
     """
@@ -143,17 +193,22 @@ class CompareView(widgets.VBox):
         if overlay not in OVERLAYS:
             raise ValueError(f"overlay must be one of {list(OVERLAYS)}, got {overlay!r}")
         self.comparison = comparison
-        self.models = overlay_models(comparison, program, method) if show_graph else []
+        self.models, side = drawn_graph(comparison, program, method) if show_graph else ([], "b")
         self.graph = GraphView.from_models(self.models, overlay=OVERLAYS[overlay]) if self.models else None
-        self.table = TableView(compare_columns(comparison.unit), compare_rows(comparison),
+        self.table = TableView(compare_columns(comparison.unit), compare_rows(comparison, side),
                                title="Rows (click one to show it in the graph)", height=320)
         _link_table_to_graph(self.table, self.graph)
-        self.figure = latency_figure(comparison, top)
+        self.figure = latency_figure(comparison, top, side)
         self.plot = PlotView(self.figure)
+        self.numeric = numeric_figure(comparison, side)
+        self.numeric_plot = PlotView(self.numeric) if self.numeric is not None else None
         if self.graph is not None:
-            self.plot.on_click(self._on_point)
+            for plot in (self.plot, self.numeric_plot):
+                if plot is not None:
+                    plot.on_click(self._on_point)
         self.note = widgets.HTML(self._note_html())
-        super().__init__([self.note, self.table, self.plot] + ([self.graph] if self.graph else []), **kwargs)
+        plots = [self.plot] + ([self.numeric_plot] if self.numeric_plot is not None else [])
+        super().__init__([self.note, self.table, *plots] + ([self.graph] if self.graph else []), **kwargs)
 
     def _note_html(self) -> str:
         c = self.comparison
@@ -170,6 +225,8 @@ class CompareView(widgets.VBox):
 
     def html_fragments(self) -> list[_html.Fragment]:
         parts = [_html.Fragment(self._note_html()), self.table, _html.plotly_fragment(self.figure)]
+        if self.numeric is not None:
+            parts.append(_html.plotly_fragment(self.numeric))
         return _fragments("Comparison", parts + ([self.graph] if self.graph else []))
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:

@@ -284,9 +284,10 @@ def test_integer_codes_are_not_compared_with_float_values():
     assert row.max_abs == 0.5 and row.relative == pytest.approx(0.5) and row.cosine == pytest.approx(1.0)
 
 
-def test_handles_naming_different_ops_are_flagged(synthetic_files):
+def test_handles_naming_different_ops_rejoin_by_module_and_op(synthetic_files):
     """Handles are numbered per graph: a build with other nodes (q/dq of a quantized build) reuses
-    them for other ops. Rows whose two sides ran disjoint op types say so, and the summary counts them."""
+    them for other ops. Such builds join by module + op instead; a quantize op joins the op before it
+    (no graph recorded here: by handle order, and the row says so); the op B lacks stays listed on A's side."""
     from etlab.inspector import OpInfo
 
     other = make_program_info()
@@ -294,6 +295,15 @@ def test_handles_naming_different_ops_are_flagged(synthetic_files):
     a = Inspector(etdump_path=synthetic_files[0], etrecord=make_program_info())
     b = Inspector(etdump_path=synthetic_files[0], etrecord=other)
     c = a.compare(b)
-    assert [r.key for r in c.rows if r.op_mismatch] == ["#2"] and c.summary.mismatched == 1
-    assert "do not line up" in c.summary.text(c.unit)
-    assert a.compare(a).summary.mismatched == 0
+    assert c.by == "module+op" and c.summary.mismatched == 0
+    rows = {r.key: r for r in c.rows}
+    fc1 = rows["layers.fc1/op0#0"]
+    assert fc1.join == "module+op" and fc1.present == "both" and len(fc1.events_b) == len(fc1.events_a) + 1
+    assert "attached by handle order" in fc1.join_note
+    lost = rows["layers.fc1/op1#0"]
+    assert lost.present == "a" and lost.join == "unmatched" and lost.latency_b is None
+    assert rows["conv/convolution#1"].handles == (11, 12)  # one delegate event covering two convs: one row
+    assert c.summary.joins == {"module+op": 5, "unmatched": 1} and "1 unmatched" in c.summary.text(c.unit)
+    same = a.compare(a)
+    assert same.by == "debug_handle" and all(r.join == "debug_handle" for r in same.rows)
+    assert a.compare(a, by="module").by == "module+op"

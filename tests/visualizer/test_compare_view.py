@@ -79,6 +79,9 @@ def test_view_without_handles_has_no_graph(runs, root, tmp_path):
     assert c.by == "event"
     view = CompareView(c)
     assert view.graph is None and "No graph overlay" in view.note.value
+    assert view.numeric is not None and max(view.numeric.data[1].y) == 0.0  # two runs of one program: no difference
+    no_data = Inspector(etdump_path=root / "portable" / "run.etdp")
+    assert CompareView(no_data.compare(no_data)).numeric is None  # no debug buffer: no numeric chart
     page = Path(view.save_html(tmp_path / "c.html")).read_text()
     assert 'window["etlabGraphView"]' not in page and "data-etlab-view='compare'" in page
     with pytest.raises(ValueError, match="overlay"):
