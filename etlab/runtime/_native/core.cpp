@@ -427,9 +427,9 @@ void NativePlan::run() {
 }
 
 template <bool kTimed>
-NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
+NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
   // One loop for plain and timed runs, so that the two compile alike and differ only by what timing
-  // adds: per step one counter read and one 4-byte store (straight-line chains, nearly all, write
+  // adds: per step one counter read and one 2-byte store (straight-line chains, nearly all, write
   // into room made before the chain starts and count their events once per chain).
   failed_chain = failed_index = -1;
   const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
@@ -442,9 +442,9 @@ NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
     int64_t pc = 0;
-    uint32_t* out = nullptr;
+    RecordWord* out = nullptr;
     if constexpr (kTimed) {
-      const size_t room = pos + 3 * (static_cast<size_t>(n) + 1);  // every time wide, at worst
+      const size_t room = pos + kRecordMaxTime * (static_cast<size_t>(n) + 1);  // every time wide, at worst
       if (record->size() < room) record->resize(std::max(room, 2 * record->size()));
       out = record->data();
       const uint64_t t = ticks();
@@ -468,11 +468,12 @@ NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
           const int64_t next = step(ch.instrs[pc], pc);
           if constexpr (kTimed) {
             const uint64_t t = ticks();
-            if (record->size() < pos + 5) {  // the step, a wide time, and the chain's end
-              record->resize(2 * record->size() + 5);
+            constexpr size_t most = kRecordMaxStep + kRecordMaxTime + 1;  // and the chain's end
+            if (record->size() < pos + most) {
+              record->resize(2 * record->size() + most);
               out = record->data();
             }
-            out[pos++] = kRecordStep | static_cast<uint32_t>(pc);
+            pos = put_step(out, pos, static_cast<uint64_t>(pc));
             pos = put_ticks(out, pos, t - prev);
             prev = t;
             if (!ch.event_counts.empty()) result.events += ch.event_counts[pc];
@@ -493,7 +494,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<uint32_t>* record) {
 void NativePlan::run_plain() { loop<false>(nullptr); }
 
 std::pair<std::vector<int64_t>, int64_t> NativePlan::run_timed() {
-  std::vector<uint32_t> raw;
+  std::vector<RecordWord> raw;
   const LoopResult r = loop<true>(&raw);
   std::vector<int64_t> record;
   record.reserve(r.length);

@@ -148,30 +148,46 @@ struct TimedRun {
   Anchor anchor;               // converts this run's ticks
 };
 
-// A timed run's record as the loop writes it: 32-bit words, per chain its start, then one end per
+// A timed run's record as the loop writes it: 16-bit words, per chain its start, then one end per
 // step (straight-line chains) or (step, end) pairs closed by kRecordEnd (chains with jumps). A time is
-// the counter ticks since the time before it (the run's start for the first), in one word below
-// 2^31 or as kRecordWide and two more words (low, high); a step index k is kRecordStep | k. Four
-// bytes a step: a run's cost is mostly the memory its record takes (fresh pages must be faulted in
-// and zeroed), so the record is as small as it can be while staying cheap to write.
-constexpr uint32_t kRecordStep = 0x80000000u;
-constexpr uint32_t kRecordWide = 0xFFFFFFFEu;
-constexpr uint32_t kRecordEnd = 0xFFFFFFFFu;
+// the counter ticks since the time before it (the run's start for the first): one word below 2^15
+// (12 us at 2.6 GHz: most steps of the models where tracing's share matters), else kRecordWide and
+// four more words; a step index k is kRecordStep | k below kRecordStepLimit, else kRecordWideStep
+// and two more words. Two bytes a step: what a traced run costs beyond its counter reads is mostly
+// the memory its record takes (fresh pages are faulted in and zeroed), so the record is as small as
+// it can be while staying cheap to write.
+using RecordWord = uint16_t;
+constexpr RecordWord kRecordStep = 0x8000u;
+constexpr uint64_t kRecordStepLimit = 0x7FF0u;
+constexpr RecordWord kRecordWideStep = 0xFFFDu;
+constexpr RecordWord kRecordWide = 0xFFFEu;
+constexpr RecordWord kRecordEnd = 0xFFFFu;
+constexpr size_t kRecordMaxTime = 5, kRecordMaxStep = 3;  // words a time or a step index may take
 
-inline size_t put_ticks(uint32_t* out, size_t pos, uint64_t delta) {
+inline size_t put_ticks(RecordWord* out, size_t pos, uint64_t delta) {
   if (delta < kRecordStep) {
-    out[pos] = static_cast<uint32_t>(delta);
+    out[pos] = static_cast<RecordWord>(delta);
     return pos + 1;
   }
   out[pos] = kRecordWide;
-  out[pos + 1] = static_cast<uint32_t>(delta);
-  out[pos + 2] = static_cast<uint32_t>(delta >> 32);
+  for (int k = 0; k < 4; ++k) out[pos + 1 + k] = static_cast<RecordWord>(delta >> (16 * k));
+  return pos + 5;
+}
+
+inline size_t put_step(RecordWord* out, size_t pos, uint64_t k) {
+  if (k < kRecordStepLimit) {
+    out[pos] = static_cast<RecordWord>(kRecordStep | k);
+    return pos + 1;
+  }
+  out[pos] = kRecordWideStep;
+  out[pos + 1] = static_cast<RecordWord>(k);
+  out[pos + 2] = static_cast<RecordWord>(k >> 16);
   return pos + 3;
 }
 
 // Appends a record in run_timed's format (times in CLOCK_MONOTONIC ns, plain step indices, -1 closing
 // a jump chain) to `out`; returns the tick of its last time (`start` if it has none).
-uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+uint64_t decode_record(const RecordWord* record, size_t n, uint64_t start, const Anchor& anchor,
                        std::vector<int64_t>& out);
 
 // A program's native trace: its timed runs and the event count shared with the Python tracer
@@ -183,7 +199,7 @@ class TraceLog {
   int64_t fit(int64_t n);
   // Appends a run and its record (see decode_record; `run.start` in ticks), cut to the room left under
   // the limit (the rest counted as dropped; a run with nothing kept keeps no record).
-  void add(TimedRun run, const uint32_t* record, size_t n);
+  void add(TimedRun run, const RecordWord* record, size_t n);
   int64_t size();
   int64_t dropped();
   // A copy of the runs (start and end in ns) and their records in run_timed's format, for writing.
@@ -194,12 +210,13 @@ class TraceLog {
   // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms,
   // each with the index of the first run it converts.
   struct Block {
-    std::unique_ptr<uint32_t, void (*)(void*)> data{nullptr, std::free};
+    std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, std::free};
     size_t capacity = 0, used = 0;
   };
   std::mutex mutex_;
   int64_t max_events_, count_ = 0, dropped_ = 0, runs_ = 0;
-  uint64_t last_start_ = 0;  // the previous run's start: a run stores its start as the ticks since
+  uint64_t last_start_ = 0;    // the previous run's start: a run stores its start as the ticks since
+  TimedRun last_;              // the previous run: a run like it stores only its record's length
   std::vector<Block> blocks_;
   std::vector<std::pair<int64_t, Anchor>> anchors_;
 };
@@ -252,7 +269,7 @@ class NativePlan {
     uint64_t first = 0, last = 0;  // the first and the last tick read (timed)
   };
   template <bool kTimed>
-  LoopResult loop(std::vector<uint32_t>* record);
+  LoopResult loop(std::vector<RecordWord>* record);
   Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
 
@@ -268,7 +285,7 @@ class NativePlan {
   std::shared_ptr<TraceLog> log_;             // timed runs go here (set_trace_log)
   int64_t chains_key_ = -1;
   void run_plain();
-  std::vector<uint32_t> scratch_;  // run_logged's record, reused from run to run
+  std::vector<RecordWord> scratch_;  // run_logged's record, reused from run to run
 };
 
 std::string error_message(const c10::Error& e);

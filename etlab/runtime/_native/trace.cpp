@@ -157,20 +157,29 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
-uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const Anchor& anchor,
+uint64_t decode_record(const RecordWord* record, size_t n, uint64_t start, const Anchor& anchor,
                        std::vector<int64_t>& out) {
+  auto wide = [&](size_t k, int words) {  // the `words` words after record[k], low first
+    if (k + static_cast<size_t>(words) >= n) throw std::logic_error("decode_record: a record cut short");
+    uint64_t v = 0;
+    for (int i = 0; i < words; ++i) v |= static_cast<uint64_t>(record[k + 1 + static_cast<size_t>(i)]) << (16 * i);
+    return v;
+  };
   uint64_t t = start;
   for (size_t k = 0; k < n; ++k) {
-    const uint32_t w = record[k];
+    const RecordWord w = record[k];
     if (w < kRecordStep) {
       t += w;
+    } else if (w == kRecordWide) {
+      t += wide(k, 4);
+      k += 4;
     } else if (w == kRecordEnd) {
       out.push_back(-1);
       continue;
-    } else if (w == kRecordWide) {
-      if (k + 2 >= n) throw std::logic_error("decode_record: a wide time cut short");
-      t += static_cast<uint64_t>(record[k + 1]) | (static_cast<uint64_t>(record[k + 2]) << 32);
+    } else if (w == kRecordWideStep) {
+      out.push_back(static_cast<int64_t>(wide(k, 2)));
       k += 2;
+      continue;
     } else {
       out.push_back(static_cast<int64_t>(w & ~kRecordStep));
       continue;
@@ -182,23 +191,46 @@ uint64_t decode_record(const uint32_t* record, size_t n, uint64_t start, const A
 
 namespace {
 
-// A run in the log: its record's length in words (the top bit set when not all its events were
-// kept), its chains key, bundled input, events, the kept ones (only with that bit), the ticks since
-// the previous run's start (put_ticks: one word, or three), then its record.
-constexpr size_t kMaxHeader = 8;
-constexpr uint32_t kCut = 0x80000000u;
+// A run in the log, in bytes: varint (record words << 2 | cut << 1 | like the previous run); unless
+// like it, varints of its chains key, zigzag bundled input and events; if cut (not all its events
+// kept), a varint of the kept ones; a zigzag varint of its start's ticks since the previous run's
+// start; then its record's words. A run of the method that ran before, with nothing cut, takes
+// about four bytes besides its record.
+constexpr size_t kMaxHeader = 6 * 10;
 constexpr size_t kBlockBytes = size_t{2} << 20;
 
-uint32_t* allocate_block(size_t words, size_t& capacity) {
-  const size_t bytes = (words * sizeof(uint32_t) + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+uint8_t* allocate_block(size_t bytes_needed, size_t& capacity) {
+  const size_t bytes = (bytes_needed + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
   void* p = std::aligned_alloc(kBlockBytes, bytes);
   if (p == nullptr) throw std::bad_alloc();
 #if defined(MADV_HUGEPAGE)
   madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
 #endif
-  capacity = bytes / sizeof(uint32_t);
-  return static_cast<uint32_t*>(p);
+  capacity = bytes;
+  return static_cast<uint8_t*>(p);
 }
+
+uint8_t* put_varint(uint8_t* out, uint64_t v) {
+  while (v >= 0x80) {
+    *out++ = static_cast<uint8_t>(v | 0x80);
+    v >>= 7;
+  }
+  *out++ = static_cast<uint8_t>(v);
+  return out;
+}
+
+uint64_t get_varint(const uint8_t*& in) {
+  uint64_t v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    const uint8_t b = *in++;
+    v |= static_cast<uint64_t>(b & 0x7F) << shift;
+    if (!(b & 0x80)) return v;
+  }
+  throw std::logic_error("TraceLog: a varint over 64 bits");
+}
+
+uint64_t zigzag(int64_t v) { return (static_cast<uint64_t>(v) << 1) ^ static_cast<uint64_t>(v >> 63); }
+int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cast<int64_t>(v & 1); }
 
 }  // namespace
 
@@ -209,33 +241,37 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const uint32_t* record, size_t n) {
+void TraceLog::add(TimedRun run, const RecordWord* record, size_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
   if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
-  if (run.events >= int64_t{1} << 32 || n >= kCut) throw std::length_error("TraceLog: a run too long to log");
   if (anchors_.empty() || anchors_.back().second.ticks != run.anchor.ticks) anchors_.emplace_back(runs_, run.anchor);
-  if (blocks_.empty() || blocks_.back().used + kMaxHeader + n > blocks_.back().capacity) {
+  const size_t bytes = kMaxHeader + n * sizeof(RecordWord);
+  if (blocks_.empty() || blocks_.back().used + bytes > blocks_.back().capacity) {
     Block b;
-    b.data.reset(allocate_block(kMaxHeader + n, b.capacity));
+    b.data.reset(allocate_block(bytes, b.capacity));
     blocks_.push_back(std::move(b));
   }
   Block& b = blocks_.back();
-  uint32_t* out = b.data.get() + b.used;
+  uint8_t* const first = b.data.get() + b.used;
   const bool cut = run.kept < run.events;
-  size_t k = 0;
-  out[k++] = static_cast<uint32_t>(n) | (cut ? kCut : 0);
-  out[k++] = static_cast<uint32_t>(run.chains_key);
-  out[k++] = static_cast<uint32_t>(static_cast<int32_t>(run.bundled));
-  out[k++] = static_cast<uint32_t>(run.events);
-  if (cut) out[k++] = static_cast<uint32_t>(run.kept);
+  const bool like = runs_ > 0 && run.chains_key == last_.chains_key && run.bundled == last_.bundled &&
+                    run.events == last_.events;
+  uint8_t* out = put_varint(first, (static_cast<uint64_t>(n) << 2) | (cut ? 2 : 0) | (like ? 1 : 0));
+  if (!like) {
+    out = put_varint(out, static_cast<uint64_t>(run.chains_key));
+    out = put_varint(out, zigzag(run.bundled));
+    out = put_varint(out, static_cast<uint64_t>(run.events));
+  }
+  if (cut) out = put_varint(out, static_cast<uint64_t>(run.kept));
   const uint64_t start = static_cast<uint64_t>(run.start);
-  k = put_ticks(out, k, start - last_start_);
+  out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
+  if (n > 0) std::memcpy(out, record, n * sizeof(RecordWord));
+  b.used += static_cast<size_t>(out - first) + n * sizeof(RecordWord);
   last_start_ = start;
-  if (n > 0) std::memcpy(out + k, record, n * sizeof(uint32_t));
-  b.used += k + n;
+  last_ = run;
   ++runs_;
 }
 
@@ -255,33 +291,35 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   out.reserve(static_cast<size_t>(runs_));
   uint64_t start = 0;
   size_t anchor = 0;
+  TimedRun previous;
+  std::vector<RecordWord> words;
   for (const Block& b : blocks_) {
-    const uint32_t* p = b.data.get();
-    for (size_t at = 0; at < b.used;) {
+    const uint8_t* p = b.data.get();
+    const uint8_t* const end_of_block = p + b.used;
+    while (p < end_of_block) {
       const int64_t index = static_cast<int64_t>(out.size());
       while (anchor + 1 < anchors_.size() && anchors_[anchor + 1].first <= index) ++anchor;
-      const uint32_t* h = p + at;
-      const size_t n = h[0] & ~kCut;
-      size_t k = 1;
-      TimedRun r;
-      r.chains_key = h[k++];
-      r.bundled = static_cast<int32_t>(h[k++]);
-      r.events = h[k++];
-      r.kept = (h[0] & kCut) ? h[k++] : r.events;
-      if (h[k] == kRecordWide) {
-        start += static_cast<uint64_t>(h[k + 1]) | (static_cast<uint64_t>(h[k + 2]) << 32);
-        k += 3;
-      } else {
-        start += h[k++];
+      const uint64_t head = get_varint(p);
+      const size_t n = static_cast<size_t>(head >> 2);
+      TimedRun r = previous;
+      if (!(head & 1)) {
+        r.chains_key = static_cast<int64_t>(get_varint(p));
+        r.bundled = unzigzag(get_varint(p));
+        r.events = static_cast<int64_t>(get_varint(p));
       }
+      r.kept = (head & 2) ? static_cast<int64_t>(get_varint(p)) : r.events;
+      start += static_cast<uint64_t>(unzigzag(get_varint(p)));
+      words.resize(n);
+      if (n > 0) std::memcpy(words.data(), p, n * sizeof(RecordWord));  // the words may lie unaligned
+      p += n * sizeof(RecordWord);
       r.anchor = anchors_[anchor].second;
       std::vector<int64_t> record;
       record.reserve(n);
-      const uint64_t end = decode_record(h + k, n, start, r.anchor, record);
+      const uint64_t end = decode_record(words.data(), n, start, r.anchor, record);
+      previous = r;
       r.start = r.anchor.to_ns(start);
       r.end = r.anchor.to_ns(end);
       out.emplace_back(r, std::move(record));
-      at += k + n;
     }
   }
   return out;
