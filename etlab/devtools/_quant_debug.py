@@ -30,11 +30,11 @@ from torch.fx import GraphModule, Interpreter, Node
 from torch.utils._pytree import tree_flatten, tree_map
 
 from etlab.facts.fx import node_op_name
+from etlab.facts.quant import QUANT_NAMESPACES
 from etlab.facts.source import module_path, source_line
 
 # the debug-handle origin of a node inserted by ExportedProgram.module(): not in the float graph
 _UNLIFT_PASS = "ExportedProgram.module().unlift()"
-QUANT_NAMESPACES = ("quantized_decomposed", "torchao")
 
 
 # --- running a graph, keeping every node's value -------------------------------------------------
