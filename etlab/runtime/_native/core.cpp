@@ -444,7 +444,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
     int64_t pc = 0;
     RecordWord* out = nullptr;
     if constexpr (kTimed) {
-      const size_t room = pos + kRecordMaxTime * (static_cast<size_t>(n) + 1);  // every time wide, at worst
+      const size_t room = pos + kRecordMaxTime * (static_cast<size_t>(n) + 1) + 1;  // all times wide; an end
       if (record->size() < room) record->resize(std::max(room, 2 * record->size()));
       out = record->data();
       const uint64_t t = ticks();
