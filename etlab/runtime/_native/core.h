@@ -27,8 +27,8 @@ int64_t now_ns();
 
 // Timestamps for tracing. Reading CLOCK_MONOTONIC can cost a system call (hundreds of ns in some
 // virtual machines); the CPU's invariant time-stamp counter costs tens. A trace stores counter
-// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (one clock reading
-// per run) and a tick period measured over the life of the process.
+// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (a clock reading at most
+// ~10 ms older than the run, see recent_anchor) and a tick period measured over the life of the process.
 struct Anchor {
   uint64_t ticks = 0;
   int64_t ns = 0;
