@@ -179,7 +179,7 @@ def _set_tracing(method, on: bool) -> None:
     method._core.plan.set_trace_log(method._native_log if on else None, method._chains_key if on else -1)
 
 
-PAIRED_REPEATS = 3
+PAIRED_REPEATS = 5
 
 
 def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:

@@ -109,6 +109,43 @@ def test_native_log_keeps_every_run_across_its_blocks(runtime_core):
         previous_end = end
 
 
+def test_runs_alternating_between_threads_share_the_logs_clock_readings(runtime_core):
+    """Two methods of one program on two threads, strictly taking turns, log into one native log: their
+    runs convert with the log's clock readings (about one per 10 ms), not one reading per change of
+    thread, and every run keeps rising timestamps within itself and after the run before it."""
+    if runtime_core != "native":
+        pytest.skip("the native core's trace log")
+    import threading
+
+    data, _ = add_chain(4)
+    program = Runtime.get(core="native").load_program(data, enable_etdump=True, etdump_max_events=1 << 30)
+    methods = [program.load_method("forward"), program.load_method("forward")]
+    turns = [threading.Semaphore(1), threading.Semaphore(0)]
+    runs_each = 300
+    x = torch.ones(2, 3)
+
+    def take_turns(k: int) -> None:
+        for _ in range(runs_each):
+            turns[k].acquire()
+            methods[k].execute([x])
+            turns[1 - k].release()
+
+    threads = [threading.Thread(target=take_turns, args=(k,)) for k in (0, 1)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed_ms = (time.perf_counter() - started) * 1e3
+    log = methods[0]._native_log
+    assert log is methods[1]._native_log and len(log) == 2 * runs_each
+    assert log.anchors <= elapsed_ms / 10 + 2, (log.anchors, elapsed_ms)  # was one per run when threads alternate
+    previous_end = 0
+    for *_, start, end, _raw in log.runs():
+        assert previous_end <= start <= end
+        previous_end = end
+
+
 def test_a_step_longer_than_a_short_time_is_timed_whole(tmp_path, runtime_core):
     """The native log stores a time in 15 bits of counter ticks (about 12 us) or, past that, in a
     wide form: a 1.2 s step is timed as such, and the steps after it keep their own times."""

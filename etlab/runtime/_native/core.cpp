@@ -416,6 +416,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
 void NativePlan::set_trace_log(std::shared_ptr<TraceLog> log, int64_t chains_key) {
   log_ = std::move(log);
   chains_key_ = chains_key;
+  if (log_) log_->prepare();  // at load: the first runs write into memory already mapped
 }
 
 void NativePlan::run() {
@@ -512,7 +513,7 @@ void NativePlan::run_logged(int64_t bundled) {
   // (no counter reads of its own).
   run.start = static_cast<int64_t>(r.length > 0 ? r.first : ticks());
   run.events = r.events + 1;  // + Method::execute
-  run.anchor = recent_anchor(r.length > 0 ? r.last : static_cast<uint64_t>(run.start));
+  run.end = static_cast<int64_t>(r.length > 0 ? r.last : run.start);  // the log picks the anchor
   log_->add(run, scratch_.data(), r.length);
 }
 

@@ -145,7 +145,7 @@ struct TimedRun {
   int64_t events = 0;        // events it stands for (instructions' and Method::execute)
   int64_t kept = 0;          // how many of them fit under the tracer's event limit
   int64_t start = 0, end = 0;  // Method::execute (the instruction loop): ticks when added, ns when read
-  Anchor anchor;               // converts this run's ticks
+  Anchor anchor;               // converts this run's ticks (the log's choice)
 };
 
 // A timed run's record as the loop writes it: 16-bit words, per chain its start, then one end per
@@ -195,13 +195,15 @@ uint64_t decode_record(const RecordWord* record, size_t n, uint64_t start, const
 class TraceLog {
  public:
   explicit TraceLog(int64_t max_events) : max_events_(max_events) {}
+  void prepare();  // maps and faults in the first block (a plan set to log here calls it)
   // How many of `n` more events fit under the limit (those are counted as kept).
   int64_t fit(int64_t n);
-  // Appends a run and its record (see decode_record; `run.start` in ticks), cut to the room left under
+  // Appends a run and its record (see decode_record; `run.start`, `run.end` in ticks), cut to the room left under
   // the limit (the rest counted as dropped; a run with nothing kept keeps no record).
   void add(TimedRun run, const RecordWord* record, size_t n);
   int64_t size();
   int64_t dropped();
+  int64_t anchors();  // clock readings the runs convert with (about one per 10 ms of runs)
   // A copy of the runs (start and end in ns) and their records in run_timed's format, for writing.
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> runs();
 
@@ -209,8 +211,13 @@ class TraceLog {
   // Runs back to back, each a header and its record, in blocks that are never reallocated (2 MiB,
   // huge pages where the kernel has them); the anchors the runs' ticks convert with, one per ~10 ms,
   // each with the index of the first run it converts.
-  struct Block {
-    std::unique_ptr<uint8_t, void (*)(void*)> data{nullptr, std::free};
+  struct Block {  // pages of their own (mmap where there is one), apart from the heap the kernels use
+    explicit Block(size_t bytes_needed);
+    Block(Block&& other) noexcept;
+    Block(const Block&) = delete;
+    ~Block();
+    void fault_in();
+    uint8_t* data = nullptr;
     size_t capacity = 0, used = 0;
   };
   std::mutex mutex_;

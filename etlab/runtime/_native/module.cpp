@@ -150,6 +150,7 @@ PYBIND11_MODULE(_core, m) {
       .def("fit", &TraceLog::fit, py::arg("n"))
       .def("__len__", &TraceLog::size)
       .def_property_readonly("dropped", &TraceLog::dropped)
+      .def_property_readonly("anchors", &TraceLog::anchors)
       .def("runs", &timed_runs);
 
   py::class_<NativePlan>(m, "NativePlan")

@@ -199,17 +199,6 @@ namespace {
 constexpr size_t kMaxHeader = 6 * 10;
 constexpr size_t kBlockBytes = size_t{2} << 20;
 
-uint8_t* allocate_block(size_t bytes_needed, size_t& capacity) {
-  const size_t bytes = (bytes_needed + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
-  void* p = std::aligned_alloc(kBlockBytes, bytes);
-  if (p == nullptr) throw std::bad_alloc();
-#if defined(MADV_HUGEPAGE)
-  madvise(p, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
-#endif
-  capacity = bytes;
-  return static_cast<uint8_t*>(p);
-}
-
 uint8_t* put_varint(uint8_t* out, uint64_t v) {
   while (v >= 0x80) {
     *out++ = static_cast<uint8_t>(v | 0x80);
@@ -234,6 +223,59 @@ int64_t unzigzag(uint64_t v) { return static_cast<int64_t>(v >> 1) ^ -static_cas
 
 }  // namespace
 
+TraceLog::Block::Block(size_t bytes_needed) {
+  // Whole 2 MiB units, 2 MiB-aligned so that the kernel can back them with huge pages. They are
+  // mapped apart from malloc's heap: a block carved from the heap (glibc serves an aligned_alloc
+  // from it once its mmap threshold has grown) fragments the heap that the kernels' own allocations
+  // use, which measurably slowed a traced model's kernels.
+  const size_t bytes = (bytes_needed + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+#if defined(__linux__)
+  void* p = mmap(nullptr, bytes + kBlockBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (at + kBlockBytes - 1) / kBlockBytes * kBlockBytes;
+  if (aligned > at) munmap(p, aligned - at);
+  munmap(reinterpret_cast<void*>(aligned + bytes), at + kBlockBytes - aligned);
+  data = reinterpret_cast<uint8_t*>(aligned);
+#if defined(MADV_HUGEPAGE)
+  madvise(data, bytes, MADV_HUGEPAGE);  // advice only: without huge pages it is 4 KiB pages
+#endif
+#else
+  data = static_cast<uint8_t*>(std::aligned_alloc(kBlockBytes, bytes));
+  if (data == nullptr) throw std::bad_alloc();
+#endif
+  capacity = bytes;
+}
+
+TraceLog::Block::Block(Block&& other) noexcept : data(other.data), capacity(other.capacity), used(other.used) {
+  other.data = nullptr;
+}
+
+TraceLog::Block::~Block() {
+  if (data == nullptr) return;
+#if defined(__linux__)
+  munmap(data, capacity);
+#else
+  std::free(data);
+#endif
+}
+
+void TraceLog::Block::fault_in() {
+  // Writes a byte a page, so the kernel maps (and zeroes) them now rather than during the runs.
+  volatile uint8_t* p = data;
+  for (size_t k = 0; k < capacity; k += 4096) p[k] = 0;
+}
+
+void TraceLog::prepare() {
+  // The first block is ready before the first run: a program traced for fewer runs than a block
+  // holds (tens of thousands of small ones) never waits for a page fault. Later blocks are mapped
+  // when needed, between runs (never inside a timed step).
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!blocks_.empty()) return;
+  blocks_.emplace_back(kBlockBytes);
+  blocks_.back().fault_in();
+}
+
 int64_t TraceLog::fit(int64_t n) {
   std::lock_guard<std::mutex> lock(mutex_);
   const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
@@ -247,15 +289,20 @@ void TraceLog::add(TimedRun run, const RecordWord* record, size_t n) {
   count_ += run.kept;
   dropped_ += run.events - run.kept;
   if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
-  if (anchors_.empty() || anchors_.back().second.ticks != run.anchor.ticks) anchors_.emplace_back(runs_, run.anchor);
+  // The anchor this run converts with: the log's last if under ~10 ms from the run's end (either way:
+  // a run on another core may end a little before an anchor taken on this one), else a new one. One
+  // anchor serves every method and thread that logs here, so runs that alternate never add anchors.
+  const uint64_t end = static_cast<uint64_t>(run.end);
+  const Anchor* last = anchors_.empty() ? nullptr : &anchors_.back().second;
+  if (last == nullptr ||
+      static_cast<double>(end >= last->ticks ? end - last->ticks : last->ticks - end) * last->ns_per_tick > 1e7)
+    anchors_.emplace_back(runs_, new_anchor());
   const size_t bytes = kMaxHeader + n * sizeof(RecordWord);
   if (blocks_.empty() || blocks_.back().used + bytes > blocks_.back().capacity) {
-    Block b;
-    b.data.reset(allocate_block(bytes, b.capacity));
-    blocks_.push_back(std::move(b));
+    blocks_.emplace_back(bytes);
   }
   Block& b = blocks_.back();
-  uint8_t* const first = b.data.get() + b.used;
+  uint8_t* const first = b.data + b.used;
   const bool cut = run.kept < run.events;
   const bool like = runs_ > 0 && run.chains_key == last_.chains_key && run.bundled == last_.bundled &&
                     run.events == last_.events;
@@ -280,6 +327,11 @@ int64_t TraceLog::dropped() {
   return dropped_;
 }
 
+int64_t TraceLog::anchors() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return static_cast<int64_t>(anchors_.size());
+}
+
 int64_t TraceLog::size() {
   std::lock_guard<std::mutex> lock(mutex_);
   return runs_;
@@ -294,7 +346,7 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   TimedRun previous;
   std::vector<RecordWord> words;
   for (const Block& b : blocks_) {
-    const uint8_t* p = b.data.get();
+    const uint8_t* p = b.data;
     const uint8_t* const end_of_block = p + b.used;
     while (p < end_of_block) {
       const int64_t index = static_cast<int64_t>(out.size());
