@@ -295,9 +295,12 @@ void NativePlan::add_log(int64_t chain, int64_t index, py::object value, int64_t
 void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
   Chain& ch = chain_at(chains_, chain);
   if (counts.size() != ch.instrs.size()) throw std::invalid_argument("one event count per step");
-  ch.event_counts = std::move(counts);
   ch.events = 0;
-  for (int64_t n : ch.event_counts) ch.events += n;
+  for (size_t k = 0; k < counts.size(); ++k) {
+    if (counts[k] < 0 || counts[k] > INT32_MAX) throw std::invalid_argument("an event count out of range");
+    ch.instrs[k].events = static_cast<int32_t>(counts[k]);
+    ch.events += counts[k];
+  }
 }
 
 int64_t NativePlan::instruction_count() const {
@@ -427,6 +430,14 @@ void NativePlan::run() {
   }
 }
 
+namespace {
+// Makes room for at least `size` words (twice what there was, at least): out of the loop's line.
+[[gnu::cold, gnu::noinline]] RecordWord* grow_record(std::vector<RecordWord>& record, size_t size) {
+  record.resize(std::max(size, 2 * record.size()));
+  return record.data();
+}
+}  // namespace
+
 template <bool kTimed>
 NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
   // One loop for plain and timed runs, so that the two compile alike and differ only by what timing
@@ -446,7 +457,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
     RecordWord* out = nullptr;
     if constexpr (kTimed) {
       const size_t room = pos + kRecordMaxTime * (static_cast<size_t>(n) + 1) + 1;  // all times wide; an end
-      if (record->size() < room) record->resize(std::max(room, 2 * record->size()));
+      if (__builtin_expect(record->size() < room, 0)) grow_record(*record, room);
       out = record->data();
       const uint64_t t = ticks();
       if (c == 0) result.first = prev = t;
@@ -470,14 +481,11 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
           if constexpr (kTimed) {
             const uint64_t t = ticks();
             constexpr size_t most = kRecordMaxStep + kRecordMaxTime + 1;  // and the chain's end
-            if (record->size() < pos + most) {
-              record->resize(2 * record->size() + most);
-              out = record->data();
-            }
+            if (__builtin_expect(record->size() < pos + most, 0)) out = grow_record(*record, pos + most);
             pos = put_step(out, pos, static_cast<uint64_t>(pc));
             pos = put_ticks(out, pos, t - prev);
             prev = t;
-            if (!ch.event_counts.empty()) result.events += ch.event_counts[pc];
+            result.events += ch.instrs[pc].events;
           }
           pc = next;
         }
@@ -508,6 +516,8 @@ void NativePlan::run_logged(int64_t bundled) {
   TimedRun run;
   run.chains_key = chains_key_;
   run.bundled = bundled;
+  log_->warm();
+  __builtin_prefetch(scratch_.data(), 1);
   const LoopResult r = loop<true>(&scratch_);
   // Method::execute spans the instruction loop: from the first chain's start to the last step's end
   // (no counter reads of its own).

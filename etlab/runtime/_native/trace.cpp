@@ -157,6 +157,19 @@ at::Tensor DebugArena::contents() {
 
 // -- the native trace ------------------------------------------------------------------------------
 
+size_t put_wide_ticks(RecordWord* out, size_t pos, uint64_t delta) {
+  out[pos] = kRecordWide;
+  for (int k = 0; k < 4; ++k) out[pos + 1 + k] = static_cast<RecordWord>(delta >> (16 * k));
+  return pos + 5;
+}
+
+size_t put_wide_step(RecordWord* out, size_t pos, uint64_t k) {
+  out[pos] = kRecordWideStep;
+  out[pos + 1] = static_cast<RecordWord>(k);
+  out[pos + 2] = static_cast<RecordWord>(k >> 16);
+  return pos + 3;
+}
+
 uint64_t decode_record(const RecordWord* record, size_t n, uint64_t start, const Anchor& anchor,
                        std::vector<int64_t>& out) {
   auto wide = [&](size_t k, int words) {  // the `words` words after record[k], low first
@@ -266,25 +279,55 @@ void TraceLog::Block::fault_in() {
   for (size_t k = 0; k < capacity; k += 4096) p[k] = 0;
 }
 
+void TraceLog::next_block(size_t bytes) {
+  if (!blocks_.empty()) blocks_.back().used = static_cast<size_t>(cursor_.load(std::memory_order_relaxed) - blocks_.back().data);
+  blocks_.emplace_back(bytes);
+  cursor_.store(blocks_.back().data, std::memory_order_relaxed);
+  end_ = blocks_.back().data + blocks_.back().capacity;
+}
+
 void TraceLog::prepare() {
   // The first block is ready before the first run: a program traced for fewer runs than a block
   // holds (tens of thousands of small ones) never waits for a page fault. Later blocks are mapped
   // when needed, between runs (never inside a timed step).
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   if (!blocks_.empty()) return;
-  blocks_.emplace_back(kBlockBytes);
+  next_block(kBlockBytes);
   blocks_.back().fault_in();
 }
 
 int64_t TraceLog::fit(int64_t n) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   const int64_t granted = std::max<int64_t>(0, std::min(n, max_events_ - count_));
   count_ += granted;
   return granted;
 }
 
-void TraceLog::add(TimedRun run, const RecordWord* record, size_t n) {
-  std::lock_guard<std::mutex> lock(mutex_);
+void TraceLog::add(const TimedRun& run, const RecordWord* record, size_t n) {
+  std::lock_guard<SpinLock> lock(lock_);
+  // The common case: a run like the one before, all kept, near the last anchor, with room left.
+  const uint64_t end = static_cast<uint64_t>(run.end), start = static_cast<uint64_t>(run.start);
+  const uint64_t since_anchor = end >= anchor_.ticks ? end - anchor_.ticks : anchor_.ticks - end;
+  uint8_t* const first = cursor_.load(std::memory_order_relaxed);
+  if (__builtin_expect(runs_ == 0 || run.chains_key != last_key_ || run.bundled != last_bundled_ ||
+                           run.events != last_events_ || run.events > max_events_ - count_ ||
+                           static_cast<double>(since_anchor) * anchor_.ns_per_tick > 1e7 || n == 0 ||
+                           static_cast<size_t>(end_ - first) < kMaxHeader + n * sizeof(RecordWord),
+                       0)) {
+    add_any(run, record, n);
+    return;
+  }
+  count_ += run.events;
+  uint8_t* out = put_varint(first, (static_cast<uint64_t>(n) << 2) | 1);
+  out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
+  std::memcpy(out, record, n * sizeof(RecordWord));
+  cursor_.store(out + n * sizeof(RecordWord), std::memory_order_relaxed);
+  last_start_ = start;
+  ++runs_;
+}
+
+void TraceLog::add_any(const TimedRun& run_in, const RecordWord* record, size_t n) {
+  TimedRun run = run_in;
   run.kept = std::max<int64_t>(0, std::min(run.events, max_events_ - count_));
   count_ += run.kept;
   dropped_ += run.events - run.kept;
@@ -293,19 +336,20 @@ void TraceLog::add(TimedRun run, const RecordWord* record, size_t n) {
   // a run on another core may end a little before an anchor taken on this one), else a new one. One
   // anchor serves every method and thread that logs here, so runs that alternate never add anchors.
   const uint64_t end = static_cast<uint64_t>(run.end);
-  const Anchor* last = anchors_.empty() ? nullptr : &anchors_.back().second;
-  if (last == nullptr ||
-      static_cast<double>(end >= last->ticks ? end - last->ticks : last->ticks - end) * last->ns_per_tick > 1e7)
-    anchors_.emplace_back(runs_, new_anchor());
-  const size_t bytes = kMaxHeader + n * sizeof(RecordWord);
-  if (blocks_.empty() || blocks_.back().used + bytes > blocks_.back().capacity) {
-    blocks_.emplace_back(bytes);
+  if (anchors_.empty() ||
+      static_cast<double>(end >= anchor_.ticks ? end - anchor_.ticks : anchor_.ticks - end) * anchor_.ns_per_tick > 1e7) {
+    anchor_ = new_anchor();
+    anchors_.emplace_back(runs_, anchor_);
   }
-  Block& b = blocks_.back();
-  uint8_t* const first = b.data + b.used;
+  const size_t bytes = kMaxHeader + n * sizeof(RecordWord);
+  uint8_t* first = cursor_.load(std::memory_order_relaxed);
+  if (first == nullptr || static_cast<size_t>(end_ - first) < bytes) {
+    next_block(bytes);
+    first = cursor_.load(std::memory_order_relaxed);
+  }
   const bool cut = run.kept < run.events;
-  const bool like = runs_ > 0 && run.chains_key == last_.chains_key && run.bundled == last_.bundled &&
-                    run.events == last_.events;
+  const bool like = runs_ > 0 && run.chains_key == last_key_ && run.bundled == last_bundled_ &&
+                    run.events == last_events_;
   uint8_t* out = put_varint(first, (static_cast<uint64_t>(n) << 2) | (cut ? 2 : 0) | (like ? 1 : 0));
   if (!like) {
     out = put_varint(out, static_cast<uint64_t>(run.chains_key));
@@ -316,29 +360,31 @@ void TraceLog::add(TimedRun run, const RecordWord* record, size_t n) {
   const uint64_t start = static_cast<uint64_t>(run.start);
   out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
   if (n > 0) std::memcpy(out, record, n * sizeof(RecordWord));
-  b.used += static_cast<size_t>(out - first) + n * sizeof(RecordWord);
+  cursor_.store(out + n * sizeof(RecordWord), std::memory_order_relaxed);
   last_start_ = start;
-  last_ = run;
+  last_key_ = run.chains_key;
+  last_bundled_ = run.bundled;
+  last_events_ = run.events;
   ++runs_;
 }
 
 int64_t TraceLog::dropped() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   return dropped_;
 }
 
 int64_t TraceLog::anchors() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   return static_cast<int64_t>(anchors_.size());
 }
 
 int64_t TraceLog::size() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   return runs_;
 }
 
 std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::lock_guard<SpinLock> lock(lock_);
   std::vector<std::pair<TimedRun, std::vector<int64_t>>> out;
   out.reserve(static_cast<size_t>(runs_));
   uint64_t start = 0;
@@ -347,7 +393,7 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   std::vector<RecordWord> words;
   for (const Block& b : blocks_) {
     const uint8_t* p = b.data;
-    const uint8_t* const end_of_block = p + b.used;
+    const uint8_t* const end_of_block = &b == &blocks_.back() ? cursor_.load(std::memory_order_relaxed) : p + b.used;
     while (p < end_of_block) {
       const int64_t index = static_cast<int64_t>(out.size());
       while (anchor + 1 < anchors_.size() && anchors_[anchor + 1].first <= index) ++anchor;
