@@ -29,8 +29,8 @@ int64_t now_ns();
 
 // Timestamps for tracing. Reading CLOCK_MONOTONIC can cost a system call (hundreds of ns in some
 // virtual machines); the CPU's invariant time-stamp counter costs tens. A trace stores counter
-// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (a clock reading at most
-// ~10 ms older than the run, see recent_anchor) and a tick period measured over the life of the process.
+// ticks and converts them to CLOCK_MONOTONIC nanoseconds through an anchor (a clock reading within
+// ~10 ms of the run: the trace log keeps them) and a tick period measured over the life of the process.
 struct Anchor {
   uint64_t ticks = 0;
   int64_t ns = 0;
@@ -47,7 +47,6 @@ inline uint64_t ticks() { return static_cast<uint64_t>(now_ns()); }
 constexpr bool kCounter = false;
 #endif
 Anchor new_anchor();   // reads the clock; refines the tick period
-Anchor recent_anchor(uint64_t now_ticks);  // this thread's last anchor if under 10 ms old, else a new one
 int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
 // Debug-buffer space shared by every method of a program and by the Python tracer: offsets are
 // reserved under a lock, so threads never overlap, and the copy itself happens outside it. The
@@ -155,9 +154,8 @@ struct TimedRun {
 // the counter ticks since the time before it (the run's start for the first): one word below 2^15
 // (12 us at 2.6 GHz: most steps of the models where tracing's share matters), else kRecordWide and
 // four more words; a step index k is kRecordStep | k below kRecordStepLimit, else kRecordWideStep
-// and two more words. Two bytes a step: what a traced run costs beyond its counter reads is mostly
-// the memory its record takes (fresh pages are faulted in and zeroed), so the record is as small as
-// it can be while staying cheap to write.
+// and two more words. Two bytes a step: the log keeps every run, each in fresh memory (pages faulted
+// in and zeroed), so the record is as small as it can be while staying cheap to write.
 using RecordWord = uint16_t;
 constexpr RecordWord kRecordStep = 0x8000u;
 constexpr uint64_t kRecordStepLimit = 0x7FF0u;
@@ -254,6 +252,10 @@ class TraceLog {
   std::vector<std::pair<int64_t, Anchor>> anchors_;
 
   void next_block(size_t bytes);  // closes the last block, maps a new one of at least `bytes`
+  bool anchor_stale(uint64_t end) const;     // a run ending at `end` needs a new anchor
+  bool like_last(const TimedRun& run) const; // same method, bundled input and events as the last run
+  // Writes a run's start (since the last run's) and its record at `out`, after its header.
+  void append(uint8_t* out, const RecordWord* record, size_t n, uint64_t start);
   // `add` under the lock, for any run: a new anchor, a new block, a run unlike the one before or cut
   // by the limit (add's own code is only the common case: a run like the one before).
   [[gnu::noinline]] void add_any(const TimedRun& run, const RecordWord* record, size_t n);

@@ -58,7 +58,7 @@ ClockState& clock_state() {
   return state;
 }
 
-thread_local Anchor cached_anchor;  // this thread's last anchor (recent_anchor)
+thread_local Anchor cached_anchor;  // this thread's last anchor (clock_ns)
 
 }  // namespace
 
@@ -77,19 +77,14 @@ Anchor new_anchor() {
   return a;
 }
 
-Anchor recent_anchor(uint64_t now_ticks) {
-  // Converting a run's ticks needs an anchor near it (CLOCK_MONOTONIC may be slewed against the
-  // counter, and the period is an estimate), not a clock reading per run: one every 10 ms.
-  const Anchor& a = cached_anchor;
-  if (a.ticks == 0 || now_ticks < a.ticks || static_cast<double>(now_ticks - a.ticks) * a.ns_per_tick > 1e7)
-    return new_anchor();
-  return a;
-}
-
 int64_t clock_ns() {
+  // The counter through this thread's last anchor while it is under 10 ms old (CLOCK_MONOTONIC may
+  // be slewed against the counter, and the period is an estimate), not a clock reading per call.
   if (!kCounter) return now_ns();
   const uint64_t t = ticks();
-  return recent_anchor(t).to_ns(t);
+  const Anchor& a = cached_anchor;
+  if (a.ticks == 0 || t < a.ticks || static_cast<double>(t - a.ticks) * a.ns_per_tick > 1e7) return new_anchor().to_ns(t);
+  return a.to_ns(t);
 }
 
 std::string error_message(const c10::Error& e) { return e.what_without_backtrace(); }
@@ -303,27 +298,41 @@ int64_t TraceLog::fit(int64_t n) {
   return granted;
 }
 
+// The anchor a run ending at `end` converts with is the log's last while it lies under ~10 ms from
+// the run's end (either way: a run on another core may end a little before an anchor taken on this
+// one), else a new one. One anchor serves every method and thread that logs here, so runs that
+// alternate never add anchors. (No run yet: no anchor yet.)
+inline bool TraceLog::anchor_stale(uint64_t end) const {
+  if (runs_ == 0) return true;
+  const uint64_t apart = end >= anchor_.ticks ? end - anchor_.ticks : anchor_.ticks - end;
+  return static_cast<double>(apart) * anchor_.ns_per_tick > 1e7;
+}
+
+inline bool TraceLog::like_last(const TimedRun& run) const {
+  return runs_ > 0 && run.chains_key == last_key_ && run.bundled == last_bundled_ && run.events == last_events_;
+}
+
+inline void TraceLog::append(uint8_t* out, const RecordWord* record, size_t n, uint64_t start) {
+  out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
+  if (n > 0) std::memcpy(out, record, n * sizeof(RecordWord));
+  cursor_.store(out + n * sizeof(RecordWord), std::memory_order_relaxed);
+  last_start_ = start;
+  ++runs_;
+}
+
 void TraceLog::add(const TimedRun& run, const RecordWord* record, size_t n) {
   std::lock_guard<SpinLock> lock(lock_);
   // The common case: a run like the one before, all kept, near the last anchor, with room left.
-  const uint64_t end = static_cast<uint64_t>(run.end), start = static_cast<uint64_t>(run.start);
-  const uint64_t since_anchor = end >= anchor_.ticks ? end - anchor_.ticks : anchor_.ticks - end;
   uint8_t* const first = cursor_.load(std::memory_order_relaxed);
-  if (__builtin_expect(runs_ == 0 || run.chains_key != last_key_ || run.bundled != last_bundled_ ||
-                           run.events != last_events_ || run.events > max_events_ - count_ ||
-                           static_cast<double>(since_anchor) * anchor_.ns_per_tick > 1e7 || n == 0 ||
+  if (__builtin_expect(!like_last(run) || run.events > max_events_ - count_ ||
+                           anchor_stale(static_cast<uint64_t>(run.end)) || n == 0 ||
                            static_cast<size_t>(end_ - first) < kMaxHeader + n * sizeof(RecordWord),
                        0)) {
     add_any(run, record, n);
     return;
   }
   count_ += run.events;
-  uint8_t* out = put_varint(first, (static_cast<uint64_t>(n) << 2) | 1);
-  out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
-  std::memcpy(out, record, n * sizeof(RecordWord));
-  cursor_.store(out + n * sizeof(RecordWord), std::memory_order_relaxed);
-  last_start_ = start;
-  ++runs_;
+  append(put_varint(first, (static_cast<uint64_t>(n) << 2) | 1), record, n, static_cast<uint64_t>(run.start));
 }
 
 void TraceLog::add_any(const TimedRun& run_in, const RecordWord* record, size_t n) {
@@ -332,12 +341,7 @@ void TraceLog::add_any(const TimedRun& run_in, const RecordWord* record, size_t 
   count_ += run.kept;
   dropped_ += run.events - run.kept;
   if (run.kept == 0) n = 0;  // nothing of it is written: its events are only counted
-  // The anchor this run converts with: the log's last if under ~10 ms from the run's end (either way:
-  // a run on another core may end a little before an anchor taken on this one), else a new one. One
-  // anchor serves every method and thread that logs here, so runs that alternate never add anchors.
-  const uint64_t end = static_cast<uint64_t>(run.end);
-  if (anchors_.empty() ||
-      static_cast<double>(end >= anchor_.ticks ? end - anchor_.ticks : anchor_.ticks - end) * anchor_.ns_per_tick > 1e7) {
+  if (anchor_stale(static_cast<uint64_t>(run.end))) {
     anchor_ = new_anchor();
     anchors_.emplace_back(runs_, anchor_);
   }
@@ -348,8 +352,7 @@ void TraceLog::add_any(const TimedRun& run_in, const RecordWord* record, size_t 
     first = cursor_.load(std::memory_order_relaxed);
   }
   const bool cut = run.kept < run.events;
-  const bool like = runs_ > 0 && run.chains_key == last_key_ && run.bundled == last_bundled_ &&
-                    run.events == last_events_;
+  const bool like = like_last(run);
   uint8_t* out = put_varint(first, (static_cast<uint64_t>(n) << 2) | (cut ? 2 : 0) | (like ? 1 : 0));
   if (!like) {
     out = put_varint(out, static_cast<uint64_t>(run.chains_key));
@@ -357,15 +360,10 @@ void TraceLog::add_any(const TimedRun& run_in, const RecordWord* record, size_t 
     out = put_varint(out, static_cast<uint64_t>(run.events));
   }
   if (cut) out = put_varint(out, static_cast<uint64_t>(run.kept));
-  const uint64_t start = static_cast<uint64_t>(run.start);
-  out = put_varint(out, zigzag(static_cast<int64_t>(start - last_start_)));
-  if (n > 0) std::memcpy(out, record, n * sizeof(RecordWord));
-  cursor_.store(out + n * sizeof(RecordWord), std::memory_order_relaxed);
-  last_start_ = start;
+  append(out, record, n, static_cast<uint64_t>(run.start));
   last_key_ = run.chains_key;
   last_bundled_ = run.bundled;
   last_events_ = run.events;
-  ++runs_;
 }
 
 int64_t TraceLog::dropped() {
