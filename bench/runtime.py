@@ -176,7 +176,7 @@ def _set_tracing(method, on: bool) -> None:
     """Switches a traced method's native timing log on or off: the same Method, the same memory, and
     the only difference the one being measured (timings of a plain run are all native: no Python step
     of the zoo models records anything)."""
-    method._core.plan.set_trace_log(method._native_log if on else None, method._chains_key if on else -1)
+    method._core.trace_to(method._native_log if on else None, method._chains_key if on else -1)
 
 
 PAIRED_REPEATS = 5

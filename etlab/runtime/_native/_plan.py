@@ -159,7 +159,8 @@ class NativeCore:
         return record, count
 
     def trace_to(self, log, chains_key: int) -> None:
-        """From now on every run is timed into `log` (a `_core.TraceLog`) as one run block, natively."""
+        """From now on every run is timed into `log` (a `_core.TraceLog`) as one run block, natively; with
+        None, runs are plain again."""
         self.plan.set_trace_log(log, chains_key)
 
     def run_logged(self, bundled_input_index: int) -> None:
