@@ -24,13 +24,11 @@ import warnings
 from datetime import date
 from pathlib import Path
 
-from _common import REPO, interleaved, write_section
+from _common import interleaved, write_section
 
 from etlab.compiler import EtlabQuantizer
 from etlab.inspector import Inspector
 from etlab.models import ZOO
-
-sys.path.insert(0, str(REPO))
 from tests.compiler._quant import quantize
 from tests.test_end_to_end import compile_run_inspect
 
@@ -52,7 +50,8 @@ def bench_model(name: str, root: Path, repeats: int) -> dict:
         compile_run_inspect(root / side, m, inputs)
     f, f2, q = (root / s for s in ("float", "float2", "int8"))
     warm = {"handle": (inspector(f), inspector(f2)), "module": (inspector(f), inspector(q))}
-    out = {"rows": len(warm["module"][0].compare(warm["module"][1]).rows)}
+    c = warm["module"][0].compare(warm["module"][1])
+    out = {"rows": len(c.rows), "by": c.by, "matched": c.summary.matched_pct}
     # side by side, in alternating rounds (so that load drift hits both joins alike)
     cold = interleaved({"handle": lambda: inspector(f).compare(inspector(f2)),
                         "module": lambda: inspector(f).compare(inspector(q))}, rounds=repeats, per_round=1, warmup=1)
@@ -61,8 +60,6 @@ def bench_model(name: str, root: Path, repeats: int) -> dict:
                       rounds=repeats, per_round=3, warmup=1)
     out.update(handle_cold=cold["handle"], module_cold=cold["module"], handle_warm=hot["handle"],
                module_warm=hot["module"])
-    c = warm["module"][0].compare(warm["module"][1])
-    out["by"], out["matched"] = c.by, c.summary.matched_pct
     return out
 
 
