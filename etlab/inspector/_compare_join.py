@@ -305,24 +305,28 @@ class MethodJoin:
         if keys is None or self.by_handle:
             return []
         out = []
-        short = lambda kind: kind.split(".")[-1].lstrip("_")
         for h in sorted(set(handles)):
             if keys.anchor.get(h) in keys.folded:
                 mod, kind, _ = keys.key[keys.anchor[h]]
-                out.append(f"{which.upper()}'s {short(kind)} ({mod or 'root'}) folded in")
+                out.append(f"{which.upper()}'s {_short_kind(kind)} ({mod or 'root'}) folded in")
             if keys.anchor.get(h) in keys.by_order:
                 kind_a, kind_b = keys.by_order[keys.anchor[h]]
-                out.append(f"{short(kind_a)} (A) and {short(kind_b)} (B) paired by order in "
+                out.append(f"{_short_kind(kind_a)} (A) and {_short_kind(kind_b)} (B) paired by order in "
                            f"{keys.key[keys.anchor[h]][0]}")
         if not keys.has_graph and any(keys.role.get(h) in ("in", "out") for h in handles):
             out.append(f"{which.upper()}: q/dq attached by handle order (no graph in the ETRecord)")
         return list(dict.fromkeys(out))
 
 
+def _short_kind(kind: str) -> str:
+    """An op kind as rows and notes name it ("aten._native_batch_norm_legit" -> "native_batch_norm_legit")."""
+    return kind.split(".")[-1].lstrip("_")
+
+
 def key_label(key: tuple) -> str:
     """A row's name from its module + op key: "features.0.0/convolution#0"."""
     _, _, module, kind, n = key
-    return f"{module or 'root'}/{kind.split('.')[-1].lstrip('_')}#{n}"
+    return f"{module or 'root'}/{_short_kind(kind)}#{n}"
 
 
 class Rejoin:
