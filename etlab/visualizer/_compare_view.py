@@ -74,8 +74,7 @@ def latency_figure(comparison, top: int = 25, side: str = "b") -> go.Figure:
         vals = [getattr(r, f"latency_{side}") for r in rows]
         fig.add_trace(go.Bar(orientation="h", y=labels, x=vals, name=f"{side.upper()}: {os.path.basename(name)}",
                              marker={"color": color},
-                             customdata=[[r.nodes[-1] if r.nodes else "", list(_side_handles(r, side))]
-                                         for r in rows],
+                             customdata=[_click_data(r, side) for r in rows],
                              hovertext=[f"<b>{lab}</b><br>{side.upper()}: {v:.4g} {comparison.unit}"
                                         f"{f'<br>B/A {r.ratio:.3f}' if r.ratio is not None else ''}"
                                         for lab, v, r in zip(labels, vals, rows)], hoverinfo="text"))
@@ -87,6 +86,11 @@ def latency_figure(comparison, top: int = 25, side: str = "b") -> go.Figure:
     return fig
 
 
+def _click_data(row, side: str) -> list:
+    """What a bar of a row carries for a click: its last graph node and its handles on `side`."""
+    return [row.nodes[-1] if row.nodes else "", list(_side_handles(row, side))]
+
+
 def numeric_figure(comparison, side: str = "b") -> go.Figure | None:
     """Per row in execution order, where both sides' outputs were compared: the relative error of B's
     output (a line) and the part of it the row added over its inputs' (bars): where quantization, or
@@ -95,7 +99,7 @@ def numeric_figure(comparison, side: str = "b") -> go.Figure | None:
     if not rows:
         return None
     labels = [r.key for r in rows]
-    custom = [[r.nodes[-1] if r.nodes else "", list(_side_handles(r, side))] for r in rows]
+    custom = [_click_data(r, side) for r in rows]
     added = [r.added_error for r in rows]
     fig = go.Figure()
     fig.add_trace(go.Bar(x=labels, y=added, name="added by the row", customdata=custom,
@@ -202,12 +206,11 @@ class CompareView(widgets.VBox):
         self.plot = PlotView(self.figure)
         self.numeric = numeric_figure(comparison, side)
         self.numeric_plot = PlotView(self.numeric) if self.numeric is not None else None
-        if self.graph is not None:
-            for plot in (self.plot, self.numeric_plot):
-                if plot is not None:
-                    plot.on_click(self._on_point)
-        self.note = widgets.HTML(self._note_html())
         plots = [self.plot] + ([self.numeric_plot] if self.numeric_plot is not None else [])
+        if self.graph is not None:
+            for plot in plots:
+                plot.on_click(self._on_point)
+        self.note = widgets.HTML(self._note_html())
         super().__init__([self.note, self.table, *plots] + ([self.graph] if self.graph else []), **kwargs)
 
     def _note_html(self) -> str:
