@@ -49,7 +49,7 @@ class EmittedMethod:
 class _MethodEmitter:
     def __init__(self, name: str, gm: GraphModule, program: ExportedProgram, constants, delegates, config):
         self.name, self.gm, self.program, self.config = name, gm, program, config
-        self.values = ValueTable(constants, getattr(config, "emit_mutable_buffer_names", False))
+        self.values = ValueTable(constants, config.emit_mutable_buffer_names)
         self.delegate_store = delegates
         self.instructions: list[P.Instruction] = []
         self.stacktraces: list[P.FrameList | None] = []

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from etlab.runtime._errors import LoadError
-from etlab.runtime._memory import check_dim_order, nbytes_of
+from etlab.runtime._memory import allocate_arenas, check_dim_order, nbytes_of
 from etlab.schema import program as P
 from etlab.schema.scalar_type import scalar_type_to_dtype
 
@@ -49,7 +49,6 @@ class SharedRegion:
     """The one memory id 2 of a program's methods; `lock` is held while any of them runs, so methods
     sharing state run one at a time (each still serves one thread, as any Method)."""
 
-    size: int
     array: np.ndarray
     tensor: torch.Tensor
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -158,7 +157,6 @@ def _of_two_methods(first: list[StateTensor], second: list[StateTensor]) -> tupl
 
 def allocate_shared_region(size: int, what: str) -> SharedRegion:
     """The zero-filled shared region (large ones as lazily-touched anonymous pages, like any arena)."""
-    from etlab.runtime._memory import allocate_arenas
 
     arenas = allocate_arenas([0, size], f"{what}: shared state")
-    return SharedRegion(size, arenas.arrays[1], arenas.tensors[1])
+    return SharedRegion(arenas.arrays[1], arenas.tensors[1])

@@ -96,8 +96,7 @@ def test_names_only_when_asked(write_read):
     module, examples, calls, _, _ = write_read
     et = to_edge(_export(module, examples)).to_executorch(_shared_config(names=False))
     plan = et.executorch_program.execution_plan[0]
-    state = [v.val for v in plan.values if getattr(v.val, "allocation_info", None) is not None
-             and v.val.allocation_info.memory_id == 2]
+    state = _state_values(plan)
     assert len(state) == 2 and all(t.extra_tensor_info is None for t in state)
     for g, w in zip(_run_calls(et.buffer, calls), _eager(calls)):
         torch.testing.assert_close(g, w, rtol=0, atol=1e-6)
