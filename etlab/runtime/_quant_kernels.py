@@ -37,7 +37,7 @@ def _qd():
 
 
 def _dtype(v) -> torch.dtype | None:
-    return scalar_type_to_dtype(v) if isinstance(v, int) and not isinstance(v, bool) else v
+    return scalar_type_to_dtype(v) if _is_int(v) else v
 
 
 def _check_range(qmin: int, qmax: int, dtype: torch.dtype) -> None:

@@ -11,10 +11,10 @@
 // call checks dtypes, ranges, shapes and the qparams it reads (c10::ValueError, which the core
 // reports naming the instruction).
 #include <ATen/Parallel.h>
+#include <ATen/TensorIterator.h>
 #include <torch/library.h>
 
 #include <algorithm>
-#include <cstring>
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 #endif
@@ -28,7 +28,7 @@ namespace {
 
 using namespace quant;
 
-constexpr int64_t kGrain = 32768;  // elements per parallel task (ATen's internal::GRAIN_SIZE)
+constexpr int64_t kGrain = at::internal::GRAIN_SIZE;  // elements per parallel task, as ATen's loops
 
 // -- loops over contiguous runs ---------------------------------------------------------------------
 
@@ -261,7 +261,7 @@ void dequantize_per_tensor(const at::Tensor& x, double scale, int64_t zero_point
 // -- per channel --------------------------------------------------------------------------------------
 
 struct Channels {
-  int64_t axis, outer, count, inner;  // x viewed as [outer, count, inner]
+  int64_t outer, count, inner;  // x viewed as [outer, count, inner]
 };
 
 Channels channels_of(const at::Tensor& x, int64_t axis, const at::Tensor& scales,
@@ -269,7 +269,7 @@ Channels channels_of(const at::Tensor& x, int64_t axis, const at::Tensor& scales
   TORCH_CHECK_VALUE(-x.dim() <= axis && axis < x.dim(), what, ": axis ", axis, " is out of range for a ", x.dim(),
                     "-d input");
   if (axis < 0) axis += x.dim();
-  Channels c{axis, 1, x.size(axis), 1};
+  Channels c{1, x.size(axis), 1};
   for (int64_t d = 0; d < axis; ++d) c.outer *= x.size(d);
   for (int64_t d = axis + 1; d < x.dim(); ++d) c.inner *= x.size(d);
   TORCH_CHECK_VALUE(scales.dim() == 1 && scales.numel() == c.count && at::isFloatingType(scales.scalar_type()), what,
