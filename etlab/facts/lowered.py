@@ -20,6 +20,29 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 # (backend name, delegate-call instruction id) that took the node; set by etlab.etrecord.
 DELEGATE_PARTITION_META = "delegate_partition"
 
+# node.meta key a partitioner sets on each node it considered and left out of every partition: a
+# `DelegationRefusal` saying why, read by the delegation explainer (devtools, views, Lab, CLI).
+DELEGATION_REFUSAL_META = "delegation_refusal"
+
+# The kinds of reason a backend gives for leaving a node out, from the user's point of view.
+REFUSAL_CATEGORIES = ("operator", "dtype", "dynamic_shape", "argument", "quantization", "partition_size",
+                      "excluded_by_user", "other")
+
+
+@dataclass(frozen=True)
+class DelegationRefusal:
+    """Why `backend` did not take a node: a category (one of REFUSAL_CATEGORIES), a sentence naming
+    what about the node is unsupported, and what the user can do about it."""
+
+    backend: str
+    category: str
+    reason: str
+    hint: str = ""
+
+    def __post_init__(self):
+        if self.category not in REFUSAL_CATEGORIES:
+            raise ValueError(f"unknown refusal category {self.category!r}; expected one of {REFUSAL_CATEGORIES}")
+
 
 @dataclass(frozen=True)
 class CompileSpec:
