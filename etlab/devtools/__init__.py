@@ -1,8 +1,9 @@
 """Developer tools on top of the compiler, runtime, ETRecord and Inspector (upstream's `executorch.devtools`).
 
 - Delegation: `get_delegation_info(graph_module)` -> `DelegationInfo` (`get_summary()`,
-  `get_operator_delegation_dataframe()`), `print_delegation_info`, `format_delegated_graph` /
-  `print_delegated_graph` (lowered modules' graphs shown in place).
+  `get_operator_delegation_dataframe()`; the explainer: `get_node_delegation_dataframe()`, one row per
+  node with why a node was left out, `refusal_groups()`, `format_refusals()`), `print_delegation_info`,
+  `format_delegated_graph` / `print_delegated_graph` (lowered modules' graphs shown in place).
 - Memory: `memory_plan_dataframe(program_manager)`, `planned_tensors`, `live_bytes_per_step`,
   `memory_lower_bound`, `generate_memory_trace(program_manager, path)` (Chrome trace).
 - Bundled programs: `MethodTestCase`, `MethodTestSuite`, `BundledProgram`,
@@ -37,6 +38,8 @@ _WHERE = {
     "DelegationBreakdown": "_delegation_info",
     "DelegationInfo": "_delegation_info",
     "MethodTestCase": "_bundled_config",
+    "NODE_COLUMNS": "_delegation_info",
+    "NodeDelegation": "_delegation_info",
     "MethodTestSuite": "_bundled_config",
     "OutputCheck": "_bundled_runtime",
     "PlannedTensor": "_memory_trace",
@@ -64,6 +67,7 @@ _WHERE = {
     "print_delegation_info": "_delegation_info",
     "profile": "_profile",
     "QuantReport": "_quant_debug",
+    "RefusalGroup": "_delegation_info",
     "quantization_report": "_quant_debug",
     "requantize_excluding": "_quant_debug_fix",
     "sensitivity_table": "_quant_debug_fix",

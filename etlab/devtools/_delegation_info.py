@@ -8,11 +8,17 @@ from node names, and upstream names every edge-dialect node after its operator
 the type is derived from the node's operator the way upstream's names are, and the two tables
 line up on the same model. Like upstream, `getitem` nodes (picking one output of a multi-output
 op or delegate call) are counted as non-delegated nodes.
+
+The explainer: `DelegationInfo.nodes` has one row per operator node, delegated or not, with where it
+came from (module path, source line) and, for a node left out, why: the `DelegationRefusal` its
+partitioner recorded in `node.meta[DELEGATION_REFUSAL_META]`, or, on graphs lowered without that
+record (upstream's XNNPACK ETRecords), what etlab's XNNPACK rules say about the node.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -20,13 +26,62 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule, Node
 
 from etlab.facts import display
-from etlab.facts.fx import op_name, op_type_of
-from etlab.facts.lowered import DELEGATE_PARTITION_META, LoweredBackendModule, is_delegate_call, lowered_module_of
+from etlab.facts.fx import is_getitem, op_name, op_type_of
+from etlab.facts.lowered import (
+    DELEGATE_PARTITION_META,
+    DELEGATION_REFUSAL_META,
+    REFUSAL_CATEGORIES,
+    DelegationRefusal,
+    LoweredBackendModule,
+    is_delegate_call,
+    lowered_module_of,
+)
 from etlab.facts.lowered import lowered_modules as all_lowered_modules
+from etlab.facts.source import module_path, source_line
+
+log = logging.getLogger(__name__)
 
 # Column names of get_operator_delegation_dataframe(), as upstream names them.
 OCCURRENCES_IN_DELEGATED_GRAPHS = "occurrences_in_delegated_graphs"
 OCCURRENCES_IN_NON_DELEGATED_GRAPHS = "occurrences_in_non_delegated_graphs"
+
+# Columns of get_node_delegation_dataframe().
+NODE_COLUMNS = ["node", "op", "module", "source", "delegated", "backend", "category", "reason", "hint"]
+XNNPACK_BACKEND = "XnnpackBackend"
+
+
+@dataclass(frozen=True)
+class NodeDelegation:
+    """One operator node: where it came from, whether a backend took it, and if not, why not.
+
+    `category`, `reason` and `hint` are those of the node's `DelegationRefusal` ("" when delegated, or
+    when nothing recorded or could tell why); `backend` is the backend that took it or refused it."""
+
+    node: str
+    op: str
+    module: str = ""
+    source: str = ""
+    delegated: bool = False
+    backend: str = ""
+    category: str = ""
+    reason: str = ""
+    hint: str = ""
+    debug_handle: int | None = None
+
+    def row(self) -> list:
+        return [getattr(self, c) for c in NODE_COLUMNS]
+
+
+@dataclass(frozen=True)
+class RefusalGroup:
+    """The nodes left out for one kind of reason (`category`), for the grouped views."""
+
+    category: str
+    nodes: list[NodeDelegation]
+
+    @property
+    def count(self) -> int:
+        return len(self.nodes)
 
 
 @dataclass
@@ -56,6 +111,7 @@ class DelegationInfo:
     num_non_delegated_nodes: int
     delegation_by_operator: dict[str, DelegationBreakdown]
     delegation_by_backend: dict[str, BackendBreakdown] = field(default_factory=dict)
+    nodes: list[NodeDelegation] = field(default_factory=list)
 
     def _repr_html_(self) -> str | None:
         return display.html(self)  # the views register it (etlab.facts.display)
@@ -81,6 +137,54 @@ class DelegationInfo:
         rows.append(("Total", sum(r[1] for r in rows), sum(r[2] for r in rows)))
         df = pd.DataFrame(rows, columns=columns)
         return df.astype({columns[1]: "int64", columns[2]: "int64"})
+
+    def get_node_delegation_dataframe(self, delegated: bool | None = None) -> pd.DataFrame:
+        """One row per operator node in graph order (`NODE_COLUMNS`): node, op, module path, source
+        line, delegated, backend, and for a node left out the refusal's category, reason and hint.
+        `delegated=False` keeps only the nodes left out, `True` only the delegated ones."""
+        rows = [n.row() for n in self.nodes if delegated is None or n.delegated == delegated]
+        return pd.DataFrame(rows, columns=NODE_COLUMNS).astype({"delegated": bool})
+
+    def refusal_groups(self) -> list[RefusalGroup]:
+        """The nodes left out with a reason, grouped by category: largest group first, then in
+        REFUSAL_CATEGORIES order."""
+        groups: dict[str, list[NodeDelegation]] = {}
+        for n in self.nodes:
+            if not n.delegated and n.category:
+                groups.setdefault(n.category, []).append(n)
+        rank = {c: i for i, c in enumerate(REFUSAL_CATEGORIES)}
+        return [RefusalGroup(c, ns) for c, ns in sorted(groups.items(), key=lambda kv: (-len(kv[1]),
+                                                                                        rank.get(kv[0], 99)))]
+
+    @property
+    def unexplained(self) -> list[NodeDelegation]:
+        """Operator nodes left out for which no reason was recorded or could be derived."""
+        return [n for n in self.nodes if not n.delegated and not n.category]
+
+    def format_refusals(self, max_per_group: int = 20) -> str:
+        """The nodes left out, grouped by category with counts, one line per node (reason, hint,
+        source line): what `etlab info` prints."""
+        groups = self.refusal_groups()
+        if not groups and not self.unexplained:
+            return "every operator node was delegated\n" if self.nodes else "no operator nodes\n"
+        left = sum(g.count for g in groups) + len(self.unexplained)
+        lines = [f"left out of delegation: {left} node(s)"]
+        for g in groups:
+            lines.append(f"  {g.category}: {g.count} node(s)")
+            for n in g.nodes[:max_per_group]:
+                where = f" [{n.module}]" if n.module else ""
+                lines.append(f"    {n.node} ({n.op}){where}: {n.reason}")
+                if n.hint:
+                    lines.append(f"      hint: {n.hint}")
+                if n.source:
+                    lines.append(f"      at {n.source}")
+            if g.count > max_per_group:
+                lines.append(f"    ... {g.count - max_per_group} more")
+        if self.unexplained:
+            names = ", ".join(n.node for n in self.unexplained[:max_per_group])
+            more = f" ... {len(self.unexplained) - max_per_group} more" if len(self.unexplained) > max_per_group else ""
+            lines.append(f"  no reason recorded: {len(self.unexplained)} node(s): {names}{more}")
+        return "\n".join(lines) + "\n"
 
 
 def _as_graph_module(graph_module, what: str = "graph_module") -> GraphModule:
@@ -109,10 +213,16 @@ def get_delegation_info(graph_module) -> DelegationInfo:
     lowered module's `original_module` graph, and the nodes an upstream ETRecord's pre-lowering
     edge graph marks as taken by a delegate call (`etlab.etrecord.DELEGATE_PARTITION_META`: one
     subgraph per delegate-call instruction). Operator types: see `op_type_of`.
+
+    `nodes` (the explainer's table) lists every operator node of the top graph and of the lowered
+    modules, except the getitems that unpack delegate calls, with the reason recorded for each node
+    left out; on a graph lowered to XNNPACK without recorded reasons, etlab's XNNPACK rules give them.
     """
     gm = _as_graph_module(graph_module)
     by_op: dict[str, DelegationBreakdown] = {}
     by_backend: dict[str, BackendBreakdown] = {}
+    rows: list[NodeDelegation] = []
+    left_out: list[tuple[int, Node]] = []  # (row index, node) of meta-less nodes left out
 
     def count(node: Node, delegated: bool) -> None:
         op_type = op_type_of(node)
@@ -128,6 +238,10 @@ def get_delegation_info(graph_module) -> DelegationInfo:
         if node.op == "call_function" and not is_delegate_call(node):
             partition = node.meta.get(DELEGATE_PARTITION_META)  # an upstream pre-lowering edge graph
             count(node, delegated=partition is not None)
+            if not _is_delegate_output(node):
+                if partition is None and not isinstance(node.meta.get(DELEGATION_REFUSAL_META), DelegationRefusal):
+                    left_out.append((len(rows), node))
+                rows.append(_node_row(node, partition[0] if partition is not None else None))
             if partition is not None:
                 backend = by_backend.setdefault(partition[0], BackendBreakdown(partition[0]))
                 backend.num_nodes += 1
@@ -145,13 +259,65 @@ def get_delegation_info(graph_module) -> DelegationInfo:
             if inner.op == "call_function":
                 count(inner, delegated=True)
                 backend.num_nodes += 1
+                if not is_getitem(inner):
+                    rows.append(_node_row(inner, lowered.backend_id))
+    if left_out and XNNPACK_BACKEND in by_backend:
+        _explain_with_xnnpack_rules(rows, left_out)
     return DelegationInfo(
         num_delegated_subgraphs=num_subgraphs,
         num_delegated_nodes=sum(b.delegated for b in by_op.values()),
         num_non_delegated_nodes=sum(b.non_delegated for b in by_op.values()),
         delegation_by_operator=by_op,
         delegation_by_backend=by_backend,
+        nodes=rows,
     )
+
+
+def _is_delegate_output(node: Node) -> bool:
+    """A getitem picking one output of a delegate call: plumbing, not an operator anyone refused."""
+    return is_getitem(node) and bool(node.args) and isinstance(node.args[0], Node) and is_delegate_call(node.args[0])
+
+
+def _node_row(node: Node, delegated_to: str | None) -> NodeDelegation:
+    """The explainer's row of one node: delegated to `delegated_to`, or left out with its recorded refusal."""
+    handle = node.meta.get("debug_handle")
+    common = {"node": node.name, "op": op_name(node.target), "module": module_path(node.meta.get("nn_module_stack")),
+              "source": source_line(node.meta.get("stack_trace")),
+              "debug_handle": handle if isinstance(handle, int) else None}
+    if delegated_to is not None:
+        return NodeDelegation(**common, delegated=True, backend=delegated_to)
+    refusal = node.meta.get(DELEGATION_REFUSAL_META)
+    if isinstance(refusal, DelegationRefusal):
+        return NodeDelegation(**common, backend=refusal.backend, category=refusal.category, reason=refusal.reason,
+                              hint=refusal.hint)
+    return NodeDelegation(**common)
+
+
+def _xnnpack_rules() -> Callable[[Node], DelegationRefusal | None] | None:
+    """etlab's XNNPACK partitioner rules (`why_unsupported`), or None where that backend is not built in."""
+    try:
+        from etlab.compiler.backends.xnnpack import why_unsupported
+    except ImportError:
+        return None
+    return why_unsupported
+
+
+def _explain_with_xnnpack_rules(rows: list[NodeDelegation], left_out: list[tuple[int, Node]]) -> None:
+    """Fills the reason of nodes an XNNPACK lowering left out without recording why (upstream's
+    programs) from etlab's XNNPACK rules; a node those rules accept keeps an empty reason."""
+    rules = _xnnpack_rules()
+    if rules is None:
+        return
+    for index, node in left_out:
+        try:
+            refusal = rules(node)
+        except Exception as e:  # a rule that cannot read this node says nothing about it
+            log.debug("XNNPACK rules could not judge node %s: %s", node.name, e)
+            continue
+        if isinstance(refusal, DelegationRefusal):
+            r = rows[index]
+            rows[index] = NodeDelegation(r.node, r.op, r.module, r.source, False, refusal.backend, refusal.category,
+                                         refusal.reason, refusal.hint, r.debug_handle)
 
 
 def print_delegation_info(graph_module) -> None:

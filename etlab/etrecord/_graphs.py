@@ -8,12 +8,14 @@ A program is stored as one JSON document (all in the file's `programs` list):
 - "debug_handles": graph path -> node name -> debug handle (torch's JSON drops node.meta keys it
   does not know; "" is the top graph, control-flow branches are named by their module path);
 - "delegates": each LoweredBackendModule the graphs call: backend id, processed bytes, compile
-  specs, its delegate debug map and its original program (another document, stored recursively).
+  specs, its delegate debug map and its original program (another document, stored recursively);
+- "delegation_refusals" (optional): graph path -> node name -> [backend, category, reason, hint],
+  why a partitioner left the node out (`facts.lowered.DELEGATION_REFUSAL_META`).
 
 Rebuilding checks the JSON first (`_graph_check.sanitize_program`): torch's deserializer would
 otherwise evaluate expressions and guard code from the file. What does not survive the round
-trip: node metadata other than stack_trace, nn_module_stack, torch_fn and debug handles
-(source_fn_stack, from_node and custom metadata are dropped), and custom (script) objects.
+trip: node metadata other than stack_trace, nn_module_stack, torch_fn, debug handles and delegation
+refusals (source_fn_stack, from_node and custom metadata are dropped), and custom (script) objects.
 """
 
 from __future__ import annotations
@@ -33,7 +35,15 @@ from etlab.etrecord._archive import dump_json
 from etlab.etrecord._graph_check import check_name, sanitize_program
 from etlab.etrecord._values import TensorStore, TensorTable, decode_value, encode_value
 from etlab.facts.fx import copy_graph_module, graph_modules
-from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate, lowered_modules
+from etlab.facts.lowered import (
+    DELEGATION_REFUSAL_META,
+    REFUSAL_CATEGORIES,
+    CompileSpec,
+    DelegationRefusal,
+    LoweredBackendModule,
+    executorch_call_delegate,
+    lowered_modules,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,17 +97,24 @@ class ProgramWriter:
                 example = encode_value(tuple(ep.example_inputs), self.store, f"{what}: example inputs")
             except (ValueError, TypeError) as e:
                 log.info("%s: example inputs not recorded: %s", what, e)
-        debug_handles = {}
+        debug_handles, refusals = {}, {}
         for path, sub in graph_modules(ep.graph_module).items():
             handles = {n.name: _handles_json(n.meta["debug_handle"]) for n in sub.graph.nodes
                        if n.meta.get("debug_handle") is not None}
             if handles:
                 debug_handles[path] = handles
-        return {
+            refused = {n.name: [r.backend, r.category, r.reason, r.hint] for n in sub.graph.nodes
+                       if isinstance(r := n.meta.get(DELEGATION_REFUSAL_META), DelegationRefusal)}
+            if refused:
+                refusals[path] = refused
+        out = {
             "export": doc, "state_dict": state_dict, "constants": constants,
             "example_inputs": example,
             "debug_handles": debug_handles, "delegates": delegates,
         }
+        if refusals:
+            out["delegation_refusals"] = refusals
+        return out
 
 
 def _handles_json(handles):
@@ -185,6 +202,7 @@ class ProgramReader:
         if not isinstance(doc.get("debug_handles"), dict) or not all(
                 isinstance(v, dict) for v in doc["debug_handles"].values()):
             raise FormatError(f"{where}: 'debug_handles' must map graph paths to node -> handle objects")
+        _check_refusals(doc.get("delegation_refusals", {}), where)
         for d in doc["delegates"]:
             if not isinstance(d, dict) or not all(isinstance(d.get(k), str) for k in ("graph", "attr", "backend_id")):
                 raise FormatError(f"{where}: a delegate entry lacks graph / attr / backend_id")
@@ -237,6 +255,7 @@ class ProgramReader:
         for d in doc["delegates"]:
             self._restore_delegate(modules, d, where)
         self._restore_debug_handles(modules, doc["debug_handles"], where)  # get_attr nodes of delegates too
+        _restore_refusals(modules, doc.get("delegation_refusals", {}), where)
         for gm in modules.values():
             gm.recompile()
         return ep
@@ -282,3 +301,35 @@ class ProgramReader:
             with gm.graph.inserting_before(call):
                 attr = gm.graph.get_attr(d["attr"])
             call.args = (attr, *call.args[1:])
+
+
+# A refusal's text fields are sentences; anything longer is not one etlab wrote.
+_MAX_REFUSAL_TEXT = 4000
+
+
+def _check_refusals(table, where: str) -> None:
+    """'delegation_refusals': graph path -> node name -> [backend, category, reason, hint] of strings,
+    the category one of REFUSAL_CATEGORIES."""
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise FormatError(f"{where}: 'delegation_refusals' must map graph paths to node -> refusal objects")
+    for path, refused in table.items():
+        for name, r in refused.items():
+            if not (isinstance(r, list) and len(r) == 4 and all(isinstance(x, str) and len(x) <= _MAX_REFUSAL_TEXT
+                                                                  for x in r)):
+                raise FormatError(f"{where}: delegation refusal of node {str(name)[:80]!r} in graph {str(path)[:80]!r} "
+                                  "is not [backend, category, reason, hint] (short strings)")
+            if r[1] not in REFUSAL_CATEGORIES:
+                raise FormatError(f"{where}: delegation refusal of node {str(name)[:80]!r} has unknown category "
+                                  f"{r[1][:40]!r} (expected one of {', '.join(REFUSAL_CATEGORIES)})")
+
+
+def _restore_refusals(modules: dict[str, GraphModule], table: dict, where: str) -> None:
+    for path, refused in table.items():
+        gm = modules.get(path)
+        if gm is None:
+            log.warning("%s: no graph %r to put delegation refusals on", where, path)
+            continue
+        by_name = {n.name: n for n in gm.graph.nodes}
+        for name, (backend, category, reason, hint) in refused.items():
+            if name in by_name:
+                by_name[name].meta[DELEGATION_REFUSAL_META] = DelegationRefusal(backend, category, reason, hint)

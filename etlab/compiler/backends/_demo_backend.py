@@ -27,7 +27,8 @@ from etlab.compiler._delegation import (
     PreprocessResult,
 )
 from etlab.compiler.backends._demo_format import DemoOp, DemoProgram, Opcode, encode_demo_program
-from etlab.facts.lowered import CompileSpec
+from etlab.facts.fx import op_name
+from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal
 
 aten = torch.ops.aten
 _OPCODES = {
@@ -44,31 +45,60 @@ _NEUTRAL_KWARGS = {"alpha": 1, "beta": 1}
 IDENTIFIERS_KEY = "identifiers"
 
 
+BACKEND_ID = "DemoBackend"
+_OPS_TEXT = "add.Tensor, mul.Tensor, mm, addmm and permute(_copy)"
+
+
 def _static_float32(value) -> bool:
     return (isinstance(value, torch.Tensor) and value.dtype == torch.float32
             and all(isinstance(d, int) for d in value.shape))
 
 
-def why_unsupported(node: Node) -> str | None:
-    """Why DemoBackend cannot run `node`, or None if it can."""
+def _tensor_refusal(value, what: str) -> DelegationRefusal | None:
+    """Why a value (a node's result or operand) is not a float32 tensor of static shape, or None."""
+    if not isinstance(value, torch.Tensor):
+        return DelegationRefusal(BACKEND_ID, "dtype", f"{what} is not a tensor",
+                                 "the backend computes on float32 tensors only")
+    if value.dtype != torch.float32:
+        return DelegationRefusal(BACKEND_ID, "dtype", f"{what} is {str(value.dtype).replace('torch.', '')}, "
+                                 "not float32", "cast to float32 before this op if the precision allows")
+    dynamic = [i for i, d in enumerate(value.shape) if not isinstance(d, int)]
+    if dynamic:
+        return DelegationRefusal(BACKEND_ID, "dynamic_shape", f"{what} has dynamic dimension(s) {dynamic} "
+                                 f"(shape {list(value.shape)})", "export with a static size for those dimensions")
+    return None
+
+
+def why_unsupported(node: Node) -> DelegationRefusal | None:
+    """Why DemoBackend cannot run `node` (a `DelegationRefusal`: category, reason, hint), or None if it can."""
     if node.op != "call_function" or node.target not in _OPCODES:
-        return "the backend runs only add.Tensor, mul.Tensor, mm, addmm and permute(_copy)"
+        what = op_name(node.target) if node.op == "call_function" else f"a {node.op} node"
+        return DelegationRefusal(BACKEND_ID, "operator", f"the backend does not run {what} (only {_OPS_TEXT})",
+                                 "none: the op runs on the portable kernels")
     opcode = _OPCODES[node.target]
-    if not _static_float32(node.meta.get("val")):
-        return "its result is not a float32 tensor of static shape"
+    refusal = _tensor_refusal(node.meta.get("val"), "its result")
+    if refusal is not None:
+        return refusal
     arity = _TENSOR_ARITY[opcode]
     tensors = node.args[:arity]
-    if len(tensors) != arity or not all(isinstance(a, Node) and _static_float32(a.meta.get("val")) for a in tensors):
-        return f"it needs {arity} float32 tensor operands of static shape"
+    if len(tensors) != arity or not all(isinstance(a, Node) for a in tensors):
+        return DelegationRefusal(BACKEND_ID, "argument", f"it needs {arity} tensor operands, got {tensors!r}",
+                                 "pass tensors, not Python scalars, as the operands")
+    for i, a in enumerate(tensors):
+        refusal = _tensor_refusal(a.meta.get("val"), f"operand {i} ({a.name})")
+        if refusal is not None:
+            return refusal
     if opcode == Opcode.PERMUTE:
         dims = node.args[1] if len(node.args) > 1 else None
         if not isinstance(dims, (list, tuple)) or not all(isinstance(d, int) for d in dims):
-            return "its permutation is not a list of ints"
+            return DelegationRefusal(BACKEND_ID, "argument", f"its permutation {dims!r} is not a list of ints")
     elif len(node.args) > arity:
-        return f"extra positional arguments {node.args[arity:]!r}"
+        return DelegationRefusal(BACKEND_ID, "argument", f"extra positional arguments {node.args[arity:]!r}")
     for key, value in node.kwargs.items():
         if _NEUTRAL_KWARGS.get(key, object()) != value:
-            return f"keyword argument {key}={value!r} (only {_NEUTRAL_KWARGS} at their default are supported)"
+            return DelegationRefusal(BACKEND_ID, "argument", f"keyword argument {key}={value!r} (only "
+                                     f"{_NEUTRAL_KWARGS} at their default are supported)",
+                                     f"fold {key} into an explicit mul before the op")
     return None
 
 
@@ -80,11 +110,12 @@ class _DemoSupport(OperatorSupportBase):
 class DemoPartitioner(Partitioner):
     """Tags maximal convex groups of DemoBackend-supported nodes, one tag (`demo_<i>`) per group.
 
-    Groups made only of permutes are left alone: there is nothing to compute in them.
+    Groups made only of permutes are left alone: there is nothing to compute in them. Every
+    call_function node left out gets `node.meta[DELEGATION_REFUSAL_META]`, the reason.
     """
 
     def __init__(self, compile_specs: list[CompileSpec] | None = None):
-        self.delegation_spec = DelegationSpec("DemoBackend", list(compile_specs or []))
+        self.delegation_spec = DelegationSpec(BACKEND_ID, list(compile_specs or []))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
         gm = exported_program.graph_module
@@ -94,11 +125,21 @@ class DemoPartitioner(Partitioner):
         tags: dict[str, DelegationSpec] = {}
         for nodes in sorted(groups, key=lambda group: order[group[0]]):
             if all(_OPCODES[n.target] == Opcode.PERMUTE for n in nodes):
+                for node in nodes:
+                    node.meta[DELEGATION_REFUSAL_META] = DelegationRefusal(
+                        BACKEND_ID, "partition_size", "its partition holds only permutes: nothing to compute",
+                        "none: a permute alone runs as cheaply on the portable kernels")
                 continue
             tag = f"demo_{len(tags)}"
             for node in nodes:
                 node.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
+        for node in gm.graph.nodes:
+            if node.op == "call_function" and "delegation_tag" not in node.meta \
+                    and DELEGATION_REFUSAL_META not in node.meta:
+                refusal = why_unsupported(node)
+                if refusal is not None:
+                    node.meta[DELEGATION_REFUSAL_META] = refusal
         return PartitionResult(exported_program, tags)
 
 
@@ -145,9 +186,9 @@ class _DemoLowering:
             if node.op == "placeholder":
                 self._placeholder(node, targets.get(node.name))
             elif node.op == "call_function":
-                reason = why_unsupported(node)
-                if reason is not None:
-                    raise DelegationError.at(node, f"DemoBackend cannot lower node {node.name!r}: {reason}")
+                refusal = why_unsupported(node)
+                if refusal is not None:
+                    raise DelegationError.at(node, f"DemoBackend cannot lower node {node.name!r}: {refusal.reason}")
                 if (_OPCODES[node.target] == Opcode.PERMUTE and node.args[0] in self.constant
                         and node not in graph_outputs):
                     self._fold_permute(node)

@@ -1,0 +1,163 @@
+"""The delegation explainer: why each node a partitioner left out stayed out, everywhere it is shown.
+
+A planted model has one node of each kind DemoBackend refuses (an operator it does not run, a float64
+value, a dynamic dimension, an argument it cannot take) next to nodes it takes; each must come out
+with its category in get_delegation_info's node table, through an ETRecord round trip, in the
+delegation view's HTML and in `etlab info` run as a command.
+"""
+
+from __future__ import annotations
+
+import operator
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from torch.fx import Graph, GraphModule
+
+from etlab.compiler import to_edge_transform_and_lower
+from etlab.compiler.backends import DemoPartitioner, why_unsupported
+from etlab.devtools import NODE_COLUMNS, _delegation_info, get_delegation_info
+from etlab.etrecord import parse_etrecord
+from etlab.facts.lowered import DELEGATE_PARTITION_META, DELEGATION_REFUSAL_META, DelegationRefusal
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Planted(torch.nn.Module):
+    """Two delegated adds around one node of each refusal category."""
+
+    def forward(self, x, y, w, d):
+        a = x + y
+        b = torch.sub(a, y)  # PLANT operator
+        c = w * w  # PLANT dtype
+        e = d + d  # PLANT dynamic_shape
+        f = torch.add(a, b, alpha=2)  # PLANT argument
+        return f + x, c, e
+
+
+def _inputs():
+    return (torch.randn(2, 3), torch.randn(2, 3), torch.randn(2, 3, dtype=torch.float64), torch.randn(4, 3))
+
+
+# node source line marker -> the category the explainer must give it
+PLANTED = {"operator": "PLANT operator", "dtype": "PLANT dtype", "dynamic_shape": "PLANT dynamic_shape",
+           "argument": "PLANT argument"}
+
+
+@pytest.fixture(scope="module")
+def planted_edge():
+    n = torch.export.Dim("n", min=2, max=16)
+    ep = torch.export.export(Planted(), _inputs(), dynamic_shapes=(None, None, None, {0: n}))
+    return to_edge_transform_and_lower(ep, partitioner=[DemoPartitioner()], generate_etrecord=True)
+
+
+def _by_marker(df):
+    """The row of each planted node, found by its source line."""
+    rows = {}
+    for category, marker in PLANTED.items():
+        hits = df[df["source"].str.contains(marker, regex=False)]
+        assert len(hits) == 1, f"{marker}: {hits[['node', 'op', 'source']].to_dict('records')}"
+        rows[category] = hits.iloc[0]
+    return rows
+
+
+def test_node_table_names_each_planted_refusal(planted_edge):
+    info = get_delegation_info(planted_edge.exported_program())
+    df = info.get_node_delegation_dataframe()
+    assert list(df.columns) == NODE_COLUMNS
+    for category, row in _by_marker(df).items():
+        assert not row["delegated"] and row["backend"] == "DemoBackend", row.to_dict()
+        assert row["category"] == category, row.to_dict()
+        assert row["reason"] and "test_delegation_explainer.py" in row["source"]
+    rows = _by_marker(df)
+    assert "aten.sub.Tensor" in rows["operator"]["reason"]
+    assert "float64" in rows["dtype"]["reason"] and "dynamic dimension" in rows["dynamic_shape"]["reason"]
+    assert "alpha=2" in rows["argument"]["reason"] and rows["argument"]["hint"]
+    delegated = df[df["delegated"]]
+    assert len(delegated) == 2 and set(delegated["backend"]) == {"DemoBackend"}
+    assert (delegated["category"] == "").all() and (delegated["reason"] == "").all()
+    assert len(info.get_node_delegation_dataframe(delegated=False)) == len(df) - 2
+    # the partitioner recorded a reason for every node it left out
+    assert info.unexplained == []
+    groups = {g.category: g.count for g in info.refusal_groups()}
+    assert {"operator", "dtype", "dynamic_shape", "argument"} <= set(groups)
+    assert sum(groups.values()) == len(df) - 2
+
+
+def test_refusals_survive_the_etrecord(planted_edge, tmp_path):
+    record = planted_edge.to_executorch().get_etrecord()
+    record.save(tmp_path / "model.etrecord")
+    edge = parse_etrecord(str(tmp_path / "model.etrecord")).edge_dialect_program
+    edge = edge["forward"] if isinstance(edge, dict) else edge
+    before = get_delegation_info(planted_edge.exported_program()).get_node_delegation_dataframe()
+    after = get_delegation_info(edge).get_node_delegation_dataframe()
+    assert after.equals(before)
+
+
+def test_format_refusals_groups_by_category(planted_edge):
+    text = get_delegation_info(planted_edge.exported_program()).format_refusals()
+    for category, marker in PLANTED.items():
+        assert f"  {category}: " in text and marker in text
+    assert text.startswith("left out of delegation: ")
+
+
+def test_demo_why_unsupported_returns_refusals():
+    g = Graph()
+    x = g.placeholder("x")
+    x.meta["val"] = torch.empty(2, 2)
+    node = g.call_function(torch.ops.aten.cos.default, (x,))
+    node.meta["val"] = torch.empty(2, 2)
+    refusal = why_unsupported(node)
+    assert isinstance(refusal, DelegationRefusal) and refusal.category == "operator"
+    add = g.call_function(torch.ops.aten.add.Tensor, (x, x))
+    add.meta["val"] = torch.empty(2, 2)
+    assert why_unsupported(add) is None
+
+
+def test_upstream_style_graph_is_explained_by_xnnpack_rules(monkeypatch):
+    """A graph lowered to XNNPACK without recorded reasons (upstream's records) asks the XNNPACK
+    rules about each node left out; a node the rules accept keeps an empty reason."""
+    g = Graph()
+    x = g.placeholder("x")
+    taken = g.call_function(torch.ops.aten.add.Tensor, (x, x))
+    taken.meta[DELEGATE_PARTITION_META] = ("XnnpackBackend", 0)
+    refused = g.call_function(torch.ops.aten.cos.default, (taken,))
+    accepted = g.call_function(torch.ops.aten.mul.Tensor, (refused, refused))
+    g.output((accepted,))
+    gm = GraphModule(torch.nn.Module(), g)
+
+    def rules(node):
+        if node.target is torch.ops.aten.cos.default:
+            return DelegationRefusal("XnnpackBackend", "operator", "cos is not an XNNPACK op", "none")
+        return None
+
+    monkeypatch.setattr(_delegation_info, "_xnnpack_rules", lambda: rules)
+    df = get_delegation_info(gm).get_node_delegation_dataframe().set_index("node")
+    assert df.loc[taken.name, "delegated"] and df.loc[taken.name, "backend"] == "XnnpackBackend"
+    assert df.loc[refused.name, "category"] == "operator"
+    assert df.loc[refused.name, "reason"] == "cos is not an XNNPACK op"
+    assert df.loc[accepted.name, "category"] == "" and not df.loc[accepted.name, "delegated"]
+    # a recorded refusal wins over the rules; without an XNNPACK partition the rules are not asked
+    refused.meta[DELEGATION_REFUSAL_META] = DelegationRefusal("XnnpackBackend", "dtype", "recorded", "")
+    assert get_delegation_info(gm).get_node_delegation_dataframe().set_index("node").loc[refused.name,
+                                                                                         "reason"] == "recorded"
+    refused.meta.pop(DELEGATION_REFUSAL_META)
+    taken.meta.pop(DELEGATE_PARTITION_META)
+    assert get_delegation_info(gm).get_node_delegation_dataframe().set_index("node").loc[refused.name,
+                                                                                         "category"] == ""
+
+
+def test_delegate_getitems_are_not_rows(planted_edge):
+    gm = planted_edge.exported_program().graph_module
+    getitems = [n.name for n in gm.graph.nodes if n.target is operator.getitem]
+    assert getitems  # the delegate calls are unpacked by getitems ...
+    names = set(get_delegation_info(gm).get_node_delegation_dataframe()["node"])
+    assert not names & set(getitems)  # ... which nobody refused
+
+
+def _run_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "etlab.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=REPO)
