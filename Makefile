@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab demo test test-spark lint schemas bench kernel fuzz corpus corpus-speed clean
+.PHONY: setup browser jdk node labextension lab lab-server demo test test-spark lint schemas bench kernel fuzz corpus corpus-speed clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -53,7 +53,21 @@ $(LABEXT): $(LABEXT_SRC) $(VENV)/.jupyterlab-installed | node
 
 labextension: $(LABEXT)
 
-setup: $(VENV)/.etlab-installed
+# `pip install -e` does not install [tool.setuptools.data-files] (a wheel does), so the editable venv gets
+# the extension here, where JupyterLab and jupyter_server look in it: the built extension linked into
+# share/jupyter/labextensions (with install.json, so `jupyter labextension list` names the package) and
+# the server extension enabled by the same etc/jupyter config file the wheel installs. Idempotent.
+LABEXT_DIR := $(abspath $(dir $(LABEXT)))
+$(VENV)/.lab-enabled: $(VENV)/.etlab-installed $(LABEXT) labextension/install.json etlab/jupyter/config/etlab.json
+	cp labextension/install.json $(LABEXT_DIR)/install.json
+	mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
+	rm -rf $(VENV)/share/jupyter/labextensions/etlab-labextension
+	ln -s $(LABEXT_DIR) $(VENV)/share/jupyter/labextensions/etlab-labextension
+	cp etlab/jupyter/config/etlab.json $(VENV)/etc/jupyter/jupyter_server_config.d/etlab.json
+	$(PY) -m ipykernel install --sys-prefix --name etlab --display-name "etlab (Python 3)" >/dev/null
+	@touch $@
+
+setup: $(VENV)/.etlab-installed $(VENV)/.lab-enabled
 
 # Headless Chromium for the browser tests (Debian's package; playwright only drives it).
 browser:
@@ -73,10 +87,17 @@ demo: setup
 	$(PY) -m etlab.demo
 
 # JupyterLab on 127.0.0.1 over this folder (the demo's artifacts in demo_out/, the notebooks); token auth.
+# LAB_ROOT serves another folder; LAB_ARGS adds server options (the browser tests pass a port and a token).
+LAB_ROOT ?= $(CURDIR)
+LAB_ARGS ?=
 lab: setup
 	@test -f demo_out/run.etdp || $(PY) -m etlab.demo
-	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(CURDIR) \
-	  $$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True)
+	@$(MAKE) --no-print-directory lab-server
+
+# The server alone, on the venv as it is (what `make lab` ends with; tests/jupyter starts JupyterLab this way).
+lab-server:
+	$(PY) -m jupyter lab --ServerApp.ip=127.0.0.1 --no-browser --ServerApp.root_dir=$(LAB_ROOT) \
+	  $$([ "$$(id -u)" = 0 ] && echo --ServerApp.allow_root=True) $(LAB_ARGS)
 
 test: setup browser jdk
 	$(PY) -m pytest -n 2 --dist loadgroup -q
