@@ -15,6 +15,11 @@ Any other global, a REDUCE of anything else, BUILD, object creation, extensions 
 stream is a FormatError naming the member. Sizes are bounded (opcodes, memo, nesting), and the
 zip itself is checked before anything is read: one top directory, only torch's entry names, no
 encryption, declared sizes within the member's size.
+
+A memo lets a pickle share one container many times: 60 lists each holding the previous one twice
+take 225 bytes and 2**60 elements when walked as a tree. So the decoded value is walked once per
+object (`check_value`), and its size as a tree (what any consumer that recurses over it visits) is
+bounded by MAX_ELEMENTS; error messages describe values without printing them (`_brief`).
 """
 
 from __future__ import annotations
@@ -41,6 +46,10 @@ STORAGE_NAMES = {dtype: name for name, dtype in STORAGE_DTYPES.items()}
 MAX_OPCODES = 1 << 20
 MAX_DEPTH = 64
 MAX_RANK = 64
+# elements of the decoded value counted as a tree (a shared container once per reference): what a pickle
+# could spell out without sharing containers stays below MAX_OPCODES, and so below this
+MAX_ELEMENTS = 1 << 20
+_MAX_DIM = 1 << 62  # sizes, strides and offsets of a tensor (a product of 64 of them stays small)
 _BOOKKEEPING = re.compile(r"(?:version|\.format_version|\.storage_alignment|byteorder|\.data/serialization_id"
                           r"|\.data/version)")
 _STORAGE_KEY = re.compile(r"[0-9]{1,9}")
@@ -151,17 +160,17 @@ class _Machine:
 
     def global_(self, module, name) -> _Global:
         if not (isinstance(module, str) and isinstance(name, str)) or (module, name) not in _ALLOWED_GLOBALS:
-            raise self.fail(f"the pickle names {str(module)[:80]}.{str(name)[:80]}, which is not a tensor-rebuild "
+            raise self.fail(f"the pickle names {_brief(module)}.{_brief(name)}, which is not a tensor-rebuild "
                             "function or storage type")
         return _Global(module, name)
 
     def storage(self, pid) -> _Storage:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage" and isinstance(pid[1], _Global)
                 and pid[1].module == "torch" and pid[1].name in STORAGE_DTYPES):
-            raise self.fail(f"persistent id {str(pid)[:80]} is not a typed storage")
+            raise self.fail(f"persistent id {_brief(pid)} is not a typed storage")
         _, kind, key, location, numel = pid
         if not isinstance(key, str) or not _STORAGE_KEY.fullmatch(key) or f"data/{key}" not in self.infos:
-            raise self.fail(f"storage key {str(key)[:40]!r} names no data entry")
+            raise self.fail(f"storage key {_brief(key, 40)!r} names no data entry")
         if location != "cpu" or type(numel) is not int or numel < 0:
             raise self.fail(f"storage {key!r} is not a CPU storage of a non-negative size")
         dtype = STORAGE_DTYPES[kind.name]
@@ -185,7 +194,8 @@ class _Machine:
             raise self.fail("a tensor carries extra metadata")
         if not _ints(size) or not _ints(stride) or len(size) != len(stride) or len(size) > MAX_RANK:
             raise self.fail("a tensor's size and stride are not matching lists of non-negative integers")
-        if type(offset) is not int or offset < 0 or not isinstance(requires_grad, bool) or not _empty_dict(hooks):
+        if type(offset) is not int or not 0 <= offset < _MAX_DIM or not isinstance(requires_grad, bool) \
+                or not _empty_dict(hooks):
             raise self.fail("a tensor's offset, requires_grad or hooks are malformed")
         numel = math.prod(size)
         if numel > flat.numel():  # only overlapping (e.g. zero) strides could: a small file, a huge tensor
@@ -202,7 +212,7 @@ class _Machine:
 
     def reduce(self, func, args):
         if not isinstance(func, _Global) or not isinstance(args, tuple):
-            raise self.fail(f"REDUCE on {str(func)[:60]}")
+            raise self.fail(f"REDUCE on {_brief(func, 60)}")
         key = (func.module, func.name)
         if key == _REBUILD_TENSOR:
             return self.rebuild_tensor(args)
@@ -346,25 +356,72 @@ def _empty_dict(value) -> bool:
 
 
 def _ints(value) -> bool:
-    return isinstance(value, tuple) and all(type(v) is int and v >= 0 for v in value)
+    return isinstance(value, tuple) and all(type(v) is int and 0 <= v < _MAX_DIM for v in value)
+
+
+def _brief(value, limit: int = 80) -> str:
+    """A value as an error message shows it, in bounded time: str() of a shared container graph would
+    expand it, and str() of a huge int raises."""
+    if isinstance(value, str):
+        return value[:limit]
+    if isinstance(value, bytes):
+        return repr(value[:limit])
+    if isinstance(value, (bool, float, type(None), _Global)) or (type(value) is int and value.bit_length() <= 64):
+        return str(value)[:limit]
+    if type(value) is int:
+        return f"an int of {value.bit_length()} bits"
+    if isinstance(value, (list, tuple, dict)):
+        return f"a {type(value).__name__} of {len(value)} items"
+    return f"a {type(value).__name__.lstrip('_')}"
 
 
 _PLAIN = (type(None), bool, int, float, str, bytes, torch.Tensor)
 
 
-def _check_depth(value, where: str, depth: int = 0) -> None:
-    """Refuses values nested deeper than MAX_DEPTH (a memo can also make a container hold itself)
-    and anything but plain values, containers and tensors (a bare storage or global)."""
-    if depth > MAX_DEPTH:
-        raise FormatError(f"{where}: the value is nested more than {MAX_DEPTH} levels deep (or holds itself)")
-    if not isinstance(value, (*_PLAIN, list, tuple, dict)):
-        raise FormatError(f"{where}: the pickle's value holds a bare {type(value).__name__.lstrip('_')}")
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            _check_depth(v, where, depth + 1)
-    elif isinstance(value, dict):
-        for v in value.values():
-            _check_depth(v, where, depth + 1)
+def check_value(value, where: str) -> None:
+    """Refuses values nested deeper than MAX_DEPTH or holding themselves, larger than MAX_ELEMENTS
+    when walked as a tree, or holding anything but plain values, containers and tensors (a bare
+    storage or global). Each container is walked once (by id), so the check is linear in the pickle."""
+    _Walk(where).visit(value, 0)
+
+
+class _Walk:
+    """One walk of `check_value`: per container, its height and its size as a tree, computed once."""
+
+    def __init__(self, where: str):
+        self.where = where
+        self.done: dict[int, tuple[int, int]] = {}  # id -> (height, elements as a tree)
+        self.active: set[int] = set()  # containers on the current path (a memo can make one hold itself)
+
+    def fail(self, what: str) -> FormatError:
+        return FormatError(f"{self.where}: {what}")
+
+    def visit(self, value, depth: int) -> tuple[int, int]:
+        """(height, tree size) of `value` reached at `depth`; raises when a bound is passed."""
+        if not isinstance(value, (list, tuple, dict)):
+            if not isinstance(value, _PLAIN):
+                raise self.fail(f"the pickle's value holds a bare {type(value).__name__.lstrip('_')}")
+            return 0, 1
+        key = id(value)
+        known = self.done.get(key)
+        if known is None:
+            if key in self.active:
+                raise self.fail(f"the value holds itself (nested more than {MAX_DEPTH} levels deep)")
+            if depth > MAX_DEPTH:
+                raise self.fail(f"the value is nested more than {MAX_DEPTH} levels deep")
+            self.active.add(key)
+            height, size = 0, 1
+            for item in (value.values() if isinstance(value, dict) else value):
+                h, n = self.visit(item, depth + 1)
+                height, size = max(height, h + 1), size + n
+                if size > MAX_ELEMENTS:
+                    raise self.fail(f"the value has more than {MAX_ELEMENTS} elements when its shared containers "
+                                    "are counted once per reference (a pickle that reuses containers to expand)")
+            self.active.discard(key)
+            known = self.done[key] = (height, size)
+        if depth + known[0] > MAX_DEPTH:
+            raise self.fail(f"the value is nested more than {MAX_DEPTH} levels deep")
+        return known
 
 
 def load_torch_bytes(data: bytes, where: str):
@@ -378,7 +435,7 @@ def load_torch_bytes(data: bytes, where: str):
     if byteorder is not None and _read(zf, byteorder, where).strip() not in (b"little",):
         raise FormatError(f"{where}: big-endian torch.save data is not supported")
     value = _Machine(where, zf, infos).run(_read(zf, infos["data.pkl"], where))
-    _check_depth(value, where)
+    check_value(value, where)
     return value
 
 

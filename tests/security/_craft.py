@@ -130,3 +130,52 @@ def sparse_input_graph(manifest: dict) -> None:
     graph = edge_graph(manifest)
     name = next(iter(graph["tensor_values"]))
     graph["tensor_values"][name] = copy.deepcopy(graph["tensor_values"][name]) | {"layout": 1}
+
+
+# -- torch.save members whose pickle shares containers -----------------------------------------------
+
+
+def shared_list_pickle(levels: int, refs: int = 2) -> bytes:
+    """A protocol-2 pickle of `levels` lists, each holding the previous one `refs` times (memo gets):
+    a few bytes per level, refs**levels elements when walked as a tree (60 levels x 2 refs: 2**60)."""
+    out = bytearray(b"\x80\x02]r\x00\x00\x00\x00")  # [] memoized as 0
+    for i in range(1, levels + 1):
+        get = b"j" + (i - 1).to_bytes(4, "little")
+        out += b"0]r" + i.to_bytes(4, "little") + b"(" + get * refs + b"e"  # pop the last, new list, APPENDS
+    return bytes(out + b".")
+
+
+def torch_member(pkl: bytes) -> bytes:
+    """A torch.save zip (as upstream writes for an ETRecord member) whose data.pkl is `pkl`."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    torch.save({}, buf)
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    entries[next(n for n in entries if n.endswith("/data.pkl"))] = pkl
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return out.getvalue()
+
+
+def upstream_etrecord_with(src: Path, dst: Path, members: dict[str, bytes]) -> Path:
+    """`src` (an etlab ETRecord) saved in upstream's layout to `dst`, with `members` replaced."""
+    import io
+    import zipfile
+
+    from etlab.etrecord import parse_etrecord
+
+    buf = io.BytesIO()
+    parse_etrecord(src).save(buf, format="upstream")
+    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zf:
+        entries = {n: zf.read(n) for n in zf.namelist()}
+    assert set(members) <= set(entries), sorted(entries)
+    entries.update(members)
+    with zipfile.ZipFile(dst, "w") as zf:
+        for name, data in entries.items():
+            zf.writestr(name, data)
+    return dst
