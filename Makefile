@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab lab-server demo test test-spark lint schemas bench kernel fuzz corpus corpus-speed clean
+.PHONY: setup browser jdk node labextension lab lab-server demo test test-spark lint schemas bench kernel fuzz sanitize corpus corpus-speed clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -118,6 +118,11 @@ schemas: setup
 
 bench: setup
 	$(PY) bench/run_all.py
+
+# The runtime tests on a native core built with ASan, UBSan, assertions and pybind11's GIL checks, in
+# build/sanitize (the in-place build stays as it is); any report fails the run (tests/runtime/sanitize.py).
+sanitize: setup
+	$(PY) -m tests.runtime.sanitize
 
 # The standing fuzz campaign (tests/fuzz): every loader, load+execute, Inspector+report, for a time
 # budget; saves reproducers under tests/fuzz/reproducers/ and rewrites the Robustness section of bench/RESULTS.md.
