@@ -12,7 +12,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 SCRIPTS = ["compile.py", "runtime.py", "inspector.py", "startup.py", "views.py", "fleet.py", "quant.py",
-           "quant_debug.py", "compare.py"]
+           "quant_debug.py", "compare.py", "xnnpack_lowering.py"]
 
 
 def main() -> int:

@@ -1,0 +1,377 @@
+"""etlab's XNNPACK lowering next to upstream's, side by side in ONE interleaved run (issue #23's proof).
+
+    .venv/bin/python bench/xnnpack_lowering.py [--models mlp cnn bert ...] [--rounds 3] [--latency-rounds 15]
+                                               [--no-write]
+
+Per model (the zoo's single-method models, then the corpus' single-method models): torch.export once
+(not timed), saved with torch.export.save for upstream's worker (bench/_ref_xnnpack.py, a long-lived
+reference-python process), so both compilers lower the same ExportedProgram.
+
+- Delegated nodes and partitions: get_delegation_info of each side's lowered edge graph.
+- Compile time: `to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])`, `to_executorch()`
+  and the serialized buffer, one thread each side; order per model: one untimed etlab warm-up, then
+  etlab / upstream alternating (--rounds upstream samples between --rounds + 1 etlab samples).
+  Speed-up = upstream median / etlab median (wall; CPU time too).
+- Latency: both `.pte` files loaded by upstream's runtime in the same worker and timed in alternating
+  rounds (each batch after one untimed call), with 1 thread and with the threadpool's default size;
+  ratio = etlab's program / upstream's program (median).
+- Accuracy: max |output - eager| of each `.pte` run by upstream's runtime, and of etlab's `.pte` run by
+  etlab's own runtime, against the corpus tolerance (atol + rtol·|eager|).
+
+Models upstream's XnnpackPartitioner does not lower (no partition) are listed and left out of the
+ratios. Writes the `## xnnpack lowering` section of bench/RESULTS.md unless --no-write or --models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+
+import torch  # noqa: E402
+from _common import ref_env, reference_python, write_section  # noqa: E402
+
+from etlab.devtools import get_delegation_info  # noqa: E402
+from etlab.models import DYNAMIC_SHAPES, ZOO  # noqa: E402
+from etlab.models.corpus import CORPUS, flat_tensors, max_abs_error, within_tolerance  # noqa: E402
+
+SECTION = "xnnpack lowering"
+COMPILE_TARGET = 10.0  # the issue's bars: compile >= 10x faster than upstream on every model,
+LATENCY_MEDIAN_TARGET = 1.05  # latency etlab/upstream median <= 1.05 over the models,
+LATENCY_MAX_TARGET = 1.2  # and no model above 1.2
+ZOO_MODELS = ["mlp", "cnn", "mobilenet_v2", "transformer", "dynamic_batch"]
+ZOO_TOLERANCE = (1e-4, 1e-4)
+
+
+@dataclass
+class Model:
+    """One model of the bench: its program, inputs, eager outputs and tolerance."""
+
+    name: str
+    ep: torch.export.ExportedProgram
+    inputs: tuple
+    eager: list
+    atol: float
+    rtol: float
+
+
+@dataclass
+class Result:
+    """One model's numbers on both sides (None / empty: not measured; `error` says why)."""
+
+    name: str
+    etlab_nodes: int | None = None
+    etlab_partitions: int | None = None
+    upstream_nodes: int | None = None
+    upstream_partitions: int | None = None
+    etlab_s: list[float] = field(default_factory=list)
+    upstream_s: list[float] = field(default_factory=list)
+    etlab_cpu: list[float] = field(default_factory=list)
+    upstream_cpu: list[float] = field(default_factory=list)
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)  # threads label -> {etlab, upstream} ms
+    threads_default: int | None = None
+    err_etlab_on_upstream: float | None = None
+    err_upstream: float | None = None
+    err_etlab_on_etlab: float | None = None
+    within_tol: bool | None = None
+    error: str = ""
+
+    @property
+    def speedup(self) -> float | None:
+        return statistics.median(self.upstream_s) / statistics.median(self.etlab_s) \
+            if self.etlab_s and self.upstream_s else None
+
+    @property
+    def cpu_speedup(self) -> float | None:
+        return statistics.median(self.upstream_cpu) / statistics.median(self.etlab_cpu) \
+            if self.etlab_cpu and self.upstream_cpu else None
+
+    def latency_ratio(self, threads: str) -> float | None:
+        t = self.latency.get(threads)
+        return t["etlab"] / t["upstream"] if t and t.get("upstream") else None
+
+    def note(self, text: str) -> None:
+        text = text.splitlines()[0][:200].replace("|", "/") if text else ""
+        self.error = f"{self.error}; {text}" if self.error else text
+
+
+class Upstream:
+    """The reference-python worker (bench/_ref_xnnpack.py): one JSON request in, one JSON answer out."""
+
+    def __init__(self, ref_python: str):
+        self.proc = subprocess.Popen([ref_python, str(HERE / "_ref_xnnpack.py")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, env=ref_env())
+
+    def ask(self, **req) -> dict:
+        self.proc.stdin.write(json.dumps(req, default=str) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"upstream worker exited (code {self.proc.poll()})")
+        answer = json.loads(line)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+def _etlab_partitioner():
+    """etlab's XnnpackPartitioner class, or None (and why) when the backend is not there."""
+    try:
+        from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+    except Exception as e:  # not built yet, or broken: upstream's side is still measured
+        return None, f"etlab: no XnnpackPartitioner ({type(e).__name__}: {e})"
+    return XnnpackPartitioner, ""
+
+
+def load_models(names: list[str]) -> list[tuple[str, object]]:
+    """(name, factory) per requested model: zoo names first, then corpus names."""
+    out = []
+    for name in names:
+        if name in ZOO:
+            out.append((name, "zoo"))
+        elif name in CORPUS:
+            out.append((name, "corpus"))
+        else:
+            raise SystemExit(f"xnnpack_lowering: unknown model {name!r} (zoo: {sorted(ZOO)}; corpus: {sorted(CORPUS)})")
+    return out
+
+
+def build(name: str, kind: str) -> Model:
+    if kind == "zoo":
+        module, inputs = ZOO[name]()
+        module.eval()
+        inputs = tuple(inputs)
+        with torch.no_grad():
+            ep = torch.export.export(module, inputs, dynamic_shapes=DYNAMIC_SHAPES.get(ZOO[name].__name__),
+                                     strict=False)
+            eager = flat_tensors(module(*inputs))
+        return Model(name, ep, inputs, eager, *ZOO_TOLERANCE)
+    entry = CORPUS[name]
+    built = entry.build()
+    if list(built[1]) != ["forward"]:
+        raise ValueError(f"methods {list(built[1])}: the bench lowers single-method programs")
+    ep = entry.export(built)["forward"]
+    return Model(name, ep, tuple(built[1]["forward"]), entry.eager(built)["forward"], entry.atol, entry.rtol)
+
+
+def _etlab_compile(model: Model, partitioner_cls, res: Result | None = None):
+    from etlab.compiler import to_edge_transform_and_lower
+
+    t, cpu = time.perf_counter(), time.process_time()
+    edge = to_edge_transform_and_lower(model.ep, partitioner=[partitioner_cls()])
+    buf = bytes(edge.to_executorch().buffer)
+    if res is not None:
+        res.etlab_s.append(time.perf_counter() - t)
+        res.etlab_cpu.append(time.process_time() - cpu)
+    return edge, buf
+
+
+def _etlab_runtime_outputs(pte: Path, inputs) -> list:
+    from etlab.runtime import Runtime
+
+    return flat_tensors(Runtime.get().load_program(pte).load_method("forward").execute(list(inputs)))
+
+
+def _tolerance_ok(got: list, model: Model) -> bool:
+    return len(got) == len(model.eager) and all(within_tolerance(g, w, model.atol, model.rtol)
+                                                for g, w in zip(got, model.eager))
+
+
+def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_no_etlab: str, scratch: Path,
+                rounds: int, latency_rounds: int) -> Result:
+    res = Result(name)
+    d = scratch / name
+    d.mkdir()
+    try:
+        model = build(name, kind)
+    except Exception as e:
+        res.note(f"export: {type(e).__name__}: {e}")
+        return res
+    torch.export.save(model.ep, d / "model.pt2")
+    torch.save(list(model.inputs), d / "inputs.pt")
+    try:
+        first = upstream.ask(cmd="compile", dir=str(d), write=True)
+    except RuntimeError as e:
+        res.note(f"upstream lowering: {e}")
+        return res
+    res.upstream_nodes, res.upstream_partitions = first["delegated_nodes"], first["partitions"]
+    if not res.upstream_partitions:
+        res.note("upstream's XnnpackPartitioner delegates nothing")
+        return res
+    up_out = d / "upstream.out.pt"
+    try:
+        upstream.ask(cmd="outputs", pte=str(d / "upstream.pte"), inputs=str(d / "inputs.pt"), out=str(up_out))
+        res.err_upstream = max_abs_error(torch.load(up_out, weights_only=True), model.eager)
+    except RuntimeError as e:
+        res.note(f"upstream run: {e}")
+    if partitioner_cls is None:
+        res.note(why_no_etlab)
+        return res
+    try:
+        edge, buf = _etlab_compile(model, partitioner_cls)  # warm-up, untimed
+    except Exception as e:
+        res.note(f"etlab lowering: {type(e).__name__}: {e}")
+        return res
+    info = get_delegation_info(edge.exported_program())
+    res.etlab_nodes, res.etlab_partitions = info.num_delegated_nodes, info.num_delegated_subgraphs
+    (d / "etlab.pte").write_bytes(buf)
+    for _ in range(rounds):
+        _etlab_compile(model, partitioner_cls, res)
+        try:
+            t = upstream.ask(cmd="compile", dir=str(d), write=False)
+            res.upstream_s.append(t["seconds"])
+            res.upstream_cpu.append(t["cpu_seconds"])
+        except RuntimeError as e:
+            res.note(f"upstream lowering: {e}")
+            break
+    _etlab_compile(model, partitioner_cls, res)
+    et_out = d / "etlab.out.pt"
+    try:
+        upstream.ask(cmd="outputs", pte=str(d / "etlab.pte"), inputs=str(d / "inputs.pt"), out=str(et_out))
+        got = torch.load(et_out, weights_only=True)
+        res.err_etlab_on_upstream = max_abs_error(got, model.eager)
+        res.within_tol = _tolerance_ok(got, model)
+    except RuntimeError as e:
+        res.note(f"upstream runs etlab's pte: {e}")
+    try:
+        res.err_etlab_on_etlab = max_abs_error(_etlab_runtime_outputs(d / "etlab.pte", model.inputs), model.eager)
+    except Exception as e:
+        res.note(f"etlab runtime: {type(e).__name__}: {e}")
+    if res.err_etlab_on_upstream is None or res.err_upstream is None:
+        return res
+    for label, threads in (("1", 1), ("default", 0)):
+        try:
+            t = upstream.ask(cmd="latency", ptes={"etlab": str(d / "etlab.pte"), "upstream": str(d / "upstream.pte")},
+                             inputs=str(d / "inputs.pt"), threads=threads, rounds=latency_rounds, per_round=5)
+            res.latency[label] = t["median_ms"]
+            if threads == 0:
+                res.threads_default = t["threads"]
+        except RuntimeError as e:
+            res.note(f"latency ({label} thread): {e}")
+    return res
+
+
+def _fmt(x, spec: str, none: str = "n/a") -> str:
+    return format(x, spec) if x is not None else none
+
+
+def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[float, float]) -> str:
+    lowered = [r for r in results if r.upstream_partitions]
+    both = [r for r in lowered if r.etlab_nodes is not None]
+    speedups = [r.speedup for r in both if r.speedup]
+    lat = {k: [r.latency_ratio(k) for r in both if r.latency_ratio(k)] for k in ("1", "default")}
+    fewer = [r.name for r in both if r.etlab_nodes < r.upstream_nodes]
+    slow_compile = [r.name for r in both if r.speedup and r.speedup < COMPILE_TARGET]
+    off_tol = [r.name for r in both if r.within_tol is False]
+    threads = next((r.threads_default for r in both if r.threads_default), None)
+    lines = [
+        f"## {SECTION}", "",
+        "`bench/xnnpack_lowering.py`: etlab's `XnnpackPartitioner` and upstream ExecuTorch 1.5.1's on the same "
+        "ExportedProgram, in ONE run, interleaved per model (upstream in a long-lived reference-python worker, "
+        "`bench/_ref_xnnpack.py`). Compile = `to_edge_transform_and_lower` + `to_executorch` + serialized buffer "
+        f"(one thread each side; etlab warm-up, then {rounds + 1} etlab samples around {rounds} upstream samples; "
+        "speed-up = upstream median / etlab median). Latency = both `.pte` files on upstream's runtime in one "
+        f"process, alternating rounds ({latency_rounds} rounds of 5 `execute` calls each, one untimed call before "
+        f"each batch), with 1 thread and with the threadpool's default ({threads or '?'} threads); ratio = etlab's "
+        "program / upstream's. Max error = max |output - eager| (upstream's runtime on each side's `.pte`; "
+        "etlab's runtime on etlab's). Measured under load (load average "
+        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work).", "",
+    ]
+    if both and speedups:
+        lines += [
+            f"**{len(both)} models lowered by both** (of {len(results)} tried; {len(lowered)} lowered by upstream). "
+            f"Compile speed-up: median {statistics.median(speedups):.1f}x, min {min(speedups):.1f}x "
+            f"(below {COMPILE_TARGET:.0f}x: {', '.join(slow_compile) or 'none'}). "
+            + " ".join(f"Latency etlab/upstream, {k} thread{'s' if k != '1' else ''}: median "
+                       f"{statistics.median(v):.3f}, max {max(v):.3f}." for k, v in lat.items() if v)
+            + f" Fewer delegated nodes than upstream: {', '.join(fewer) or 'none'}. "
+            f"Outside the tolerance on upstream's runtime: {', '.join(off_tol) or 'none'}.", "",
+        ]
+    else:
+        lines += ["**No model measured on both sides.**", ""]
+    lines += [
+        "| model | nodes etlab / upstream | partitions etlab / upstream | compile etlab ms | compile upstream s "
+        "| speed-up (CPU) | latency ms 1T etlab / upstream (ratio) | latency ms default (ratio) "
+        "| max err etlab pte (upstream rt / etlab rt) | max err upstream pte | note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in results:
+        def lat_cell(k: str, r=r) -> str:
+            t = r.latency.get(k)
+            return f"{t['etlab']:.3g} / {t['upstream']:.3g} ({r.latency_ratio(k):.3f})" if t else "n/a"
+
+        lines.append(
+            f"| {r.name} | {_fmt(r.etlab_nodes, 'd')} / {_fmt(r.upstream_nodes, 'd')} "
+            f"| {_fmt(r.etlab_partitions, 'd')} / {_fmt(r.upstream_partitions, 'd')} "
+            f"| {_fmt(statistics.median(r.etlab_s) * 1e3 if r.etlab_s else None, '.0f')} "
+            f"| {_fmt(statistics.median(r.upstream_s) if r.upstream_s else None, '.2f')} "
+            f"| {_fmt(r.speedup, '.1f')}{'x' if r.speedup else ''} ({_fmt(r.cpu_speedup, '.1f')}"
+            f"{'x' if r.cpu_speedup else ''}) | {lat_cell('1')} | {lat_cell('default')} "
+            f"| {_fmt(r.err_etlab_on_upstream, '.2g')} / {_fmt(r.err_etlab_on_etlab, '.2g')} "
+            f"| {_fmt(r.err_upstream, '.2g')} | {r.error} |")
+    return "\n".join(lines) + "\n"
+
+
+def default_models() -> list[str]:
+    corpus = [n for n, e in CORPUS.items() if "llm" not in e.tags and n not in ("cond", "llama_kv")]
+    return ZOO_MODELS + corpus
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--models", nargs="*", default=None, help="zoo or corpus names (default: zoo set + corpus)")
+    p.add_argument("--rounds", type=int, default=3, help="upstream compile samples per model")
+    p.add_argument("--latency-rounds", type=int, default=15)
+    p.add_argument("--no-write", action="store_true")
+    a = p.parse_args(argv)
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(1)
+    names = a.models or default_models()
+    models = load_models(names)
+    ref = reference_python()
+    if ref is None:
+        print("xnnpack_lowering: the upstream reference python is unavailable (../shared/reference/setup.sh)",
+              file=sys.stderr)
+        return 2
+    partitioner_cls, why = _etlab_partitioner()
+    if partitioner_cls is None:
+        print(f"xnnpack_lowering: {why}; measuring upstream's side only", file=sys.stderr)
+    upstream = Upstream(ref)
+    load_start = os.getloadavg()[0]
+    results = []
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            for name, kind in models:
+                r = bench_model(name, kind, upstream, partitioner_cls, why, Path(scratch), a.rounds, a.latency_rounds)
+                results.append(r)
+                print(f"[xnnpack] {name}: nodes {r.etlab_nodes}/{r.upstream_nodes} partitions "
+                      f"{r.etlab_partitions}/{r.upstream_partitions} speed-up {_fmt(r.speedup, '.1f')} latency "
+                      f"1T {_fmt(r.latency_ratio('1'), '.3f')} default {_fmt(r.latency_ratio('default'), '.3f')} "
+                      f"err {r.err_etlab_on_upstream}/{r.err_upstream} {r.error}", flush=True)
+    finally:
+        upstream.close()
+    text = render(results, a.rounds, a.latency_rounds, (load_start, os.getloadavg()[0]))
+    print(text)
+    if not a.no_write and not a.models:
+        write_section(SECTION, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
