@@ -24,6 +24,7 @@ from etlab.visualizer import _html
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._profile_data import kind_colors, op_kind
+from etlab.visualizer._reprs import refusal_groups_html
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
 
@@ -58,8 +59,9 @@ GETITEM = "getitem"
 
 class DelegationView(widgets.VBox):
     """How much of the program each backend took: a summary per backend, the operator table
-    (upstream's columns: op_type, occurrences in delegated / non-delegated graphs) and the lowered
-    graph; a row click selects the op in the graph.
+    (upstream's columns: op_type, occurrences in delegated / non-delegated graphs), why each node
+    left out was left out (grouped by category with counts, then one row per node with its reason,
+    hint and source line) and the lowered graph; a row click selects the op in the graph.
 
     `getitem` nodes only pick one output of a multi-output op or delegate call (no kernel runs):
     get_delegation_info counts them as upstream does, this view lists them apart.
@@ -108,8 +110,22 @@ class DelegationView(widgets.VBox):
                                 ("non_delegated", OCCURRENCES_IN_NON_DELEGATED_GRAPHS, True)], rows,
                                title="Operators (click a row to show it in the graph)", height=300)
         _link_table_to_graph(self.table, self.graph)
+        self.refusal_groups = self.info.refusal_groups()
+        self.refusal_table = TableView(
+            [("node", "node", False), ("op", "op", False), ("category", "category", False),
+             ("reason", "reason", False), ("hint", "hint", False), ("module", "module", False),
+             ("source", "source line", False)],
+            [{**{k: getattr(n, k) for k in ("node", "op", "category", "reason", "hint", "module", "source")},
+              "focus": {"name": n.node, "kind": "edge"}}
+             for g in self.refusal_groups for n in g.nodes] +
+            [{"node": n.node, "op": n.op, "category": "", "reason": "no reason recorded", "hint": "",
+              "module": n.module, "source": n.source, "focus": {"name": n.node, "kind": "edge"}}
+             for n in self.info.unexplained],
+            title="Left out of delegation: why (click a row to show it in the graph)", height=300)
+        _link_table_to_graph(self.refusal_table, self.graph)
         self.summary = widgets.HTML(self._summary_html())
-        super().__init__([self.summary, self.table] + ([self.graph] if self.graph else []), **kwargs)
+        parts = [self.summary, self.table] + ([self.refusal_table] if self.refusal_table.rows else [])
+        super().__init__(parts + ([self.graph] if self.graph else []), **kwargs)
 
     def _summary_html(self) -> str:
         delegated = self.total["delegated"]
@@ -124,10 +140,11 @@ class DelegationView(widgets.VBox):
         return (f"<div data-etlab-view='delegation'><p class='etlab-note'>{self.info.num_delegated_subgraphs} "
                 f"delegated subgraph(s): {delegated} of {ops} operators delegated{share}.{getitem}</p>"
                 f"<table class='etlab-table'><tr><th>backend</th><th>subgraphs</th><th>delegated operators</th></tr>"
-                f"{lines}</table></div>")
+                f"{lines}</table>{refusal_groups_html(self.info)}</div>")
 
     def html_fragments(self) -> list[_html.Fragment]:
-        return _fragments("Delegation", [_html.Fragment(self._summary_html()), self.table] +
+        refusals = [self.refusal_table] if self.refusal_table.rows else []
+        return _fragments("Delegation", [_html.Fragment(self._summary_html()), self.table] + refusals +
                           ([self.graph] if self.graph else []))
 
     def save_html(self, path: str | os.PathLike, title: str = "Delegation") -> os.PathLike:

@@ -85,13 +85,42 @@ def inspector_summary_html(inspector) -> str:
             f"{_table(df) if len(df) else '<p>no timed ops</p>'}</div>")
 
 
+def refusal_groups_html(info, max_nodes: int = 3) -> str:
+    """Why nodes were left out, one row per category: how many nodes, the first few with their
+    reasons and the hint ("" when every operator node was delegated)."""
+    groups = info.refusal_groups()
+    unexplained = info.unexplained
+    if not groups and not unexplained:
+        return ""
+    rows = []
+    for g in groups:
+        shown = "".join(f"<li><code>{html.escape(n.node)}</code> ({html.escape(n.op)}): {html.escape(n.reason)}"
+                        f"{' <i>' + html.escape(n.source) + '</i>' if n.source else ''}</li>"
+                        for n in g.nodes[:max_nodes])
+        more = f"<li>… {g.count - max_nodes} more</li>" if g.count > max_nodes else ""
+        hints = sorted({n.hint for n in g.nodes if n.hint})
+        rows.append(f"<tr data-category='{html.escape(g.category)}'><td>{html.escape(g.category)}</td>"
+                    f"<td>{g.count}</td><td><ul>{shown}{more}</ul></td>"
+                    f"<td>{'<br>'.join(html.escape(h) for h in hints[:3])}</td></tr>")
+    if unexplained:
+        names = ", ".join(html.escape(n.node) for n in unexplained[:max_nodes])
+        rows.append(f"<tr data-category=''><td>no reason recorded</td><td>{len(unexplained)}</td>"
+                    f"<td>{names}{' …' if len(unexplained) > max_nodes else ''}</td><td></td></tr>")
+    total = sum(g.count for g in groups) + len(unexplained)
+    return (f"<div data-etlab-view='delegation-refusals'><p class='etlab-note'>Left out of delegation: {total} "
+            f"operator node(s), by reason</p><table class='etlab-table'><tr><th>category</th><th>nodes</th>"
+            f"<th>nodes and reasons</th><th>what you can do</th></tr>{''.join(rows)}</table></div>")
+
+
 def delegation_info_html(info) -> str:
-    """DelegationInfo: the summary per backend and the operator table."""
+    """DelegationInfo: the summary per backend, the operator table and why nodes were left out
+    (by category with counts)."""
     backends = pd.DataFrame([{"backend": b.backend_id, "subgraphs": b.num_subgraphs, "delegated nodes": b.num_nodes}
                              for b in info.delegation_by_backend.values()])
     return (f"{_style()}<div class='etlab-repr etlab-theme'><p>{info.num_delegated_subgraphs} delegated subgraph(s), "
             f"{info.num_delegated_nodes} delegated node(s), {info.num_non_delegated_nodes} not delegated</p>"
-            f"{_table(backends) if len(backends) else ''}{_table(info.get_operator_delegation_dataframe())}</div>")
+            f"{_table(backends) if len(backends) else ''}{_table(info.get_operator_delegation_dataframe())}"
+            f"{refusal_groups_html(info)}</div>")
 
 
 def repr_mimebundle(obj, include=None, exclude=None) -> dict:

@@ -161,3 +161,22 @@ def test_delegate_getitems_are_not_rows(planted_edge):
 def _run_cli(*args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "etlab.cli", *map(str, args)], capture_output=True, text=True,
                           timeout=600, cwd=REPO)
+
+
+def test_delegation_view_html_groups_the_reasons(planted_edge, tmp_path):
+    from etlab.visualizer import DelegationView, repr_mimebundle
+
+    view = DelegationView(planted_edge, show_graph=False)
+    by_node = {r["node"]: r for r in view.refusal_table.rows}
+    df = get_delegation_info(planted_edge.exported_program()).get_node_delegation_dataframe()
+    for category, row in _by_marker(df).items():
+        assert by_node[row["node"]]["category"] == category
+        assert by_node[row["node"]]["focus"] == {"name": row["node"], "kind": "edge"}
+    text = view.save_html(tmp_path / "delegation.html").read_text()
+    groups = {g.category: g.count for g in view.refusal_groups}
+    for category in PLANTED:
+        assert f"<tr data-category='{category}'><td>{category}</td><td>{groups[category]}</td>" in text
+    assert "PLANT argument" in text and "alpha=2" in text
+    # the notebook repr of DelegationInfo shows the same groups
+    html = repr_mimebundle(get_delegation_info(planted_edge.exported_program()))["text/html"]
+    assert all(f"<td>{category}</td>" in html for category in PLANTED)
