@@ -1,0 +1,124 @@
+"""Assembling an XNNGraph (upstream's public schema, `etlab.schema.xnnpack`): values, constants, nodes.
+
+Value ids are positions in `xvalues`, as upstream's serializer numbers them. Constant data goes
+after the FlatBuffer in the blob (each tensor 16-byte aligned, addressed by offset); entry 0 of
+`constant_data` is the empty sentinel, since `constant_buffer_idx == 0` means "not a constant".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from etlab.schema.xnnpack import (
+    FLAG_EXTERNAL_INPUT,
+    FLAG_EXTERNAL_OUTPUT,
+    INVALID_VALUE_ID,
+    MODELS,
+    NODE_KINDS,
+    XNNDatatype,
+    serialize_xnnpack,
+)
+
+NO_DEBUG_HANDLE = 65535  # what upstream writes for nodes lowering added (layout transposes)
+CONSTANT_ALIGNMENT = 16
+FLOAT32 = XNNDatatype.xnn_datatype_fp32
+
+# Tables shared by several node kinds (`XNNAdd: _XNNNode2x1`), in the order they are tried: a
+# node's attributes pick the first whose fields hold them all.
+_SHARED_TABLES = ("_XNNNode1x1", "_XNNNode2x1", "_XNNCat", "_XNNNodeConv", "_XNNPooling2D")
+
+
+def _table_of(kind: str, attrs: dict) -> str:
+    if kind in MODELS:
+        return kind
+    for table in _SHARED_TABLES:
+        names = {f.name for f in dataclasses.fields(MODELS[table])}
+        if names >= attrs.keys():
+            return table
+    raise KeyError(f"no XNNPACK node table takes the attributes {sorted(attrs)} of {kind}")
+
+
+@dataclass(frozen=True)
+class QuantSpec:
+    """How a value is quantized in the XNNGraph: per tensor, per channel (scales along `axis`) or
+    dynamically per row (`nonbatch_dims` trailing dims form a row)."""
+
+    datatype: XNNDatatype
+    scale: float = 1.0
+    zero_point: int = 0
+    scales: tuple[float, ...] = ()
+    axis: int = 0
+    nonbatch_dims: int = 0
+
+
+@dataclass
+class GraphBuilder:
+    """The XNNGraph being built, plus its constant data region."""
+
+    xvalues: list = field(default_factory=list)
+    xnodes: list = field(default_factory=list)
+    input_ids: list[int] = field(default_factory=list)
+    output_ids: list[tuple[int, int]] = field(default_factory=list)  # (external id, value id)
+    constant_offsets: list = field(default_factory=lambda: [MODELS["ConstantDataOffset"](offset=0, size=0)])
+    constant_bytes: bytearray = field(default_factory=bytearray)
+    num_externs: int = 0
+
+    def value(self, shape, *, datatype: XNNDatatype = FLOAT32, external_id: int | None = None,
+              flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None) -> int:
+        """Defines a tensor value; returns its id. `data` (already in the value's layout and
+        storage dtype) makes it a constant."""
+        dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
+        vid = len(self.xvalues)
+        buffer_index = self._constant(data) if data is not None else 0
+        tensor = MODELS["XNNTensorValue"](
+            datatype=datatype, num_dims=len(dims), dims=dims, constant_buffer_idx=buffer_index,
+            external_id=INVALID_VALUE_ID if external_id is None else external_id, flags=flags, id_out=vid)
+        if quant is None:
+            self.xvalues.append(MODELS["XValue"](xvalue_union=tensor))
+        else:
+            self.xvalues.append(MODELS["XValue"](xvalue_union=MODELS["XNNQuantizedTensorValue"](
+                tensor_value=tensor, quant_params=_quant_params(quant))))
+        if flags & FLAG_EXTERNAL_INPUT:
+            self.input_ids.append(vid)
+        if flags & FLAG_EXTERNAL_OUTPUT:
+            self.output_ids.append((external_id, vid))
+        return vid
+
+    def _constant(self, data: torch.Tensor) -> int:
+        raw = data.detach().contiguous().numpy().tobytes()
+        pad = -len(self.constant_bytes) % CONSTANT_ALIGNMENT
+        self.constant_bytes.extend(b"\0" * pad)
+        offset = len(self.constant_bytes)
+        self.constant_bytes.extend(raw)
+        self.constant_offsets.append(MODELS["ConstantDataOffset"](offset=offset, size=len(raw)))
+        return len(self.constant_offsets) - 1
+
+    def node(self, kind: str, debug_handle: int | None, clamp: tuple[float, float] | None = None, **attrs) -> None:
+        """Appends a node of `kind` (`XNNConv2d`, ...); attrs are its table's fields (flags default 0)."""
+        attrs.setdefault("flags", 0)
+        table = _table_of(kind, attrs)
+        union = MODELS[table](**attrs)
+        minmax = None if clamp is None else MODELS["OutputMinMax"](output_min=float(clamp[0]),
+                                                                  output_max=float(clamp[1]))
+        self.xnodes.append(MODELS["XNode"](
+            xnode_union=union, xnode_union_type=NODE_KINDS.index(kind) + 1,
+            debug_handle=NO_DEBUG_HANDLE if debug_handle is None else int(debug_handle), output_min_max=minmax))
+
+    def serialize(self) -> bytes:
+        graph = MODELS["XNNGraph"](
+            version="0", xnodes=self.xnodes, xvalues=self.xvalues, num_externs=self.num_externs,
+            input_ids=list(self.input_ids), output_ids=[vid for _, vid in sorted(self.output_ids)],
+            constant_data=self.constant_offsets)
+        return serialize_xnnpack(graph, bytes(self.constant_bytes))
+
+
+def _quant_params(quant: QuantSpec):
+    if quant.datatype == XNNDatatype.xnn_datatype_qdint8:
+        return MODELS["PerTokenDynamicQuant"](num_nonbatch_dims=quant.nonbatch_dims)
+    if quant.scales:
+        return MODELS["PerChannelQuant"](scale=list(quant.scales), channel_dim=quant.axis,
+                                         num_scales=len(quant.scales))
+    return MODELS["PerTensorQuant"](scale=float(quant.scale), zero_point=int(quant.zero_point))

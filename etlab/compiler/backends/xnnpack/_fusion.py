@@ -1,0 +1,129 @@
+"""Which Edge nodes of a partition become part of another node's XNNPACK node.
+
+- batch norm after a convolution (whose result nothing else reads) folds into the convolution's
+  weights and bias; its `getitem(bn, 0)` then stands for the convolution's value;
+- `getitem(max_pool2d_with_indices, 0)` stands for the pooling's value;
+- relu, relu6/hardtanh and clamp after a convolution, a fully connected node or an add (whose
+  result only the activation reads) become that node's output_min/max.
+
+A node standing for another is an *alias*; its debug handle joins the other's in the delegate's
+debug-handle map, so profiling events of the fused XNNPACK node cover both Edge nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch.fx import Node
+
+from etlab.compiler.backends.xnnpack._support import op_key
+
+BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
+MAX_POOL_WITH_INDICES = "aten.max_pool2d_with_indices.default"
+CONVOLUTION = "aten.convolution.default"
+# Producers whose XNNPACK node takes a fused output clamp.
+FUSES_ACTIVATION = {CONVOLUTION, "aten.addmm.default", "aten.mm.default", "aten.linear.default",
+                    "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
+ACTIVATIONS = {"aten.relu.default", "aten.hardtanh.default", "aten.clamp.default"}
+
+
+@dataclass
+class FusionPlan:
+    alias: dict[Node, Node] = field(default_factory=dict)  # node -> the node whose value it is
+    clamp: dict[Node, tuple[float, float]] = field(default_factory=dict)  # producer -> fused (min, max)
+    batch_norm: dict[Node, Node] = field(default_factory=dict)  # convolution -> batch norm folded into it
+
+    def absorbed_handles(self, node: Node) -> set[int]:
+        handles = set()
+        for alias, target in self.alias.items():
+            handle = alias.meta.get("debug_handle")
+            if target is node and isinstance(handle, int):
+                handles.add(handle)
+        return handles
+
+    def output_of(self, node: Node, outputs: dict[Node, int]) -> Node | None:
+        """The partition output that is `node`'s value (itself or an alias of it), if any."""
+        for out in outputs:
+            if self.alias.get(out, out) is node:
+                return out
+        return None
+
+
+def activation_bounds(node: Node) -> tuple[float, float] | None:
+    """(min, max) of a relu / hardtanh / clamp with number bounds; None for anything else."""
+    key = op_key(node)
+    if key == "aten.relu.default":
+        return 0.0, float("inf")
+    if key == "aten.hardtanh.default":
+        low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min_val", -1.0)
+        high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max_val", 1.0)
+    elif key == "aten.clamp.default":
+        low = node.args[1] if len(node.args) > 1 else node.kwargs.get("min")
+        high = node.args[2] if len(node.args) > 2 else node.kwargs.get("max")
+    else:
+        return None
+    if isinstance(low, Node) or isinstance(high, Node):
+        return None
+    return (float("-inf") if low is None else float(low)), (float("inf") if high is None else float(high))
+
+
+def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[Node]) -> FusionPlan:
+    p = FusionPlan()
+    for node in calls:
+        key = op_key(node)
+        if key == BATCH_NORM:
+            _plan_batch_norm(p, node, constants, outputs)
+        elif key == MAX_POOL_WITH_INDICES:
+            for user in node.users:
+                if op_key(user) == "getitem" and user.args[1] == 0:
+                    p.alias[user] = node
+    for node in calls:
+        bounds = activation_bounds(node)
+        if bounds is None:
+            continue
+        producer = p.alias.get(node.args[0], node.args[0])
+        if (not isinstance(producer, Node) or producer.op != "call_function" or producer in constants
+                or op_key(producer) not in FUSES_ACTIVATION or producer in p.clamp):
+            continue
+        if _consumers(p, producer) == {node} and not _is_output(p, producer, outputs):
+            p.clamp[producer] = bounds
+            p.alias[node] = producer
+    return p
+
+
+def _plan_batch_norm(p: FusionPlan, bn: Node, constants: dict, outputs: set[Node]) -> None:
+    items = list(bn.users)
+    if not all(op_key(u) == "getitem" and u.args[1] == 0 for u in items):
+        return  # statistics are read: left to the standalone rule (which refuses them)
+    conv = bn.args[0]
+    foldable = (isinstance(conv, Node) and op_key(conv) == CONVOLUTION and set(conv.users) == {bn}
+                and conv not in outputs and conv.args[1] in constants
+                and (conv.args[2] is None or conv.args[2] in constants)
+                and all(a is None or a in constants for a in bn.args[1:5]))
+    target = conv if foldable else bn
+    if foldable:
+        p.batch_norm[conv] = bn
+        p.alias[bn] = conv
+    for item in items:
+        p.alias[item] = target
+
+
+def _consumers(p: FusionPlan, node: Node) -> set[Node]:
+    """Nodes reading `node`'s value, directly or through its aliases (aliases themselves excluded)."""
+    found, stack, seen = set(), [node], set()
+    while stack:
+        current = stack.pop()
+        for user in current.users:
+            if user in seen:
+                continue
+            seen.add(user)
+            if p.alias.get(user) is node:
+                stack.append(user)
+            else:
+                found.add(user)
+    return found
+
+
+def _is_output(p: FusionPlan, node: Node, outputs: set[Node]) -> bool:
+    return any(p.alias.get(out, out) is node for out in outputs)

@@ -1,0 +1,235 @@
+"""One partition (an Edge ExportedProgram) -> an XNNGraph: the values, constants and nodes XNNPACK runs.
+
+What happens on the way, in one walk over the partition's nodes:
+
+- Constants: parameters, buffers and every op computed only from them (the weight's permute of
+  a linear, a dequantized weight) are evaluated here once and stored in the layout the consuming
+  node wants (OHWI filters, [out, in] fully-connected weights, NHWC broadcast operands).
+- Layout: XNNPACK's convolutions, pooling and resizes work on NHWC. Each Edge value may exist in
+  the graph as its own (NCHW / contiguous) layout, as NHWC, or both; a transpose is written only
+  when a consumer needs the layout a value does not have yet, once per value. Layout-agnostic ops
+  (elementwise, activations, concat, slice, pad) run in whatever layout their input already has,
+  so a chain of convolutions stays NHWC between the partition's input and output.
+- Folding and fusion (`_fusion`): batch norm after a convolution goes into its weights and bias;
+  relu / relu6 / hardtanh / clamp goes into the producing node's output_min/max.
+- Debug handles: every XNNPACK node carries the debug handle of the Edge node it came from (as
+  upstream stores it); the returned map lists, per handle, the Edge nodes folded into that node
+  (batch norm, activation, constant permutes), so profiling events join to all of them. Layout
+  transposes added here carry upstream's "no handle" value 65535.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+
+from etlab.compiler._delegation_lowering import DelegationError
+from etlab.compiler.backends.xnnpack import _fusion
+from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
+from etlab.compiler.backends.xnnpack._support import Context, op_key, tensor_of, why_unsupported
+from etlab.schema.xnnpack import FLAG_EXTERNAL_INPUT, FLAG_EXTERNAL_OUTPUT, INVALID_VALUE_ID
+
+NCHW, NHWC = "nchw", "nhwc"  # NCHW: the Edge tensor's own contiguous layout, whatever its rank
+TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+FLAG_TRANSPOSE_WEIGHTS = 0x1
+FLAG_ALIGN_CORNERS = 0x8
+FLAG_KEEP_DIMS = 0x40
+
+
+def _permuted(shape: Sequence[int], perm: Sequence[int]) -> list[int]:
+    return [int(shape[p]) for p in perm]
+
+
+def _same_memory_order(shape: Sequence[int]) -> bool:
+    """NCHW and NHWC hold a 4-D tensor's elements in the same order (one channel, or 1x1 spatial)."""
+    return len(shape) == 4 and (shape[1] == 1 or shape[2] * shape[3] == 1)
+
+
+class Lowering:
+    """Walks one partition and fills a GraphBuilder; `run()` returns (payload bytes, debug handle map)."""
+
+    def __init__(self, ep: ExportedProgram, handlers: dict):
+        self.ep = ep
+        self.handlers = handlers  # op key -> fn(lowering, node), from `_ops`
+        self.graph = ep.graph
+        self.b = GraphBuilder()
+        self.ctx = Context(ep)
+        self.values: dict[Node, dict[str, int]] = {}
+        self.quant: dict[int, QuantSpec] = {}  # value id -> its quantization (int8 paths)
+        self.constants: dict[Node, torch.Tensor] = {}
+        self.constant_ids: dict[tuple, int] = {}
+        self.absorbed: dict[Node, set[int]] = {}  # node -> debug handles of nodes folded into it
+        self.out_ext: dict[Node, int] = {}
+        self.debug_map: dict[int, set[int]] = {}
+        self.plan: _fusion.FusionPlan | None = None
+
+    # --- driver ---------------------------------------------------------------------------------
+
+    def run(self) -> tuple[bytes, dict[int, tuple[int, ...]]]:
+        sig = self.ep.graph_signature
+        targets = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
+        user_inputs = []
+        for node in self.graph.nodes:
+            if node.op != "placeholder":
+                continue
+            target = targets.get(node.name)
+            if target is not None:
+                tensor = self.ep.state_dict[target] if target in self.ep.state_dict else self.ep.constants[target]
+                self.constants[node] = tensor.detach()
+            else:
+                user_inputs.append(node)
+        outputs = list(self.graph.output_node().args[0])
+        for node in outputs:
+            if not isinstance(node, Node) or node.op == "placeholder":
+                raise DelegationError(f"XnnpackBackend: the partition returns {node!r}, an input or a Python value, "
+                                      "as is; XNNPACK outputs must be computed by the partition")
+            if node in self.out_ext:
+                raise DelegationError(f"XnnpackBackend: output {node.name!r} is returned twice")
+            self.out_ext[node] = len(user_inputs) + len(self.out_ext)
+        self.b.num_externs = len(user_inputs) + len(outputs)
+        for position, node in enumerate(user_inputs):
+            t = tensor_of(node)
+            if t is None:
+                raise DelegationError(f"XnnpackBackend: input {node.name!r} is not a tensor")
+            self.values[node] = {NCHW: self.b.value(t.shape, external_id=position, flags=FLAG_EXTERNAL_INPUT)}
+
+        calls = [n for n in self.graph.nodes if n.op == "call_function"]
+        self._fold_constants(calls)
+        self.plan = _fusion.plan(calls, self.constants, set(outputs))
+        for node in calls:
+            if node in self.constants or node in self.plan.alias:
+                continue
+            refusal = why_unsupported(node, ctx=self.ctx)
+            if refusal is not None:
+                raise DelegationError.at(node, f"XnnpackBackend cannot lower node {node.name!r}: {refusal.reason}")
+            self._lower(node)
+        for node in outputs:
+            self._finish_output(node)
+        debug_map = {h: tuple(sorted(hs)) for h, hs in self.debug_map.items()}
+        return self.b.serialize(), debug_map
+
+    def _fold_constants(self, calls: list[Node]) -> None:
+        """Evaluates every op whose inputs are all constants (weight permutes, dequantized weights)."""
+        for node in calls:
+            if not self.ctx.is_constant(node) or node in self.out_ext:
+                continue
+            args = torch.fx.node.map_arg(node.args, lambda n: self.constants[n])
+            kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.constants[n])
+            with torch.no_grad():
+                self.constants[node] = node.target(*args, **kwargs)
+            handles = set().union(*(self.absorbed.get(n, set()) for n in node.all_input_nodes))
+            handle = node.meta.get("debug_handle")
+            self.absorbed[node] = handles | ({handle} if isinstance(handle, int) else set())
+
+    # --- values ---------------------------------------------------------------------------------
+
+    def resolve(self, node):
+        return self.plan.alias.get(node, node) if isinstance(node, Node) else node
+
+    def has(self, node: Node, layout: str) -> bool:
+        return layout in self.values.get(self.resolve(node), {})
+
+    def preferred_layout(self, node: Node) -> str:
+        node = self.resolve(node)
+        return NCHW if node in self.constants or NCHW in self.values.get(node, {NCHW: 0}) else NHWC
+
+    def constant(self, node: Node, data: torch.Tensor, key: str, quant: QuantSpec | None = None,
+                 datatype=None) -> int:
+        """A constant value holding `data` (already transformed), stored once per (node, key)."""
+        cache = (node, key)
+        if cache not in self.constant_ids:
+            kwargs = {"datatype": datatype} if datatype is not None else {}
+            stored = data if data.dtype != torch.float32 or datatype is not None else data.float()
+            self.constant_ids[cache] = self.b.value(tuple(data.shape), data=stored.contiguous(), quant=quant,
+                                                    **kwargs)
+        return self.constant_ids[cache]
+
+    def value(self, node, layout: str = NCHW) -> int:
+        """The id of `node`'s value in `layout`, transposing (once) or storing a constant as needed."""
+        node = self.resolve(node)
+        if node in self.constants:
+            data = self.constants[node].float()
+            if data.dim() == 0:
+                data = data.reshape(1)
+            if layout == NHWC:
+                data = data.permute(TO_NHWC)
+            return self.constant(node, data, layout)
+        have = self.values.get(node)
+        if have is None:
+            raise DelegationError.at(node, f"XnnpackBackend: value {node.name!r} is read before it is computed")
+        if layout in have:
+            return have[layout]
+        source_layout = NHWC if layout == NCHW else NCHW
+        shape = list(tensor_of(node).shape)
+        if len(shape) != 4:
+            raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} (shape {shape}) asked for in NHWC")
+        perm = TO_NCHW if layout == NCHW else TO_NHWC
+        out_shape = shape if layout == NCHW else _permuted(shape, TO_NHWC)
+        out = self.define(node, out_shape, layout, quant=self.quant.get(have[source_layout]))
+        self.b.node("XNNStaticTranspose", None, num_dims=4, perm=list(perm), input_id=have[source_layout],
+                    output_id=out)
+        return out
+
+    def define(self, node: Node, shape, layout: str, quant: QuantSpec | None = None, datatype=None) -> int:
+        """A new value standing for `node` in `layout`: the partition's output if `node` is one (NCHW)."""
+        node = self.resolve(node)
+        external = self.plan.output_of(node, self.out_ext) if layout == NCHW else None
+        kwargs = {"quant": quant} if quant is not None else {}
+        if datatype is not None:
+            kwargs["datatype"] = datatype
+        if external is not None:
+            vid = self.b.value(shape, external_id=self.out_ext[external], flags=FLAG_EXTERNAL_OUTPUT, **kwargs)
+        else:
+            vid = self.b.value(shape, **kwargs)
+        if quant is not None:
+            self.quant[vid] = quant
+        self.values.setdefault(node, {})[layout] = vid
+        return vid
+
+    def temp(self, shape, quant: QuantSpec | None = None) -> int:
+        """An internal value that stands for no Edge node (the first half of a two-node lowering)."""
+        vid = self.b.value(shape, quant=quant) if quant is not None else self.b.value(shape)
+        if quant is not None:
+            self.quant[vid] = quant
+        return vid
+
+    def out_shape(self, node: Node, layout: str) -> list[int]:
+        shape = [int(d) for d in tensor_of(node).shape]
+        return _permuted(shape, TO_NHWC) if layout == NHWC else shape
+
+    def handle(self, node: Node) -> int | None:
+        """The node's debug handle for its XNNPACK node(s), recording what was folded into it."""
+        handle = node.meta.get("debug_handle")
+        if not isinstance(handle, int):
+            return None
+        handles = self.debug_map.setdefault(handle, {handle})
+        handles |= self.plan.absorbed_handles(node)
+        for source in node.all_input_nodes:
+            handles |= self.absorbed.get(source, set()) if source in self.constants else set()
+        return handle
+
+    def _finish_output(self, node: Node) -> None:
+        target = self.resolve(node)
+        if target in self.constants:  # a partition output computed from constants alone
+            out = self.define(node, list(tensor_of(node).shape) or [1], NCHW)
+            self.b.node("XNNCopy", self.handle(node), input_id=self.value(target), output_id=out)
+            return
+        if NCHW not in self.values.get(target, {}):
+            self.value(target, NCHW)
+
+    # --- ops ------------------------------------------------------------------------------------
+
+    def _lower(self, node: Node) -> None:
+        handler = self.handlers.get(op_key(node))
+        if handler is None:
+            raise DelegationError.at(node, f"XnnpackBackend has no lowering for {op_key(node)} ({node.name!r})")
+        handler(self, node)
+
+    def clamp_of(self, node: Node) -> tuple[float, float] | None:
+        return self.plan.clamp.get(node)
+
+    def unused_id(self) -> int:
+        return INVALID_VALUE_ID

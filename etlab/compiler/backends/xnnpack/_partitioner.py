@@ -1,0 +1,170 @@
+"""`XnnpackPartitioner` and `XnnpackBackend`: etlab's ahead-of-time half of upstream's XNNPACK delegate.
+
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs),
+                                       partitioner=[XnnpackPartitioner()])
+    et = edge.to_executorch()
+
+The partitioner tags maximal convex groups of nodes the rules in `_support` accept; every node it
+considers and leaves out gets `node.meta[DELEGATION_REFUSAL_META]`, a `DelegationRefusal` saying
+why (the delegation explainer reads it). `XnnpackBackend.preprocess` writes each partition as
+upstream's payload (XH00 header, XNNGraph FlatBuffer, constant data), which upstream's runtime
+and etlab's host emulation both run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupportBase
+
+from etlab.compiler._delegation import (
+    BackendDetails,
+    DelegationError,
+    DelegationSpec,
+    Partitioner,
+    PartitionResult,
+    PreprocessResult,
+)
+from etlab.compiler.backends.xnnpack._lower import Lowering
+from etlab.compiler.backends.xnnpack._ops import HANDLERS
+from etlab.compiler.backends.xnnpack._support import BACKEND_ID, Context, op_key, refusal, why_unsupported
+from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal
+from etlab.facts.source import module_hierarchy
+
+TAG_PREFIX = "xnnpack_"
+
+
+class _Support(OperatorSupportBase):
+    def __init__(self, accepted: set[Node]):
+        self.accepted = accepted
+
+    def is_node_supported(self, submodules, node: Node) -> bool:
+        return node in self.accepted
+
+
+class XnnpackPartitioner(Partitioner):
+    """Tags the nodes XNNPACK runs, one tag (`xnnpack_<i>`) per partition.
+
+    - `exclude_ops`: operators to keep out (`torch.ops.aten.add.Tensor`, an overload packet, or
+      the name `"aten.add.Tensor"`); `exclude_modules`: module paths (`"features.3"`, covering its
+      submodules) or module classes whose nodes stay out. Both are refused as `excluded_by_user`.
+    - `per_op_mode=True`: one partition per operator (as upstream's option: each op a delegate
+      call of its own, e.g. to profile them one by one), instead of maximal partitions.
+    """
+
+    def __init__(self, *, exclude_ops: Iterable = (), exclude_modules: Iterable = (), per_op_mode: bool = False,
+                 compile_specs: list[CompileSpec] | None = None):
+        self.exclude_ops = {_op_label(op) for op in exclude_ops}
+        self.exclude_modules = list(exclude_modules)
+        for entry in self.exclude_modules:
+            if not isinstance(entry, (str, type)):
+                raise TypeError(f"XnnpackPartitioner: exclude_modules takes module paths (str) or module classes, "
+                                f"got {entry!r}")
+        self.per_op_mode = bool(per_op_mode)
+        self.delegation_spec = DelegationSpec(BACKEND_ID, list(compile_specs or []))
+
+    def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        gm = exported_program.graph_module
+        ctx = Context(exported_program)
+        calls = [n for n in gm.graph.nodes if n.op == "call_function"]
+        accepted: set[Node] = set()
+        for node in calls:
+            found = self._excluded(node) or why_unsupported(node, ctx=ctx)
+            if found is None:
+                accepted.add(node)
+                node.meta.pop(DELEGATION_REFUSAL_META, None)
+            else:
+                node.meta[DELEGATION_REFUSAL_META] = found
+        order = {node: i for i, node in enumerate(gm.graph.nodes)}
+        groups = self._per_op_groups(calls, accepted, ctx) if self.per_op_mode else self._groups(gm, accepted)
+        tags: dict[str, DelegationSpec] = {}
+        for nodes in sorted(groups, key=lambda group: order[group[0]]):
+            if all(ctx.is_constant(n) for n in nodes):
+                for node in nodes:  # nothing to run: constants alone are folded into their users
+                    node.meta[DELEGATION_REFUSAL_META] = refusal(
+                        "partition_size", "computed from constants only and read by no XNNPACK node",
+                        "nothing to do: it runs once per call on the portable kernels")
+                continue
+            tag = f"{TAG_PREFIX}{len(tags)}"
+            for node in nodes:
+                node.meta["delegation_tag"] = tag
+            tags[tag] = self.delegation_spec
+        return PartitionResult(exported_program, tags)
+
+    def _groups(self, gm, accepted: set[Node]) -> list[list[Node]]:
+        order = {node: i for i, node in enumerate(gm.graph.nodes)}
+        proposed = CapabilityBasedPartitioner(gm, _Support(accepted), allows_single_node_partition=True)
+        return [sorted(p.nodes, key=order.__getitem__) for p in proposed.propose_partitions()]
+
+    def _per_op_groups(self, calls: list[Node], accepted: set[Node], ctx: Context) -> list[list[Node]]:
+        """One group per computing node, with the getitems of its value and the constant-only nodes
+        only it reads (a linear's weight permute)."""
+        groups: dict[Node, list[Node]] = {}
+        owner: dict[Node, Node] = {}
+        for node in calls:
+            if node not in accepted or ctx.is_constant(node):
+                continue
+            source = node.args[0] if op_key(node) == "getitem" else None
+            if source in owner:
+                owner[node] = owner[source]
+                groups[owner[source]].append(node)
+            else:
+                owner[node] = node
+                groups[node] = [node]
+        for node in calls:
+            if node in accepted and ctx.is_constant(node):
+                users = {owner.get(u) for u in node.users}
+                if len(users) == 1 and None not in users:
+                    groups[users.pop()].insert(0, node)
+        return list(groups.values())
+
+    def _excluded(self, node: Node) -> DelegationRefusal | None:
+        key = op_key(node)
+        if key in self.exclude_ops or key.rsplit(".", 1)[0] in self.exclude_ops:
+            return refusal("excluded_by_user", f"{key} is in the partitioner's exclude_ops",
+                           "remove it from XnnpackPartitioner(exclude_ops=...) to delegate it")
+        hierarchy = (module_hierarchy(node.meta.get("nn_module_stack")) or {}) if self.exclude_modules else {}
+        for entry in self.exclude_modules:
+            if isinstance(entry, str):
+                hit = any(_within(_clean_path(path), entry) for path, _ in hierarchy.values())
+            else:
+                hit = any(ty == f"{entry.__module__}.{entry.__qualname__}" for _, ty in hierarchy.values())
+            if hit:
+                label = entry if isinstance(entry, str) else entry.__qualname__
+                return refusal("excluded_by_user", f"it belongs to module {label!r}, which is in the partitioner's "
+                               "exclude_modules", "remove it from XnnpackPartitioner(exclude_modules=...) to "
+                               "delegate it")
+        return None
+
+
+def _op_label(op) -> str:
+    if isinstance(op, str):
+        return op
+    if isinstance(op, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(op)
+    raise TypeError(f"XnnpackPartitioner: exclude_ops takes torch operators or their names, got {op!r}")
+
+
+def _clean_path(path: str) -> str:
+    """nn_module_stack paths look like "L['self'].features[3]" (strict) or "features.3"."""
+    path = path.replace("L['self'].", "").replace("L['self']", "")
+    return path.replace("[", ".").replace("]", "").replace("'", "").strip(".")
+
+
+def _within(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix + ".")
+
+
+class XnnpackBackend(BackendDetails):
+    """Upstream's backend id; `preprocess` writes one partition as an XNNPACK payload."""
+
+    @staticmethod
+    def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        for spec in compile_specs:
+            raise DelegationError(f"XnnpackBackend: unknown compile spec {spec.key!r} (it takes none)")
+        payload, debug_map = Lowering(edge_program, HANDLERS).run()
+        return PreprocessResult(payload, debug_map)
