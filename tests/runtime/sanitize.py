@@ -16,11 +16,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = ROOT / "build" / "sanitize"
-SO_NAME = "_core" + (".cpython-%d%d-x86_64-linux-gnu.so" % sys.version_info[:2])
+SO_NAME = "_core" + sysconfig.get_config_var("EXT_SUFFIX")
 SANITIZER_OPTIONS = {
     "ASAN_OPTIONS": "detect_leaks=0:abort_on_error=1:halt_on_error=1:detect_odr_violation=0:"
                     "allocator_may_return_null=1",

@@ -3,6 +3,7 @@ errors that name the instruction, the GIL released while native steps run, and t
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -148,33 +149,63 @@ def test_python_kernel_errors_keep_their_type_on_the_native_core():
         unregister_kernel("etlab_test::broken.out")
 
 
-def test_native_steps_run_without_the_gil():
-    """A Python thread keeps running while a method's native steps do."""
-    started = threading.Event()
-    register_kernel("etlab_test::signal.out", lambda x, out, _ret: (started.set(), out.copy_(x)))
+def _main_thread_progress(release_gil: bool) -> int:
+    """How often the main thread gets the GIL while a method's native steps run in a worker thread.
+
+    The plan: a Python kernel (marks the start), 300 native mul.out steps, a Python kernel (marks the
+    end). The main thread counts, yielding the GIL at every count (sleep(0)), while a switch interval
+    of 100 s means the worker never gives the GIL up unless it releases it itself. So the count between
+    the two marks is the main thread's progress during the native steps: 0 when the core holds the GIL.
+    """
+    counter, marks = [0], []
+
+    def mark(x, out, _ret):  # the count before and after the copy (torch's copy_ releases the GIL itself)
+        marks.append(counter[0])
+        out.copy_(x)
+        marks.append(counter[0])
+
+    register_kernel("etlab_test::mark.out", mark)
+    interval = sys.getswitchinterval()
     try:
-        shape = (512, 512)
+        shape = (256, 256)
         b = PlanBuilder()
         x, y = b.tensor(shape), b.tensor(shape)
-        b.kernel("etlab_test::signal.out", x, y, y)
+        b.kernel("etlab_test::mark.out", x, y, y)
         cur = y
-        for _ in range(400):
+        for _ in range(300):
             nxt = b.tensor(shape)
             b.kernel("aten::mul.out", cur, cur, nxt, nxt)
             cur = nxt
-        method = Runtime.get(core="native").load_program(ProgramBuilder().serialize([b.plan([x], [cur])])) \
+        end = b.tensor(shape)
+        b.kernel("etlab_test::mark.out", cur, end, end)
+        method = Runtime.get(core="native").load_program(ProgramBuilder().serialize([b.plan([x], [end])])) \
             .load_method("forward")
+        method._core.plan.release_gil = release_gil
+        assert method._core.python_steps["etlab_test::mark.out"] == 2
+        assert method._core.plan.step_counts["unboxed"] + method._core.plan.step_counts["boxed"] == 300
         worker = threading.Thread(target=method.execute, args=([torch.ones(shape)],))
+        sys.setswitchinterval(100.0)
         worker.start()
-        assert started.wait(30)
-        spins, start = 0, time.perf_counter()
-        while worker.is_alive():
-            spins += 1
-        elapsed = time.perf_counter() - start
+        while len(marks) < 4 and worker.is_alive():
+            counter[0] += 1
+            time.sleep(0)
         worker.join()
-        assert elapsed < 0.005 or spins > 1000, (spins, elapsed)
     finally:
-        unregister_kernel("etlab_test::signal.out")
+        sys.setswitchinterval(interval)
+        unregister_kernel("etlab_test::mark.out")
+    assert len(marks) == 4, "the method did not run to its end"
+    return marks[2] - marks[1]  # from the end of the first mark to the start of the second
+
+
+def test_native_steps_run_without_the_gil():
+    """A Python thread keeps running while a method's native steps do."""
+    assert _main_thread_progress(release_gil=True) > 0
+
+
+def test_the_gil_test_fails_when_the_core_holds_the_gil():
+    """The same measure on a core made to hold the GIL (a switch of the plan, for this test only) sees
+    no progress at all: the test above can fail."""
+    assert _main_thread_progress(release_gil=False) == 0
 
 
 def test_default_core_and_fallback(monkeypatch):

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <type_traits>
 
 namespace etlab_native {
 
@@ -266,6 +267,8 @@ void NativePlan::add_free(int64_t chain, at::Tensor t) {
 }
 
 void NativePlan::add_jump(int64_t chain, at::Tensor cond, int64_t destination) {
+  // Later steps may not exist yet: the destination is checked against the chain when the jump is taken.
+  if (destination < 0) throw std::out_of_range("jump destination " + std::to_string(destination));
   Instr in;
   in.op = Op::JumpIfFalse;
   in.a = std::move(cond);
@@ -330,6 +333,10 @@ void NativePlan::begin_run(const c10::impl::LocalDispatchKeySet& outer) {
 }
 
 void NativePlan::call_kernel(Instr& in) {
+  // The fast paths index `a` without checks: make_kernel builds one argument per schema parameter,
+  // and sets a fast kind only when fast_kind found the schema's exact shape (TTST: 4 arguments, TTT:
+  // 3, TT: 2, TTTSST: 6), tensors where it reads tensors (to_ivalue made them from TensorType
+  // parameters; toTensor() would throw otherwise).
   auto& a = in.args;
   if (direct_ && in.direct) {  // straight to the CPU kernel: the key set is known
     const c10::DispatchKeySet ks = in.keys;
@@ -378,7 +385,19 @@ void NativePlan::call_kernel(Instr& in) {
   stack_.clear();
 }
 
-int64_t NativePlan::step(Instr& in, int64_t pc) {
+namespace {
+[[gnu::cold, gnu::noinline]] void bad_destination(int64_t destination, int64_t pc, int64_t n) {
+  throw std::out_of_range("step " + std::to_string(pc) + " jumps to " + std::to_string(destination) +
+                          ": not a later step of its chain of " + std::to_string(n) + " (forward jumps only)");
+}
+
+int64_t checked_destination(int64_t destination, int64_t pc, int64_t n) {
+  if (__builtin_expect(destination <= pc || destination > n, 0)) bad_destination(destination, pc, n);
+  return destination;
+}
+}  // namespace
+
+int64_t NativePlan::step(Instr& in, int64_t pc, int64_t n) {
   switch (in.op) {
     case Op::Kernel:
       if (in.alternative) {
@@ -398,7 +417,8 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
       py::gil_scoped_acquire gil;
       c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);  // Python code runs as it would anywhere
       py::object r = in.fn();
-      if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr())) return r.cast<int64_t>();
+      if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr()))
+        return checked_destination(r.cast<int64_t>(), pc, n);
       return pc + 1;
     }
     case Op::Move: {
@@ -410,7 +430,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc) {
       return pc + 1;
     }
     case Op::JumpIfFalse: {
-      return at::all(in.a).item<bool>() ? pc + 1 : in.destination;
+      return at::all(in.a).item<bool>() ? pc + 1 : checked_destination(in.destination, pc, n);
     }
   }
   return pc + 1;
@@ -467,7 +487,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
     try {
       if (!ch.jumps) {  // only a jump's step returns anything but pc + 1
         for (; pc < n; ++pc) {
-          step(ch.instrs[pc], pc);
+          step(ch.instrs[pc], pc, n);
           if constexpr (kTimed) {
             const uint64_t t = ticks();
             pos = put_ticks(out, pos, t - prev);
@@ -477,7 +497,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
         if constexpr (kTimed) result.events += ch.events;
       } else {
         while (pc < n) {
-          const int64_t next = step(ch.instrs[pc], pc);
+          const int64_t next = step(ch.instrs[pc], pc, n);
           if constexpr (kTimed) {
             const uint64_t t = ticks();
             constexpr size_t most = kRecordMaxStep + kRecordMaxTime + 1;  // and the chain's end
@@ -527,15 +547,22 @@ void NativePlan::run_logged(int64_t bundled) {
   log_->add(run, scratch_.data(), r.length);
 }
 
+// records_ grows without the GIL (tensor records): growing must move the Python values of earlier
+// records (no reference count change), never copy them.
+static_assert(std::is_nothrow_move_constructible_v<DebugRecord>, "DebugRecord must move without copying");
+
 void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
-  DebugRecord rec;
   if (item.kind == LogItem::Python) {
     py::gil_scoped_acquire gil;
+    DebugRecord rec;  // declared after the GIL is taken: its value is released before the GIL is
+    if (item.slot < 0 || item.slot >= static_cast<int64_t>(PyList_GET_SIZE(values_.ptr())))
+      throw std::out_of_range("log slot " + std::to_string(item.slot) + " is outside the value table");
     rec.kind = DebugRecord::Python;
     rec.value = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(values_.ptr(), item.slot));
     records_.push_back(std::move(rec));
     return;
   }
+  DebugRecord rec;
   bool complete = true;
   for (const at::Tensor& t : item.tensors) {
     auto st = static_cast<size_t>(t.scalar_type());
@@ -560,18 +587,20 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
   records_.push_back(std::move(rec));
 }
 
-std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_events, int64_t& dropped) {
+std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python_events, int64_t& dropped) {
   failed_chain = failed_index = -1;
   const c10::impl::LocalDispatchKeySet outer = c10::impl::tls_local_dispatch_key_set();
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   begin_run(outer);
   std::vector<int64_t> steps;
   steps.reserve(static_cast<size_t>(6 * instruction_count()));
-  int64_t python_count = 0;
-  {
+  // The list's length, read with the GIL (it is the caller's list, which delegates append to).
+  auto events_so_far = [&] {
     py::gil_scoped_acquire gil;
-    python_count = static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
-  }
+    if (!PyList_Check(python_events.ptr())) throw std::invalid_argument("run_traced: python_events is not a list");
+    return static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
+  };
+  int64_t python_count = events_so_far();
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
@@ -580,11 +609,8 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::list python_e
       while (pc < n) {
         Instr& in = ch.instrs[pc];
         const int64_t start = static_cast<int64_t>(ticks());
-        const int64_t next = step(in, pc);
-        if (in.op == Op::Python) {  // a delegate may have added events of its own
-          py::gil_scoped_acquire gil;
-          python_count = static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
-        }
+        const int64_t next = step(in, pc, n);
+        if (in.op == Op::Python) python_count = events_so_far();  // a delegate may have added events
         for (const LogItem& item : in.logs) log(item, arena, dropped);
         const int64_t end = static_cast<int64_t>(ticks());
         steps.insert(steps.end(), {static_cast<int64_t>(c), pc, start, end, python_count,

@@ -53,11 +53,14 @@ int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the l
 // space is a run of chunks: one of `size` bytes, and more (each at least the growth unit) while
 // the total stays within `limit` (a buffer sized from the plan grows with the runs it keeps).
 // Offsets count from the start of the first chunk; bytes between values are zeroed.
+constexpr int64_t kMaxArenaBytes = int64_t{1} << 48;  // a size or limit above this is refused
+constexpr int64_t kMaxAlignment = 4096;
 class DebugArena {
  public:
-  DebugArena(int64_t size, int64_t limit);
+  DebugArena(int64_t size, int64_t limit);  // std::invalid_argument for a negative or too large one
   // Offset of `nbytes` bytes aligned to `alignment`, and the uint8 view to copy them into, or
-  // (-1, undefined) when they do not fit.
+  // (-1, undefined) when they do not fit (the arena unchanged). std::invalid_argument for a
+  // negative nbytes or an alignment that is not a power of two up to kMaxAlignment.
   std::pair<int64_t, at::Tensor> reserve(int64_t nbytes, int64_t alignment);
   void grow_by_at_least(int64_t bytes);  // raises the growth unit (methods as they load)
   int64_t used();
@@ -66,7 +69,7 @@ class DebugArena {
  private:
   std::vector<at::Tensor> chunks_;
   std::vector<int64_t> starts_;
-  int64_t used_ = 0, capacity_ = 0, limit_, unit_ = 1 << 20;
+  int64_t used_ = 0, capacity_ = 0, limit_ = 0, unit_ = 1 << 20;
   std::mutex mutex_;
 };
 
@@ -287,16 +290,23 @@ class NativePlan {
   // run_timed, kept in the trace log as one run block (with its Method::execute event).
   void run_logged(int64_t bundled);
   // Steps as (chain, index, start, end, python events after, debug records after) per step.
-  std::vector<int64_t> run_traced(DebugArena& arena, py::list python_events, int64_t& dropped);
+  // `python_events` is a borrowed Python list (delegate events): read only with the GIL, and never
+  // copied as a py::object (which would change its reference count without the GIL).
+  std::vector<int64_t> run_traced(DebugArena& arena, py::handle python_events, int64_t& dropped);
   std::vector<DebugRecord>& records() { return records_; }
 
   int64_t failed_chain = -1, failed_index = -1;
+  // Whether the bindings release the GIL around a run (always, but for the test that shows the
+  // GIL-release test can fail: tests/runtime/test_cores.py).
+  bool release_gil = true;
   int64_t instruction_count() const;
   // How many steps are of each kind: native kernels (unboxed, boxed), Python call-backs, others.
   std::vector<int64_t> step_counts() const;
 
  private:
-  int64_t step(Instr& in, int64_t pc);
+  // Runs one step; returns the next step's index: pc + 1, or a jump's destination, checked here to
+  // lie in (pc, n] (forward jumps only: a run always ends), whatever the loader checked.
+  int64_t step(Instr& in, int64_t pc, int64_t n);
   void call_kernel(Instr& in);
   // Entering and leaving a run: below autograd for the whole run, and whether the precomputed key
   // sets hold (the dispatch state is the one seen at load, and no RecordFunction callbacks run).

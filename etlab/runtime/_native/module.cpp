@@ -30,14 +30,16 @@ class WarningCollector : public c10::WarningHandler {
   std::vector<std::pair<std::string, bool>> messages_;
 };
 
-// Runs `body` without the GIL and under the warning collector; torch errors become the Python
-// exception torch itself would raise, with the message but without the C++ backtrace.
+// Runs `body` without the GIL (unless `release` is false: only the test that shows a GIL-holding
+// run is detected) and under the warning collector; torch errors become the Python exception torch
+// itself would raise, with the message but without the C++ backtrace.
 template <class Body>
-auto without_gil(Body&& body) {
+auto without_gil(bool release, Body&& body) {
   WarningCollector warnings;
   try {
     auto result = [&] {
-      py::gil_scoped_release release;
+      std::optional<py::gil_scoped_release> released;
+      if (release) released.emplace();
       c10::WarningUtils::WarningHandlerGuard guard(&warnings);
       return body();
     }();
@@ -74,13 +76,13 @@ py::list take_records(NativePlan& plan) {
       case DebugRecord::None:
         out[i] = py::none();
         break;
-      case DebugRecord::Tensor:
-        out[i] = py::make_tuple("T", r.scalar_types[0], sizes_tuple(r.sizes[0]), r.offsets[0]);
+      case DebugRecord::Tensor:  // NativePlan::log makes a Tensor record of exactly one tensor
+        out[i] = py::make_tuple("T", r.scalar_types.at(0), sizes_tuple(r.sizes.at(0)), r.offsets.at(0));
         break;
       case DebugRecord::TensorList: {
         py::tuple members(r.offsets.size());
-        for (size_t k = 0; k < r.offsets.size(); ++k)
-          members[k] = py::make_tuple(r.scalar_types[k], sizes_tuple(r.sizes[k]), r.offsets[k]);
+        for (size_t k = 0; k < r.offsets.size(); ++k)  // the three vectors grow together (NativePlan::log)
+          members[k] = py::make_tuple(r.scalar_types.at(k), sizes_tuple(r.sizes.at(k)), r.offsets.at(k));
         out[i] = py::make_tuple("L", members);
         break;
       }
@@ -171,23 +173,28 @@ PYBIND11_MODULE(_core, m) {
         return py::dict(py::arg("unboxed") = c[0], py::arg("boxed") = c[1], py::arg("python") = c[2],
                         py::arg("other") = c[3]);
       })
-      .def("run", [](NativePlan& p) { without_gil([&] { p.run(); return 0; }); })
+      .def_readwrite("release_gil", &NativePlan::release_gil,
+                     "False makes runs hold the GIL: only for the test that shows the GIL-release test can fail")
+      .def("run", [](NativePlan& p) { without_gil(p.release_gil, [&] { p.run(); return 0; }); })
       .def("set_event_counts", &NativePlan::set_event_counts)
       .def("run_timed",
            [](NativePlan& p) {
-             auto [record, events] = without_gil([&] { return p.run_timed(); });
+             auto [record, events] = without_gil(p.release_gil, [&] { return p.run_timed(); });
              return py::make_tuple(as_bytes(record), events);
            })
       .def("set_trace_log", &NativePlan::set_trace_log, py::arg("log"), py::arg("chains_key"))
       .def("run_logged", [](NativePlan& p, int64_t bundled) {
-        without_gil([&] { p.run_logged(bundled); return 0; });
+        without_gil(p.release_gil, [&] { p.run_logged(bundled); return 0; });
       })
       .def("run_traced", [](NativePlan& p, DebugArena& arena, py::list python_events) {
         p.records().clear();
         int64_t dropped = 0;
         std::vector<int64_t> steps;
         try {
-          steps = without_gil([&] { return p.run_traced(arena, python_events, dropped); });
+          // The list is passed as a borrowed handle: copying a py::list would touch its reference count
+          // without the GIL.
+          py::handle events = python_events;
+          steps = without_gil(p.release_gil, [&] { return p.run_traced(arena, events, dropped); });
         } catch (...) {
           p.records().clear();
           throw;

@@ -97,8 +97,14 @@ constexpr int64_t kMaxGrowthUnit = int64_t{64} << 20;  // a plan's claim never a
 int64_t round_up(int64_t n, int64_t a) { return (n + a - 1) / a * a; }
 }  // namespace
 
-DebugArena::DebugArena(int64_t size, int64_t limit) : limit_(std::max(size, limit)) {
-  if (size < 0) throw std::invalid_argument("DebugArena: negative size");
+// The arithmetic below never overflows: the constructor bounds limit_ by kMaxArenaBytes (2^48), so
+// capacity_, used_ and unit_ stay at or under it, and reserve refuses an nbytes above limit_ and an
+// alignment above kMaxAlignment before adding anything: every sum stays under 2^50.
+DebugArena::DebugArena(int64_t size, int64_t limit) {
+  if (size < 0 || limit < 0) throw std::invalid_argument("DebugArena: negative size or limit");
+  if (size > kMaxArenaBytes || limit > kMaxArenaBytes)
+    throw std::invalid_argument("DebugArena: size or limit above " + std::to_string(kMaxArenaBytes) + " bytes");
+  limit_ = std::max(size, limit);
   chunks_.push_back(at::empty({size}, at::kByte));
   starts_.push_back(0);
   capacity_ = size;
@@ -106,34 +112,44 @@ DebugArena::DebugArena(int64_t size, int64_t limit) : limit_(std::max(size, limi
 
 void DebugArena::grow_by_at_least(int64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  unit_ = std::max(unit_, std::min(round_up(std::max<int64_t>(bytes, 0), 64), kMaxGrowthUnit));
+  unit_ = std::max(unit_, std::min(round_up(std::clamp<int64_t>(bytes, 0, kMaxGrowthUnit), 64), kMaxGrowthUnit));
 }
 
 std::pair<int64_t, at::Tensor> DebugArena::reserve(int64_t nbytes, int64_t alignment) {
+  if (nbytes < 0 || alignment <= 0 || alignment > kMaxAlignment || (alignment & (alignment - 1)) != 0)
+    throw std::invalid_argument("DebugArena.reserve: nbytes must be >= 0 and alignment a power of two up to " +
+                                std::to_string(kMaxAlignment));
   std::lock_guard<std::mutex> lock(mutex_);
-  if (nbytes < 0 || alignment <= 0) return {-1, at::Tensor()};
+  if (nbytes > limit_) return {-1, at::Tensor()};
   int64_t offset = round_up(used_, alignment);
-  if (offset + nbytes > capacity_) {
-    // A new chunk, if the limit allows: it starts aligned, and the old chunk's tail is zeroed.
-    const int64_t start = round_up(capacity_, std::max<int64_t>(alignment, 64));
-    const int64_t size = std::max(unit_, round_up(nbytes, 64));
-    if (start + size > limit_) return {-1, at::Tensor()};
-    const int64_t tail = starts_.back() + chunks_.back().numel() - used_;
-    if (tail > 0) chunks_.back().narrow(0, used_ - starts_.back(), tail).zero_();
-    if (start > capacity_) {  // unaligned capacity (a user-sized first chunk): a zero pad chunk
-      chunks_.push_back(at::zeros({start - capacity_}, at::kByte));
-      starts_.push_back(capacity_);
-    }
-    chunks_.push_back(at::empty({size}, at::kByte));
-    starts_.push_back(start);
-    capacity_ = start + size;
-    used_ = offset = start;
+  if (offset + nbytes <= capacity_) {
+    at::Tensor& chunk = chunks_.back();
+    const int64_t base = starts_.back();
+    if (offset > used_) chunk.narrow(0, used_ - base, offset - used_).zero_();  // alignment padding
+    used_ = offset + nbytes;
+    return {offset, chunk.narrow(0, offset - base, nbytes)};
   }
-  at::Tensor& chunk = chunks_.back();
-  const int64_t base = starts_.back();
-  if (offset > used_) chunk.narrow(0, used_ - base, offset - used_).zero_();  // alignment padding
-  used_ = offset + nbytes;
-  return {offset, chunk.narrow(0, offset - base, nbytes)};
+  // A new chunk, if the limit allows: it starts aligned, and the old chunk's tail is zeroed. Its
+  // memory (and a zero pad chunk when the capacity is unaligned: a user-sized first chunk) is
+  // allocated before any state changes, so a failed allocation leaves the arena as it was.
+  const int64_t start = round_up(capacity_, std::max<int64_t>(alignment, 64));
+  const int64_t size = std::max(unit_, round_up(nbytes, 64));
+  if (start + size > limit_) return {-1, at::Tensor()};
+  at::Tensor pad = start > capacity_ ? at::zeros({start - capacity_}, at::kByte) : at::Tensor();
+  at::Tensor chunk = at::empty({size}, at::kByte);
+  const int64_t tail = starts_.back() + chunks_.back().numel() - used_;
+  if (tail > 0) chunks_.back().narrow(0, used_ - starts_.back(), tail).zero_();
+  chunks_.reserve(chunks_.size() + 2);
+  starts_.reserve(starts_.size() + 2);
+  if (pad.defined()) {
+    chunks_.push_back(std::move(pad));
+    starts_.push_back(capacity_);
+  }
+  chunks_.push_back(chunk);
+  starts_.push_back(start);
+  capacity_ = start + size;
+  used_ = start + nbytes;
+  return {start, chunk.narrow(0, 0, nbytes)};
 }
 
 int64_t DebugArena::used() {
