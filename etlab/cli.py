@@ -1,6 +1,8 @@
 """The `etlab` command line.
 
-    etlab info FILE                      what is inside a .pte / .ptd / .bpte / .etdp
+    etlab info FILE [--etrecord R]       what is inside a .pte / .ptd / .bpte / .etdp / .etrecord; with an
+                                         ETRecord (given, or FILE.etrecord beside a .pte), why each node
+                                         was left out of delegation, grouped by reason
     etlab inspect --etdump P [...]       the Inspector's table (table, csv, tsv, json; --chrome-trace)
     etlab report --etdump P [...] -o F   the whole dashboard as one offline HTML file
     etlab compare A B [...]              per-op latency and numeric deltas of run B against run A
@@ -11,8 +13,42 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from etlab.errors import FormatError
+
+
+def _delegation_lines(record, where: str) -> None:
+    """Per method of an ETRecord: delegated nodes per backend, then why nodes were left out, by category."""
+    from etlab.devtools import get_delegation_info
+
+    for method in record.methods:
+        info = get_delegation_info(record.edge_program(method))
+        backends = ", ".join(f"{b.backend_id} {b.num_subgraphs} partition(s) {b.num_nodes} node(s)"
+                             for b in sorted(info.delegation_by_backend.values(), key=lambda b: b.backend_id))
+        print(f"  delegation of {method!r} ({where}): {backends or 'nothing delegated'}")
+        for line in info.format_refusals().splitlines():
+            print(f"    {line}")
+
+
+def _record_beside(pte: str, explicit: str | None, plans) -> tuple[object, str] | tuple[None, str]:
+    """The ETRecord to explain a .pte's delegation with: --etrecord, else <stem>.etrecord beside the
+    file when it records the same methods with the same delegate calls (else none, and why)."""
+    from etlab.etrecord import parse_etrecord
+
+    if explicit:
+        return parse_etrecord(explicit), explicit
+    beside = Path(pte).with_suffix(".etrecord")
+    if not beside.is_file():
+        return None, ""
+    try:
+        record = parse_etrecord(str(beside))
+        recorded = {m: len(i.delegates) for m, i in record.program_info().methods.items()}
+    except FormatError as e:
+        return None, f"{beside} not used: {e}"
+    if recorded != {str(p.name): len(p.delegates or ()) for p in plans}:
+        return None, f"{beside} not used: it records another program"
+    return record, str(beside)
 
 
 def _info(args) -> int:
@@ -22,7 +58,16 @@ def _info(args) -> int:
     from etlab.schema.flat_tensor import PtdFile
     from etlab.schema.program import PteFile
 
+    if args.path.endswith(".etrecord"):
+        from etlab.etrecord import parse_etrecord
+
+        record = parse_etrecord(args.path)
+        print(f"{args.path}: ETRecord, methods {record.methods}")
+        _delegation_lines(record, "recorded edge graph")
+        return 0
     obj = load_file(args.path)
+    if args.etrecord and not isinstance(obj, PteFile):
+        raise FormatError(f"--etrecord explains a .pte's delegation; {args.path} is not a .pte")
     if isinstance(obj, PteFile):
         prog = obj.program
         print(f"{args.path}: program version {prog.version}, {len(obj.segments)} segment(s) "
@@ -34,6 +79,11 @@ def _info(args) -> int:
                   f"{len(plan.delegates or ())} delegate(s), arenas {list(plan.non_const_buffer_sizes or ())[1:]}")
             for op in ops:
                 print(f"    {op}")
+        record, where = _record_beside(args.path, args.etrecord, prog.execution_plan or ())
+        if record is not None:
+            _delegation_lines(record, f"from {where}")
+        elif where:
+            print(f"  delegation: {where}")
     elif isinstance(obj, PtdFile):
         print(f"{args.path}: {len(obj.flat_tensor.named_data or ())} named entries")
         for key, (layout, data) in obj.named().items():
@@ -69,8 +119,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="etlab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    info = sub.add_parser("info", help="summarize an ExecuTorch file (.pte, .ptd, .bpte, .etdp)")
+    info = sub.add_parser("info", help="summarize an ExecuTorch file (.pte, .ptd, .bpte, .etdp, .etrecord)")
     info.add_argument("path")
+    info.add_argument("--etrecord", help="the .pte's ETRecord: why each node was left out of delegation "
+                      "(default: the .etrecord of the same name beside the .pte, if it is of the same program)")
     info.set_defaults(run=_info)
     for name, (_, _, help_text) in _DELEGATED.items():
         sub.add_parser(name, help=help_text, add_help=False)

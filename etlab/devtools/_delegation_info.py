@@ -161,29 +161,32 @@ class DelegationInfo:
         """Operator nodes left out for which no reason was recorded or could be derived."""
         return [n for n in self.nodes if not n.delegated and not n.category]
 
-    def format_refusals(self, max_per_group: int = 20) -> str:
-        """The nodes left out, grouped by category with counts, one line per node (reason, hint,
-        source line): what `etlab info` prints."""
+    def format_refusals(self, max_names: int = 8) -> str:
+        """The nodes left out, grouped by category with counts, then by (op, reason): one line each
+        with the hint, the nodes and the first one's source line. What `etlab info` prints."""
         groups = self.refusal_groups()
         if not groups and not self.unexplained:
             return "every operator node was delegated\n" if self.nodes else "no operator nodes\n"
         left = sum(g.count for g in groups) + len(self.unexplained)
         lines = [f"left out of delegation: {left} node(s)"]
+
+        def names(nodes: list[NodeDelegation]) -> str:
+            more = f" ... {len(nodes) - max_names} more" if len(nodes) > max_names else ""
+            return ", ".join(n.node for n in nodes[:max_names]) + more
+
         for g in groups:
             lines.append(f"  {g.category}: {g.count} node(s)")
-            for n in g.nodes[:max_per_group]:
-                where = f" [{n.module}]" if n.module else ""
-                lines.append(f"    {n.node} ({n.op}){where}: {n.reason}")
-                if n.hint:
-                    lines.append(f"      hint: {n.hint}")
-                if n.source:
-                    lines.append(f"      at {n.source}")
-            if g.count > max_per_group:
-                lines.append(f"    ... {g.count - max_per_group} more")
+            same: dict[tuple[str, str, str], list[NodeDelegation]] = {}
+            for n in g.nodes:
+                same.setdefault((n.op, n.reason, n.hint), []).append(n)
+            for (op, reason, hint), nodes in same.items():
+                lines.append(f"    {len(nodes)} x {op}: {reason}")
+                if hint:
+                    lines.append(f"      hint: {hint}")
+                where = f" (first at {nodes[0].source})" if nodes[0].source else ""
+                lines.append(f"      nodes: {names(nodes)}{where}")
         if self.unexplained:
-            names = ", ".join(n.node for n in self.unexplained[:max_per_group])
-            more = f" ... {len(self.unexplained) - max_per_group} more" if len(self.unexplained) > max_per_group else ""
-            lines.append(f"  no reason recorded: {len(self.unexplained)} node(s): {names}{more}")
+            lines.append(f"  no reason recorded: {len(self.unexplained)} node(s): {names(self.unexplained)}")
         return "\n".join(lines) + "\n"
 
 
@@ -215,7 +218,7 @@ def get_delegation_info(graph_module) -> DelegationInfo:
     subgraph per delegate-call instruction). Operator types: see `op_type_of`.
 
     `nodes` (the explainer's table) lists every operator node of the top graph and of the lowered
-    modules, except the getitems that unpack delegate calls, with the reason recorded for each node
+    modules (not getitems: they pick an output and run no kernel), with the reason recorded for each node
     left out; on a graph lowered to XNNPACK without recorded reasons, etlab's XNNPACK rules give them.
     """
     gm = _as_graph_module(graph_module)
@@ -238,7 +241,7 @@ def get_delegation_info(graph_module) -> DelegationInfo:
         if node.op == "call_function" and not is_delegate_call(node):
             partition = node.meta.get(DELEGATE_PARTITION_META)  # an upstream pre-lowering edge graph
             count(node, delegated=partition is not None)
-            if not _is_delegate_output(node):
+            if not is_getitem(node):
                 if partition is None and not isinstance(node.meta.get(DELEGATION_REFUSAL_META), DelegationRefusal):
                     left_out.append((len(rows), node))
                 rows.append(_node_row(node, partition[0] if partition is not None else None))
@@ -271,11 +274,6 @@ def get_delegation_info(graph_module) -> DelegationInfo:
         delegation_by_backend=by_backend,
         nodes=rows,
     )
-
-
-def _is_delegate_output(node: Node) -> bool:
-    """A getitem picking one output of a delegate call: plumbing, not an operator anyone refused."""
-    return is_getitem(node) and bool(node.args) and isinstance(node.args[0], Node) and is_delegate_call(node.args[0])
 
 
 def _node_row(node: Node, delegated_to: str | None) -> NodeDelegation:

@@ -100,8 +100,10 @@ def test_refusals_survive_the_etrecord(planted_edge, tmp_path):
 def test_format_refusals_groups_by_category(planted_edge):
     text = get_delegation_info(planted_edge.exported_program()).format_refusals()
     for category, marker in PLANTED.items():
-        assert f"  {category}: " in text and marker in text
+        assert f"\n  {category}: 1 node(s)\n" in text or category == "operator", text
+        assert marker in text
     assert text.startswith("left out of delegation: ")
+    assert "1 x aten.add.Tensor: keyword argument alpha=2" in text
 
 
 def test_demo_why_unsupported_returns_refusals():
@@ -150,12 +152,12 @@ def test_upstream_style_graph_is_explained_by_xnnpack_rules(monkeypatch):
                                                                                          "category"] == ""
 
 
-def test_delegate_getitems_are_not_rows(planted_edge):
+def test_getitems_are_not_rows(planted_edge):
     gm = planted_edge.exported_program().graph_module
     getitems = [n.name for n in gm.graph.nodes if n.target is operator.getitem]
     assert getitems  # the delegate calls are unpacked by getitems ...
     names = set(get_delegation_info(gm).get_node_delegation_dataframe()["node"])
-    assert not names & set(getitems)  # ... which nobody refused
+    assert not names & set(getitems)  # ... which run no kernel: nothing to delegate
 
 
 def _run_cli(*args) -> subprocess.CompletedProcess:
@@ -180,3 +182,51 @@ def test_delegation_view_html_groups_the_reasons(planted_edge, tmp_path):
     # the notebook repr of DelegationInfo shows the same groups
     html = repr_mimebundle(get_delegation_info(planted_edge.exported_program()))["text/html"]
     assert all(f"<td>{category}</td>" in html for category in PLANTED)
+
+
+@pytest.fixture(scope="module")
+def planted_files(planted_edge, tmp_path_factory):
+    d = tmp_path_factory.mktemp("planted")
+    et = planted_edge.to_executorch()
+    et.write_to_file(d / "model.pte")
+    et.get_etrecord().save(d / "model.etrecord")
+    return d
+
+
+def _assert_grouped(out: str) -> None:
+    for category in PLANTED:
+        assert f"      {category}: " in out, out
+    assert "alpha=2" in out and "hint: fold alpha into an explicit mul" in out
+    assert "PLANT dtype" in out and "float64" in out and "dynamic dimension" in out
+
+
+def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(planted_files):
+    p = _run_cli("info", planted_files / "model.pte")
+    assert p.returncode == 0, p.stderr
+    assert "delegation of 'forward' (from " in p.stdout and "DemoBackend 2 partition(s) 2 node(s)" in p.stdout
+    _assert_grouped(p.stdout)
+
+
+def test_etlab_info_on_an_etrecord_and_with_etrecord_option(planted_files, tmp_path):
+    p = _run_cli("info", planted_files / "model.etrecord")
+    assert p.returncode == 0, p.stderr
+    _assert_grouped(p.stdout)
+    alone = tmp_path / "alone.pte"
+    alone.write_bytes((planted_files / "model.pte").read_bytes())
+    p = _run_cli("info", alone)
+    assert p.returncode == 0 and "delegation" not in p.stdout  # nothing beside it to explain with
+    p = _run_cli("info", alone, "--etrecord", planted_files / "model.etrecord")
+    assert p.returncode == 0, p.stderr
+    _assert_grouped(p.stdout)
+
+
+def test_etlab_info_refuses_an_etrecord_of_another_program(planted_files, tmp_path):
+    other = to_edge_transform_and_lower(torch.export.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),)),
+                                        partitioner=[DemoPartitioner()], generate_etrecord=True).to_executorch()
+    (tmp_path / "model.pte").write_bytes((planted_files / "model.pte").read_bytes())
+    other.get_etrecord().save(tmp_path / "model.etrecord")
+    p = _run_cli("info", tmp_path / "model.pte")
+    assert p.returncode == 0 and "not used: it records another program" in p.stdout
+    (tmp_path / "bad.etrecord").write_bytes(b"not a zip")
+    p = _run_cli("info", tmp_path / "model.pte", "--etrecord", tmp_path / "bad.etrecord")
+    assert p.returncode == 2 and "bad.etrecord" in p.stderr and "Traceback" not in p.stderr
