@@ -29,7 +29,7 @@ from torch.fx import Node
 from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler.backends.xnnpack import _fusion
 from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
-from etlab.compiler.backends.xnnpack._support import Context, op_key, tensor_of, why_unsupported
+from etlab.compiler.backends.xnnpack._support import Context, op_key, why_unsupported
 from etlab.schema.xnnpack import FLAG_EXTERNAL_INPUT, FLAG_EXTERNAL_OUTPUT, INVALID_VALUE_ID
 
 NCHW, NHWC = "nchw", "nhwc"  # NCHW: the Edge tensor's own contiguous layout, whatever its rank
@@ -91,7 +91,7 @@ class Lowering:
             self.out_ext[node] = len(user_inputs) + len(self.out_ext)
         self.b.num_externs = len(user_inputs) + len(outputs)
         for position, node in enumerate(user_inputs):
-            t = tensor_of(node)
+            t = self.tensor(node)
             if t is None:
                 raise DelegationError(f"XnnpackBackend: input {node.name!r} is not a tensor")
             self.values[node] = {NCHW: self.b.value(t.shape, external_id=position, flags=FLAG_EXTERNAL_INPUT)}
@@ -126,6 +126,12 @@ class Lowering:
 
     # --- values ---------------------------------------------------------------------------------
 
+    @staticmethod
+    def tensor(node: Node) -> torch.Tensor:
+        """The node's tensor meta; the first output's for batch norm / pooling with indices."""
+        val = node.meta.get("val")
+        return val[0] if isinstance(val, (tuple, list)) else val
+
     def resolve(self, node):
         return self.plan.alias.get(node, node) if isinstance(node, Node) else node
 
@@ -135,6 +141,16 @@ class Lowering:
     def preferred_layout(self, node: Node) -> str:
         node = self.resolve(node)
         return NCHW if node in self.constants or NCHW in self.values.get(node, {NCHW: 0}) else NHWC
+
+    def constant_of(self, user: Node, arg: Node, what: str) -> torch.Tensor:
+        """The constant value of `user`'s operand `arg`; a CompileError if it is computed at run time
+        (a weight shared with nodes outside this partition arrives as a delegate input)."""
+        source = self.resolve(arg)
+        if source not in self.constants:
+            raise DelegationError.at(user, f"XnnpackBackend cannot lower node {user.name!r}: its {what} "
+                                           f"{getattr(arg, 'name', arg)!r} is not a constant of the partition "
+                                           "(a weight read outside the partition too, or computed at run time)")
+        return self.constants[source]
 
     def constant(self, node: Node, data: torch.Tensor, key: str, quant: QuantSpec | None = None,
                  datatype=None) -> int:
@@ -163,7 +179,7 @@ class Lowering:
         if layout in have:
             return have[layout]
         source_layout = NHWC if layout == NCHW else NCHW
-        shape = list(tensor_of(node).shape)
+        shape = list(self.tensor(node).shape)
         if len(shape) != 4:
             raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} (shape {shape}) asked for in NHWC")
         perm = TO_NCHW if layout == NCHW else TO_NHWC
@@ -197,7 +213,7 @@ class Lowering:
         return vid
 
     def out_shape(self, node: Node, layout: str) -> list[int]:
-        shape = [int(d) for d in tensor_of(node).shape]
+        shape = [int(d) for d in self.tensor(node).shape]
         return _permuted(shape, TO_NHWC) if layout == NHWC else shape
 
     def handle(self, node: Node) -> int | None:
@@ -214,7 +230,7 @@ class Lowering:
     def _finish_output(self, node: Node) -> None:
         target = self.resolve(node)
         if target in self.constants:  # a partition output computed from constants alone
-            out = self.define(node, list(tensor_of(node).shape) or [1], NCHW)
+            out = self.define(node, list(self.tensor(node).shape) or [1], NCHW)
             self.b.node("XNNCopy", self.handle(node), input_id=self.value(target), output_id=out)
             return
         if NCHW not in self.values.get(target, {}):

@@ -24,7 +24,7 @@ from etlab.compiler.backends.xnnpack._lower import (
     _permuted,
     _same_memory_order,
 )
-from etlab.compiler.backends.xnnpack._support import op_key, tensor_of
+from etlab.compiler.backends.xnnpack._support import op_key
 
 Handler = Callable[[Lowering, Node], None]
 _MAX_CONCAT = 5
@@ -66,10 +66,10 @@ def _broadcast_constant(lw: Lowering, node: Node, layout: str, rank: int) -> int
 def _binary(kind: str) -> Handler:
     def lower(lw: Lowering, node: Node) -> None:
         a, b = (lw.resolve(x) for x in node.args[:2])
-        rank = tensor_of(node).dim()
+        rank = lw.tensor(node).dim()
         live = [x for x in (a, b) if x not in lw.constants]
         # NHWC when an operand already is and every live operand is 4-D (constants follow).
-        nhwc = rank == 4 and any(lw.has(x, NHWC) for x in live) and all(tensor_of(x).dim() == 4 for x in live)
+        nhwc = rank == 4 and any(lw.has(x, NHWC) for x in live) and all(lw.tensor(x).dim() == 4 for x in live)
         layout = NHWC if nhwc else NCHW
         ids = [_broadcast_constant(lw, x, layout, rank) if x in lw.constants else lw.value(x, layout)
                for x in (a, b)]
@@ -86,11 +86,11 @@ def _square(lw: Lowering, node: Node) -> None:
 
 
 def _conv_weights(lw: Lowering, node: Node) -> tuple[torch.Tensor, torch.Tensor | None]:
-    weight = lw.constants[lw.resolve(node.args[1])].float()
-    bias = lw.constants[lw.resolve(node.args[2])].float() if node.args[2] is not None else None
+    weight = lw.constant_of(node, node.args[1], "weight").float()
+    bias = lw.constant_of(node, node.args[2], "bias").float() if node.args[2] is not None else None
     bn = lw.plan.batch_norm.get(node)
     if bn is not None:
-        gamma, beta, mean, var = (lw.constants[lw.resolve(a)].float() if a is not None else None
+        gamma, beta, mean, var = (lw.constant_of(bn, a, "batch norm parameter").float() if a is not None else None
                                   for a in bn.args[1:5])
         eps = float(bn.args[6])
         scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
@@ -150,7 +150,7 @@ def _convolution(lw: Lowering, node: Node) -> None:
 def _batch_norm(lw: Lowering, node: Node) -> None:
     """A batch norm no convolution absorbed: y = x * scale + shift, per channel."""
     x_node = node.args[0]
-    gamma, beta, mean, var = (lw.constants[lw.resolve(a)].float() if a is not None else None
+    gamma, beta, mean, var = (lw.constant_of(node, a, "batch norm parameter").float() if a is not None else None
                               for a in node.args[1:5])
     eps = float(node.args[6])
     scale = torch.rsqrt(var + eps) * (gamma if gamma is not None else 1.0)
@@ -172,16 +172,16 @@ def _fully_connected(lw: Lowering, node: Node) -> None:
     key = op_key(node)
     if key == "aten.addmm.default":
         bias, x, weight = node.args[:3]
-        filt = lw.constants[lw.resolve(weight)].float().t()
+        filt = lw.constant_of(node, weight, "weight").float().t()
     elif key == "aten.linear.default":
         x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
-        filt = lw.constants[lw.resolve(weight)].float()
+        filt = lw.constant_of(node, weight, "weight").float()
     else:
         (x, weight), bias = node.args[:2], None
-        filt = lw.constants[lw.resolve(weight)].float().t()
+        filt = lw.constant_of(node, weight, "weight").float().t()
     x_id = lw.value(x, NCHW)
     filter_id = lw.constant(lw.resolve(weight), filt.contiguous(), "fc-filter")
-    bias_id = (lw.constant(lw.resolve(bias), lw.constants[lw.resolve(bias)].float().reshape(-1), "fc-bias")
+    bias_id = (lw.constant(lw.resolve(bias), lw.constant_of(node, bias, "bias").float().reshape(-1), "fc-bias")
                if bias is not None else lw.unused_id())
     out = lw.define(node, lw.out_shape(node, NCHW), NCHW)
     lw.b.node("XNNFullyConnected", lw.handle(node), lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
@@ -209,8 +209,8 @@ def _pool_args(node: Node, has_dilation: bool):
 def _max_pool(lw: Lowering, node: Node) -> None:
     kernel, stride, padding, dilation = _pool_args(node, True)
     x = lw.value(node.args[0], NHWC)
-    in_shape = tensor_of(node.args[0]).shape
-    out_val = tensor_of(node) if tensor_of(node) is not None else node.meta["val"][0]
+    in_shape = lw.tensor(node.args[0]).shape
+    out_val = lw.tensor(node)
     extra = []
     for axis in (0, 1):  # ceil_mode: pad the far edge so the last window fits
         needed = ((out_val.shape[2 + axis] - 1) * stride[axis] + dilation[axis] * (kernel[axis] - 1) + 1
@@ -239,7 +239,7 @@ def _mean(lw: Lowering, node: Node) -> None:
     to [N, C] follows, reading the pooled value directly (1x1 spatial: same memory order)."""
     x_node = node.args[0]
     x = lw.value(x_node, NHWC)
-    n, c = (int(d) for d in tensor_of(x_node).shape[:2])
+    n, c = (int(d) for d in lw.tensor(x_node).shape[:2])
     keepdim = bool(_arg(node, 2, "keepdim", False))
     handle = lw.handle(node)
     pooled = lw.define(node, [n, 1, 1, c], NHWC) if keepdim else lw.temp([n, 1, 1, c])
@@ -251,7 +251,7 @@ def _mean(lw: Lowering, node: Node) -> None:
 
 def _upsample_bilinear(lw: Lowering, node: Node) -> None:
     x = lw.value(node.args[0], NHWC)
-    shape = [int(d) for d in tensor_of(node).shape]
+    shape = [int(d) for d in lw.tensor(node).shape]
     out = lw.define(node, _permuted(shape, TO_NHWC), NHWC)
     lw.b.node("XNNStaticResizeBilinear2D", lw.handle(node), new_height=shape[2], new_width=shape[3], input_id=x,
               output_id=out, flags=FLAG_ALIGN_CORNERS if node.args[2] else 0)
@@ -273,7 +273,7 @@ def _layout_dim(dim: int, rank: int, layout: str) -> int:
 
 def _cat(lw: Lowering, node: Node) -> None:
     tensors = [lw.resolve(t) for t in node.args[0]]
-    rank = tensor_of(node).dim()
+    rank = lw.tensor(node).dim()
     dim = _arg(node, 1, "dim", 0)
     live = [t for t in tensors if t not in lw.constants]
     nhwc = rank == 4 and sum(lw.has(t, NHWC) for t in live) * 2 > len(live)
@@ -299,7 +299,7 @@ def _write_concat(lw: Lowering, handle, ids: list[int], axis: int, out: int) -> 
 
 def _slice(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
-    shape = [int(d) for d in tensor_of(x_node).shape]
+    shape = [int(d) for d in lw.tensor(x_node).shape]
     rank = len(shape)
     dim = _arg(node, 1, "dim", 0) % rank
     start, end = _arg(node, 2, "start", None), _arg(node, 3, "end", None)
@@ -319,7 +319,7 @@ def _slice(lw: Lowering, node: Node) -> None:
 
 def _select(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
-    shape = [int(d) for d in tensor_of(x_node).shape]
+    shape = [int(d) for d in lw.tensor(x_node).shape]
     dim = node.args[1] % len(shape)
     index = node.args[2] + shape[dim] if node.args[2] < 0 else node.args[2]
     offsets, sizes = [0] * len(shape), list(shape)
@@ -337,7 +337,7 @@ def _select(lw: Lowering, node: Node) -> None:
 
 def _reshape(lw: Lowering, node: Node) -> None:
     x_node = lw.resolve(node.args[0])
-    in_shape = [int(d) for d in tensor_of(x_node).shape]
+    in_shape = [int(d) for d in lw.tensor(x_node).shape]
     # A value held only as NHWC whose memory order equals NCHW's (1x1 spatial) is reshaped as is.
     direct = (x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC)
               and _same_memory_order(in_shape))
@@ -350,7 +350,7 @@ def _reshape(lw: Lowering, node: Node) -> None:
 
 def _permute(lw: Lowering, node: Node) -> None:
     x_node = lw.resolve(node.args[0])
-    perm = [int(p) % tensor_of(x_node).dim() for p in node.args[1]]
+    perm = [int(p) % lw.tensor(x_node).dim() for p in node.args[1]]
     if x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC):
         x = lw.value(x_node, NHWC)
         perm = [TO_NCHW[p] for p in perm]  # x = x_nhwc.permute(TO_NCHW), so compose
@@ -362,7 +362,7 @@ def _permute(lw: Lowering, node: Node) -> None:
 
 def _pad(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
-    rank = tensor_of(x_node).dim()
+    rank = lw.tensor(x_node).dim()
     pads = list(node.args[1])
     pre, post = [0] * rank, [0] * rank
     for i in range(len(pads) // 2):

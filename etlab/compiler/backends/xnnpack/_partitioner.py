@@ -159,12 +159,27 @@ def _within(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix + ".")
 
 
+DEBUG_MAP_KEY = "debug_handle_map"
+
+
 class XnnpackBackend(BackendDetails):
-    """Upstream's backend id; `preprocess` writes one partition as an XNNPACK payload."""
+    """Upstream's backend id; `preprocess` writes one partition as an XNNPACK payload.
+
+    Every XNNPACK node carries its Edge node's debug handle, and the debug-handle map is empty,
+    as upstream writes both: upstream's runtime names its per-operator events after XNNPACK's
+    operators, and a non-empty map would make upstream's Inspector match those names against the
+    map's keys as substrings. `CompileSpec("debug_handle_map", b"fused")` records instead, per
+    node handle, the handles of the Edge nodes folded into it (batch norm, activation, weight
+    permutes), for etlab-only workflows whose events carry the handles.
+    """
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        fused_map = False
         for spec in compile_specs:
-            raise DelegationError(f"XnnpackBackend: unknown compile spec {spec.key!r} (it takes none)")
+            if spec.key != DEBUG_MAP_KEY or spec.value not in (b"fused", b"none"):
+                raise DelegationError(f"XnnpackBackend: unknown compile spec {spec.key}={spec.value!r} (it takes "
+                                      f"{DEBUG_MAP_KEY!r} = b'fused' or b'none')")
+            fused_map = spec.value == b"fused"
         payload, debug_map = Lowering(edge_program, HANDLERS).run()
-        return PreprocessResult(payload, debug_map)
+        return PreprocessResult(payload, debug_map if fused_map else {})

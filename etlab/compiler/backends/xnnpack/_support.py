@@ -132,6 +132,17 @@ def _arg(node: Node, index: int, name: str, default=None):
 # --- rules --------------------------------------------------------------------------------------
 
 
+def _live_operands(args, ctx: Context) -> list:
+    """Operands to check: constants of any real dtype are converted to float32 when stored (the
+    integer 3 and 6 of a decomposed hardswish, `x + 1`), so only computed operands must be float32."""
+    return [a for a in args if not (ctx.is_constant(a) and tensor_of(a) is not None
+                                    and not tensor_of(a).is_complex() and is_static(tensor_of(a)))]
+
+
+def _binary_rule(node: Node, ctx: Context) -> DelegationRefusal | None:
+    return check_values(node, _live_operands(node.args[:2], ctx))
+
+
 def _float_op(arity: int) -> Rule:
     def rule(node: Node, ctx: Context) -> DelegationRefusal | None:
         return check_values(node, list(node.args[:arity]))
@@ -146,7 +157,7 @@ def _alpha_one(node: Node, ctx: Context) -> DelegationRefusal | None:
     if not isinstance(node.args[1], Node):
         return refusal("argument", "the second operand is a Python scalar, not a tensor",
                        "compile through to_edge, which makes scalars constant tensors")
-    return check_values(node, list(node.args[:2]))
+    return _binary_rule(node, ctx)
 
 
 def _div(node: Node, ctx: Context) -> DelegationRefusal | None:
@@ -154,7 +165,7 @@ def _div(node: Node, ctx: Context) -> DelegationRefusal | None:
     if mode is not None:
         return refusal("argument", f"rounding_mode={mode!r}; XNNPACK divides without rounding",
                        "use true division (rounding_mode=None)")
-    return check_values(node, list(node.args[:2]))
+    return _binary_rule(node, ctx)
 
 
 def _gelu(node: Node, ctx: Context) -> DelegationRefusal | None:
@@ -389,8 +400,8 @@ def _clone(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 RULES: dict[str, Rule] = {
     "aten.add.Tensor": _alpha_one, "aten.sub.Tensor": _alpha_one,
-    "aten.mul.Tensor": _float_op(2), "aten.div.Tensor": _div, "aten.div.Tensor_mode": _div,
-    "aten.maximum.default": _float_op(2), "aten.minimum.default": _float_op(2),
+    "aten.mul.Tensor": _binary_rule, "aten.div.Tensor": _div, "aten.div.Tensor_mode": _div,
+    "aten.maximum.default": _binary_rule, "aten.minimum.default": _binary_rule,
     "aten.relu.default": _float_op(1), "aten.sigmoid.default": _float_op(1), "aten.tanh.default": _float_op(1),
     "aten.hardswish.default": _float_op(1), "aten.gelu.default": _gelu, "aten.exp.default": _float_op(1),
     "aten.log.default": _float_op(1), "aten.sqrt.default": _float_op(1), "aten.rsqrt.default": _float_op(1),

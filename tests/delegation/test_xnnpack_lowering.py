@@ -1,0 +1,289 @@
+"""etlab's XNNPACK lowering, in process: partition decisions, payloads, etlab's runtime vs eager, refusals."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from etlab.compiler import CompileError, to_backend, to_edge, to_edge_transform_and_lower
+from etlab.compiler._delegation import DelegationSpec, Partitioner, PartitionResult
+from etlab.compiler.backends import XnnpackBackend, XnnpackPartitioner
+from etlab.compiler.backends.xnnpack import why_unsupported
+from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal, lowered_modules
+from etlab.models import zoo
+from etlab.runtime import Runtime
+from etlab.schema.xnnpack import HEADER_MAGIC, deserialize_xnnpack, node_kind
+
+NO_HANDLE = 65535
+
+
+class Convs(nn.Module):
+    """conv+BN+relu6, depthwise, grouped+dilated, transposed (grouped too), a batch norm after an add."""
+
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1, stride=2)
+        self.bn = nn.BatchNorm2d(8)
+        self.dw = nn.Conv2d(8, 16, 3, padding=1, groups=8)
+        self.g = nn.Conv2d(16, 16, 3, padding=(1, 2), dilation=(1, 2), groups=4)
+        self.t = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1)
+        self.tg = nn.ConvTranspose2d(8, 8, 2, stride=2, groups=2)
+        self.bn2 = nn.BatchNorm2d(8)
+        with torch.no_grad():
+            for bn in (self.bn, self.bn2):
+                bn.running_mean.normal_()
+                bn.running_var.uniform_(0.5, 2)
+                bn.weight.uniform_(0.5, 2)
+                bn.bias.normal_()
+
+    def forward(self, x):
+        y = F.relu6(self.bn(self.c(x)))
+        y = F.hardswish(self.dw(y))
+        y = torch.clamp(self.g(y), -2, 3)
+        return self.tg(self.bn2(self.t(y) + 1.0))
+
+
+class Pools(nn.Module):
+    def forward(self, x):
+        a = F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True)
+        b = F.avg_pool2d(x, 2)
+        c = F.interpolate(b, size=a.shape[2:], mode="bilinear", align_corners=False)
+        d = F.interpolate(b, scale_factor=2, mode="bilinear", align_corners=True)
+        return a + c, d * x.mean((2, 3), keepdim=True), F.adaptive_avg_pool2d(x, 1).flatten(1)
+
+
+class Elementwise(nn.Module):
+    def forward(self, x, y):
+        a = torch.sigmoid(x) * torch.tanh(y) - x / (y.abs() + 1)
+        b = torch.maximum(F.gelu(a), torch.minimum(x, y)) + F.elu(x) + F.leaky_relu(y, 0.2)
+        c = torch.exp(-x.abs()) + torch.log(y.abs() + 1) + torch.sqrt(x.abs()) + torch.rsqrt(y.abs() + 1)
+        d = torch.floor(x) + torch.ceil(y) + x ** 2 - torch.neg(y)
+        return b + c, F.relu(d) * 0.5
+
+
+class Shapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(24, 6)
+        self.c = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x, q):
+        y = self.c(x)
+        cat = torch.cat([y, x, y, x, y, x, y], 1)  # seven inputs: two concatenate nodes
+        p = F.pad(cat[:, 3:27], (1, 2, 0, 1), value=0.5)
+        out = torch.softmax(self.lin(p.permute(0, 2, 3, 1).reshape(-1, 24)), -1)
+        att = torch.bmm(q, q.transpose(1, 2)).softmax(-1)
+        return out, att, x[:, 1], y.flatten(1)
+
+
+def _seeded(make):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return make()
+
+
+MODELS = {
+    "convs": lambda: (Convs().eval(), (torch.randn(1, 3, 16, 16),)),
+    "pools": lambda: (Pools().eval(), (torch.randn(2, 4, 9, 9),)),
+    "elementwise": lambda: (Elementwise().eval(), (torch.randn(3, 5), torch.randn(3, 5))),
+    "shapes": lambda: (Shapes().eval(), (torch.randn(1, 4, 5, 6), torch.randn(2, 3, 4))),
+    "mlp": zoo.make_mlp,
+    "cnn": zoo.make_cnn,
+}
+
+
+def _lower(model, inputs, partitioner=None, dynamic_shapes=None):
+    ep = torch.export.export(model, inputs, dynamic_shapes=dynamic_shapes)
+    return to_edge_transform_and_lower(ep, partitioner=[partitioner or XnnpackPartitioner()])
+
+
+def _blobs(edge):
+    modules = lowered_modules(edge.exported_program().graph_module)
+    return [(m, deserialize_xnnpack(m.processed_bytes)) for _, _, m in modules]
+
+
+def _kinds(edge) -> collections.Counter:
+    return collections.Counter(node_kind(n) for _, blob in _blobs(edge) for n in blob.graph.xnodes)
+
+
+def _portable_ops(edge) -> list[str]:
+    return [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"
+            and "delegate" not in str(n.target) and "getitem" not in str(n.target)]
+
+
+def _run(edge, inputs):
+    et = edge.to_executorch()
+    return Runtime.get().load_program(et.buffer).load_method("forward").execute(list(inputs))
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def lowered(request):
+    model, inputs = _seeded(MODELS[request.param])
+    return request.param, model, inputs, _lower(model, inputs)
+
+
+def test_whole_model_is_one_partition_and_runs_like_eager_on_etlab_runtime(lowered):
+    name, model, inputs, edge = lowered
+    assert len(_blobs(edge)) == 1, name
+    assert _portable_ops(edge) == []
+    with torch.no_grad():
+        want = model(*inputs)
+    want = [want] if isinstance(want, torch.Tensor) else list(want)
+    got = _run(edge, inputs)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+
+
+def test_payload_is_upstreams_format_with_edge_debug_handles(lowered):
+    _, _, _, edge = lowered
+    for module, blob in _blobs(edge):
+        assert module.backend_id == "XnnpackBackend"
+        assert module.processed_bytes[4:8] == HEADER_MAGIC and blob.identifier == b"XN01"
+        graph = blob.graph
+        handles = {n.meta["debug_handle"] for n in module.original_module.graph.nodes if n.op == "call_function"}
+        for xnode in graph.xnodes:
+            assert xnode.debug_handle in handles or (xnode.debug_handle == NO_HANDLE
+                                                      and node_kind(xnode) == "XNNStaticTranspose")
+        offsets = graph.constant_data
+        assert offsets[0].size == 0 and all(c.offset % 16 == 0 and not c.named_key for c in offsets)
+        assert graph.num_externs == len(graph.input_ids) + len(graph.output_ids)
+        assert module.debug_handle_map == {}  # as upstream: handles live in the nodes
+
+
+def test_op_kinds_each_model_lowers_to():
+    kinds = {name: _kinds(_lower(*_seeded(MODELS[name]))) for name in ("convs", "pools", "shapes", "cnn")}
+    assert {"XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d"} <= set(kinds["convs"])
+    assert kinds["convs"]["XNNStaticTranspose"] == 2  # into NHWC once, back once
+    assert {"XNNMaxPooling2d", "XNNAvgPooling2d", "XNNStaticResizeBilinear2D", "XNNGlobalAvgPooling2d"} <= set(
+        kinds["pools"])
+    assert {"XNNConcatenate5", "XNNConcatenate3", "XNNStaticSlice", "XNNStaticConstantPad", "XNNSoftmax",
+            "XNNBatchMatrixMultiply", "XNNFullyConnected"} <= set(kinds["shapes"])
+    # cnn: 16 convolutions with their batch norms and relu6 folded in, one transpose at the input,
+    # the mean over H, W as global pooling read directly by the classifier (no transpose back)
+    cnn = kinds["cnn"]
+    assert cnn["XNNConv2d"] + cnn["XNNDepthwiseConv2d"] == 16
+    assert cnn["XNNStaticTranspose"] == 1 and "XNNClamp" not in cnn and "XNNMultiply" not in cnn
+
+
+def test_activation_and_batch_norm_fold_into_the_convolution():
+    class ConvBnRelu(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn = nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)
+
+        def forward(self, x):
+            return F.hardtanh(self.bn(self.conv(x)), -1.0, 2.5)
+
+    model, inputs = _seeded(lambda: (ConvBnRelu().eval(), (torch.randn(1, 3, 8, 8),)))
+    edge = _lower(model, inputs, XnnpackPartitioner(compile_specs=[CompileSpec("debug_handle_map", b"fused")]))
+    ((module, blob),) = _blobs(edge)
+    conv = [n for n in blob.graph.xnodes if node_kind(n) == "XNNConv2d"]
+    assert len(conv) == 1 and [node_kind(n) for n in blob.graph.xnodes].count("XNNClamp") == 0
+    assert (conv[0].output_min_max.output_min, conv[0].output_min_max.output_max) == (-1.0, 2.5)
+    # the fused map covers the conv's batch norm, its getitem and the activation
+    edge_handles = {n.meta["debug_handle"] for n in module.original_module.graph.nodes if n.op == "call_function"}
+    assert set(module.debug_handle_map[conv[0].debug_handle]) == edge_handles
+    torch.testing.assert_close(_run(edge, inputs)[0], model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+# --- refusals -----------------------------------------------------------------------------------
+
+
+class Planted(nn.Module):
+    """A supported linear surrounded by an unsupported op, an int op, an odd argument and a gelu(tanh)."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, n):
+        y = self.lin(x)
+        a = torch.cumsum(y, 1)                            # operator
+        b = n * 3                                         # dtype (int64)
+        c = F.gelu(y, approximate="tanh")                 # argument
+        d = torch.softmax(y.reshape(2, 4, 2), 1)          # argument (not the last dim)
+        return a, b, c, d
+
+
+def _refusals(edge_program) -> dict[str, DelegationRefusal]:
+    return {n.name: n.meta[DELEGATION_REFUSAL_META] for n in edge_program.graph.nodes
+            if DELEGATION_REFUSAL_META in n.meta}
+
+
+def test_every_node_left_out_says_why():
+    model, inputs = _seeded(lambda: (Planted().eval(), (torch.randn(2, 8), torch.arange(4))))
+    ep = to_edge(torch.export.export(model, inputs)).exported_program()
+    result = XnnpackPartitioner().partition(ep)
+    refused = _refusals(result.tagged_exported_program)
+    tagged = {n.name for n in ep.graph.nodes if n.meta.get("delegation_tag")}
+    calls = {n.name for n in ep.graph.nodes if n.op == "call_function"}
+    assert tagged | set(refused) == calls and not tagged & set(refused)
+    by_op = {str(n.target): refused[n.name] for n in ep.graph.nodes if n.name in refused}
+    assert by_op["aten.cumsum.default"].category == "operator"
+    assert by_op["aten.mul.Tensor"].category == "dtype" and "int64" in by_op["aten.mul.Tensor"].reason
+    assert by_op["aten.gelu.default"].category == "argument" and "tanh" in by_op["aten.gelu.default"].reason
+    assert by_op["aten._softmax.default"].category == "argument"
+    assert all(r.backend == "XnnpackBackend" and r.reason and r.hint for r in refused.values())
+    # the same rules answer for a graph without its program (an upstream ETRecord's graph)
+    for node in ep.graph.nodes:
+        if node.name in refused:
+            assert why_unsupported(node).category == refused[node.name].category
+        elif node.op == "call_function":
+            assert why_unsupported(node) is None
+
+
+def test_dynamic_dimension_is_refused_with_its_category():
+    class Slice(nn.Module):
+        def forward(self, x):
+            return torch.relu(x)[:, 1:3] * 2.0
+
+    dim = torch.export.Dim("n", min=2, max=64)
+    ep = to_edge(torch.export.export(Slice(), (torch.randn(4, 6),), dynamic_shapes=({0: dim},))).exported_program()
+    refused = _refusals(XnnpackPartitioner().partition(ep).tagged_exported_program)
+    (slice_node,) = [n for n in ep.graph.nodes if str(n.target) == "aten.slice_copy.Tensor"]
+    assert refused[slice_node.name].category == "dynamic_shape"
+
+
+def test_user_exclusions_and_per_op_mode():
+    model, inputs = zoo.make_mlp()
+    ep = to_edge(torch.export.export(model, inputs)).exported_program()
+    out = XnnpackPartitioner(exclude_ops=[torch.ops.aten.relu.default], exclude_modules=["fc3"]).partition(ep)
+    refused = _refusals(out.tagged_exported_program)
+    assert {str(n.target) for n in ep.graph.nodes if n.name in refused} == {"aten.relu.default", "aten.addmm.default",
+                                                                           "aten.permute_copy.default"}
+    assert {r.category for r in refused.values()} == {"excluded_by_user"}
+
+    edge = _lower(model, inputs, XnnpackPartitioner(per_op_mode=True))
+    assert len(_blobs(edge)) == 5  # 3 linears (their weight permutes folded in), 2 relus
+    torch.testing.assert_close(_run(edge, inputs)[0], model(*inputs), rtol=1e-5, atol=1e-5)
+
+
+def test_a_node_xnnpack_cannot_run_is_a_compile_error_naming_node_op_and_source():
+    class TagAll(Partitioner):
+        def partition(self, ep):
+            for node in ep.graph.nodes:
+                if node.op == "call_function":
+                    node.meta["delegation_tag"] = "all"
+            return PartitionResult(ep, {"all": DelegationSpec("XnnpackBackend")})
+
+    class Cumsum(nn.Module):
+        def forward(self, x):
+            return torch.cumsum(x * 2.0, 0)
+
+    ep = to_edge(torch.export.export(Cumsum(), (torch.randn(3, 4),))).exported_program()
+    with pytest.raises(CompileError) as err:
+        to_backend(ep, TagAll())
+    assert err.value.op == "aten.cumsum.default" and "node 'cumsum'" in str(err.value)
+    assert "test_xnnpack_lowering.py" in (err.value.source or "")
+
+
+def test_unknown_compile_spec_is_refused():
+    ep = to_edge(torch.export.export(nn.ReLU(), (torch.randn(2),))).exported_program()
+    with pytest.raises(CompileError, match="unknown compile spec"):
+        to_backend("XnnpackBackend", ep, [CompileSpec("fp16", b"1")])
+    assert XnnpackBackend.__name__ == "XnnpackBackend"
