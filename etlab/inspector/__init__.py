@@ -17,13 +17,27 @@
   per op (latency and numeric deltas joined by debug handle, or by module + op where the builds'
   graphs differ, e.g. float vs quantized); `etlab compare A B` on the command line
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
+- a run and its program: `run_mismatch` (why a run is not of a program: the Inspector warns with it, or
+  raises `PairingError` with `strict=True`), `program_signature` / `pte_signature`, `run_calls`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
 """
 
+from etlab.inspector._cli import warnings_as_lines
 from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
+from etlab.inspector._pairing import (
+    DELEGATE,
+    KERNEL,
+    PairingError,
+    RunCall,
+    op_label,
+    program_signature,
+    pte_signature,
+    run_calls,
+    run_mismatch,
+)
 from etlab.inspector._phases import block_methods, phase_of, phase_runs, phases
 from etlab.inspector._program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
 from etlab.inspector._rollups import (
@@ -40,8 +54,10 @@ from etlab.inspector._rollups import (
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
+    "DELEGATE",
     "DELEGATE_CALL",
     "FRAMEWORK_EVENT_NAMES",
+    "KERNEL",
     "OPERATOR_CALL",
     "CompareRow",
     "CompareSummary",
@@ -55,8 +71,10 @@ __all__ = [
     "MethodInfo",
     "OpInfo",
     "OpTiming",
+    "PairingError",
     "PerfData",
     "ProgramInfo",
+    "RunCall",
     "TimeScale",
     "block_methods",
     "compare",
@@ -67,12 +85,18 @@ __all__ = [
     "l1",
     "mse",
     "numeric_gaps",
+    "op_label",
     "op_timings",
     "ops_without_outputs",
     "phase_of",
     "phase_runs",
     "phases",
+    "program_signature",
+    "pte_signature",
+    "run_calls",
+    "run_mismatch",
     "snr",
     "time_unit",
     "timings_counted_once",
+    "warnings_as_lines",
 ]

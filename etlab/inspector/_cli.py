@@ -8,9 +8,11 @@ bad argument); nothing else is printed in that case.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +43,22 @@ def _fail(prog: str, err: BaseException) -> int:
     return 2
 
 
+@contextlib.contextmanager
+def warnings_as_lines(prog: str):
+    """Warnings raised inside (a run that is not of its ETRecord's program, dropped debug values)
+    printed as one `prog: warning: ...` line each on stderr, instead of Python's two-line form."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            yield
+        finally:
+            for w in caught:
+                print(f"{prog}: warning: {w.message}", file=sys.stderr)
+
+
+_STRICT_HELP = "refuse (exit 2) a run that is not of the ETRecord's program; by default a warning with the evidence"
+
+
 def _module_parser() -> _Parser:
     p = _Parser(prog="python -m etlab.inspector", description="Print the Inspector's table for an ETDump.")
     p.add_argument("--etdump_path", required=True, help="the .etdp file")
@@ -51,6 +69,7 @@ def _module_parser() -> _Parser:
     p.add_argument("--tsv_path", help="also save the table as TSV here")
     p.add_argument("--compare_results", action="store_true",
                    help="compare each Execute block's outputs with the ETRecord's reference outputs")
+    p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
     return p
 
 
@@ -66,8 +85,10 @@ def module_main(argv: list[str] | None = None) -> int:
     prog = "etlab.inspector"
     try:
         a = _module_parser().parse_args(argv)
-        ins = Inspector(etdump_path=a.etdump_path, etrecord=a.etrecord_path, debug_buffer_path=a.debug_buffer_path,
-                        source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale)
+        with warnings_as_lines(prog):
+            ins = Inspector(etdump_path=a.etdump_path, etrecord=a.etrecord_path,
+                            debug_buffer_path=a.debug_buffer_path, source_time_scale=a.source_time_scale,
+                            target_time_scale=a.target_time_scale, strict=a.strict)
         ins.print_data_tabular(file=sys.stdout)
         if a.tsv_path:
             ins.save_data_to_tsv(a.tsv_path)
@@ -87,7 +108,7 @@ def _inspect_parser() -> _Parser:
     p.add_argument("--etrecord", help="ETRecord of the program (adds op types, module paths, source lines)")
     p.add_argument("--debug-buffer", help="debug buffer holding intermediate outputs")
     p.add_argument("--format", choices=("table", "csv", "tsv", "json"), default="table",
-                   help="table (default): the printed view; csv/tsv/json: every column")
+                   help="table (default): the printed view; csv/tsv/json: every column (JSON: NaN/inf as null)")
     p.add_argument("-o", "--output", help="write the table/csv/tsv/json here instead of stdout")
     p.add_argument("--chrome-trace", metavar="OUT.json", help="also write the runtime timeline (Perfetto)")
     p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
@@ -96,6 +117,7 @@ def _inspect_parser() -> _Parser:
     p.add_argument("--numeric-gap", action="store_true",
                    help="instead: per-layer gap of the runtime's intermediates against the ETRecord's graph "
                         "(SQNR, MSE, cosine, max-abs; needs --etrecord with representative inputs and --debug-buffer)")
+    p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
     return p
 
 
@@ -107,8 +129,10 @@ def inspect_main(argv: list[str] | None = None) -> int:
     prog = "etlab inspect"
     try:
         a = _inspect_parser().parse_args(argv)
-        ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer,
-                        source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale)
+        with warnings_as_lines(prog):
+            ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer,
+                            source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale,
+                            strict=a.strict)
         if a.numeric_gap:
             df = numeric_gap_table(ins)
         else:
@@ -150,15 +174,17 @@ def numeric_gap_table(inspector) -> pd.DataFrame:
 
 def render(df: pd.DataFrame, fmt: str) -> str:
     """The frame as text: "table" is the printed view; csv/tsv/json keep every column, with
-    tensors described by dtype and shape."""
+    tensors described by dtype and shape. JSON is strict: a missing or non-finite number (NaN,
+    inf; e.g. the timing columns of events without timings) is null."""
     if fmt == "table":
         from tabulate import tabulate
 
         shown = printable(df) if "event_name" in df.columns else df
         return tabulate(shown, headers="keys", tablefmt="simple", showindex=False) + "\n"
+    if fmt == "json":  # per record: a column map would turn None back into NaN in float columns
+        rows = [{str(k): _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
+        return json.dumps(rows, indent=1, allow_nan=False) + "\n"
     plain = df.map(_plain)
-    if fmt == "json":
-        return json.dumps(plain.to_dict(orient="records"), indent=1, allow_nan=False) + "\n"
     if fmt == "tsv":
         return tsv_text(plain)
     return plain.to_csv(index=False)
@@ -245,6 +271,7 @@ def _compare_parser(prog: str) -> _Parser:
     p.add_argument("--json", metavar="OUT.json", help="write the summary and every row as JSON")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (table, chart, graph)")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
+    p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
     return p
 
 
@@ -301,8 +328,9 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
             raise ValueError(f"--top must be >= 0, got {a.top}")
         sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A"),
                  run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B")]
-        ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
-                         target_time_scale=a.target_time_scale) for f in sides]
+        with warnings_as_lines(prog):
+            ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
+                             target_time_scale=a.target_time_scale, strict=a.strict) for f in sides]
         comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
         sys.stdout.write(compare_table(comparison, a.top))
         if a.csv:

@@ -22,6 +22,7 @@ from etlab.inspector._events import (
     time_scale_factor,
 )
 from etlab.inspector._grouping import BlockTable, group_events
+from etlab.inspector._pairing import PairingError, program_signature, run_mismatch
 from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
 from etlab.schema import write_atomic
 from etlab.schema.etdump import DROPPED_DEBUG_VALUES, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
@@ -46,6 +47,7 @@ class Inspector:
         delegate_metadata_parser: Callable[[list[bytes]], Any] | None = None,
         delegate_time_scale_converter: Callable[[int | str, int | float], int | float] | None = None,
         enable_module_hierarchy: bool = False,
+        strict: bool = False,
     ) -> None:
         """
         Args:
@@ -60,6 +62,9 @@ class Inspector:
                 for delegates whose clock differs from the runtime's.
             enable_module_hierarchy: accepted for compatibility; module hierarchy is attached
                 whenever the ETRecord provides it.
+            strict: a run that is not of the ETRecord's program (calls on instructions the program
+                does not have, or of another kind, or other operators) raises `PairingError`;
+                by default it is a RuntimeWarning with the evidence (also in `pairing_mismatch`).
         """
         if (etdump_path is None) == (etdump_data is None):
             raise ValueError("Inspector: give exactly one of etdump_path and etdump_data")
@@ -77,6 +82,12 @@ class Inspector:
         self._debug_row = debug_rows_of(self._columns)
         self._debug_values: dict[int, Any] = {}
         self._program: ProgramInfo | None = resolve_program_info(etrecord)
+        self.pairing_mismatch = _pairing_mismatch(self._columns, self._program, etrecord)
+        if self.pairing_mismatch and strict:
+            raise PairingError(self.pairing_mismatch)
+        if self.pairing_mismatch:
+            warnings.warn(f"{self.pairing_mismatch} (its op types, modules and source lines are not this run's; "
+                          "strict=True or --strict refuses such a pair)", RuntimeWarning, stacklevel=2)
         self._joins: list[JoinedColumns | None] = [self._join(t) for t in self._tables]
         self._event_blocks: list[EventBlock] | None = None
         self.dropped_debug_values = _dropped_debug_values(self._columns)
@@ -321,6 +332,9 @@ class Inspector:
         `.save_html(path)` on the result writes it as one offline file."""
         return display.show(self, program, method=method)  # the views register it (etlab.facts.display)
 
+    pairing_mismatch: str | None
+    """Why the run is not of the ETRecord's program (the evidence), or None: it is, or no ETRecord."""
+
     dropped_debug_values: int
     """Values the runtime could not log (its debug buffer was full), over all runs; 0 for upstream's files."""
 
@@ -336,6 +350,15 @@ class Inspector:
         n = sum(len(t) for t in self._tables)
         return (f"Inspector({self._columns.what!r}: {len(self._tables)} event blocks, {n} events, "
                 f"{'with' if self._program else 'without'} ETRecord)")
+
+
+def _pairing_mismatch(columns, program: ProgramInfo | None, etrecord) -> str | None:
+    """Why the run is not of the recorded program, or None (see etlab.inspector._pairing)."""
+    if program is None:
+        return None
+    name = str(etrecord) if isinstance(etrecord, (str, os.PathLike)) else "the ETRecord"
+    return run_mismatch(columns, program_signature(program), run_name=columns.what, program_name=name,
+                        program=program)
 
 
 def _dropped_debug_values(columns) -> int:

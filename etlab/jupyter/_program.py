@@ -4,7 +4,8 @@ plan (planned tensors with their lifetimes over instruction steps).
 
 Also the program's signature: which instructions call a kernel and which a delegate, per method.
 A .pte, its .etrecord and its .etdp runs agree on it, so it groups files by program and tells a
-mismatched pair apart (see `signature_hash`, `run_mismatch`).
+mismatched pair apart (see `signature_hash`, `etlab.inspector.run_mismatch`, which also defines
+the signature: `pte_signature`, re-exported here as `signature`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,13 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
+from etlab.inspector import op_label
+from etlab.inspector import pte_signature as signature
 from etlab.schema.program import DelegateCall, KernelCall, PteFile, Tensor, TensorList
 
 # Element sizes by ScalarType value (upstream's scalar_type.fbs order); unknown types count 1 byte.
 _ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1, 12: 1, 13: 1,
                   14: 4, 15: 2, 16: 1, 17: 1, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
-
-# Signature kinds: a kernel call and a delegate call, as the runtime logs them (OPERATOR_CALL / DELEGATE_CALL).
-KERNEL, DELEGATE = "K", "D"
-
 
 @dataclass
 class PlannedBlock:
@@ -35,11 +34,6 @@ class PlannedBlock:
     last: int
     shape: list[int] = field(default_factory=list)
     dtype: str = ""
-
-
-def op_label(op) -> str:
-    """'aten::add.out' for an Operator entry (the name the runtime profiles it under, minus 'native_call_')."""
-    return f"{op.name}.{op.overload}" if op.overload else str(op.name)
 
 
 def _tensor_bytes(t: Tensor) -> int:
@@ -68,21 +62,6 @@ def _expand_lists(values, args: list[int]) -> list[int]:
         if isinstance(v, TensorList):
             out.extend(int(i) for i in v.items or ())
     return out
-
-
-def signature(pte: PteFile) -> dict[str, list[list]]:
-    """Per method: [chain, instruction, K|D] of every kernel and delegate call (the join keys of a run)."""
-    sig = {}
-    for plan in pte.program.execution_plan or ():
-        rows = []
-        for c, chain in enumerate(plan.chains or ()):
-            for i, ins in enumerate(chain.instructions or ()):
-                if isinstance(ins.instr_args, KernelCall):
-                    rows.append([c, i, KERNEL])
-                elif isinstance(ins.instr_args, DelegateCall):
-                    rows.append([c, i, DELEGATE])
-        sig[str(plan.name)] = rows
-    return sig
 
 
 def signature_hash(sig: dict[str, list[list]]) -> str:

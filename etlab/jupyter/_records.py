@@ -3,20 +3,15 @@ a bundled program's test cases (verification runs in a child process, see `_veri
 
 from __future__ import annotations
 
-from etlab.jupyter._program import DELEGATE, KERNEL, method_summary, signature, signature_hash
+from etlab.inspector import program_signature
+from etlab.jupyter._program import method_summary, signature, signature_hash
 from etlab.schema import bundled_program as B
 from etlab.schema import deserialize_pte
 
 
 def record_signature(record) -> dict[str, list[list]]:
-    """The program signature (see _program.signature) of an ETRecord: its instruction -> debug
-    handle map says which instructions call something, its delegate map which call a delegate."""
-    sig = {}
-    for method, info in record.program_info().methods.items():
-        delegates = set(info.delegates)
-        keys = set(info.instruction_debug_handles) | delegates
-        sig[method] = [[c, i, DELEGATE if (c, i) in delegates else KERNEL] for c, i in sorted(keys)]
-    return sig
+    """The program signature of an ETRecord (etlab.inspector.program_signature of its ProgramInfo)."""
+    return program_signature(record.program_info())
 
 
 def record_graph_kinds(record) -> list[str]:

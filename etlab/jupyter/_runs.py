@@ -1,109 +1,23 @@
 """What the .etdp viewer shows: run blocks, the profile table, a per-run timeline and, with the
 program beside it (.etrecord or .pte), the joined dashboard; plus the comparison of two runs.
 
-The pairing is checked first: a run matches a program when every call it logged sits on an
-instruction of the same kind (kernel / delegate, and for a .pte the same kernel) in that program.
+The pairing is checked first (`etlab.inspector.run_mismatch`, the Inspector's own check): a run
+matches a program when every call it logged sits on an instruction of the same kind (kernel /
+delegate) running the same operator in that program.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from etlab.jupyter._program import DELEGATE, KERNEL, instruction_graph, op_label
-from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL
-from etlab.schema.program import KernelCall, PteFile
+from etlab.jupyter._program import instruction_graph
+from etlab.schema.program import PteFile
 
 PROFILE_COLUMNS = [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
                    ("backend", "backend", False), ("instruction", "instr", True), ("p50", "p50", True),
                    ("avg", "avg", True), ("min", "min", True), ("max", "max", True), ("runs", "runs", True),
                    ("source", "source", False)]
-
-
-class PairingError(ValueError):
-    """A run and a program that are not of the same program (the message says where they differ)."""
-
-
-@dataclass
-class RunCall:
-    """A call a run logged: its block, chain, instruction, kind and, for kernels, the kernel's event name."""
-
-    block: str
-    chain: int
-    instruction: int
-    kind: str
-    kernel: str | None = None
-
-
-def run_calls(cols) -> list[RunCall]:
-    """Every distinct OPERATOR_CALL / DELEGATE_CALL a run logged (from `etlab.etdump.read_etdump`
-    columns), with the kernel event logged just before each OPERATOR_CALL."""
-    codes = {c: i for i, c in enumerate(cols.strings)}
-    op_code, del_code = codes.get(OPERATOR_CALL, -2), codes.get(DELEGATE_CALL, -2)
-    rows = np.flatnonzero(cols.has_profile & (cols.chain_index >= 0)
-                          & ((cols.name_code == op_code) | (cols.name_code == del_code)))
-    out, seen = [], set()
-    names, runs = cols.name_code, cols.run
-    for i in rows.tolist():
-        block = cols.runs[int(runs[i])].name or ""
-        kind = KERNEL if names[i] == op_code else DELEGATE
-        key = (block, int(cols.chain_index[i]), int(cols.instruction_id[i]), kind)
-        if key in seen:
-            continue
-        seen.add(key)
-        kernel = None
-        if kind == KERNEL and i > 0 and runs[i - 1] == runs[i] and names[i - 1] >= 0:
-            prev = cols.strings[names[i - 1]]
-            kernel = prev[len("native_call_"):] if prev.startswith("native_call_") else None
-        out.append(RunCall(block, key[1], key[2], kind, kernel))
-    return out
-
-
-def _method_for(block: str, methods: list[str]) -> str | None:
-    """The method an event block ran (the Inspector's rule: its name, else forward, else the only one)."""
-    if block in methods:
-        return block
-    if "forward" in methods:
-        return "forward"
-    return methods[0] if len(methods) == 1 else None
-
-
-def run_mismatch(etdump, sig: dict[str, list[list]], *, run_name: str, program_name: str,
-                 pte: PteFile | None = None) -> str | None:
-    """Why a run is not of the program with signature `sig` (None when it is)."""
-    calls = run_calls(etdump)
-    if not calls:
-        return None
-    methods = list(sig)
-    kinds = {m: {(c, i): k for c, i, k in rows} for m, rows in sig.items()}
-    plans = {str(p.name): p for p in (pte.program.execution_plan or ())} if pte is not None else {}
-    for call in calls:
-        method = _method_for(call.block, methods)
-        if method is None:
-            return (f"{run_name} does not match {program_name}: run block {call.block!r} is none of its "
-                    f"methods {methods}")
-        have = kinds[method].get((call.chain, call.instruction))
-        if have is None:
-            return (f"{run_name} does not match {program_name}: the run called instruction {call.instruction} "
-                    f"(chain {call.chain}) of {method!r}, which has no such call; the run is of another program")
-        if have != call.kind:
-            what = {KERNEL: "a kernel call", DELEGATE: "a delegate call"}
-            return (f"{run_name} does not match {program_name}: instruction {call.instruction} of {method!r} is "
-                    f"{what[have]} in the program but the run logged {what[call.kind]} there; "
-                    "the run is of another program")
-        if call.kernel and method in plans:
-            plan = plans[method]
-            ins = plan.chains[call.chain].instructions[call.instruction].instr_args
-            ops = plan.operators or ()
-            if isinstance(ins, KernelCall) and 0 <= ins.op_index < len(ops):
-                want = op_label(ops[ins.op_index]).split("::")[-1]
-                if want != call.kernel:
-                    return (f"{run_name} does not match {program_name}: instruction {call.instruction} of "
-                            f"{method!r} runs {want} in the program but {call.kernel} in the run")
-    return None
 
 
 def _num(v) -> float | None:

@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 
 from etlab.errors import FormatError
+from etlab.inspector import run_mismatch
 from etlab.jupyter._program import memory_plan_view, pte_view, signature, signature_hash
 from etlab.jupyter._records import bpte_view, etrecord_view, record_signature
-from etlab.jupyter._runs import compare_view, etdp_graphs, etdp_view, run_mismatch
+from etlab.jupyter._runs import compare_view, etdp_graphs, etdp_view
 from etlab.jupyter._store import (
     Artifact,
     Cache,
@@ -197,9 +198,11 @@ class Service:
         return None
 
     def _mismatch(self, run: Path, etdump, program: Path) -> str | None:
-        pte = self._load(program, "pte") if artifact_kind(program) == "pte" else None
+        kind = artifact_kind(program)
+        pte = self._load(program, "pte") if kind == "pte" else None
+        info = self._load(program, "etrecord").program_info() if kind == "etrecord" else None
         return run_mismatch(etdump, self.program_signature(program), run_name=self.rel(run),
-                            program_name=self.rel(program), pte=pte)
+                            program_name=self.rel(program), pte=pte, program=info)
 
     def _programs_beside(self, run: Path) -> list[Path]:
         """.etrecord files first (they carry the graphs), then .pte files, in the run's folder."""
@@ -222,7 +225,7 @@ class Service:
             if artifact_kind(prog) == "pte":
                 pte = self._load(prog, "pte")
         else:
-            from etlab.jupyter._runs import run_calls
+            from etlab.inspector import run_calls
 
             if {(c.block, c.instruction, c.kind) for c in run_calls(ea)} != \
                     {(c.block, c.instruction, c.kind) for c in run_calls(eb)}:

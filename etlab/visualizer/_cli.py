@@ -15,6 +15,8 @@ def report_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Arg
                         help="the debug buffer holding intermediate outputs (numeric gap)")
     parser.add_argument("--method", default="forward")
     parser.add_argument("--title", default=None)
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse (exit 2) a run that is not of the ETRecord's program; by default a warning")
     parser.add_argument("-o", "--output", default="report.html", help="where to write the HTML (default report.html)")
     return parser
 
@@ -23,11 +25,13 @@ def report_main(argv: list[str] | None = None) -> int:
     """Reads the files, builds the dashboard and writes it; returns the exit code (2 on bad input)."""
     args = report_parser().parse_args(argv)
     from etlab.errors import FormatError
-    from etlab.inspector import Inspector
+    from etlab.inspector import Inspector, warnings_as_lines
     from etlab.visualizer._dashboard import Dashboard
 
     try:
-        ins = Inspector(etdump_path=args.etdump, etrecord=args.etrecord, debug_buffer_path=args.debug_buffer)
+        with warnings_as_lines("etlab report"):
+            ins = Inspector(etdump_path=args.etdump, etrecord=args.etrecord, debug_buffer_path=args.debug_buffer,
+                            strict=args.strict)
         dash = Dashboard(ins, method=args.method)
         path = dash.save_html(args.output, title=args.title or f"etlab report: {args.etdump}")
     except (FormatError, FileNotFoundError, ValueError, TypeError, RuntimeError) as e:

@@ -1,0 +1,142 @@
+"""The command line on real runs with a delegate call (etlab-compiled, DemoPartitioner): strict JSON
+(NaN as null) and a run given the wrong ETRecord (a warning with the evidence; --strict refuses it),
+through `etlab inspect` / `report` / `compare` in a subprocess, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from etlab.compiler import to_edge_transform_and_lower
+from etlab.compiler.backends import DemoPartitioner
+from etlab.inspector import Inspector, PairingError
+from etlab.models import make_cnn, make_mlp
+from etlab.runtime import DebugLevel, Runtime
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _build(model_and_inputs, folder: Path) -> Path:
+    """Compile with the demo backend (delegate calls), run once with intermediates: model.pte,
+    model.etrecord, run.etdp, run.bin in `folder`."""
+    model, inputs = model_and_inputs
+    et = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[DemoPartitioner()],
+                                     generate_etrecord=True).to_executorch()
+    et.write_to_file(folder / "model.pte")
+    record = et.get_etrecord()
+    record.update_representative_inputs(list(inputs))
+    record.save(folder / "model.etrecord")
+    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True,
+                                         etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
+    program.load_method("forward").execute(list(inputs))
+    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
+    return folder
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    """An MLP (its linears delegated) and a CNN, each compiled, run and recorded in its own folder."""
+    return {name: _build(make(), tmp_path_factory.mktemp(name)) for name, make in (("mlp", make_mlp),
+                                                                                   ("cnn", make_cnn))}
+
+
+def _etlab(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "etlab.cli", *map(str, args)], capture_output=True, text=True,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_inspect_json_of_a_run_with_delegate_calls_is_strict_json(runs):
+    d = runs["mlp"]
+    out = _etlab("inspect", d / "run.etdp", "--etrecord", d / "model.etrecord", "--debug-buffer", d / "run.bin",
+                 "--format", "json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"non-JSON constant {c} in the output"))
+    df = Inspector(etdump_path=d / "run.etdp", etrecord=str(d / "model.etrecord")).to_dataframe()
+    assert len(rows) == len(df) and list(rows[0]) == [str(c) for c in df.columns]
+    # a column of delegate ids (ints) and None: a column-wise conversion made it float, None -> NaN
+    ids = [r["delegate_debug_identifier"] for r in rows]
+    assert ids == df["delegate_debug_identifier"].tolist() and 0 in ids and None in ids
+    assert all(isinstance(i, int) for i in ids if i is not None)
+    delegated = [r for r in rows if r["is_delegated_op"]]
+    assert delegated and all(r["delegate_debug_identifier"] == 0 for r in delegated)
+    assert [r["p50 (ms)"] for r in rows] == pytest.approx(df["p50 (ms)"].tolist())
+    assert all(isinstance(r["debug_data"], list) for r in rows)  # tensors as "float32[...]" strings
+    assert any(isinstance(x, str) and x.startswith("float32[") for r in rows for x in r["debug_data"])
+
+
+def test_json_cells_with_nan_or_inf_are_null():
+    import pandas as pd
+
+    from etlab.inspector._cli import render
+
+    df = pd.DataFrame({"a": [1.0, math.nan, math.inf], "b": [[1.0, math.nan], None, []], "c": [None, 1, 2]})
+    assert json.loads(render(df, "json")) == [{"a": 1.0, "b": [1.0, None], "c": None},
+                                              {"a": None, "b": None, "c": 1}, {"a": None, "b": [], "c": 2}]
+
+
+def test_wrong_etrecord_is_a_warning_with_evidence_and_strict_refuses_it(runs):
+    etdp, etrecord = runs["cnn"] / "run.etdp", runs["mlp"] / "model.etrecord"
+    out = _etlab("inspect", etdp, "--etrecord", etrecord)
+    assert out.returncode == 0, out.stderr
+    warning = [ln for ln in out.stderr.splitlines() if ln.startswith("etlab inspect: warning:")]
+    assert len(warning) == 1, out.stderr
+    assert f"{etdp} does not match {etrecord}" in warning[0] and "instruction 0 of 'forward'" in warning[0]
+    assert "delegate call" in warning[0] and "kernel call" in warning[0]  # the evidence: what each side has there
+    strict = _etlab("inspect", etdp, "--etrecord", etrecord, "--strict")
+    assert strict.returncode == 2 and strict.stdout == ""
+    assert strict.stderr.startswith("etlab inspect: error: ") and "does not match" in strict.stderr
+    assert len(strict.stderr.strip().splitlines()) == 1
+
+
+def test_right_etrecord_is_silent(runs):
+    d = runs["cnn"]
+    out = _etlab("inspect", d / "run.etdp", "--etrecord", d / "model.etrecord", "--strict")
+    assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
+    for d in runs.values():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert Inspector(etdump_path=d / "run.etdp", etrecord=str(d / "model.etrecord"),
+                             strict=True).pairing_mismatch is None
+
+
+def test_report_and_compare_check_the_pair_too(runs, tmp_path):
+    cnn, mlp = runs["cnn"], runs["mlp"]
+    report = _etlab("report", "--etdump", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",
+                    "-o", tmp_path / "r.html")
+    assert report.returncode == 0 and "etlab report: warning:" in report.stderr and "does not match" in report.stderr
+    refused = _etlab("report", "--etdump", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",
+                     "-o", tmp_path / "s.html", "--strict")
+    assert refused.returncode == 2 and "does not match" in refused.stderr and not (tmp_path / "s.html").exists()
+    compare = _etlab("compare", cnn, cnn / "run.etdp", "--etrecord-b", mlp / "model.etrecord")
+    assert compare.returncode == 0 and "etlab compare: warning:" in compare.stderr
+    assert "does not match" in compare.stderr
+    strict = _etlab("compare", mlp, mlp / "run.etdp", "--etrecord-b", cnn / "model.etrecord", "--strict")
+    assert strict.returncode == 2 and "does not match" in strict.stderr
+    # the other way round, in process: the MLP's delegate calls sit on the CNN's kernel calls
+    with pytest.raises(PairingError, match="is a kernel call in the program but the run logged a delegate call"):
+        Inspector(etdump_path=mlp / "run.etdp", etrecord=str(cnn / "model.etrecord"), strict=True)
+
+
+def test_same_structure_other_operators_is_caught_by_the_recorded_ops(runs):
+    """A record whose instructions are the run's (same kinds) but whose operators are not: the
+    kernels the run logged disagree with the recorded ops on most calls."""
+    from etlab.inspector import MethodInfo, OpInfo, ProgramInfo
+
+    d = runs["cnn"]
+    real = Inspector(etdump_path=d / "run.etdp", etrecord=str(d / "model.etrecord")).program_info.methods["forward"]
+    fake_ops = {h: [OpInfo(name=f"n{h}", op_type="aten.sigmoid.default")] for h in real.ops}
+    forged = ProgramInfo(methods={"forward": MethodInfo(instruction_debug_handles=real.instruction_debug_handles,
+                                                        delegates=real.delegates, ops=fake_ops)})
+    with pytest.warns(RuntimeWarning, match=r"kernel calls ran another operator .* records sigmoid but the run "
+                                            r"called convolution"):
+        Inspector(etdump_path=d / "run.etdp", etrecord=forged)
+    with pytest.raises(PairingError):
+        Inspector(etdump_path=d / "run.etdp", etrecord=forged, strict=True)
