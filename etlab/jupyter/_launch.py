@@ -1,7 +1,9 @@
-"""A JupyterLab server for the browser tests and the benchmark: 127.0.0.1, a free port, a random
-token, its own root folder and Jupyter dirs (nothing of the user's config is read), the etlab
-extension found where an installed etlab puts it, and a bounded lifetime (stopped on exit, killed
-if it does not stop)."""
+"""A JupyterLab server for the benchmark and the browser tests: 127.0.0.1, a free port, a random
+token, its own root folder, a bounded lifetime (stopped on exit, killed if it does not stop).
+
+`LabServer` runs this interpreter's JupyterLab with its own Jupyter dirs (nothing of the user's
+config is read) and the etlab extension linked into them as an installed etlab puts it. Override
+`command()` to start it another way (tests/jupyter starts it as `make lab` does, with no overrides)."""
 
 from __future__ import annotations
 
@@ -75,17 +77,24 @@ class LabServer:
         sep = "&" if "?" in path else "?"
         return f"http://127.0.0.1:{self.port}/{path}{sep}token={self.token}"
 
+    def options(self) -> list[str]:
+        """Server options of this instance: its port, token and lifetime, the app exposed to the page
+        (the tests drive it), no update checks."""
+        return [f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={self.token}",
+                "--ServerApp.open_browser=False", "--LabApp.expose_app_in_browser=True",
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                f"--ServerApp.shutdown_no_activity_timeout={int(self.lifetime_s)}"]
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        """The command line and environment: this interpreter's JupyterLab seeing only `base`'s Jupyter dirs."""
+        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+               f"--ServerApp.root_dir={self.root}", "--ServerApp.allow_root=True", *self.options()]
+        return cmd, {**os.environ, **jupyter_dirs(self.base)}
+
     def start(self, timeout_s: float = 90.0) -> LabServer:
-        env = {**os.environ, **jupyter_dirs(self.base)}
+        cmd, env = self.command()
         self.log_path = self.base / "server.log"
         log = self._log = open(self.log_path, "wb")  # the server writes to it until stopped
-        cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-               f"--ServerApp.port={self.port}", "--ServerApp.port_retries=0",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={self.root}",
-               "--ServerApp.open_browser=False", "--ServerApp.allow_root=True",
-               "--LabApp.expose_app_in_browser=True",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-               f"--ServerApp.shutdown_no_activity_timeout={int(self.lifetime_s)}"]
         self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
                                      start_new_session=True)
         self._deadline = time.monotonic() + self.lifetime_s

@@ -1,6 +1,6 @@
-"""One JupyterLab server for tests/jupyter (package scope) over a temp folder of artifacts made by etlab's compiler and
-runtime, and one Chromium page on it (per module) (Debian's /usr/bin/chromium driven by playwright; playwright
-never downloads a browser here).
+"""One JupyterLab server for tests/jupyter (package scope), started as `make lab` starts it, over a temp
+folder of artifacts made by etlab's compiler and runtime, and one Chromium page on it (per module)
+(Debian's /usr/bin/chromium driven by playwright; playwright never downloads a browser here).
 
 The folder: a delegated MLP (mlp.pte, mlp.etrecord, two runs run.etdp / run2.etdp, a bundled
 program mlp.bpte with one deliberately wrong case), a run of another program (other_run.etdp: the
@@ -9,10 +9,8 @@ same MLP, not delegated), and corrupt.pte (an ET12 header over garbage).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,13 +20,16 @@ import torch
 from etlab.compiler import to_edge_transform_and_lower
 from etlab.compiler.backends import DemoPartitioner
 from etlab.devtools import BundledProgram, MethodTestCase, MethodTestSuite, serialize_from_bundled_program_to_flatbuffer
+from etlab.jupyter._launch import LabServer, built_labextension
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
 
 CHROMIUM = os.environ.get("ETLAB_CHROMIUM", "/usr/bin/chromium")
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--no-first-run", "--disable-sync"]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "jupyter"
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"  # the Makefile's venv, where `make lab` runs JupyterLab
+ARTIFACTS = REPO / "test-artifacts" / "jupyter"
 
 
 @dataclass
@@ -77,14 +78,18 @@ def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
     return LabFiles(root, runs)
 
 
-def register_etlab_kernel(kernels: Path) -> None:
-    """The kernel the notebooks declare ("etlab", as `make kernel` registers it): this interpreter,
-    in the server's own Jupyter data dir (the kernel inherits PYTHONPATH, so it imports this checkout)."""
-    spec = kernels / "etlab"
-    spec.mkdir(parents=True, exist_ok=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "etlab (Python 3)", "language": "python"}))
+class MakeLab(LabServer):
+    """JupyterLab started exactly as `make lab` starts it (`make lab-server`, the command `make lab` ends
+    with) on the venv as `make setup` left it: no JUPYTER_PATH or other path overrides, so the extension
+    and the "etlab" kernel are found only where the set-up put them. The test's own folder, port, token
+    and lifetime are passed as a user passes options (LAB_ROOT, LAB_ARGS)."""
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        cmd = ["make", "-C", str(REPO), "--no-print-directory", "lab-server", f"LAB_ROOT={self.root}",
+               "LAB_ARGS=" + " ".join(self.options())]
+        # an outer make's jobserver is not this one's
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        return cmd, env
 
 
 # Package scope: the server lives while tests/jupyter runs, not for the rest of the session.
@@ -95,17 +100,15 @@ def lab_files(tmp_path_factory) -> LabFiles:
 
 @pytest.fixture(scope="package")
 def lab(lab_files, tmp_path_factory):
-    from etlab.jupyter._launch import LabServer, built_labextension
-
     try:
         built_labextension()
     except FileNotFoundError as e:
         if os.environ.get("CI"):
             raise
         pytest.skip(str(e))
-    base = tmp_path_factory.mktemp("labbase")
-    register_etlab_kernel(base / "data" / "kernels")
-    with LabServer(root=lab_files.root, base=base, lifetime_s=900) as server:
+    if not VENV_BIN.joinpath("python").exists():
+        pytest.fail(f"{VENV_BIN}/python is missing: `make setup` creates the venv the Makefile's lab starts")
+    with MakeLab(root=lab_files.root, base=tmp_path_factory.mktemp("labbase"), lifetime_s=900) as server:
         yield server
         assert server.alive(), "the server went down during the tests"
 
@@ -134,7 +137,7 @@ class LabPage:
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(
             f"{m.text} ({m.location.get('url', '')})"))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
-        self.page.goto(lab.url("lab"))
+        self.page.goto(lab.url("lab?reset"))  # a fresh workspace, not the last session's tabs
         self.page.wait_for_selector(".jp-DirListing-item", timeout=90_000)
 
     def take_errors(self, expected: str = "") -> list[str]:

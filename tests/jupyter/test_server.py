@@ -1,13 +1,15 @@
 """The server extension's endpoints on a real server: JSON per file kind, paths confined to the
-root, a corrupt file answered with the reader's FormatError message, the server up afterwards; and
-the extension listed as enabled where an installed etlab puts it."""
+root, a corrupt file answered with the reader's FormatError message, the server up afterwards; the
+extension listed as enabled by the venv's own `jupyter` after `make setup`, and shipped in a wheel."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
+import urllib.request
 import zipfile
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import pytest
 
 from etlab.errors import FormatError
 from etlab.schema import load_file
+from tests.jupyter.conftest import VENV_BIN
 
 pytestmark = pytest.mark.xdist_group("jupyter")
 REPO = Path(__file__).resolve().parents[2]
@@ -109,18 +112,24 @@ def _plain(out: subprocess.CompletedProcess) -> str:
     return re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
 
 
-def _jupyter_env(lab) -> dict:
-    from etlab.jupyter._launch import jupyter_dirs
+def _venv_jupyter(*args: str) -> str:
+    """`jupyter ARGS` from the Makefile's venv as a user runs it (the environment untouched), its output."""
+    out = subprocess.run([str(VENV_BIN / "jupyter"), *args], capture_output=True, text=True, timeout=120)
+    return _plain(out)
 
-    return {**os.environ, **jupyter_dirs(lab.base)}
 
-
-def test_labextension_list_shows_it_enabled(lab):
-    out = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], env=_jupyter_env(lab),
-                         capture_output=True, text=True, timeout=120)
-    assert "etlab-labextension v0.1.0 enabled OK" in _plain(out), _plain(out)
-    # the server found the server extension through etc/jupyter/jupyter_server_config.d/etlab.json
+def test_set_up_venv_lists_the_extensions_enabled(lab):
+    """`make setup` left both halves enabled in the venv itself: no JUPYTER_PATH, no config of the test's."""
+    labext = _venv_jupyter("labextension", "list")
+    assert re.search(r"etlab-labextension v0\.1\.0 enabled\s+OK \(python, etlab\)", labext), labext
+    server = _venv_jupyter("server", "extension", "list")
+    assert re.search(r"etlab\.jupyter enabled\s*\n\s*- Validating etlab\.jupyter\.\.\.\s*\n\s*etlab\.jupyter\s+OK",
+                     server), server
+    # and the server `make lab-server` started loaded it and serves the lab extension's files
     assert "etlab.jupyter | extension was successfully loaded" in lab.log()
+    with urllib.request.urlopen(lab.url("lab/api/extensions"), timeout=30) as r:
+        names = {e["name"]: e for e in json.loads(r.read())}
+    assert names["etlab-labextension"]["enabled"] and names["etlab-labextension"]["status"] == "ok"
 
 
 @pytest.mark.slow
