@@ -13,6 +13,7 @@ from pathlib import Path
 
 from etlab.errors import FormatError
 from etlab.inspector import run_mismatch
+from etlab.jupyter._delegation import delegation_view
 from etlab.jupyter._program import memory_plan_view, pte_view, signature, signature_hash
 from etlab.jupyter._records import bpte_view, etrecord_view, record_signature
 from etlab.jupyter._runs import compare_view, etdp_graphs, etdp_view
@@ -101,13 +102,24 @@ class Service:
 
     def pte(self, rel: str, method: str | None = None) -> dict:
         path = confine(self.root, rel, kinds=("pte",))
-        return self._versioned(path, ("pte", method),
+        view = self._versioned(path, ("pte", method),
                                lambda: self._named(path, lambda: pte_view(self._load(path, "pte"), method=method)))
+        record = self._same_program_beside(path, "*.etrecord")  # a .pte has no graph: its ETRecord explains it
+        return {**view, "delegation": self._delegation(record, view.get("method")) if record else None}
 
     def etrecord(self, rel: str, method: str = "forward") -> dict:
         path = confine(self.root, rel, kinds=("etrecord",))
-        return self._versioned(path, ("etrecord", method), lambda: self._named(
+        view = self._versioned(path, ("etrecord", method), lambda: self._named(
             path, lambda: etrecord_view(self._load(path, "etrecord"), method=method)))
+        return {**view, "delegation": self._delegation(path, view.get("method"))}
+
+    def _delegation(self, record: Path, method: str | None) -> dict | None:
+        """What each backend took and why nodes were left out (`_delegation.delegation_view`), cached by
+        the ETRecord's version; `source` names the ETRecord."""
+        key = ("delegation", str(record), file_version(record), method)
+        view = self.cache.get(key, lambda: clean_json(self._named(
+            record, lambda: delegation_view(self._load(record, "etrecord"), method))))
+        return {**view, "source": self.rel(record)} if view else None
 
     def bpte(self, rel: str) -> dict:
         path = confine(self.root, rel, kinds=("bpte",))
@@ -188,8 +200,12 @@ class Service:
 
     def _pte_of(self, record: Path) -> Path | None:
         """The .pte beside an ETRecord that is of the same program (its memory plan joins the dashboard)."""
-        want = signature_hash(self.program_signature(record))
-        for cand in sorted(record.parent.glob("*.pte")):
+        return self._same_program_beside(record, "*.pte")
+
+    def _same_program_beside(self, path: Path, pattern: str) -> Path | None:
+        """The first file matching `pattern` in path's folder that is of the same program as `path`."""
+        want = signature_hash(self.program_signature(path))
+        for cand in sorted(path.parent.glob(pattern)):
             try:
                 if signature_hash(self.program_signature(cand)) == want:
                     return cand

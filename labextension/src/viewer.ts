@@ -158,10 +158,31 @@ function methodsSection(methods: any[]): HTMLElement {
   return section('Methods', table(['method', 'inputs', 'outputs', 'instructions', 'operators', 'delegates', 'arenas', 'constants'], rows, 'methods'));
 }
 
+/** What each backend took and why nodes were left out, grouped by category with counts (from the ETRecord). */
+function delegationSection(d: any): HTMLElement | null {
+  if (!d) return null;
+  const taken = d.backends.map((b: any) => `${b.backend}: ${b.partitions} partition(s), ${b.nodes} node(s)`).join(' · ') || 'nothing delegated';
+  const box = section(`Delegation of ${d.method} (from ${d.source}): ${taken} · ${d.left_out} node(s) left out`);
+  box.setAttribute('data-role', 'delegation');
+  const rows: any[][] = [];
+  for (const g of d.groups) {
+    for (const n of g.nodes) rows.push([g.category, n.node, n.op, n.reason, n.hint, n.source]);
+  }
+  for (const n of d.unexplained) rows.push(['no reason recorded', n.node, n.op, '', '', n.source]);
+  const counts = d.groups.map((g: any) => [g.category, g.count]);
+  if (d.unexplained_count) counts.push(['no reason recorded', d.unexplained_count]);
+  if (counts.length) {
+    box.append(table(['left out because', 'nodes'], counts, 'refusal-groups'), table(['category', 'node', 'op', 'reason', 'what you can do', 'source line'], rows, 'refusals'));
+  }
+  return box;
+}
+
 const ptePage: Page = async (v, d) => {
   const head = h('div', { class: 'jp-etlab-head' },
     h('b', {}, d.path), ` · program v${d.version} · ${d.segments} segment(s), ${fmtBytes(d.segment_bytes)} · program hash ${d.signature}`);
   v.body.append(head, methodsSection(d.methods));
+  const delegation = delegationSection(d.delegation);
+  if (delegation) v.body.append(delegation);
   const graphBox = section(`Instruction graph of ${d.method} (${d.graph.nodes.length} nodes)`);
   const memBox = section(`Memory plan of ${d.method} (${d.memory.length} planned tensors over ${d.steps} steps)`);
   v.body.append(graphBox, memBox);
@@ -283,6 +304,8 @@ const etrecordPage: Page = async (v, d) => {
   v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path),
     ` · methods ${d.methods.join(', ')} · graphs ${d.kinds.join(', ') || 'none'} · ${d.instructions} instructions mapped · program hash ${d.signature}`));
   if (d.delegates.length) v.body.append(section('Delegates', table(['instruction', 'backend'], d.delegates.map((x: any) => [x.instruction, x.backend]), 'delegates')));
+  const delegation = delegationSection(d.delegation);
+  if (delegation) v.body.append(delegation);
   const graphBox = section(`Graphs of ${d.method}: ${d.graphs.map((g: any) => `${g.title} ${g.nodes.length} nodes`).join(' · ')}`);
   const layout = h('div', { class: 'jp-etlab-split' });
   const tree = h('div', { class: 'jp-etlab-tree', 'data-role': 'modules' }, h('div', { class: 'jp-etlab-sub' }, 'Module hierarchy'));
