@@ -11,6 +11,7 @@ dtype are right, and any attempt to read values fails loudly instead of showing 
 from __future__ import annotations
 
 import functools
+import hashlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -42,8 +43,16 @@ class DebugBuffer:
         return len(self.data)
 
 
-def load_debug_buffer(source) -> DebugBuffer:
-    """A debug buffer from a path (memory-mapped) or bytes-like (used as is)."""
+def load_debug_buffer(source, etdump: ETDumpColumns | None = None) -> DebugBuffer:
+    """A debug buffer from a path (memory-mapped) or bytes-like (used as is); with the `etdump` it was
+    written with, checked to be that ETDump's buffer (`check_pair`)."""
+    buffer = _load(source)
+    if etdump is not None:
+        check_pair(etdump, buffer)
+    return buffer
+
+
+def _load(source) -> DebugBuffer:
     if isinstance(source, (bytes, bytearray, memoryview)):
         view = memoryview(source).cast("B")
         return DebugBuffer(view, f"<debug buffer of {len(view)} bytes>", not view.readonly)
@@ -58,6 +67,46 @@ def load_debug_buffer(source) -> DebugBuffer:
     except FormatError:
         raise FormatError(f"{path}: is a directory, not a debug-buffer file") from None
     return DebugBuffer(view, name, True)
+
+
+def check_pair(etdump: ETDumpColumns, buffer: DebugBuffer) -> None:
+    """FormatError (naming both files) unless `buffer` can be the debug buffer `etdump` was written with.
+
+    An ETDump etlab wrote records its buffer's size and SHA-256: any other buffer is refused (a
+    process stopped between the two files' writes leaves a pair from two runs, which would show one
+    run's values as the other's). Upstream's ETDumps record nothing of the kind; for them (and for
+    ours too) every tensor the ETDump points to must lie inside the buffer, with sizes and strides
+    that make sense for its dtype.
+    """
+    digest = etdump.debug_buffer_digest
+    if digest is not None:
+        sha = hashlib.sha256(buffer.data).digest() if len(buffer) == digest.size else None
+        if sha != (bytes(digest.sha256) if digest.sha256 is not None else None):
+            recorded = bytes(digest.sha256 or b"").hex()[:16]
+            got = f"SHA-256 {sha.hex()[:16]}..." if sha is not None else f"{len(buffer)} bytes"
+            raise FormatError(f"{buffer.what} is not the debug buffer {etdump.what} was written with: the ETDump "
+                              f"records {digest.size} bytes with SHA-256 {recorded}..., this buffer has {got} "
+                              "(a buffer left by another run?); pass the pair written together")
+    if etdump.values is not None:
+        _check_extents(etdump, buffer)
+
+
+def _check_extents(etdump: ETDumpColumns, buffer: DebugBuffer) -> None:
+    t = etdump.values.tensors
+    _, itemsizes = _dtypes()
+    for i, (st, offset) in enumerate(zip(t.scalar_type.tolist(), t.offset.tolist())):
+        sizes, strides = t.shape(i), t.stride(i)
+        where = f"{buffer.what} does not hold the tensors {etdump.what} points to: tensor {i}"
+        if any(s < 0 for s in sizes) or (strides and len(strides) == len(sizes) and any(s < 0 for s in strides)):
+            raise FormatError(f"{where} has negative sizes {sizes} or strides {strides}")
+        if offset == -1 or 0 in sizes:
+            continue  # not kept by the runtime, or empty
+        contiguous = not strides or len(strides) != len(sizes)
+        extent = math.prod(sizes) if contiguous else 1 + sum((n - 1) * s for n, s in zip(sizes, strides))
+        end = offset + extent * itemsizes[st]
+        if offset < 0 or end > len(buffer):
+            raise FormatError(f"{where} ({ScalarType(st).name} {sizes}) needs bytes [{offset}, {end}), but the "
+                              f"buffer holds {len(buffer)} bytes (a debug buffer of another run or program?)")
 
 
 @functools.cache

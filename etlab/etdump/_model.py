@@ -72,4 +72,4 @@ def columns_to_model(c: ETDumpColumns) -> s.ETDump:
             allocators=None if r.allocator_names is None else [s.Allocator(n) for n in r.allocator_names],
             events=events if r.has_events else None,
         ))
-    return s.ETDump(version=c.version, run_data=runs if c.has_run_data else None)
+    return s.ETDump(version=c.version, run_data=runs if c.has_run_data else None, debug_buffer=c.debug_buffer_digest)

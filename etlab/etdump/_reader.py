@@ -123,6 +123,8 @@ class ETDumpColumns:
     values: ValueColumns | None        # debug entries, rows = np.flatnonzero(has_debug)
     buffer: np.ndarray = field(repr=False, default=None)  # the FlatBuffer bytes (metadata is read from it)
     has_run_data: bool = True          # False when the root's run_data vector is absent (not just empty)
+    # etlab's binding to the debug buffer written with this ETDump (None in upstream's files)
+    debug_buffer_digest: schema.DebugBufferDigest | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -160,8 +162,10 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     data = whole[4:]
     fb = FlatBuffer(data, name, file=whole, base=4)
     root = fb.tables(fb.read(np.zeros(1, np.int64), "<u4", "root offset").astype(np.int64), _NS, "ETDump")
-    version, run_data = root.read(("version", "<u4", 0), ("run_data", None, None))
+    version, run_data, digest_pos = root.read(("version", "<u4", 0), ("run_data", None, None),
+                                              ("debug_buffer", None, None))
     version = int(version[0])
+    digest = _read_digest(fb, digest_pos) if digest_pos[0] >= 0 else None
     run_pos, _ = fb.offset_vectors(run_data, "ETDump.run_data")
     runs_t = fb.tables(run_pos, _NS, "RunData")
     run_name_pos, bundled, alloc_vec, events_vec = runs_t.read(
@@ -247,7 +251,17 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
         instruction_id=instr, delegate_id_int=did, delegate_id_str_code=did_str, start_time=start, end_time=end,
         metadata_start=meta_start, metadata_len=meta_len, allocator_id=allocator_id,
         allocation_size=allocation_size, values=values, buffer=data, has_run_data=bool(run_data[0] >= 0),
+        debug_buffer_digest=digest,
     )
+
+
+def _read_digest(fb: FlatBuffer, pos: np.ndarray) -> schema.DebugBufferDigest:
+    size, sha_pos = fb.tables(pos, _NS, "DebugBufferDigest").read(("size", "<u8", 0), ("sha256", None, None))
+    sha = None
+    if sha_pos[0] >= 0:
+        start, length = fb.vectors(sha_pos, 1, "DebugBufferDigest.sha256")
+        sha = fb.data[int(start[0]) : int(start[0]) + int(length[0])].tobytes()
+    return schema.DebugBufferDigest(size=int(size[0]), sha256=sha)
 
 
 def _read_values(fb: FlatBuffer, pos: np.ndarray) -> ValueColumns:

@@ -73,7 +73,9 @@ class Inspector:
         if (self._source_time_scale == TimeScale.CYCLES) != (self._target_time_scale == TimeScale.CYCLES):
             raise ValueError("Inspector: cycles can only be converted to cycles; make both time scales CYCLES")
         self._columns = read_etdump(etdump_path if etdump_path is not None else etdump_data)
-        self._buffer: DebugBuffer | None = None if debug_buffer_path is None else load_debug_buffer(debug_buffer_path)
+        # with the ETDump: a buffer written with another run is refused (etdump.check_pair)
+        self._buffer: DebugBuffer | None = (None if debug_buffer_path is None else
+                                            load_debug_buffer(debug_buffer_path, etdump=self._columns))
         self._delegate_metadata_parser = delegate_metadata_parser
         self._delegate_time_scale_converter = delegate_time_scale_converter
         self._enable_module_hierarchy = enable_module_hierarchy

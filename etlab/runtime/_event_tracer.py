@@ -272,9 +272,16 @@ class EventTracer:
         if self.dropped_events:
             warnings.warn(f"ETDump {etdump_path}: {self.dropped_events} events were dropped (buffer full)",
                           RuntimeWarning, stacklevel=3)
-        write_atomic(etdump_path, E.serialize_etdump(self.to_etdump()))
-        if debug_buffer_path is not None:
-            write_atomic(debug_buffer_path, self.debug_buffer())
+        etdump = self.to_etdump()  # the events first: the buffer then holds every value they point to
+        if debug_buffer_path is None:
+            write_atomic(etdump_path, E.serialize_etdump(etdump))
+            return
+        # Two files, two atomic writes: a process stopped between them leaves a pair from two runs. The
+        # ETDump records the buffer's size and SHA-256, and readers refuse a buffer that differs.
+        buffer = self.debug_buffer()
+        etdump.debug_buffer = E.debug_buffer_digest(buffer)
+        write_atomic(etdump_path, E.serialize_etdump(etdump))
+        write_atomic(debug_buffer_path, buffer)
 
 
 class _EventCount:

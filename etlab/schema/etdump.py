@@ -6,6 +6,7 @@ an offset; their bytes live in a separate debug buffer file written next to it.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
@@ -129,9 +130,25 @@ class RunData:
 
 
 @dataclass
+class DebugBufferDigest:
+    """etlab's binding of an ETDump to its debug buffer (upstream's readers skip it): the buffer's size
+    and SHA-256, recorded when both are written, so that a reader refuses a buffer from another run."""
+
+    size: int = 0
+    sha256: bytes | memoryview | None = None
+
+
+@dataclass
 class ETDump:
     version: int = 0
     run_data: list[RunData] | None = field(default_factory=list)
+    debug_buffer: DebugBufferDigest | None = None
+
+
+def debug_buffer_digest(data) -> DebugBufferDigest:
+    """What an ETDump records of the debug buffer written with it (`data`: its bytes)."""
+    view = memoryview(data).cast("B")
+    return DebugBufferDigest(size=len(view), sha256=hashlib.sha256(view).digest())
 
 
 _CODEC = TableCodec("etdump", {name: cls for name, cls in globals().items() if isinstance(cls, type)})

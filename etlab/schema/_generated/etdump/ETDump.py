@@ -60,8 +60,19 @@ class ETDump(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(6))
         return o == 0
 
+    # ETDump
+    def DebugBuffer(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(8))
+        if o != 0:
+            x = self._tab.Indirect(o + self._tab.Pos)
+            from etlab.schema._generated.etdump.DebugBufferDigest import DebugBufferDigest
+            obj = DebugBufferDigest()
+            obj.Init(self._tab.Bytes, x)
+            return obj
+        return None
+
 def ETDumpStart(builder):
-    builder.StartObject(2)
+    builder.StartObject(3)
 
 def Start(builder):
     ETDumpStart(builder)
@@ -84,15 +95,22 @@ def ETDumpStartRunDataVector(builder, numElems):
 def StartRunDataVector(builder, numElems):
     return ETDumpStartRunDataVector(builder, numElems)
 
+def ETDumpAddDebugBuffer(builder, debugBuffer):
+    builder.PrependUOffsetTRelativeSlot(2, flatbuffers.number_types.UOffsetTFlags.py_type(debugBuffer), 0)
+
+def AddDebugBuffer(builder, debugBuffer):
+    ETDumpAddDebugBuffer(builder, debugBuffer)
+
 def ETDumpEnd(builder):
     return builder.EndObject()
 
 def End(builder):
     return ETDumpEnd(builder)
 
+import etlab.schema._generated.etdump.DebugBufferDigest
 import etlab.schema._generated.etdump.RunData
 try:
-    from typing import List
+    from typing import List, Optional
 except:
     pass
 
@@ -103,9 +121,11 @@ class ETDumpT(object):
         self,
         version = 0,
         runData = None,
+        debugBuffer = None,
     ):
         self.version = version  # type: int
         self.runData = runData  # type: Optional[List[etlab.schema._generated.etdump.RunData.RunDataT]]
+        self.debugBuffer = debugBuffer  # type: Optional[etlab.schema._generated.etdump.DebugBufferDigest.DebugBufferDigestT]
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -137,6 +157,8 @@ class ETDumpT(object):
                 else:
                     runData_ = etlab.schema._generated.etdump.RunData.RunDataT.InitFromObj(etdump.RunData(i))
                     self.runData.append(runData_)
+        if etdump.DebugBuffer() is not None:
+            self.debugBuffer = etlab.schema._generated.etdump.DebugBufferDigest.DebugBufferDigestT.InitFromObj(etdump.DebugBuffer())
 
     # ETDumpT
     def Pack(self, builder):
@@ -148,9 +170,13 @@ class ETDumpT(object):
             for i in reversed(range(len(self.runData))):
                 builder.PrependUOffsetTRelative(runDatalist[i])
             runData = builder.EndVector()
+        if self.debugBuffer is not None:
+            debugBuffer = self.debugBuffer.Pack(builder)
         ETDumpStart(builder)
         ETDumpAddVersion(builder, self.version)
         if self.runData is not None:
             ETDumpAddRunData(builder, runData)
+        if self.debugBuffer is not None:
+            ETDumpAddDebugBuffer(builder, debugBuffer)
         etdump = ETDumpEnd(builder)
         return etdump
