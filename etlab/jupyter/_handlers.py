@@ -1,25 +1,26 @@
 """HTTP endpoints of the server extension (under /etlab/): JSON for the JupyterLab viewers, and the
-shared view modules of etlab/visualizer/static. Token-authenticated like every Jupyter endpoint;
-reading runs in a small thread pool so the server keeps answering while a big file is read, and
-every failure is a JSON error with the reader's message (the server stays up)."""
+shared view modules of etlab/visualizer/static. Token-authenticated like every Jupyter endpoint.
+Files are read in worker processes with a time and memory budget (`_pool`): the server keeps
+answering while a big or hostile file is read, one file never holds up another's viewer, and every
+failure is a JSON error with the reader's message (the server stays up)."""
 
 from __future__ import annotations
 
 import json
-from concurrent.futures import ThreadPoolExecutor
+import threading
 from functools import cache
 from importlib import resources
 
 import tornado.web
 from jupyter_server.base.handlers import APIHandler
 from jupyter_server.utils import url_path_join
-from tornado.ioloop import IOLoop
 
 from etlab.errors import FormatError
-from etlab.jupyter._service import Service
-from etlab.jupyter._store import PathError, clean_json
+from etlab.jupyter._pool import Budget, WorkerPool
+from etlab.jupyter._service import VERIFY_TIMEOUT_S, Service
+from etlab.jupyter._store import PathError
 
-_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="etlab-jupyter")
+_pools: list[WorkerPool] = []  # the server's (setup_handlers), for warm_up
 
 
 @cache
@@ -44,19 +45,28 @@ class _Base(APIHandler):
     def service(self) -> Service:
         return self.settings["etlab_service"]
 
-    async def run_json(self, fn, *args):
-        """Runs fn(*args) in the pool and answers its JSON; a bad file or path answers {"error": message}."""
+    @property
+    def pool(self) -> WorkerPool:
+        return self.settings["etlab_pool"]
+
+    async def run_json(self, method: str, name: str | None, *args, seconds: float | None = None):
+        """Answers Service.<method>(*args), run by a worker, as JSON; a bad file or path, or a read
+        past the budget, answers {"error": message}. `name`: the file the request is about."""
         try:
-            result = await IOLoop.current().run_in_executor(_pool, fn, *args)
-        except PathError as e:
-            return self._error(e.status, str(e))
+            ok, text = await self.pool.call(method, *args, name=name or ".", seconds=seconds)
         except FormatError as e:
             return self._error(422, str(e))
-        except Exception as e:  # a reader bug must not take the server down: report it like a bad file
+        except Exception as e:  # no reader process: report it, the server stays up
             self.log.exception("etlab: %s failed", self.request.path)
             return self._error(500, f"{type(e).__name__}: {e}")
-        self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(clean_json(result), allow_nan=False, separators=(",", ":")))
+        if ok:
+            self.set_header("Content-Type", "application/json")
+            return self.finish(text)
+        reply = json.loads(text)
+        if reply["kind"] == "bug":
+            self.log.error("etlab: %s failed: %s", self.request.path, reply["message"])
+        status = reply.get("status", 400) if reply["kind"] == "path" else 422 if reply["kind"] == "format" else 500
+        self._error(status, reply["message"])
 
     def _error(self, status: int, message: str):
         self.set_status(status)
@@ -75,26 +85,31 @@ class ViewHandler(_Base):
         path = self.arg("path")
         if path is None:
             return self._error(400, "path: missing query argument")
-        s = self.service
         if kind == "pte":
-            await self.run_json(s.pte, path, self.arg("method"))
+            await self.run_json("pte", path, path, self.arg("method"))
         elif kind == "etdp":
-            await self.run_json(s.etdp, path, self.arg("program") or None, self.arg("method", "forward"),
+            await self.run_json("etdp", path, path, self.arg("program") or None, self.arg("method", "forward"),
                                 "graphs" if self.arg("part") == "graphs" else "main")
         elif kind == "etrecord":
-            await self.run_json(s.etrecord, path, self.arg("method", "forward"))
+            await self.run_json("etrecord", path, path, self.arg("method", "forward"))
         elif kind == "bpte":
-            await self.run_json(s.bpte, path)
+            await self.run_json("bpte", path, path)
         else:
             self._error(404, f"{kind}: no viewer for this kind")
 
 
 class StatHandler(_Base):
-    """GET /etlab/api/stat?path=...: size and mtime (the viewers poll it to offer a reload)."""
+    """GET /etlab/api/stat?path=...: size and mtime (the viewers poll it to offer a reload); answered by
+    the server itself (no file is read)."""
 
     @tornado.web.authenticated
-    async def get(self):
-        await self.run_json(self.service.stat, self.arg("path", ""))
+    def get(self):
+        try:
+            result = self.service.stat(self.arg("path", ""))
+        except PathError as e:
+            return self._error(e.status, str(e))
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(result))
 
 
 class VerifyHandler(_Base):
@@ -102,7 +117,8 @@ class VerifyHandler(_Base):
 
     @tornado.web.authenticated
     async def post(self):
-        await self.run_json(self.service.verify, self.arg("path", ""))
+        path = self.arg("path", "")
+        await self.run_json("verify", path, path, seconds=max(self.pool.budget.seconds, VERIFY_TIMEOUT_S + 30))
 
 
 class ArtifactsHandler(_Base):
@@ -110,7 +126,8 @@ class ArtifactsHandler(_Base):
 
     @tornado.web.authenticated
     async def get(self):
-        await self.run_json(self.service.artifacts, self.arg("folder", ""))
+        folder = self.arg("folder", "")
+        await self.run_json("artifacts", folder, folder)
 
 
 class CompareHandler(_Base):
@@ -121,7 +138,7 @@ class CompareHandler(_Base):
         a, b = self.arg("a"), self.arg("b")
         if not a or not b:
             return self._error(400, "compare: give two runs, a= and b=")
-        await self.run_json(self.service.compare, a, b, self.arg("program") or None)
+        await self.run_json("compare", a, a, b, self.arg("program") or None)
 
 
 class ModuleHandler(_Base):
@@ -139,8 +156,11 @@ class ModuleHandler(_Base):
 
 
 def setup_handlers(web_app, root_dir: str) -> None:
-    """Registers the endpoints on the server's web app, serving files under root_dir."""
-    web_app.settings["etlab_service"] = Service(root_dir)
+    """Registers the endpoints on the server's web app, serving files under root_dir (read by worker
+    processes with the budgets of the server's environment, `_pool.Budget.from_env`)."""
+    web_app.settings["etlab_service"] = Service(root_dir)  # stat only: the workers read the files
+    pool = web_app.settings["etlab_pool"] = WorkerPool(root_dir, Budget.from_env())
+    _pools.append(pool)
     base = url_path_join(web_app.settings["base_url"], "etlab")
     web_app.add_handlers(".*$", [
         (url_path_join(base, "api/view/(pte|etdp|etrecord|bpte)"), ViewHandler),
@@ -153,11 +173,7 @@ def setup_handlers(web_app, root_dir: str) -> None:
 
 
 def warm_up() -> None:
-    """Imports the readers and views in the pool once, so the first file opened paints quickly."""
-    def load():
-        import etlab.inspector
-        import etlab.visualizer  # noqa: F401
-
-        view_module("graph_view.js")
-
-    _pool.submit(load)
+    """Starts the reader processes and reads the view modules once, so the first file opened paints quickly."""
+    for pool in _pools:
+        pool.warm()
+    threading.Thread(target=view_module, args=("graph_view.js",), daemon=True, name="etlab-warm-up").start()

@@ -1,7 +1,8 @@
 """The server extension's work, one method per endpoint: read the files under the root with etlab's
 public readers and return JSON-ready data for the viewers. Blocking; the handlers run it in a
-thread. A file that cannot be read raises FormatError / PathError with a message naming the file
-by its path relative to the root (never the server's absolute path)."""
+worker process with a time and memory budget (`_pool`). A file that cannot be read raises
+FormatError / PathError with a message naming the file by its path relative to the root (never the
+server's absolute path)."""
 
 from __future__ import annotations
 
