@@ -16,11 +16,9 @@ from dataclasses import asdict, dataclass, field
 
 from etlab.inspector import op_label
 from etlab.inspector import pte_signature as signature
-from etlab.schema.program import DelegateCall, KernelCall, PteFile, Tensor, TensorList
+from etlab.jupyter._dataflow import Source, instruction_flow, members, tensor_bytes
+from etlab.schema.program import DelegateCall, JumpFalseCall, KernelCall, PteFile, Tensor
 
-# Element sizes by ScalarType value (upstream's scalar_type.fbs order); unknown types count 1 byte.
-_ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1, 12: 1, 13: 1,
-                  14: 4, 15: 2, 16: 1, 17: 1, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
 
 @dataclass
 class PlannedBlock:
@@ -36,14 +34,6 @@ class PlannedBlock:
     dtype: str = ""
 
 
-def _tensor_bytes(t: Tensor) -> int:
-    """Bytes of a tensor value's storage (its declared sizes times the element size)."""
-    n = 1
-    for s in t.sizes or ():
-        n *= max(int(s), 0)
-    return n * _ELEMENT_BYTES.get(int(t.scalar_type), 1)
-
-
 def _dtype(t: Tensor) -> str:
     st = t.scalar_type
     return getattr(st, "name", str(st)).lower()
@@ -51,17 +41,6 @@ def _dtype(t: Tensor) -> str:
 
 def _call_args(args) -> list[int]:
     return [int(a) for a in (args.args or ())] if isinstance(args, (KernelCall, DelegateCall)) else []
-
-
-def _expand_lists(values, args: list[int]) -> list[int]:
-    """A call's value indices with tensor lists expanded into their members (a cat's inputs, a split's outputs)."""
-    out = []
-    for a in args:
-        out.append(a)
-        v = values[a].val if 0 <= a < len(values) else None
-        if isinstance(v, TensorList):
-            out.extend(int(i) for i in v.items or ())
-    return out
 
 
 def signature_hash(sig: dict[str, list[list]]) -> str:
@@ -78,7 +57,7 @@ def memory_plan(plan) -> list[PlannedBlock]:
     first: dict[int, int] = {}
     last: dict[int, int] = {}
     for step, ins in enumerate(instructions):
-        for a in _expand_lists(values, _call_args(ins.instr_args)):
+        for a in {m for arg in _call_args(ins.instr_args) for m in members(values, arg)}:
             first.setdefault(a, step)
             last[a] = step
     end = max(len(instructions) - 1, 0)
@@ -93,7 +72,7 @@ def memory_plan(plan) -> list[PlannedBlock]:
             continue
         info = t.allocation_info
         blocks.append(PlannedBlock(idx, int(info.memory_id), int(info.memory_offset_low) +
-                                   (int(info.memory_offset_high) << 32), _tensor_bytes(t), first[idx],
+                                   (int(info.memory_offset_high) << 32), tensor_bytes(t), first[idx],
                                    last.get(idx, first[idx]), [int(s) for s in t.sizes or ()], _dtype(t)))
     return blocks
 
@@ -122,7 +101,7 @@ def method_summary(pte: PteFile, plan) -> dict:
     for ev in values:
         t = ev.val
         if isinstance(t, Tensor) and t.allocation_info is None and t.data_buffer_idx > 0:
-            const_bytes += _tensor_bytes(t)
+            const_bytes += tensor_bytes(t)
     return {
         "name": str(plan.name),
         "inputs": [_value_label(values, int(i)) for i in plan.inputs or ()],
@@ -138,8 +117,10 @@ def method_summary(pte: PteFile, plan) -> dict:
 
 
 def instruction_graph(plan):
-    """The method as a graph of its instructions: an edge from the instruction that last wrote a value
-    to every instruction that reads it; delegate calls colored by backend (a `GraphModel`)."""
+    """The method as a graph of its instructions (a `GraphModel`): an edge from the instruction (or
+    method input) that produced a value to every instruction that reads it, following out arguments,
+    multi-output results, tensor lists, delegate calls, views and cond branches (`_dataflow`); each
+    node's shapes are the planned shapes of what it writes; delegate calls colored by backend."""
     from etlab.visualizer import GraphModel, GraphNode
 
     values = plan.values or ()
@@ -147,16 +128,22 @@ def instruction_graph(plan):
     delegates = [str(d.id) for d in plan.delegates or ()]
     model = GraphModel(title=f"instructions of {plan.name!r}", kind="runtime", method=str(plan.name))
     colors = ["#d62728", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b"]
-    writer: dict[int, int] = {}
+    node_of: dict[Source, int] = {}
     for i in plan.inputs or ():
         node = GraphNode(id=len(model.nodes), name=f"input_{len(model.nodes)}", kind="input", op="placeholder",
                          group=None, shapes=_shapes(values, [int(i)]))
         model.nodes.append(node)
-        writer[int(i)] = node.id
-    instructions = [ins for chain in plan.chains or () for ins in chain.instructions or ()]
-    for step, ins in enumerate(instructions):
-        a = ins.instr_args
-        args = _expand_lists(values, _call_args(a))
+        node_of[("input", int(i))] = node.id
+    flow = instruction_flow(plan)
+    edges: set[tuple[int, int]] = set()
+
+    def link(sources, dst: int) -> None:
+        for src in sources:
+            if src in node_of and node_of[src] != dst:
+                edges.add((node_of[src], dst))
+
+    for f in flow.steps:
+        a, step = f.instruction.instr_args, f.step
         if isinstance(a, KernelCall):
             op = ops[a.op_index] if 0 <= a.op_index < len(ops) else f"op #{a.op_index}"
             node = GraphNode(id=len(model.nodes), name=f"{step}: {op.split('::')[-1]}", kind="op", op=op, group=None)
@@ -165,24 +152,23 @@ def instruction_graph(plan):
             model.backend_colors.setdefault(backend, colors[len(model.backend_colors) % len(colors)])
             node = GraphNode(id=len(model.nodes), name=f"{step}: {backend} #{a.delegate_index}", kind="delegate",
                              op="executorch_call_delegate", group=None, backend=backend)
+        elif isinstance(a, JumpFalseCall) and any(f.sources.values()):  # a computed condition, not a goto
+            node = GraphNode(id=len(model.nodes), name=f"{step}: jump if false", kind="control_flow",
+                             op="jump_false", group=None)
         else:
             continue
         node.handles = [step]  # the instruction id: what the memory plan and the run's events key on
-        # out variants write their last args; earlier args are read
-        reads, written = (args[:-1], args[-1:]) if isinstance(a, KernelCall) else (args, args)
-        for r in reads:
-            if r in writer and writer[r] != node.id:
-                model.edges.append((writer[r], node.id))
-        node.shapes = _shapes(values, written)
+        node.shapes = _shapes(values, f.writes)
         model.nodes.append(node)
-        for w in written:
-            writer[w] = node.id
+        node_of[("step", step)] = node.id
+        for r in f.reads:
+            link(f.sources.get(r, ()), node.id)
     for o in plan.outputs or ():
         node = GraphNode(id=len(model.nodes), name=f"output_{len(model.nodes)}", kind="output", op="output",
                          group=None, shapes=_shapes(values, [int(o)]))
-        if int(o) in writer:
-            model.edges.append((writer[int(o)], node.id))
         model.nodes.append(node)
+        link(flow.outputs.get(int(o), ()), node.id)
+    model.edges = sorted(edges)
     return model
 
 
