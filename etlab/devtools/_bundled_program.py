@@ -8,6 +8,7 @@ its upper bound per dimension.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Sequence
 
@@ -15,6 +16,7 @@ import torch
 
 from etlab.compiler import ExecutorchProgramManager, dim_order_of, tensor_bytes
 from etlab.devtools._bundled_config import ConfigValue, MethodTestCase, MethodTestSuite
+from etlab.errors import FormatError
 from etlab.schema import bundled_program as B
 from etlab.schema import (
     deserialize_bundled_program,
@@ -211,67 +213,101 @@ _NOT_PLAIN = {getattr(torch, n) for n in ("qint8", "quint8", "qint32", "quint4x2
                                           "bits4x2", "bits2x4", "bits1x8") if hasattr(torch, n)}
 
 
-def tensor_from_bundled(t: B.Tensor) -> torch.Tensor:
-    """A schema tensor as a torch tensor (a copy; strides follow its dim order)."""
-    dtype = scalar_type_to_dtype(t.scalar_type)
+def check_bundled_tensor(t: B.Tensor, what: str) -> tuple[torch.dtype, list[int], list[int]]:
+    """(dtype, sizes, dim order) of a .bpte's tensor, or FormatError naming `what`: a dtype test-case
+    values cannot have, a negative size, a dim order that is not a permutation, a byte count that
+    does not match. Reads no tensor data."""
+    try:
+        dtype = scalar_type_to_dtype(t.scalar_type)
+    except ValueError as e:
+        raise FormatError(f"{what}: {e}") from None
     if dtype in _NOT_PLAIN:
-        raise ValueError(f"bundled tensor: scalar type {dtype} is not supported for test-case values")
+        raise FormatError(f"{what}: scalar type {dtype} is not supported for test-case values")
     sizes = [int(s) for s in t.sizes or []]
     if any(s < 0 for s in sizes):
-        raise ValueError(f"bundled tensor: negative size in {sizes}")
+        raise FormatError(f"{what}: negative size in {sizes}")
     order = [int(d) for d in t.dim_order or []] or list(range(len(sizes)))
     if sorted(order) != list(range(len(sizes))):
-        raise ValueError(f"bundled tensor: dim_order {order} is not a permutation of its {len(sizes)} dimensions")
+        raise FormatError(f"{what}: dim_order {order} is not a permutation of its {len(sizes)} dimensions")
+    n = math.prod(sizes)
+    if len(t.data or b"") != n * dtype.itemsize:
+        raise FormatError(f"{what}: {len(t.data or b'')} data bytes for shape {sizes} of {dtype} "
+                          f"(needs {n * dtype.itemsize})")
+    return dtype, sizes, order
+
+
+def tensor_from_bundled(t: B.Tensor, what: str = "bundled tensor") -> torch.Tensor:
+    """A schema tensor as a torch tensor (a copy; strides follow its dim order); FormatError naming
+    `what` when the tensor is malformed (see check_bundled_tensor)."""
+    dtype, sizes, order = check_bundled_tensor(t, what)
     physical = [sizes[d] for d in order]
-    n = 1
-    for s in physical:
-        n *= s
     raw = bytes(t.data or b"")
-    if len(raw) != n * dtype.itemsize:
-        raise ValueError(f"bundled tensor: {len(raw)} data bytes for shape {sizes} of {dtype} "
-                         f"(needs {n * dtype.itemsize})")
     storage_dtype = torch.uint8 if dtype == torch.bool else dtype
-    flat = torch.frombuffer(bytearray(raw), dtype=storage_dtype) if n else torch.empty(0, dtype=storage_dtype)
+    flat = torch.frombuffer(bytearray(raw), dtype=storage_dtype) if raw else torch.empty(0, dtype=storage_dtype)
     dense = flat.to(dtype) if dtype == torch.bool else flat
     inverse = sorted(range(len(order)), key=lambda i: order[i])
     return dense.reshape(physical).permute(*inverse) if sizes else dense.reshape(())
 
 
-def value_from_bundled(v: B.Value) -> ConfigValue:
-    """The schema's Value back as a tensor, int, bool or float."""
+def value_from_bundled(v: B.Value, what: str = "bundled value") -> ConfigValue:
+    """The schema's Value back as a tensor, int, bool or float; FormatError naming `what` otherwise."""
     val = v.val
     if isinstance(val, B.Tensor):
-        return tensor_from_bundled(val)
+        return tensor_from_bundled(val, what)
     if isinstance(val, B.Int):
         return int(val.int_val)
     if isinstance(val, B.Bool):
         return bool(val.bool_val)
     if isinstance(val, B.Double):
         return float(val.double_val)
-    raise ValueError(f"bundled value of kind {_kind(val)} is not supported")
+    raise FormatError(f"{what}: a value of kind {_kind(val)} is not supported")
 
 
-def method_test_suites_from_schema(bundled: B.BundledProgram) -> list[MethodTestSuite]:
+def _case_values(case: B.BundledMethodTestCase, at: str):
+    """(where, value) of a test case's inputs, then its expected outputs; `at` names the case."""
+    for role, vals in (("input", case.inputs), ("expected output", case.expected_outputs)):
+        for k, v in enumerate(vals or []):
+            yield f"{at}: {role} {k}", v
+
+
+def _cases(suites, what: str):
+    """(where, test case) of the suites' cases; `where` names the file (`what`), method and case."""
+    for s in suites:
+        for i, case in enumerate(s.test_cases or []):
+            yield f"{what}: method {s.method_name or ''!r}: test case {i}", case
+
+
+def check_test_cases(bundled: B.BundledProgram, what: str) -> None:
+    """FormatError naming the file and the value at the first test-case value that cannot be decoded
+    (reads no tensor data: a load-time check)."""
+    for at, case in _cases(bundled.method_test_suites or [], what):
+        for where, v in _case_values(case, at):
+            if isinstance(v.val, B.Tensor):
+                check_bundled_tensor(v.val, where)
+            elif not isinstance(v.val, (B.Int, B.Bool, B.Double)):
+                raise FormatError(f"{where}: a value of kind {_kind(v.val)} is not supported")
+
+
+def method_test_suites_from_schema(bundled: B.BundledProgram, what: str = "bundled program") -> list[MethodTestSuite]:
     """The test suites of a deserialized .bpte as MethodTestSuite / MethodTestCase with torch tensors.
 
-    A value that cannot be decoded raises ValueError saying where it is (method, test case, input
-    or expected output), since the schema model does not know which file it came from."""
+    A value that cannot be decoded raises FormatError naming `what` (give the file's name: the
+    schema model does not know it) and where the value is (method, test case, input or expected
+    output)."""
     suites = []
     for s in bundled.method_test_suites or []:
-        name = s.method_name or ""
         cases = []
-        for i, c in enumerate(s.test_cases or []):
-            values = {}
-            for role, vals in (("input", c.inputs), ("expected output", c.expected_outputs)):
-                try:
-                    values[role] = [value_from_bundled(v) for v in vals or []]
-                except ValueError as e:
-                    raise ValueError(f"method {name!r}: test case {i}: {role}: {e}") from None
+        for at, case in _cases([s], what):
+            values = [value_from_bundled(v, where) for where, v in _case_values(case, at)]
+            n = len(case.inputs or [])
             try:
-                cases.append(MethodTestCase(values["input"], values["expected output"]))
+                cases.append(MethodTestCase(values[:n], values[n:]))
             except ValueError as e:
-                raise ValueError(f"method {name!r}: test case {i}: {e}") from None
-        suites.append(MethodTestSuite(method_name=name, test_cases=cases))
+                raise FormatError(f"{at}: {e}") from None
+        try:
+            suites.append(MethodTestSuite(method_name=s.method_name or "", test_cases=cases))
+        except ValueError as e:
+            raise FormatError(f"{what}: {e}") from None
     return suites
 
 

@@ -12,12 +12,13 @@
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from etlab.devtools._bundled_program import value_from_bundled
+from etlab.devtools._bundled_program import check_test_cases, value_from_bundled
 from etlab.runtime import Method, Program, Runtime
 from etlab.schema import bundled_program as B
 
@@ -26,19 +27,26 @@ class BundledVerificationError(AssertionError):
     """A method's outputs differ from a bundled test case's expected outputs."""
 
 
+def _source_name(source) -> str:
+    """How an error names a .bpte given as a path, a binary file or bytes."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source)
+    name = getattr(source, "name", None)
+    if isinstance(name, str):
+        return name
+    return f"<bundled program of {len(source)} bytes>" if isinstance(source, (bytes, bytearray, memoryview)) \
+        else "<bundled program>"
+
+
 def load_bundled_program(source, **load_kwargs) -> Program:
-    """Loads a `.bpte` (path, bytes or binary file); `load_kwargs` go to `Runtime.load_program`."""
+    """Loads a `.bpte` (path, bytes or binary file); `load_kwargs` go to `Runtime.load_program`.
+    Every test-case value is checked (dtype, sizes, dim order, byte count) before it returns: a bad
+    one is a FormatError naming the file, the method, the test case and the value."""
     program = Runtime.get().load_program(source, **load_kwargs)
     if program.bundled is None:
         raise ValueError(f"{source!r} is a plain program, not a bundled program (.bpte)")
+    check_test_cases(program.bundled, _source_name(source))
     return program
-
-
-def _value(v: B.Value, what: str) -> Any:
-    try:
-        return value_from_bundled(v)
-    except ValueError as e:
-        raise ValueError(f"{what}: {e}") from None
 
 
 def _test_case(method: Method, index: int) -> B.BundledMethodTestCase:
@@ -63,12 +71,14 @@ def bundled_test_case_count(method: Method) -> int:
 def load_bundled_input(method: Method, index: int) -> list:
     """The inputs of bundled test case `index` of `method` (fresh tensors and Python scalars)."""
     case = _test_case(method, index)
-    return [_value(v, f"test case {index} input {k}") for k, v in enumerate(case.inputs or [])]
+    return [value_from_bundled(v, f"method {method.name!r}: bundled test case {index}: input {k}")
+            for k, v in enumerate(case.inputs or [])]
 
 
 def expected_outputs(method: Method, index: int) -> list:
     case = _test_case(method, index)
-    return [_value(v, f"test case {index} expected output {k}") for k, v in enumerate(case.expected_outputs or [])]
+    return [value_from_bundled(v, f"method {method.name!r}: bundled test case {index}: expected output {k}")
+            for k, v in enumerate(case.expected_outputs or [])]
 
 
 @dataclass

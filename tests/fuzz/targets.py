@@ -72,7 +72,7 @@ def run_bpte(case: Case) -> None:
 
     bundled = deserialize_bundled_program(case["model.bpte"], what="model.bpte")
     deserialize_pte(bundled.program or b"", what="model.bpte (embedded program)")
-    for suite in method_test_suites_from_schema(bundled):
+    for suite in method_test_suites_from_schema(bundled, what="model.bpte"):
         for tc in suite.test_cases:
             for v in [*tc.inputs, *tc.expected_outputs]:
                 if hasattr(v, "clone"):
@@ -155,7 +155,8 @@ def _inputs(case: Case) -> list:
     from etlab.devtools import method_test_suites_from_schema
     from etlab.schema import deserialize_bundled_program
 
-    suites = method_test_suites_from_schema(deserialize_bundled_program(case["inputs.bpte"], what="inputs.bpte"))
+    suites = method_test_suites_from_schema(deserialize_bundled_program(case["inputs.bpte"], what="inputs.bpte"),
+                                            what="inputs.bpte")
     return list(suites[0].test_cases[0].inputs) if suites and suites[0].test_cases else []
 
 
