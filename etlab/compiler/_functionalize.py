@@ -1,9 +1,11 @@
-"""In-place ops -> functional ops, without re-tracing.
+"""In-place and out= ops -> functional ops, without re-tracing.
 
-torch.export's training IR keeps in-place ops (the KV cache's `index_copy_` on a buffer) and leaves
-`graph_signature.buffers_to_mutate` empty. Each in-place op is replaced by its functional variant;
-later readers of the mutated tensor read the new value instead, and a mutated placeholder (buffer
-or user input) is reported so the caller can add a mutation output to the signature.
+torch.export's training IR keeps in-place ops (the KV cache's `index_copy_` on a buffer) and out=
+calls (`torch.mul(a, x, out=z)`: `aten.mul.out`), and leaves `graph_signature.buffers_to_mutate`
+empty. Each such op is replaced by its functional variant (`mul_` and `mul.out` -> `mul.Tensor`: the
+overload of the same operator with the same arguments minus `out`); later readers of the written
+tensor read the new value instead, and a written placeholder (buffer or user input) is reported so
+the caller can add a mutation output to the signature.
 
 Mutation through an alias (a view of a buffer written in place) cannot be rewritten node by node:
 `NeedsRetrace` sends the program through torch's full functionalization instead.
@@ -17,6 +19,57 @@ from torch.fx import GraphModule, Node
 
 from etlab.compiler._decompose import NeedsRetrace
 from etlab.compiler._graph import call
+
+
+def _out_args(op: OpOverload) -> list[str]:
+    """Names of the keyword-only arguments an out= variant writes (`out`, or `values`/`indices`)."""
+    return [a.name for a in op._schema.arguments if a.kwarg_only and a.alias_info is not None and a.alias_info.is_write]
+
+
+def _functional_of_out(op: OpOverload) -> OpOverload | None:
+    """The overload of op's operator that takes op's arguments minus the out ones and writes nothing
+    (`add.out(self, other, *, alpha, out)` -> `add.Tensor(self, other, *, alpha)`)."""
+    outs = set(_out_args(op))
+    want = [(a.name, str(a.type), a.kwarg_only) for a in op._schema.arguments if a.name not in outs]
+    packet = getattr(getattr(torch.ops, op.namespace), op._schema.name.split("::")[-1], None)
+    for name in packet.overloads() if packet is not None else ():
+        cand = getattr(packet, name)
+        schema = cand._schema
+        if any(a.alias_info is not None for a in [*schema.arguments, *schema.returns]):
+            continue
+        if [(a.name, str(a.type), a.kwarg_only) for a in schema.arguments] == want:
+            return cand
+    return None
+
+
+def _same_dtype_as_inputs(node: Node, base: Node) -> bool:
+    """Whether out= writes in the dtype its tensor inputs have (else it casts: left to torch's functionalization)."""
+    want = getattr(base.meta.get("val"), "dtype", None)
+    ins = [getattr(a.meta.get("val"), "dtype", None) for a in node.all_input_nodes if a is not base]
+    return want is not None and all(d == want for d in ins if d is not None)
+
+
+def _functional_call(node: Node) -> tuple[OpOverload, Node, tuple, dict] | None:
+    """(functional op, the tensor written, args, kwargs) of an in-place or out= call; None for a
+    functional op; NeedsRetrace where the node cannot be rewritten alone."""
+    op = node.target
+    idx = _mutated_arg(op)
+    if idx is not None:
+        base, functional, kwargs = node.args[idx], _functional_variant(op), dict(node.kwargs)
+    else:
+        outs = _out_args(op)
+        if not outs:
+            return None
+        if len(outs) != 1:
+            raise NeedsRetrace(f"{op} writes {len(outs)} out arguments")
+        base = node.kwargs.get(outs[0])
+        functional = _functional_of_out(op)
+        kwargs = {k: v for k, v in node.kwargs.items() if k != outs[0]}
+        if isinstance(base, Node) and not _same_dtype_as_inputs(node, base):
+            raise NeedsRetrace(f"{op} casts into its out argument")
+    if functional is None or not isinstance(base, Node):
+        raise NeedsRetrace(f"no functional variant for {op}")
+    return functional, base, node.args, kwargs
 
 
 def _mutated_arg(op: OpOverload) -> int | None:
@@ -46,30 +99,28 @@ def is_view_op(op) -> bool:
 
 
 def has_mutation(gm: GraphModule) -> bool:
-    return any(n.op == "call_function" and isinstance(n.target, OpOverload) and _mutated_arg(n.target) is not None
-               for n in gm.graph.nodes)
+    """Whether gm calls an op that writes one of its arguments (in place or out=)."""
+    return any(n.op == "call_function" and isinstance(n.target, OpOverload)
+               and (_mutated_arg(n.target) is not None or _out_args(n.target)) for n in gm.graph.nodes)
 
 
 def functionalize(gm: GraphModule) -> dict[Node, Node]:
-    """Rewrites gm's in-place ops; returns {mutated placeholder: its final value}."""
+    """Rewrites gm's in-place and out= ops; returns {mutated placeholder: its final value}."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     latest: dict[Node, Node] = {}
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or not isinstance(node.target, OpOverload):
             continue
-        idx = _mutated_arg(node.target)
-        if idx is None:
+        call_info = _functional_call(node)
+        if call_info is None:
             continue
-        base = node.args[idx]
-        functional = _functional_variant(node.target)
-        if functional is None or not isinstance(base, Node):
-            raise NeedsRetrace(f"no functional variant for {node.target}")
+        functional, base, args, kwargs = call_info
         if base.op == "call_function" and is_view_op(base.target):
             raise NeedsRetrace(f"{node.target} writes through a view")
         if any(is_view_op(u.target) for u in base.users if u.op == "call_function"):
             raise NeedsRetrace(f"{node.target} writes a tensor that has views")
         with gm.graph.inserting_before(node):
-            new = call(gm.graph, functional, node.args, node.kwargs, like=node, val=node.meta.get("val"))
+            new = call(gm.graph, functional, args, kwargs, like=node, val=node.meta.get("val"))
         order[new] = order[node]
         for user in list(base.users):
             if user is not new and user is not node and order.get(user, -1) > order[node]:

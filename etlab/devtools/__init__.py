@@ -13,6 +13,9 @@
   `verify_method_outputs`, `verify_bundled_program` -> `BundledVerification` reports.
 - Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
   (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`.
+- Upstream's names for the layers below: `Inspector` (etlab.inspector), `ETRecord`, `generate_etrecord`,
+  `parse_etrecord` (etlab.etrecord), the `inspector` module; and its module layout for bundled programs:
+  `etlab.devtools.bundled_program.config` / `.core` / `.serialize`.
 - `profile(model, inputs)`: export, compile with an ETRecord, run with ETDump and intermediates,
   return the Inspector. With inputs per method ({"prefill": ..., "decode": ...}) it profiles an LLM's
   prefill and decode steps in one ETDump and returns a `PhaseProfile` (phases, KV cache, Inspector).
@@ -80,17 +83,29 @@ _WHERE = {
     "with_kv_cache": "_kv_cache",
 }
 
-__all__ = sorted(_WHERE)
+# upstream's `executorch.devtools` names for what lower layers define (devtools may import them: layer 6)
+_LOWER = {
+    "ETRecord": "etlab.etrecord",
+    "Inspector": "etlab.inspector",
+    "generate_etrecord": "etlab.etrecord",
+    "parse_etrecord": "etlab.etrecord",
+}
+
+__all__ = sorted([*_WHERE, *_LOWER, "bundled_program", "inspector"])
 
 
 def __getattr__(name: str):
-    module = _WHERE.get(name)
-    if module is None:
+    if name in ("inspector", "bundled_program"):  # modules: upstream exports `inspector`, has `bundled_program`
+        value = importlib.import_module("etlab.inspector" if name == "inspector" else f"{__name__}.{name}")
+    elif name in _LOWER:
+        value = getattr(importlib.import_module(_LOWER[name]), name)
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_WHERE))
+    return sorted(set(globals()) | set(__all__))
