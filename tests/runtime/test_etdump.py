@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 
 import pytest
 import torch
 
+from etlab.errors import FormatError
+from etlab.inspector import Inspector
 from etlab.runtime import DebugLevel, LoadError, Runtime
-from etlab.schema import deserialize_etdump
+from etlab.runtime import _event_tracer as event_tracer
+from etlab.schema import deserialize_etdump, serialize_etdump, write_atomic
 from etlab.schema.etdump import ValueType
 from tests.runtime._programs import add_chain, branch_program
 
@@ -133,3 +138,87 @@ def test_writing_without_etdump_is_an_error(tmp_path):
     data, _ = add_chain(1)
     with pytest.raises(LoadError, match="ETDump is off"):
         Runtime.get().load_program(data).write_etdump_result_to_file(tmp_path / "x.etdp")
+
+
+# -- the ETDump and its debug buffer are one pair ---------------------------------------------------
+
+def _write_run(folder, x: torch.Tensor, name: str = "run"):
+    data, _ = add_chain(3)
+    program = Runtime.get().load_program(data, enable_etdump=True, debug_buffer_size=1 << 16)
+    program.load_method("forward").execute([x])
+    program.write_etdump_result_to_file(folder / f"{name}.etdp", folder / f"{name}.bin")
+    return folder / f"{name}.etdp", folder / f"{name}.bin"
+
+
+def test_etdump_records_its_debug_buffer(tmp_path):
+    etdp, buf = _write_run(tmp_path, torch.ones(2, 3))
+    digest = deserialize_etdump(etdp.read_bytes()).debug_buffer
+    data = buf.read_bytes()
+    assert digest.size == len(data) and bytes(digest.sha256) == hashlib.sha256(data).digest()
+    values = Inspector(etdump_path=etdp, debug_buffer_path=buf).event_blocks[1].events[0].debug_data
+    assert torch.equal(values[0], torch.ones(2, 3) + _WEIGHT)
+
+
+_WEIGHT = add_chain(3)[1]
+
+
+def test_a_buffer_from_another_run_is_refused_naming_both_files(tmp_path):
+    etdp_a, buf_a = _write_run(tmp_path, torch.ones(2, 3), "a")
+    _, buf_b = _write_run(tmp_path, torch.zeros(2, 3), "b")  # same program, same size, other values
+    assert buf_a.stat().st_size == buf_b.stat().st_size
+    with pytest.raises(FormatError, match=rf"{buf_b} is not the debug buffer {etdp_a} was written with: the "
+                                          r"ETDump records 216 bytes with SHA-256 [0-9a-f]{16}\.\.\., this buffer "
+                                          r"has SHA-256 [0-9a-f]{16}"):
+        Inspector(etdump_path=etdp_a, debug_buffer_path=buf_b)
+
+
+def test_a_process_stopped_between_the_two_writes_leaves_a_pair_that_is_refused(tmp_path, monkeypatch):
+    """Run A's pair, then run B stopped after writing its ETDump and before its buffer: B's ETDump next to
+    A's buffer (what the Inspector used to show as B's values)."""
+    etdp, buf = _write_run(tmp_path, torch.ones(2, 3))
+    writes = []
+
+    class Stopped(BaseException):
+        """The process ends here (as a kill would)."""
+
+    def stop_before_the_buffer(path, data):
+        if writes:
+            raise Stopped
+        writes.append(path)
+        write_atomic(path, data)
+
+    monkeypatch.setattr(event_tracer, "write_atomic", stop_before_the_buffer)
+    with pytest.raises(Stopped):
+        _write_run(tmp_path, torch.full((2, 3), 7.0))
+    assert writes == [etdp]
+    with pytest.raises(FormatError, match=rf"{buf} is not the debug buffer {etdp} was written with"):
+        Inspector(etdump_path=etdp, debug_buffer_path=buf)
+
+
+def test_without_a_digest_a_buffer_too_short_for_the_tensors_is_refused(tmp_path):
+    """Upstream's ETDumps record no digest: what can be checked is that every tensor lies inside the buffer."""
+    etdp, buf = _write_run(tmp_path, torch.ones(2, 3))
+    dump = deserialize_etdump(etdp.read_bytes())
+    dump.debug_buffer = None
+    etdp.write_bytes(serialize_etdump(dump))
+    Inspector(etdump_path=etdp, debug_buffer_path=buf)  # the right buffer still loads
+    short = tmp_path / "short.bin"
+    short.write_bytes(buf.read_bytes()[:100])
+    with pytest.raises(FormatError, match=rf"{short} does not hold the tensors {etdp} points to: tensor 1 "
+                                          r"\(FLOAT \[2, 3\]\) needs bytes \[64, 88\), but the buffer holds 100 bytes|"
+                                          rf"{short} does not hold the tensors {etdp} points to: tensor 2"):
+        Inspector(etdump_path=etdp, debug_buffer_path=short)
+
+
+@pytest.mark.interop
+def test_upstreams_inspector_reads_a_pair_with_its_digest(tmp_path):
+    """The digest is a field upstream's schema lacks: its reader (flatc with its own schema) skips it."""
+    from tests.interop.conftest import ET_REF, run_ref, setup_reference
+
+    etdp, buf = _write_run(tmp_path, torch.ones(2, 3))
+    assert deserialize_etdump(etdp.read_bytes()).debug_buffer is not None
+    out = tmp_path / "inspector.json"
+    run_ref(setup_reference(), ET_REF, "inspect", etdp, "--debug-buffer", buf, "--json", out)
+    rows = json.loads(out.read_text())["rows"]
+    calls = [r for r in rows if r["event_name"] == "native_call_add.out"]
+    assert len(calls) == 3 and all(r["debug_data"] == [{"tensor": [2, 3], "dtype": "torch.float32"}] for r in calls)
