@@ -84,8 +84,10 @@ class Program:
     method of the program loaded here reads and writes that one copy, as upstream's runtime does."""
 
     def __init__(self, pte: P.PteFile, what: str, *, data: DataSources, tracer: EventTracer | None,
-                 bundled: BundledProgram | None, keepalive: Any = None, core: str | None = None):
+                 bundled: BundledProgram | None, keepalive: Any = None, core: str | None = None,
+                 memory_budget: int | None = None):
         self._pte = pte
+        self.memory_budget = memory_budget  # bytes one execute of a method may use (None: no budget)
         self.core = choose_core(core)  # "native" or "python": what runs this program's methods
         self._what = what
         self._data = data
@@ -139,8 +141,10 @@ class Program:
             arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what,
                                      {SHARED_MEM_ID: (shared.tensor, shared.array)} if shared else None)
             # a buffer's initial state is copied in at load (as upstream does): not while a method runs
+            _check_budget(arenas.total_bytes, self.memory_budget, what)
             with shared.lock if shared else contextlib.nullcontext():
                 table = build_value_table(plan, arenas, self._data, what)
+            table.memory_budget, table.planned_bytes = self.memory_budget, arenas.total_bytes
             kernels = classify(plan, table, what)
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
@@ -210,6 +214,11 @@ class Program:
         self._tracer.write(etdump_path, debug_buffer_path)
 
 
+def _check_budget(planned: int, budget: int | None, what: str) -> None:
+    if budget is not None and planned > budget:
+        raise LoadError(f"{what}: its planned memory is {planned} bytes, over the memory budget of {budget} bytes")
+
+
 def _tensor_bytes(value) -> int:
     """Debug-buffer bytes of a value as logged (each tensor 64-byte aligned); 0 for non-tensors."""
     tensors = value if isinstance(value, list) else [value]
@@ -257,7 +266,7 @@ class Runtime:
     def load_program(self, data, *, verification: Verification = Verification.Minimal, enable_etdump: bool = False,
                      debug_buffer_size: int | None = None, etdump_debug_level: DebugLevel | int | None = None,
                      etdump_max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False,
-                     data_files=(), data_path=None) -> Program:
+                     data_files=(), data_path=None, memory_budget: int | None = None) -> Program:
         """Loads a `.pte` (or the program inside a `.bpte`) from a path, bytes or a binary file.
 
         - `data_files` (or upstream's single `data_path`): `.ptd` files holding tensors the
@@ -267,9 +276,15 @@ class Runtime:
           `debug_buffer_size` bytes keep logged tensors (default: sized from each loaded method's
           plan and grown with the runs, up to 1 GiB; values that do not fit are dropped and
           counted); `etdump_max_events` caps the events kept; `trace_allocations` adds
-          allocation events (upstream 1.5.1's Inspector does not accept those).
+          allocation events (upstream 1.5.1's Inspector does not accept those);
+        - `memory_budget`: bytes one execute of a method may use: its planned arenas (checked at load)
+          plus the temporaries of each kernel call whose arguments set its size (checked before the
+          call, at load when its arguments are known then: `_kernel_args`). Without it those calls are
+          still refused when their result would not fit their planned output.
         """
         Verification(verification)
+        if memory_budget is not None and (not isinstance(memory_budget, int) or memory_budget < 0):
+            raise ValueError(f"memory_budget must be a non-negative int (bytes), got {memory_budget!r}")
         view, what = _source_bytes(data)
         bundled = None
         if len(view) >= 8 and bytes(view[4:8]) == b"BP08":
@@ -290,7 +305,8 @@ class Runtime:
                 debug_buffer_size = 0
             tracer = EventTracer(debug_level=level, debug_buffer_size=debug_buffer_size,
                                  max_events=etdump_max_events, trace_allocations=trace_allocations)
-        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=views, core=self.core)
+        return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=views, core=self.core,
+                       memory_budget=memory_budget)
 
 
 def load_program(data, **kwargs) -> Program:

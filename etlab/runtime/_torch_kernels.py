@@ -20,7 +20,8 @@ from typing import Any
 import torch
 
 from etlab import ops
-from etlab.runtime._errors import LoadError
+from etlab.runtime._errors import ExecutionError, LoadError
+from etlab.runtime._kernel_args import checks, load_time_check, runtime_check
 from etlab.runtime._registry import KernelEntry, Site, Step
 from etlab.runtime._values import TENSOR, ValueTable
 from etlab.runtime._view_check import check_view_arguments
@@ -140,6 +141,8 @@ def _bind(op, table: ValueTable, args: list[int], site: Site) -> Step:
         raise LoadError(f"{site}: {len(args)} arguments given, but {schema} takes {len(params)}")
     pos: list = []
     kw: dict = {}
+    pos_slots: list[int] = []
+    kw_slots: dict[str, int] = {}
     dynamic: list[tuple[Any, Callable[[], Any]]] = []  # (position or keyword, getter)
     for param, slot in zip(params, args):
         table.check_slot(slot, str(site))
@@ -155,11 +158,19 @@ def _bind(op, table: ValueTable, args: list[int], site: Site) -> Step:
             dynamic.append((param.name if param.kwarg_only else len(pos), get))
         if param.kwarg_only:
             kw[param.name] = value
+            kw_slots[param.name] = slot
         else:
             pos.append(value)
+            pos_slots.append(slot)
     for slot in args[len(params):]:
         table.check_slot(slot, str(site))
     check_view_arguments(schema.name, pos, table, args, site)
+    check_args = None
+    if checks(schema.name):
+        if dynamic:
+            check_args = runtime_check(op, str(site), table, ExecutionError)
+        else:
+            load_time_check(op, table, pos, pos_slots, kw, kw_slots, str(site), LoadError)
     result_slot = _result_slot(schema, table, args)
     fn = _fastest_callable(op, pos, kw)
     values = table.values
@@ -176,6 +187,8 @@ def _bind(op, table: ValueTable, args: list[int], site: Site) -> Step:
                 pos[where] = get()
             else:
                 kw[where] = get()
+        if check_args is not None:
+            check_args(pos, kw)
         result = fn(*pos, **kw)
         if result_slot is not None:
             _store(values, result_slot, result)

@@ -90,6 +90,10 @@ class ValueTable:
     dynamic: set[int] = field(default_factory=set)   # content changes while running
     rebound: set[int] = field(default_factory=set)   # tensor re-pointed (set_) while running
     list_members: dict[int, list[int]] = field(default_factory=dict)  # IntList / TensorList slot -> member slots
+    # What one execute may use (`Runtime.load_program(memory_budget=...)`, None: no budget) and the
+    # method's planned arena bytes, which count against it (`_kernel_args`).
+    memory_budget: int | None = None
+    planned_bytes: int = 0
 
     def slot_name(self, slot: int) -> str:
         return f"value {slot} ({self.kinds[slot]})"
