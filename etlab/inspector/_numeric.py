@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from etlab.errors import FormatError
 from etlab.schema.etdump import OPERATOR_CALL
 
 if TYPE_CHECKING:
@@ -221,6 +222,20 @@ def match_intermediates(aot: dict[DebugHandle, Any], runtime: list[RuntimeInterm
     return out
 
 
+def _check_same_shape(inspector: Inspector, handles: DebugHandle, ops, aot_value, value) -> None:
+    """FormatError naming the run's files when a logged intermediate does not have the shape the
+    recorded graph computes for its debug handles: the ETDump (or its debug buffer) and the ETRecord
+    are not of one program, and a distance between them would mean nothing."""
+    import torch
+
+    if isinstance(value, torch.Tensor) and isinstance(aot_value, torch.Tensor) and value.shape != aot_value.shape:
+        files = inspector._columns.what + (f" (debug buffer {inspector._buffer.what})" if inspector._buffer else "")
+        names = ", ".join(op.name for op in ops) or "no node"
+        raise FormatError(f"{files}: debug handle {list(handles)} ({names}): the run logged a {tuple(value.shape)} "
+                          f"tensor, the ETRecord's graph computes {tuple(aot_value.shape)}; the run and the ETRecord "
+                          "are not of one program")
+
+
 def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
     import torch
 
@@ -268,6 +283,7 @@ def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
                 # The nodes one op decomposes into share its handle, views included (linear on 3-D
                 # input ends in a reshape): the runtime may log the data before the final view.
                 value = value.reshape(aot_value.shape)
+            _check_same_shape(inspector, handles, ops, aot_value, value)
             rows.append({
                 "aot_debug_handle": handles,
                 "aot_ops": [op.name for op in ops],

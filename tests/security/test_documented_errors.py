@@ -68,3 +68,32 @@ def test_honest_bundled_program_still_verifies(tmp_path):
 
     reports = verify_bundled_program(load_bundled_program(_bpte(tmp_path, lambda t: None)))
     assert len(reports) == 1 and reports[0].ok
+
+
+def test_numeric_gap_on_a_run_of_other_shapes_names_the_run(tmp_path):
+    """A run's logged intermediate whose shape is not the recorded graph's: FormatError naming the
+    ETDump, the debug handle and both shapes (was: ValueError "shapes differ")."""
+    from etlab.inspector import Inspector
+    from etlab.schema import deserialize_etdump, serialize_etdump
+    from tests.security._craft import small_etrecord
+
+    record = small_etrecord(tmp_path / "mlp.etrecord")
+    honest = Inspector(etdump_path=tmp_path / "run.etdp", etrecord=str(record), debug_buffer_path=tmp_path / "run.bin")
+    assert len(honest.calculate_numeric_gap("MSE")) > 0
+    etdump = deserialize_etdump((tmp_path / "run.etdp").read_bytes(), what="run.etdp")
+    shrunk = None
+    for event in (e for run in etdump.run_data for e in run.events):
+        entry = event.debug_event.debug_entry if event.debug_event else None
+        if entry is not None and entry.tensor is not None and len(entry.tensor.sizes) == 2 \
+                and entry.tensor.sizes[1] > 1:
+            rows, cols = entry.tensor.sizes
+            entry.tensor.sizes, entry.tensor.strides = [rows, cols - 1], [cols - 1, 1]  # fewer bytes: still inside
+            shrunk = (rows, cols)
+    assert shrunk is not None
+    crafted = tmp_path / "crafted.etdp"
+    crafted.write_bytes(bytes(serialize_etdump(etdump)))
+    inspector = Inspector(etdump_path=crafted, etrecord=str(record), debug_buffer_path=tmp_path / "run.bin")
+    expected = (rf"^{crafted} \(debug buffer .*run.bin\): debug handle \[\d+\] \([\w, ]+\): the run logged a "
+                rf"\(\d+, \d+\) tensor, the ETRecord's graph computes \(\d+, \d+\)")
+    with pytest.raises(FormatError, match=expected):
+        inspector.calculate_numeric_gap("MSE")
