@@ -5,7 +5,9 @@ files the manifest already holds (same path, size and mtime), and hands chunks o
 process pool. A worker reads its files with the columnar `read_etdump`, writes one Parquet part
 per (program, build) partition and returns the manifest rows; the driver commits each chunk by
 writing its manifest part. A file that cannot be read or tagged is a "bad" manifest row with the
-reason: it is counted and reported, never stops the ingest, and is tried again next time.
+reason: it is counted and reported, never stops the ingest, and is tried again next time. Ingest
+is idempotent: a file still bad for the same reason adds no row, and a new attempt's row replaces
+the file's earlier bad rows, so the manifest keeps one row per file version.
 """
 
 from __future__ import annotations
@@ -141,16 +143,53 @@ def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None
     return tags.finished(str(path))
 
 
+def _version(row) -> tuple:
+    """A manifest row's file version (a dict from the manifest or a FileRecord)."""
+    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
+    return get("path"), get("size"), get("mtime_ns")
+
+
+def _bad_key(row) -> tuple:
+    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
+    return (*_version(row), get("error"))
+
+
+def prepare_store(store) -> tuple[Path, set[tuple], int]:
+    """The store (created if needed), the (path, size, mtime, reason) of its bad rows, and how many
+    leftovers it had: event parts of an interrupted ingest's uncommitted chunks, and bad rows of a
+    file version stored since (a crash between a commit and the removal of the rows it replaced)."""
+    root = _store.init_store(store)
+    rows = _store.read_manifest(root).select(["path", "size", "mtime_ns", "status", "error", "chunk"]).to_pylist()
+    removed = _store.remove_orphans(root, {str(r["chunk"]) for r in rows})
+    stored = {_version(r) for r in rows if r["status"] == "ok"}
+    if any(r["status"] == "bad" and _version(r) in stored for r in rows):
+        removed += _store.drop_manifest_rows(root, lambda r: r["status"] == "bad" and _version(r) in stored)
+    return root, {_bad_key(r) for r in rows if r["status"] == "bad" and _version(r) not in stored}, removed
+
+
+def commit_chunk(root: Path, chunk: str, records: list[FileRecord], known_bad: set[tuple]) -> None:
+    """Commits a chunk's manifest rows, leaving out a file still bad for a reason the manifest holds;
+    the rows written replace their files' earlier bad rows (one row per bad file, however often
+    it is tried)."""
+    rows = [r for r in records if not (r.status == "bad" and _bad_key(r) in known_bad)]
+    if not rows:
+        return  # only files bad as before: no events were written, nothing changes
+    _store.write_manifest_part(root, chunk, rows)
+    retried = {r.path for r in rows} & {k[0] for k in known_bad}
+    if retried:
+        _store.drop_manifest_rows(root, lambda r: r["status"] == "bad" and r["path"] in retried and r["chunk"] != chunk)
+
+
 def plan_ingest(sources, store: Path, *, pattern: str | None = None, tags: dict | None = None
                 ) -> tuple[list[IngestItem], int]:
     """The files still to ingest (tagged, or with the reason they cannot be) and how many are
     already stored (same path, size and mtime)."""
     defaults = FileTags().merged(tags or {})
     pat = PathPattern.compile(pattern) if pattern else None
-    # Only stored files count as done: a bad file is tried again (its sidecar may have been fixed),
-    # and each attempt adds a manifest row.
+    # Only stored files count as done: a bad file is tried again (its sidecar may have been fixed);
+    # commit_chunk keeps its row count at one.
     seen = _store.read_manifest(store).select(["path", "size", "mtime_ns", "status"]).to_pylist()
-    done = {(r["path"], r["size"], r["mtime_ns"]) for r in seen if r["status"] == "ok"}
+    done = {_version(r) for r in seen if r["status"] == "ok"}
     items, already = [], 0
     for path, root in discover(sources):
         key = os.path.abspath(path)  # links are not resolved: the name given is the name reported
@@ -226,14 +265,14 @@ def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = No
     """Ingests every .etdp under `sources` into `store` (created if needed); see the module docstring.
 
     workers: processes (default: all cores; 1 runs in this process). Files already stored (same
-    path, size, mtime) are not read again; files that were bad are tried again.
+    path, size, mtime) are not read again; files that were bad are tried again (a file still bad for
+    the same reason adds no manifest row).
     """
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    root = _store.init_store(store)
-    committed = {str(c) for c in _store.read_manifest(root).column("chunk").to_pylist()}
-    summary = IngestSummary(store=str(root), leftovers_removed=_store.remove_orphans(root, committed))
+    root, known_bad, removed = prepare_store(store)
+    summary = IngestSummary(store=str(root), leftovers_removed=removed)
     items, summary.files_already_stored = plan_ingest(sources, root, pattern=pattern, tags=tags)
     summary.files_found = len(items) + summary.files_already_stored
     workers = max(1, workers or os.cpu_count() or 1)
@@ -241,7 +280,7 @@ def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = No
     bar = tqdm(total=len(items), unit="file", desc="ingest", disable=not progress, leave=False)
 
     def commit(chunk: str, records: list[FileRecord]) -> None:
-        _store.write_manifest_part(root, chunk, records)
+        commit_chunk(root, chunk, records, known_bad)
         summary.add(records)
         bar.update(len(records))
 

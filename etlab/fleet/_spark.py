@@ -31,7 +31,16 @@ from pyspark.accumulators import AccumulatorParam
 
 from etlab.fleet import _queries, _store
 from etlab.fleet._events import PARTITION_COLUMNS, PLAIN_EVENT_SCHEMA, events_table
-from etlab.fleet._ingest import IngestItem, IngestSummary, _reason, _record, plan_ingest, read_file_events
+from etlab.fleet._ingest import (
+    IngestItem,
+    IngestSummary,
+    _reason,
+    _record,
+    commit_chunk,
+    plan_ingest,
+    prepare_store,
+    read_file_events,
+)
 from etlab.fleet._store import FileRecord
 from etlab.fleet._tags import FileTags
 
@@ -159,9 +168,7 @@ class SparkFleet:
                partitions: int | None = None) -> IngestSummary:
         """Like `etlab.fleet.ingest`, with Spark reading the files and writing the Parquet parts."""
         t0 = time.perf_counter()
-        root = _store.init_store(store)
-        committed = {str(c) for c in _store.read_manifest(root).column("chunk").to_pylist()}
-        removed = _store.remove_orphans(root, committed)
+        root, known_bad, removed = prepare_store(store)
         shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
         items, already = plan_ingest(sources, root, pattern=pattern, tags=tags)
         summary = IngestSummary(store=str(root), files_found=len(items) + already, files_already_stored=already,
@@ -182,7 +189,7 @@ class SparkFleet:
             _publish(root, staging, chunk)
             records = [FileRecord(**r) for r in {r["file_id"]: r for r in acc.value}.values()]
             records.sort(key=lambda r: r.path)
-            _store.write_manifest_part(root, chunk, records)
+            commit_chunk(root, chunk, records, known_bad)
             shutil.rmtree(root / STAGING_DIR, ignore_errors=True)
             summary.add(records)
         summary.bad.sort()

@@ -114,6 +114,27 @@ def write_manifest_part(store: Path, chunk: str, records: list[FileRecord]) -> P
     return write_atomic(store / FILES_DIR / f"files-{chunk}.parquet", _table_bytes(table))
 
 
+def drop_manifest_rows(store: Path, drop) -> int:
+    """Rewrites (atomically, part by part) the manifest parts holding rows for which `drop(row)` is
+    true, without those rows; a part left empty is removed. Returns how many rows went. Used to keep
+    one row per bad file: the rows a newer attempt superseded."""
+    dropped = 0
+    for part in manifest_parts(store):
+        try:
+            rows = pq.read_table(part, schema=MANIFEST_SCHEMA).to_pylist()
+        except (pa.ArrowException, OSError) as e:
+            raise FormatError(f"{part}: manifest part unreadable ({e})") from None
+        keep = [r for r in rows if not drop(r)]
+        if len(keep) == len(rows):
+            continue
+        dropped += len(rows) - len(keep)
+        if keep:
+            write_atomic(part, _table_bytes(pa.Table.from_pylist(keep, schema=MANIFEST_SCHEMA)))
+        else:
+            part.unlink()
+    return dropped
+
+
 def manifest_parts(store: Path) -> list[Path]:
     return sorted((store / FILES_DIR).glob("files-*.parquet"))
 
