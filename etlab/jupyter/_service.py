@@ -25,6 +25,7 @@ from etlab.jupyter._store import (
     artifact_kind,
     clean_json,
     confine,
+    debug_buffer_beside,
     describe_error,
     file_version,
     find_artifacts,
@@ -186,9 +187,19 @@ class Service:
         from etlab.inspector import Inspector
 
         record = self._load(pair, "etrecord") if pair is not None and artifact_kind(pair) == "etrecord" else None
+        buffer = debug_buffer_beside(self.root, path)  # the run's intermediates: the numeric-gap overlay
         key = ("inspector", str(path), file_version(path), str(pair) if record is not None else None,
-               file_version(pair) if record is not None else None)
-        return self.cache.get(key, lambda: Inspector(etdump_path=str(path), etrecord=record))
+               file_version(pair) if record is not None else None, buffer and file_version(buffer))
+
+        def make():
+            if buffer is not None:
+                try:
+                    return Inspector(etdump_path=str(path), etrecord=record, debug_buffer_path=str(buffer))
+                except FormatError:  # another run's buffer (the Inspector checks the pair): no gaps
+                    pass
+            return Inspector(etdump_path=str(path), etrecord=record)
+
+        return self.cache.get(key, make)
 
     def _etdp_view(self, path: Path, etdump, pair: Path | None, method: str) -> dict:
         kind = artifact_kind(pair) if pair else None

@@ -62,6 +62,15 @@ def confine(root: str | os.PathLike, rel: str, *, kinds: tuple[str, ...] | None 
     return target
 
 
+def debug_buffer_beside(root: str | os.PathLike, run: Path) -> Path | None:
+    """The debug buffer a run was written with, by the runtime's convention `<run>.bin` beside it
+    (run.etdp + run.bin), when it exists inside the root; None otherwise. Whether it really is this
+    run's buffer is the Inspector's check (the ETDump records the buffer's size and digest)."""
+    candidate = Path(os.path.realpath(run.with_suffix(".bin")))
+    base = Path(os.path.realpath(root))
+    return candidate if base in candidate.parents and candidate.is_file() else None
+
+
 def artifact_kind(path: Path | str) -> str | None:
     """'pte' / 'etdp' / 'etrecord' / 'bpte' by file name, None for anything else."""
     return ARTIFACT_KINDS.get(Path(path).suffix.lower())
