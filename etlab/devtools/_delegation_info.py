@@ -302,7 +302,7 @@ def _xnnpack_rules() -> Callable[[Node], DelegationRefusal | None] | None:
 
 def _explain_with_xnnpack_rules(rows: list[NodeDelegation], left_out: list[tuple[int, Node]]) -> None:
     """Fills the reason of nodes an XNNPACK lowering left out without recording why (upstream's
-    programs) from etlab's XNNPACK rules; a node those rules accept keeps an empty reason."""
+    programs) from etlab's XNNPACK rules; a node those rules accept is said to be so (category "other")."""
     rules = _xnnpack_rules()
     if rules is None:
         return
@@ -312,10 +312,18 @@ def _explain_with_xnnpack_rules(rows: list[NodeDelegation], left_out: list[tuple
         except Exception as e:  # a rule that cannot read this node says nothing about it
             log.debug("XNNPACK rules could not judge node %s: %s", node.name, e)
             continue
+        if refusal is None:
+            refusal = _ACCEPTED_BY_RULES
         if isinstance(refusal, DelegationRefusal):
             r = rows[index]
             rows[index] = NodeDelegation(r.node, r.op, r.module, r.source, False, refusal.backend, refusal.category,
                                          refusal.reason, refusal.hint, r.debug_handle)
+
+
+# What the explainer says of a node an XNNPACK lowering left out that etlab's XNNPACK rules accept.
+_ACCEPTED_BY_RULES = DelegationRefusal(
+    XNNPACK_BACKEND, "other", "the partitioner that lowered this program left it out without recording why; "
+    "etlab's XNNPACK rules accept this node", "etlab's XnnpackPartitioner would consider it for delegation")
 
 
 def print_delegation_info(graph_module) -> None:

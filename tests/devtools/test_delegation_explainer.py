@@ -121,7 +121,7 @@ def test_demo_why_unsupported_returns_refusals():
 
 def test_upstream_style_graph_is_explained_by_xnnpack_rules(monkeypatch):
     """A graph lowered to XNNPACK without recorded reasons (upstream's records) asks the XNNPACK
-    rules about each node left out; a node the rules accept keeps an empty reason."""
+    rules about each node left out; of a node the rules accept, it says so."""
     g = Graph()
     x = g.placeholder("x")
     taken = g.call_function(torch.ops.aten.add.Tensor, (x, x))
@@ -141,7 +141,8 @@ def test_upstream_style_graph_is_explained_by_xnnpack_rules(monkeypatch):
     assert df.loc[taken.name, "delegated"] and df.loc[taken.name, "backend"] == "XnnpackBackend"
     assert df.loc[refused.name, "category"] == "operator"
     assert df.loc[refused.name, "reason"] == "cos is not an XNNPACK op"
-    assert df.loc[accepted.name, "category"] == "" and not df.loc[accepted.name, "delegated"]
+    assert df.loc[accepted.name, "category"] == "other" and not df.loc[accepted.name, "delegated"]
+    assert "etlab's XNNPACK rules accept this node" in df.loc[accepted.name, "reason"]
     # a recorded refusal wins over the rules; without an XNNPACK partition the rules are not asked
     refused.meta[DELEGATION_REFUSAL_META] = DelegationRefusal("XnnpackBackend", "dtype", "recorded", "")
     assert get_delegation_info(gm).get_node_delegation_dataframe().set_index("node").loc[refused.name,
@@ -230,3 +231,41 @@ def test_etlab_info_refuses_an_etrecord_of_another_program(planted_files, tmp_pa
     (tmp_path / "bad.etrecord").write_bytes(b"not a zip")
     p = _run_cli("info", tmp_path / "model.pte", "--etrecord", tmp_path / "bad.etrecord")
     assert p.returncode == 2 and "bad.etrecord" in p.stderr and "Traceback" not in p.stderr
+
+
+class PlantedForXnnpack(torch.nn.Module):
+    """A conv and a linear XNNPACK takes, around one node of each refusal category."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3)
+        self.lin = torch.nn.Linear(6, 6)
+
+    def forward(self, x, w, v, d):
+        a = self.conv(x)
+        b = torch.cumsum(a, dim=1)  # PLANT operator
+        c = w * w  # PLANT dtype
+        e = d + d  # PLANT dynamic_shape
+        f = torch.nn.functional.avg_pool2d(a, 2, ceil_mode=True)  # PLANT argument
+        return b, c, e, f, self.lin(v)
+
+
+def test_xnnpack_refusals_in_table_and_view(tmp_path):
+    from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+    from etlab.visualizer import DelegationView
+
+    n = torch.export.Dim("n", min=2, max=16)
+    inputs = (torch.randn(1, 3, 10, 10), torch.randn(4, 4, dtype=torch.float64), torch.randn(4, 6), torch.randn(5, 3))
+    ep = torch.export.export(PlantedForXnnpack(), inputs, dynamic_shapes=(None, None, None, {0: n}))
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    info = get_delegation_info(edge.exported_program())
+    df = info.get_node_delegation_dataframe()
+    for category, row in _by_marker(df).items():
+        assert not row["delegated"] and row["backend"] == "XnnpackBackend" and row["category"] == category, \
+            row.to_dict()
+        assert row["reason"]
+    assert {"aten.convolution.default", "aten.addmm.default"} <= set(df[df["delegated"]]["op"])
+    assert set(df[df["delegated"]]["backend"]) == {"XnnpackBackend"}
+    text = DelegationView(edge, show_graph=False).save_html(tmp_path / "x.html").read_text()
+    for category in PLANTED:
+        assert f"<td>{category}</td><td>1</td>" in text
