@@ -3,6 +3,7 @@ nodes of a GraphModel, and how they color op kinds."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 from etlab.inspector import DELEGATE_CALL, GapRow, OpTiming, execute_timings
@@ -40,36 +41,87 @@ def kind_colors(timings: list[OpTiming]) -> dict[str, str]:
     return colors
 
 
+STATS = ("p10", "p50", "p90", "avg", "min", "max")
+
+
+def _nodes_of(by_handle: dict[int, list[int]], handles) -> list[int]:
+    """The nodes (ids, in graph order) holding any of these debug handles."""
+    return sorted({n for h in handles for n in by_handle.get(h, ())})
+
+
+def _delegate_split(call: OpTiming, inner: list[OpTiming], targets: list[int],
+                    nodes_of) -> tuple[dict[int, float], dict[int, list[str]], str]:
+    """How a DELEGATE_CALL's time divides over the nodes of its partition in one graph: in proportion to
+    its backend's own per-op events on them (an event covering several nodes split evenly), else evenly.
+    Returns (fraction per node, inner events per node, how it was split)."""
+    weight: dict[int, float] = {}
+    names: dict[int, list[str]] = {}
+    for e in inner:
+        mine = [n for n in nodes_of(e.handles) if n in targets]
+        for n in mine:
+            weight[n] = weight.get(n, 0.0) + (e.p50 if math.isfinite(e.p50) else 0.0) / len(mine)
+            names.setdefault(n, []).append(e.name)
+    total = sum(weight.values())
+    if len(targets) == 1:
+        return {targets[0]: 1.0}, names, ""
+    if total > 0:
+        return {n: w / total for n, w in weight.items()}, names, "split by its backend's per-op times"
+    why = "its backend logged no per-op times" if not inner else "its backend's per-op events name no node here"
+    return {n: 1.0 / len(targets) for n in targets}, names, f"split evenly ({why})"
+
+
+def node_latencies(model: GraphModel, timings: list[OpTiming], unit: str = "ms") -> dict[int, dict]:
+    """Node id -> its latency stats, so that every event's time is shown once in the graph: an event on
+    several nodes is split among them, and a delegate call's time (DELEGATE_CALL, which includes what
+    its backend spent outside its per-op events) is divided over the nodes of its partition by
+    `_delegate_split` — the nodes of a delegate sum to its call. The backend's per-op events are how
+    it divides, not extra time."""
+    by_handle: dict[int, list[int]] = {}
+    for n in model.nodes:
+        for h in n.handles:
+            by_handle.setdefault(h, []).append(n.id)
+    nodes_of = functools.partial(_nodes_of, by_handle)
+    timings = execute_timings(timings)
+    calls = {(t.block, t.instruction_id) for t in timings if t.name == DELEGATE_CALL}
+    inner: dict[tuple, list[OpTiming]] = {}
+    for t in timings:
+        if t.is_delegated and (t.block, t.instruction_id) in calls:
+            inner.setdefault((t.block, t.instruction_id), []).append(t)
+    out: dict[int, dict] = {}
+    for t in timings:
+        if t.is_delegated and (t.block, t.instruction_id) in calls:
+            continue  # divides its call's time (below)
+        targets = nodes_of(t.handles)
+        if not targets:
+            continue
+        names: dict[int, list[str]] = {}
+        how = ""
+        if t.name == DELEGATE_CALL:
+            fractions, names, how = _delegate_split(t, inner.get((t.block, t.instruction_id), []), targets, nodes_of)
+        else:
+            fractions = {n: 1.0 / len(targets) for n in targets}
+        for n, f in fractions.items():
+            stat = out.setdefault(n, {**dict.fromkeys(STATS, 0.0), "runs": t.runs, "events": [], "shared": 1})
+            for k in STATS:
+                stat[k] += f * getattr(t, k)
+            stat["runs"] = min(stat["runs"], t.runs)
+            stat["events"] += [t.name, *names.get(n, ())]
+            stat["shared"] = max(stat["shared"], len(fractions))
+            if how:
+                stat["note"] = (f"{f:.0%} of instruction {t.instruction_id}'s {DELEGATE_CALL} "
+                                f"({t.p50:.4g} {unit} p50), {how}")
+    return out
+
+
 def annotate(model: GraphModel, timings: list[OpTiming] | None = None, gaps: list[GapRow] | None = None,
              unit: str = "ms", gap_metric: str = "") -> GraphModel:
-    """Puts latency (sum of p50 of the most specific events covering a node) and gap on its nodes."""
+    """Puts latency (`node_latencies`: each event's time once, a delegate's nodes summing to its call)
+    and numeric gap (the worst of the matched outputs it holds) on the nodes."""
     model.time_unit = unit
     model.gap_metric = gap_metric
     if timings:
-        covering: dict[int, list[OpTiming]] = {}
-        for t in execute_timings(timings):
-            for h in t.handles:
-                covering.setdefault(h, []).append(t)
-        users: dict[int, int] = {}  # id(event) -> number of nodes it is attributed to
-        chosen: dict[int, list[OpTiming]] = {}
-        for n in model.nodes:
-            events = {id(t): t for h in n.handles for t in covering.get(h, ())}
-            inner = [t for t in events.values() if t.is_delegated]
-            picked = inner or [t for t in events.values() if t.name != DELEGATE_CALL or n.kind == "delegate"] or \
-                list(events.values())
-            if picked:
-                chosen[n.id] = picked
-                for t in picked:
-                    users[id(t)] = users.get(id(t), 0) + 1
-        for n in model.nodes:
-            picked = chosen.get(n.id)
-            if not picked:
-                continue
-            stat = {k: sum(getattr(t, k) for t in picked) for k in ("p10", "p50", "p90", "avg", "min", "max")}
-            stat["runs"] = min(t.runs for t in picked)
-            stat["events"] = [t.name for t in picked]
-            stat["shared"] = max(users[id(t)] for t in picked)
-            n.latency = stat
+        for n_id, stat in node_latencies(model, timings, unit).items():
+            model.nodes[n_id].latency = stat
     if gaps:
         for n in model.nodes:
             hs = set(n.handles)

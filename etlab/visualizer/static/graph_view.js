@@ -230,6 +230,7 @@ class View {
         ["avg / min / max", `${fmtNum(l.avg)} / ${fmtNum(l.min)} / ${fmtNum(l.max)} ${unit}`], ["runs", l.runs]);
       if (l.events && l.events.length) rows.push(["events", l.events.join(", ")]);
       if (l.shared > 1) rows.push(["shared", `timed together with ${l.shared - 1} other node(s)`]);
+      if (l.note) rows.push(["attribution", l.note]);
     } else rows.push(["timing", "–"]);
     rows.push([`gap${pane.g.gap_metric ? " (" + pane.g.gap_metric + ")" : ""}`, n.gap == null ? "–" : fmtNum(n.gap)]);
     const table = h("table");
