@@ -39,12 +39,18 @@ def build() -> Path:
     return so
 
 
-def libasan() -> str:
-    out = subprocess.run(["g++", "-print-file-name=libasan.so"], capture_output=True, text=True, check=True)
-    path = os.path.realpath(out.stdout.strip())
-    if not os.path.exists(path):
-        raise SystemExit("sanitize: libasan not found (install the compiler's libasan)")
-    return path
+def preloads() -> str:
+    """libasan (it must come first in the process) and libstdc++: the interpreter does not link the latter,
+    and without it loaded when libasan starts, ASan's interceptor of C++ throws finds no real __cxa_throw and
+    aborts the first time torch throws."""
+    paths = []
+    for lib in ("libasan.so", "libstdc++.so.6"):
+        out = subprocess.run(["g++", f"-print-file-name={lib}"], capture_output=True, text=True, check=True)
+        path = os.path.realpath(out.stdout.strip())
+        if not os.path.exists(path):
+            raise SystemExit(f"sanitize: {lib} not found (install the compiler's {lib})")
+        paths.append(path)
+    return " ".join(paths)
 
 
 # Run in the child: the sanitized build becomes etlab.runtime._native._core, then pytest runs.
@@ -65,7 +71,7 @@ sys.exit(pytest.main(sys.argv[2:]))
 def main(argv: list[str]) -> int:
     so = build()
     args = argv or ["tests/runtime"]
-    env = dict(os.environ, LD_PRELOAD=libasan(), **SANITIZER_OPTIONS)
+    env = dict(os.environ, LD_PRELOAD=preloads(), **SANITIZER_OPTIONS)
     cmd = [sys.executable, "-c", _CHILD, str(so), "-q", "-p", "no:cacheprovider", "-n", "0", *args]
     print(f"sanitize: running {' '.join(args)} on {so.relative_to(ROOT)}", flush=True)
     return subprocess.run(cmd, cwd=ROOT, env=env).returncode
