@@ -39,3 +39,14 @@ def test_pte_without_its_etrecord_has_no_delegation_section(lab_files, tmp_path)
     assert service.pte("mlp.pte")["delegation"]["source"] == "other.etrecord"  # same program, any name
     (tmp_path / "other.etrecord").unlink()
     assert service.pte("mlp.pte")["delegation"] is None
+
+
+@pytest.mark.parametrize("name", ["mlp.pte", "mlp.etrecord"])
+def test_viewer_draws_the_delegation_section(lab_page, name):
+    v = lab_page.open(name)
+    box = v.locator("[data-role=delegation]")
+    assert "DemoBackend: 3 partition(s), 6 node(s)" in box.locator("h3").inner_text()
+    assert box.locator("[data-role=refusal-groups] tbody tr").all_inner_texts() == ["operator\t2"]
+    rows = box.locator("[data-role=refusals] tbody tr")
+    assert rows.count() == 2 and all("aten.relu.default" in t for t in rows.all_inner_texts())
+    assert lab_page.take_errors() == []
