@@ -49,6 +49,7 @@ $(LABEXT): $(LABEXT_SRC) $(VENV)/.jupyterlab-installed | node
 	cd labextension && npm ci --no-audit --no-fund && npx tsc && \
 	  node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path \
 	  "$$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .
+	cp labextension/install.json $(dir $(LABEXT))install.json  # the builder empties its output folder
 	@touch $@
 
 labextension: $(LABEXT)
@@ -59,7 +60,7 @@ labextension: $(LABEXT)
 # the server extension enabled by the same etc/jupyter config file the wheel installs. Idempotent.
 LABEXT_DIR := $(abspath $(dir $(LABEXT)))
 $(VENV)/.lab-enabled: $(VENV)/.etlab-installed $(LABEXT) labextension/install.json etlab/jupyter/config/etlab.json
-	cp labextension/install.json $(LABEXT_DIR)/install.json
+	cp labextension/install.json $(LABEXT_DIR)/install.json  # also into an extension built before it was copied
 	mkdir -p $(VENV)/share/jupyter/labextensions $(VENV)/etc/jupyter/jupyter_server_config.d
 	rm -rf $(VENV)/share/jupyter/labextensions/etlab-labextension
 	ln -s $(LABEXT_DIR) $(VENV)/share/jupyter/labextensions/etlab-labextension

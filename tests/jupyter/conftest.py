@@ -2,7 +2,8 @@
 folder of artifacts made by etlab's compiler and runtime, and one Chromium page on it (per module)
 (Debian's /usr/bin/chromium driven by playwright; playwright never downloads a browser here).
 
-The folder: a delegated MLP (mlp.pte, mlp.etrecord, two runs run.etdp / run2.etdp, a bundled
+The folder: a delegated MLP (mlp.pte, mlp.etrecord, two runs run.etdp (its intermediates in run.bin) /
+run2.etdp, a bundled
 program mlp.bpte with one deliberately wrong case), a run of another program (other_run.etdp: the
 same MLP, not delegated), and corrupt.pte (an ET12 header over garbage).
 """
@@ -44,12 +45,13 @@ def _compile(model, inputs, partition: bool):
                                        generate_etrecord=True).to_executorch()
 
 
-def _run(pte: Path, etdp: Path, inputs, runs: int) -> None:
-    program = Runtime.get().load_program(pte, enable_etdump=True)
+def _run(pte: Path, etdp: Path, inputs, runs: int, intermediates: bool = False) -> None:
+    """Runs `pte` `runs` times into `etdp`; with `intermediates`, also their outputs into <etdp>.bin."""
+    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=1 << 20 if intermediates else None)
     method = program.load_method("forward")
     for _ in range(runs):
         method.execute(list(inputs))
-    program.write_etdump_result_to_file(etdp)
+    program.write_etdump_result_to_file(etdp, etdp.with_suffix(".bin") if intermediates else None)
 
 
 def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
@@ -59,7 +61,7 @@ def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
     record = et.get_etrecord()
     record.update_representative_inputs(list(inputs))
     record.save(root / "mlp.etrecord")
-    _run(root / "mlp.pte", root / "run.etdp", inputs, runs)
+    _run(root / "mlp.pte", root / "run.etdp", inputs, runs, intermediates=True)
     _run(root / "mlp.pte", root / "run2.etdp", inputs, runs)
     cases = []
     with torch.no_grad():

@@ -46,6 +46,23 @@ def test_views_as_json(lab, lab_files):
     assert status == 200 and len(b["suites"][0]["cases"]) == 3 and b["signature"] == pte["signature"]
 
 
+def test_dashboard_graphs_gaps_from_the_buffer_beside_and_delegate_time_once(lab):
+    """run.bin beside run.etdp gives the numeric-gap overlay its data (run2 has none); on each graph the
+    nodes of a delegate call sum to the call's p50."""
+    _, run = lab.get_json("etlab/api/view/etdp?path=run.etdp")
+    calls = [r for r in run["rows"] if r["name"] == "DELEGATE_CALL"]
+    assert len(calls) == 3
+    status, graphs = lab.get_json("etlab/api/view/etdp?path=run.etdp&part=graphs")
+    assert status == 200 and graphs["graphs"]
+    for g in graphs["graphs"]:
+        assert any(n["gap"] is not None for n in g["nodes"]), g["kind"]
+        for call in calls:
+            nodes = [n for n in g["nodes"] if set(n["handles"]) & set(call["handles"])]
+            assert sum(n["latency"]["p50"] for n in nodes) == pytest.approx(call["p50"], rel=1e-6), g["kind"]
+    _, other = lab.get_json("etlab/api/view/etdp?path=run2.etdp&part=graphs")
+    assert all(n["gap"] is None for g in other["graphs"] for n in g["nodes"])
+
+
 def test_mismatched_pair_is_named(lab):
     status, run = lab.get_json("etlab/api/view/etdp?path=other_run.etdp&program=mlp.etrecord")
     assert status == 200 and run["program"] is None
