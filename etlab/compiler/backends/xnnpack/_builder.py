@@ -66,11 +66,12 @@ class GraphBuilder:
     constant_bytes: bytearray = field(default_factory=bytearray)
     num_externs: int = 0
 
-    def value(self, shape, *, datatype: XNNDatatype = FLOAT32, external_id: int | None = None,
+    def value(self, shape, *, datatype: XNNDatatype | None = None, external_id: int | None = None,
               flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None) -> int:
         """Defines a tensor value; returns its id. `data` (already in the value's layout and
         storage dtype) makes it a constant."""
         dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
+        datatype = datatype if datatype is not None else quant.datatype if quant is not None else FLOAT32
         vid = len(self.xvalues)
         buffer_index = self._constant(data) if data is not None else 0
         tensor = MODELS["XNNTensorValue"](

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import Node
 
-from etlab.compiler.backends.xnnpack._support import op_key
+from etlab.compiler.backends.xnnpack._checks import op_key
 
 BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 MAX_POOL_WITH_INDICES = "aten.max_pool2d_with_indices.default"
@@ -86,7 +86,7 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
         if (not isinstance(producer, Node) or producer.op != "call_function" or producer in constants
                 or op_key(producer) not in FUSES_ACTIVATION or producer in p.clamp):
             continue
-        if _consumers(p, producer) == {node} and not _is_output(p, producer, outputs):
+        if consumers(p, producer) == {node} and not _is_output(p, producer, outputs):
             p.clamp[producer] = bounds
             p.alias[node] = producer
     return p
@@ -109,7 +109,7 @@ def _plan_batch_norm(p: FusionPlan, bn: Node, constants: dict, outputs: set[Node
         p.alias[item] = target
 
 
-def _consumers(p: FusionPlan, node: Node) -> set[Node]:
+def consumers(p: FusionPlan, node: Node) -> set[Node]:
     """Nodes reading `node`'s value, directly or through its aliases (aliases themselves excluded)."""
     found, stack, seen = set(), [node], set()
     while stack:

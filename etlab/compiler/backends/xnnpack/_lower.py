@@ -29,7 +29,18 @@ from torch.fx import Node
 from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler.backends.xnnpack import _fusion
 from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
-from etlab.compiler.backends.xnnpack._support import Context, op_key, why_unsupported
+from etlab.compiler.backends.xnnpack._checks import Context, op_key
+from etlab.compiler.backends.xnnpack._quant import (
+    CHOOSE_QPARAMS,
+    DQ_DYNAMIC,
+    dequantized_source,
+    dynamic_source,
+    is_dq,
+    is_quantized_source,
+    plan_quantized,
+    spec_of,
+)
+from etlab.compiler.backends.xnnpack._support import why_unsupported
 from etlab.schema.xnnpack import FLAG_EXTERNAL_INPUT, FLAG_EXTERNAL_OUTPUT, INVALID_VALUE_ID
 
 NCHW, NHWC = "nchw", "nhwc"  # NCHW: the Edge tensor's own contiguous layout, whatever its rank
@@ -65,6 +76,10 @@ class Lowering:
         self.out_ext: dict[Node, int] = {}
         self.debug_map: dict[int, set[int]] = {}
         self.plan: _fusion.FusionPlan | None = None
+        self.qplan: dict[Node, Node] = {}  # op -> the quantize node its int8 result is written as
+        self.int8_views: dict[tuple[Node, str], int] = {}  # (view of a dequantize, layout) -> int8 value
+        self.int8_results: dict[Node, int] = {}  # quantized op whose views precede its quantize -> int8 value
+        self.shape_op = handlers["int8 view"]  # writes a view / permute on int8 values
 
     # --- driver ---------------------------------------------------------------------------------
 
@@ -94,13 +109,21 @@ class Lowering:
             t = self.tensor(node)
             if t is None:
                 raise DelegationError(f"XnnpackBackend: input {node.name!r} is not a tensor")
-            self.values[node] = {NCHW: self.b.value(t.shape, external_id=position, flags=FLAG_EXTERNAL_INPUT)}
+            quant = self._input_quant(node) if is_quantized_source(node) else None
+            vid = self.b.value(t.shape, external_id=position, flags=FLAG_EXTERNAL_INPUT, quant=quant)
+            self.values[node] = {NCHW: vid}
+            if quant is not None:
+                self.quant[vid] = quant
 
         calls = [n for n in self.graph.nodes if n.op == "call_function"]
         self._fold_constants(calls)
         self.plan = _fusion.plan(calls, self.constants, set(outputs))
+        self.qplan = plan_quantized(calls, self.constants, lambda n: _fusion.consumers(self.plan, n))
+        written_by_op = set(self.qplan.values())
+        int8_only = self._int8_only_views(calls)
         for node in calls:
-            if node in self.constants or node in self.plan.alias:
+            if (node in self.constants or node in self.plan.alias or node in written_by_op or self._lazy(node)
+                    or node in int8_only):
                 continue
             refusal = why_unsupported(node, ctx=self.ctx)
             if refusal is not None:
@@ -110,6 +133,34 @@ class Lowering:
             self._finish_output(node)
         debug_map = {h: tuple(sorted(hs)) for h, hs in self.debug_map.items()}
         return self.b.serialize(), debug_map
+
+    def _int8_only_views(self, calls: list[Node]) -> set[Node]:
+        """Views / permutes of dequantized values read only by ops running quantized: no float copy."""
+        found: set[Node] = set()
+        for node in reversed(calls):
+            if node in self.qplan or dequantized_source(node) is None or is_dq(node):
+                continue
+            if node.users and all(u in self.qplan or u in found for u in node.users):
+                found.add(node)
+        return found
+
+    @staticmethod
+    def _input_quant(node: Node) -> QuantSpec:
+        """An int8 input's quantization: that of the dequantize nodes reading it (all must agree)."""
+        specs = {spec_of(u) if is_dq(u) else None for u in node.users}
+        if len(specs) != 1 or None in specs:
+            raise DelegationError(f"XnnpackBackend: int8 input {node.name!r} is read by nodes other than "
+                                  "dequantize nodes of one quantization; XNNPACK cannot type it")
+        return specs.pop()
+
+    @staticmethod
+    def _lazy(node: Node) -> bool:
+        """Nodes written only when read: a dequantize becomes a Convert to float only for float
+        readers; the dynamic pattern's parameter nodes are XNNPACK's own business at run time."""
+        key = op_key(node)
+        if is_dq(node) or key in (DQ_DYNAMIC, CHOOSE_QPARAMS) or dynamic_source(node) is not None:
+            return True
+        return key == "getitem" and op_key(node.args[0]) == CHOOSE_QPARAMS
 
     def _fold_constants(self, calls: list[Node]) -> None:
         """Evaluates every op whose inputs are all constants (weight permutes, dequantized weights)."""
@@ -136,11 +187,52 @@ class Lowering:
         return self.plan.alias.get(node, node) if isinstance(node, Node) else node
 
     def has(self, node: Node, layout: str) -> bool:
-        return layout in self.values.get(self.resolve(node), {})
+        node = self.resolve(node)
+        if is_dq(node) and node not in self.values:
+            node = node.args[0]
+        return layout in self.values.get(node, {})
 
     def preferred_layout(self, node: Node) -> str:
         node = self.resolve(node)
+        if is_dq(node) and node not in self.values:
+            node = node.args[0]
         return NCHW if node in self.constants or NCHW in self.values.get(node, {NCHW: 0}) else NHWC
+
+    def operand(self, node, layout: str, quantized: bool) -> int:
+        """A quantized op reads its dequantize's source (the int8 value); a float op the float value."""
+        node = self.resolve(node)
+        if quantized:
+            return self.qvalue(node, layout)
+        return self.value(node, layout)
+
+    def qvalue(self, node: Node, layout: str) -> int:
+        """The int8 value behind a dequantize, or behind views / permutes of one (written on the
+        int8 value, once, keeping its quantization)."""
+        if is_dq(node):
+            return self.value(node.args[0], layout)
+        if node in self.int8_results:
+            if layout != NCHW:
+                raise DelegationError.at(node, "XnnpackBackend: an int8 intermediate read in NHWC (not supported)")
+            return self.int8_results[node]
+        cache = (node, layout)
+        if cache not in self.int8_views:
+            self.int8_views[cache] = self.shape_op(self, node, layout)
+        return self.int8_views[cache]
+
+    def result(self, node: Node, shape, layout: str) -> int:
+        """The value `node` writes: its quantize node's int8 value when it runs quantized."""
+        q = self.qplan.get(node)
+        if q is None:
+            return self.define(node, shape, layout)
+        if q in self.plan_consumers(node):
+            return self.define(q, shape, layout, quant=spec_of(q))
+        if layout != NCHW:
+            raise DelegationError.at(node, "XnnpackBackend: an int8 intermediate written in NHWC (not supported)")
+        self.int8_results[node] = vid = self.temp(shape, spec_of(q))  # views follow before the quantize
+        return vid
+
+    def plan_consumers(self, node: Node) -> set[Node]:
+        return _fusion.consumers(self.plan, node)
 
     def constant_of(self, user: Node, arg: Node, what: str) -> torch.Tensor:
         """The constant value of `user`'s operand `arg`; a CompileError if it is computed at run time
@@ -173,6 +265,8 @@ class Lowering:
             if layout == NHWC:
                 data = data.permute(TO_NHWC)
             return self.constant(node, data, layout)
+        if is_dq(node) and node not in self.values:
+            self._dequantize(node, layout)
         have = self.values.get(node)
         if have is None:
             raise DelegationError.at(node, f"XnnpackBackend: value {node.name!r} is read before it is computed")
@@ -188,6 +282,14 @@ class Lowering:
         self.b.node("XNNStaticTranspose", None, num_dims=4, perm=list(perm), input_id=have[source_layout],
                     output_id=out)
         return out
+
+    def _dequantize(self, dq: Node, layout: str) -> None:
+        """A float reader of a dequantize node: one Convert from its quantize node's int8 value."""
+        q = dq.args[0]
+        source = layout if self.has(q, layout) or q not in self.values else next(iter(self.values[q]))
+        qid = self.value(q, source)
+        out = self.define(dq, self.out_shape(dq, source), source)
+        self.b.node("XNNConvert", self.handle(dq), input_id=qid, output_id=out)
 
     def define(self, node: Node, shape, layout: str, quant: QuantSpec | None = None, datatype=None) -> int:
         """A new value standing for `node` in `layout`: the partition's output if `node` is one (NCHW)."""

@@ -12,6 +12,9 @@ from collections.abc import Callable
 import torch
 from torch.fx import Node
 
+from etlab.compiler._delegation_lowering import DelegationError
+from etlab.compiler.backends.xnnpack._builder import QuantSpec
+from etlab.compiler.backends.xnnpack._checks import op_key
 from etlab.compiler.backends.xnnpack._fusion import activation_bounds
 from etlab.compiler.backends.xnnpack._lower import (
     FLAG_ALIGN_CORNERS,
@@ -24,7 +27,20 @@ from etlab.compiler.backends.xnnpack._lower import (
     _permuted,
     _same_memory_order,
 )
-from etlab.compiler.backends.xnnpack._support import op_key
+from etlab.compiler.backends.xnnpack._quant import (
+    Q_DYNAMIC,
+    Q_TENSOR,
+    QuantWeight,
+    conv_weight,
+    dequantized_source,
+    dynamic_source,
+    fc_weight,
+    linear_input,
+    q_params,
+    quantize_bias,
+    spec_of,
+)
+from etlab.schema.xnnpack import XNNDatatype
 
 Handler = Callable[[Lowering, Node], None]
 _MAX_CONCAT = 5
@@ -39,10 +55,10 @@ def _arg(node: Node, index: int, name: str, default=None):
 
 def _unary(kind: str) -> Handler:
     def lower(lw: Lowering, node: Node) -> None:
+        quantized = node in lw.qplan  # a clamp between a dequantize and a quantize of one parameter set
         layout = lw.preferred_layout(node.args[0])
-        x = lw.value(node.args[0], layout)
-        out = lw.define(node, lw.out_shape(node, layout), layout, quant=lw.quant.get(x) if kind == "XNNClamp"
-                        else None)
+        x = lw.operand(node.args[0], layout, quantized)
+        out = lw.result(node, lw.out_shape(node, layout), layout)
         extra = {}
         if kind == "XNNELU":
             extra["alpha"] = float(_arg(node, 1, "alpha", 1.0))
@@ -68,12 +84,13 @@ def _binary(kind: str) -> Handler:
         a, b = (lw.resolve(x) for x in node.args[:2])
         rank = lw.tensor(node).dim()
         live = [x for x in (a, b) if x not in lw.constants]
+        quantized = node in lw.qplan
         # NHWC when an operand already is and every live operand is 4-D (constants follow).
         nhwc = rank == 4 and any(lw.has(x, NHWC) for x in live) and all(lw.tensor(x).dim() == 4 for x in live)
         layout = NHWC if nhwc else NCHW
-        ids = [_broadcast_constant(lw, x, layout, rank) if x in lw.constants else lw.value(x, layout)
+        ids = [_broadcast_constant(lw, x, layout, rank) if x in lw.constants else lw.operand(x, layout, quantized)
                for x in (a, b)]
-        out = lw.define(node, lw.out_shape(node, layout), layout)
+        out = lw.result(node, lw.out_shape(node, layout), layout)
         lw.b.node(kind, lw.handle(node), lw.clamp_of(node), input1_id=ids[0], input2_id=ids[1], output_id=out)
     return lower
 
@@ -118,9 +135,15 @@ def _filter_layout(weight: torch.Tensor, transposed: bool, depthwise: bool, grou
 
 
 def _convolution(lw: Lowering, node: Node) -> None:
-    x = lw.value(node.args[0], NHWC)
+    quantized = node in lw.qplan
+    x = lw.operand(node.args[0], NHWC, quantized)
     stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
-    weight, bias = _conv_weights(lw, node)
+    qweight = conv_weight(node, lw.constants) if quantized else None
+    if qweight is not None:
+        weight = qweight.data
+        bias = lw.constant_of(node, node.args[2], "bias").float() if node.args[2] is not None else None
+    else:
+        weight, bias = _conv_weights(lw, node)
     groups = int(groups)
     if transposed:
         group_in, group_out = weight.shape[0] // groups, weight.shape[1]
@@ -131,9 +154,16 @@ def _convolution(lw: Lowering, node: Node) -> None:
         depthwise = True  # one input channel: a depthwise convolution with channel multiplier O
     kind = "XNNDepthwiseConv2d" if depthwise else "XNNConvTranspose2d" if transposed else "XNNConv2d"
     filt = _filter_layout(weight, bool(transposed), depthwise, groups)
-    filter_id = lw.constant(node, filt, "filter")
-    bias_id = lw.constant(node, bias.contiguous(), "bias") if bias is not None else lw.unused_id()
-    out = lw.define(node, lw.out_shape(node, NHWC), NHWC)
+    if qweight is not None:
+        # the output-channel axis moves with the filter layout: depthwise 1HWO keeps it last
+        axis = -1 if qweight.axis < 0 else (3 if depthwise else 0)
+        qw = QuantWeight(filt, qweight.scales, axis)
+        filter_id = lw.constant(node, filt, "qfilter", quant=qw.spec(), datatype=qw.spec().datatype)
+        bias_id = _quantized_bias(lw, node, bias, qw) if bias is not None else lw.unused_id()
+    else:
+        filter_id = lw.constant(node, filt, "filter")
+        bias_id = lw.constant(node, bias.contiguous(), "bias") if bias is not None else lw.unused_id()
+    out = lw.result(node, lw.out_shape(node, NHWC), NHWC)
     pad = list(padding) * (2 // len(padding)) if len(padding) == 1 else list(padding)
     two = (lambda v: list(v) * 2 if len(v) == 1 else list(v))
     stride, dilation, output_padding = two(stride), two(dilation), two(output_padding)
@@ -145,6 +175,13 @@ def _convolution(lw: Lowering, node: Node) -> None:
               group_input_channels=group_in, group_output_channels=group_out, groups=groups,
               adjustment_height=output_padding[0], adjustment_width=output_padding[1],
               input1_id=x, filter_id=filter_id, bias_id=bias_id, output_id=out)
+
+
+def _quantized_bias(lw: Lowering, node: Node, bias: torch.Tensor, weight: QuantWeight) -> int:
+    activation = node.args[0] if op_key(node) == "aten.convolution.default" else linear_input(node)
+    input_scale = q_params(dequantized_source(lw.resolve(activation)))[0]
+    levels, spec = quantize_bias(bias, input_scale, weight)
+    return lw.constant(node, levels, "qbias", quant=spec, datatype=spec.datatype)
 
 
 def _batch_norm(lw: Lowering, node: Node) -> None:
@@ -172,19 +209,44 @@ def _fully_connected(lw: Lowering, node: Node) -> None:
     key = op_key(node)
     if key == "aten.addmm.default":
         bias, x, weight = node.args[:3]
-        filt = lw.constant_of(node, weight, "weight").float().t()
     elif key == "aten.linear.default":
         x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
-        filt = lw.constant_of(node, weight, "weight").float()
     else:
         (x, weight), bias = node.args[:2], None
-        filt = lw.constant_of(node, weight, "weight").float().t()
-    x_id = lw.value(x, NCHW)
-    filter_id = lw.constant(lw.resolve(weight), filt.contiguous(), "fc-filter")
-    bias_id = (lw.constant(lw.resolve(bias), lw.constant_of(node, bias, "bias").float().reshape(-1), "fc-bias")
-               if bias is not None else lw.unused_id())
-    out = lw.define(node, lw.out_shape(node, NCHW), NCHW)
-    lw.b.node("XNNFullyConnected", lw.handle(node), lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
+    static = node in lw.qplan
+    source = dynamic_source(x)
+    dynamic = source is not None
+    qweight = fc_weight(node, lw.constants) if static or dynamic else None
+    bias_value = lw.constant_of(node, bias, "bias").float().reshape(-1) if bias is not None else None
+    if qweight is not None:
+        spec = qweight.spec()
+        filter_id = lw.constant(node, qweight.data, "qfc-filter", quant=spec, datatype=spec.datatype)
+    else:
+        filt = lw.constant_of(node, weight, "weight").float()
+        filt = filt if key == "aten.linear.default" else filt.t()
+        filter_id = lw.constant(lw.resolve(weight), filt.contiguous(), "fc-filter")
+    if dynamic:  # activations quantized per row at run time by the Convert the dynamic quantize wrote
+        x_id = lw.value(source, NCHW)
+    else:
+        x_id = lw.operand(x, NCHW, static)
+    if bias_value is None:
+        bias_id = lw.unused_id()
+    elif static:
+        bias_id = _quantized_bias(lw, node, bias_value, qweight)
+    else:
+        bias_id = lw.constant(lw.resolve(bias), bias_value, "fc-bias")
+    shape = lw.out_shape(node, NCHW)
+    handle = lw.handle(node)
+    in_shape = lw.out_shape(source, NCHW) if dynamic else None
+    if dynamic and len(in_shape) != len(shape):  # the flattening view folded: reshape the product back
+        out = lw.temp([*in_shape[:-1], shape[-1]])
+        lw.b.node("XNNFullyConnected", handle, lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
+                  bias_id=bias_id, output_id=out)
+        final = lw.result(node, shape, NCHW)
+        lw.b.node("XNNStaticReshape", handle, num_dims=len(shape), new_shape=shape, input_id=out, output_id=final)
+        return
+    out = lw.result(node, shape, NCHW)
+    lw.b.node("XNNFullyConnected", handle, lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
               bias_id=bias_id, output_id=out)
 
 
@@ -208,7 +270,7 @@ def _pool_args(node: Node, has_dilation: bool):
 
 def _max_pool(lw: Lowering, node: Node) -> None:
     kernel, stride, padding, dilation = _pool_args(node, True)
-    x = lw.value(node.args[0], NHWC)
+    x = lw.operand(node.args[0], NHWC, node in lw.qplan)
     in_shape = lw.tensor(node.args[0]).shape
     out_val = lw.tensor(node)
     extra = []
@@ -216,7 +278,7 @@ def _max_pool(lw: Lowering, node: Node) -> None:
         needed = ((out_val.shape[2 + axis] - 1) * stride[axis] + dilation[axis] * (kernel[axis] - 1) + 1
                   - (in_shape[2 + axis] + 2 * padding[axis]))
         extra.append(max(0, int(needed)))
-    out = lw.define(node, _permuted(out_val.shape, TO_NHWC), NHWC)
+    out = lw.result(node, _permuted(out_val.shape, TO_NHWC), NHWC)
     lw.b.node("XNNMaxPooling2d", lw.handle(node), padding_top=padding[0], padding_right=padding[1] + extra[1],
               padding_bottom=padding[0] + extra[0], padding_left=padding[1], pooling_height=kernel[0],
               pooling_width=kernel[1], stride_height=stride[0], stride_width=stride[1],
@@ -238,14 +300,15 @@ def _mean(lw: Lowering, node: Node) -> None:
     """Mean over H and W: global average pooling in NHWC ([N, 1, 1, C]); without keepdim a reshape
     to [N, C] follows, reading the pooled value directly (1x1 spatial: same memory order)."""
     x_node = node.args[0]
-    x = lw.value(x_node, NHWC)
+    q = lw.qplan.get(node)
+    x = lw.operand(x_node, NHWC, q is not None)
     n, c = (int(d) for d in lw.tensor(x_node).shape[:2])
     keepdim = bool(_arg(node, 2, "keepdim", False))
     handle = lw.handle(node)
-    pooled = lw.define(node, [n, 1, 1, c], NHWC) if keepdim else lw.temp([n, 1, 1, c])
+    pooled = lw.result(node, [n, 1, 1, c], NHWC) if keepdim else lw.temp([n, 1, 1, c], spec_of(q) if q else None)
     lw.b.node("XNNGlobalAvgPooling2d", handle, input_id=x, output_id=pooled, flags=FLAG_KEEP_DIMS)
     if not keepdim:
-        out = lw.define(node, [n, c], NCHW)
+        out = lw.result(node, [n, c], NCHW)
         lw.b.node("XNNStaticReshape", handle, num_dims=2, new_shape=[n, c], input_id=pooled, output_id=out)
 
 
@@ -279,16 +342,17 @@ def _cat(lw: Lowering, node: Node) -> None:
     nhwc = rank == 4 and sum(lw.has(t, NHWC) for t in live) * 2 > len(live)
     layout = NHWC if nhwc else NCHW
     axis = _layout_dim(dim, rank, layout)
-    ids = [lw.value(t, layout) for t in tensors]
+    q = lw.qplan.get(node)
+    ids = [lw.operand(t, layout, q is not None) for t in tensors]
     sizes = [lw.out_shape(t, layout)[axis] for t in tensors]
     handle = lw.handle(node)
     while len(ids) > _MAX_CONCAT:  # XNNPACK concatenates up to five at once: fold the head first
         shape = lw.out_shape(node, layout)
         shape[axis] = sum(sizes[:_MAX_CONCAT])
-        partial = lw.temp(shape)
+        partial = lw.temp(shape, spec_of(q) if q else None)
         _write_concat(lw, handle, ids[:_MAX_CONCAT], axis, partial)
         ids, sizes = [partial, *ids[_MAX_CONCAT:]], [shape[axis], *sizes[_MAX_CONCAT:]]
-    out = lw.define(node, lw.out_shape(node, layout), layout)
+    out = lw.result(node, lw.out_shape(node, layout), layout)
     _write_concat(lw, handle, ids, axis, out)
 
 
@@ -341,9 +405,10 @@ def _reshape(lw: Lowering, node: Node) -> None:
     # A value held only as NHWC whose memory order equals NCHW's (1x1 spatial) is reshaped as is.
     direct = (x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC)
               and _same_memory_order(in_shape))
-    x = lw.value(x_node, NHWC if direct else NCHW)
+    quantized = node in lw.qplan
+    x = lw.operand(x_node, NHWC if direct else NCHW, quantized)
     new_shape = lw.out_shape(node, NCHW) or [1]
-    out = lw.define(node, new_shape, NCHW, quant=lw.quant.get(x))
+    out = lw.result(node, new_shape, NCHW)
     lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(new_shape), new_shape=new_shape, input_id=x,
               output_id=out)
 
@@ -351,13 +416,31 @@ def _reshape(lw: Lowering, node: Node) -> None:
 def _permute(lw: Lowering, node: Node) -> None:
     x_node = lw.resolve(node.args[0])
     perm = [int(p) % lw.tensor(x_node).dim() for p in node.args[1]]
+    quantized = node in lw.qplan
     if x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC):
-        x = lw.value(x_node, NHWC)
+        x = lw.operand(x_node, NHWC, quantized)
         perm = [TO_NCHW[p] for p in perm]  # x = x_nhwc.permute(TO_NCHW), so compose
     else:
-        x = lw.value(x_node, NCHW)
-    out = lw.define(node, lw.out_shape(node, NCHW), NCHW, quant=lw.quant.get(x))
+        x = lw.operand(x_node, NCHW, quantized)
+    out = lw.result(node, lw.out_shape(node, NCHW), NCHW)
     lw.b.node("XNNStaticTranspose", lw.handle(node), num_dims=len(perm), perm=perm, input_id=x, output_id=out)
+
+
+def _int8_view(lw: Lowering, node: Node, layout: str) -> int:
+    """A view / permute applied to the int8 value behind a dequantize (for an op running quantized)."""
+    x = lw.qvalue(lw.resolve(node.args[0]), NCHW)
+    spec = lw.quant[x]
+    shape = lw.out_shape(node, NCHW)
+    out = lw.temp(shape, spec)
+    if op_key(node) == "aten.permute_copy.default":
+        perm = [int(p) % len(shape) for p in node.args[1]]
+        lw.b.node("XNNStaticTranspose", lw.handle(node), num_dims=len(perm), perm=perm, input_id=x, output_id=out)
+    else:
+        lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(shape), new_shape=shape, input_id=x,
+                  output_id=out)
+    if layout == NHWC:
+        raise DelegationError.at(node, "XnnpackBackend: an int8 view read in NHWC (not supported)")
+    return out
 
 
 def _pad(lw: Lowering, node: Node) -> None:
@@ -383,7 +466,27 @@ def _copy(lw: Lowering, node: Node) -> None:
     lw.b.node("XNNCopy", lw.handle(node), input_id=x, output_id=out)
 
 
+def _quantize(lw: Lowering, node: Node) -> None:
+    """A float value entering the int8 domain: one Convert (the producer did not run quantized)."""
+    layout = lw.preferred_layout(node.args[0])
+    x = lw.value(node.args[0], layout)
+    out = lw.define(node, lw.out_shape(node, layout), layout, quant=spec_of(node))
+    lw.b.node("XNNConvert", lw.handle(node), input_id=x, output_id=out)
+
+
+def _quantize_dynamic(lw: Lowering, node: Node) -> None:
+    """A linear's input quantized per row at run time: a Convert to qdint8 (XNNPACK picks the
+    parameters; choose_qparams and the dequantize have no node of their own)."""
+    x = lw.value(node.args[0], NCHW)
+    shape = lw.out_shape(node, NCHW)
+    spec = QuantSpec(XNNDatatype.xnn_datatype_qdint8, nonbatch_dims=1)
+    out = lw.define(node, shape, NCHW, quant=spec, datatype=spec.datatype)
+    lw.b.node("XNNConvert", lw.handle(node), input_id=x, output_id=out)
+
+
 HANDLERS: dict[str, Handler] = {
+    "int8 view": _int8_view,
+    Q_TENSOR: _quantize, Q_DYNAMIC: _quantize_dynamic,
     "aten.add.Tensor": _binary("XNNAdd"), "aten.sub.Tensor": _binary("XNNSubtract"),
     "aten.mul.Tensor": _binary("XNNMultiply"), "aten.div.Tensor": _binary("XNNDiv"),
     "aten.div.Tensor_mode": _binary("XNNDiv"),

@@ -29,9 +29,10 @@ from etlab.compiler._delegation import (
     PartitionResult,
     PreprocessResult,
 )
+from etlab.compiler.backends.xnnpack._checks import BACKEND_ID, Context, op_key, refusal
 from etlab.compiler.backends.xnnpack._lower import Lowering
 from etlab.compiler.backends.xnnpack._ops import HANDLERS
-from etlab.compiler.backends.xnnpack._support import BACKEND_ID, Context, op_key, refusal, why_unsupported
+from etlab.compiler.backends.xnnpack._support import why_unsupported
 from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal
 from etlab.facts.source import module_hierarchy
 

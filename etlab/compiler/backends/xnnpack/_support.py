@@ -3,130 +3,36 @@
 One rule per operator: it returns None when the node can be lowered, else a `DelegationRefusal`
 whose category says what kind of obstacle it is (operator, dtype, dynamic shape, argument, ...)
 and whose hint says what the user can change. The partitioner tags nodes by these rules and
-preprocess relies on them: a node that passes is one `_lower` knows how to write.
+preprocess relies on them: a node that passes is one the lowering knows how to write.
 
 The rules read only the node and its inputs' `meta["val"]`, plus which placeholders hold
 constants (weights must be constants for convolutions). With the ExportedProgram at hand that
 is its signature; without (an upstream ETRecord's graph) torch.export's placeholder names tell.
+q/dq operators follow the rules of `_quant`.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 
 import torch
 from torch.export import ExportedProgram
-from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
-from etlab.facts.fx import op_name
-from etlab.facts.lowered import DelegationRefusal
+from etlab.compiler.backends.xnnpack._checks import (
+    Context,
+    DelegationRefusal,
+    arg_of,
+    check_values,
+    is_static,
+    op_key,
+    refusal,
+    tensor_of,
+    value_refusal,
+)
+from etlab.compiler.backends.xnnpack._quant import QUANT_RULES, getitem_rule
 
-BACKEND_ID = "XnnpackBackend"
-_CONSTANT_PREFIXES = ("p_", "b_", "c_", "_param_constant", "_tensor_constant", "_lifted_tensor_constant")
-_CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
-
-Rule = Callable[[Node, "Context"], "DelegationRefusal | None"]
-
-
-def refusal(category: str, reason: str, hint: str = "") -> DelegationRefusal:
-    return DelegationRefusal(BACKEND_ID, category, reason, hint)
-
-
-def op_key(node: Node) -> str:
-    """'aten.convolution.default', 'getitem', ... for etlab's and upstream's Edge targets alike."""
-    target = node.target
-    wrapped = getattr(target, "_op", None)  # upstream's EdgeOpOverload wraps the ATen OpOverload
-    if not isinstance(target, torch._ops.OpOverload) and isinstance(wrapped, torch._ops.OpOverload):
-        target = wrapped
-    if target is operator.getitem:
-        return "getitem"
-    return op_name(target)
-
-
-class Context:
-    """What the rules may ask about the graph: which nodes are constants (weights, folded ops)."""
-
-    def __init__(self, program: ExportedProgram | None = None):
-        self.constant_names: Collection[str] | None = None
-        if program is not None:
-            sig = program.graph_signature
-            mutated = set(sig.buffers_to_mutate.values()) if hasattr(sig, "buffers_to_mutate") else set()
-            self.constant_names = {spec.arg.name for spec in sig.input_specs
-                                   if spec.kind in _CONSTANT_KINDS and spec.target not in mutated}
-        self._memo: dict[Node, bool] = {}
-
-    def is_constant(self, node) -> bool:
-        """A parameter/buffer/constant placeholder, or an op computed from constants only."""
-        if not isinstance(node, Node):
-            return False
-        if node in self._memo:
-            return self._memo[node]
-        if node.op == "placeholder":
-            result = (node.name in self.constant_names if self.constant_names is not None
-                      else node.name.startswith(_CONSTANT_PREFIXES))
-        elif node.op == "get_attr":
-            result = True
-        elif node.op == "call_function":
-            inputs = node.all_input_nodes
-            result = bool(inputs) and all(self.is_constant(n) for n in inputs) and "choose_qparams" not in op_key(node)
-        else:
-            result = False
-        self._memo[node] = result
-        return result
-
-
-# --- value checks -------------------------------------------------------------------------------
-
-
-def tensor_of(node) -> torch.Tensor | None:
-    val = node.meta.get("val") if isinstance(node, Node) else None
-    return val if isinstance(val, torch.Tensor) else None
-
-
-def is_static(t: torch.Tensor) -> bool:
-    return all(isinstance(d, int) for d in t.shape)
-
-
-def _value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationRefusal | None:
-    t = tensor_of(node)
-    if t is None:
-        return refusal("other", f"{what} {node.name!r} is not a single tensor (no tensor meta['val'])",
-                       "XNNPACK takes tensor operands only")
-    if t.dtype not in dtypes:
-        names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
-        return refusal("dtype", f"{what} {node.name!r} is {str(t.dtype).removeprefix('torch.')}; XNNPACK's "
-                       f"float path takes {names}",
-                       "cast to float32 before this op, or quantize the model (q/dq int8) for XNNPACK's int8 path")
-    if not is_static(t):
-        dims = [str(d) for d in t.shape]
-        return refusal("dynamic_shape", f"{what} {node.name!r} has the dynamic shape [{', '.join(dims)}]; "
-                       "etlab's XNNPACK lowering takes static shapes",
-                       "export with static shapes (no dynamic_shapes=), or export one program per shape")
-    if t.numel() == 0:
-        return refusal("argument", f"{what} {node.name!r} is empty (shape {list(t.shape)})",
-                       "XNNPACK does not run empty tensors")
-    return None
-
-
-def check_values(node: Node, tensor_args: list, dtypes=(torch.float32,)) -> DelegationRefusal | None:
-    """The node's output and its tensor operands: float32, static, non-empty."""
-    found = _value_refusal(node, "the result of", dtypes)
-    if found is not None:
-        return found
-    for arg in tensor_args:
-        if isinstance(arg, Node):
-            found = _value_refusal(arg, "operand", dtypes)
-            if found is not None:
-                return found
-    return None
-
-
-def _arg(node: Node, index: int, name: str, default=None):
-    if len(node.args) > index:
-        return node.args[index]
-    return node.kwargs.get(name, default)
+Rule = Callable[[Node, Context], "DelegationRefusal | None"]
 
 
 # --- rules --------------------------------------------------------------------------------------
@@ -169,7 +75,7 @@ def _div(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 
 def _gelu(node: Node, ctx: Context) -> DelegationRefusal | None:
-    approximate = node.kwargs.get("approximate", _arg(node, 1, "approximate", "none"))
+    approximate = node.kwargs.get("approximate", arg_of(node, 1, "approximate", "none"))
     if approximate != "none":
         return refusal("argument", f"gelu approximate={approximate!r}; XNNPACK's GELU is the exact (erf) one",
                        "use approximate='none'")
@@ -177,7 +83,7 @@ def _gelu(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 
 def _clamp(node: Node, ctx: Context) -> DelegationRefusal | None:
-    low, high = _arg(node, 1, "min"), _arg(node, 2, "max")
+    low, high = arg_of(node, 1, "min"), arg_of(node, 2, "max")
     if any(isinstance(v, Node) for v in (low, high)):
         return refusal("argument", "clamp bounds are tensors; XNNPACK clamps to constant numbers",
                        "pass Python numbers as min/max")
@@ -215,7 +121,7 @@ def _conv(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 def _batch_norm(node: Node, ctx: Context) -> DelegationRefusal | None:
     x = node.args[0]
-    found = check_values(node, [x]) if tensor_of(node) is not None else _value_refusal(x, "operand")
+    found = check_values(node, [x]) if tensor_of(node) is not None else value_refusal(x, "operand")
     if found is not None and found.category != "other":
         return found
     if tensor_of(x) is None or tensor_of(x).dim() != 4:
@@ -228,6 +134,8 @@ def _batch_norm(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 def _getitem(node: Node, ctx: Context) -> DelegationRefusal | None:
     source, index = node.args
+    if isinstance(source, Node) and "choose_qparams" in op_key(source):
+        return getitem_rule(node, ctx)
     kind = op_key(source) if isinstance(source, Node) and source.op == "call_function" else None
     if kind in ("aten._native_batch_norm_legit_no_training.default", "aten.max_pool2d_with_indices.default"):
         if index != 0:
@@ -245,7 +153,7 @@ def _linear_like(node: Node, ctx: Context) -> DelegationRefusal | None:
             if node.kwargs.get(name, 1) != 1:
                 return refusal("argument", f"addmm {name}={node.kwargs[name]!r}", "use beta=alpha=1 (nn.Linear)")
     elif key == "aten.linear.default":
-        x, weight, bias = node.args[0], node.args[1], _arg(node, 2, "bias")
+        x, weight, bias = node.args[0], node.args[1], arg_of(node, 2, "bias")
     else:
         (x, weight), bias = node.args[:2], None
     found = check_values(node, [x, weight, bias])
@@ -268,9 +176,9 @@ def _bmm(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 def _pool_lists(node: Node, has_dilation: bool):
     kernel = list(node.args[1])
-    stride = list(_arg(node, 2, "stride", None) or kernel)
-    padding = list(_arg(node, 3, "padding", [0, 0]))
-    dilation = list(_arg(node, 4, "dilation", [1, 1])) if has_dilation else [1, 1]
+    stride = list(arg_of(node, 2, "stride", None) or kernel)
+    padding = list(arg_of(node, 3, "padding", [0, 0]))
+    dilation = list(arg_of(node, 4, "dilation", [1, 1])) if has_dilation else [1, 1]
     expand = (lambda v: v * 2 if len(v) == 1 else v)
     return expand(kernel), expand(stride), expand(padding), expand(dilation)
 
@@ -303,9 +211,9 @@ def _avg_pool(node: Node, ctx: Context) -> DelegationRefusal | None:
     if tensor_of(node.args[0]).dim() != 4:
         return refusal("argument", "average pooling over a non-4-D input", "use avg_pool2d on NCHW input")
     kernel, _stride, padding, _ = _pool_lists(node, False)
-    ceil_mode = _arg(node, 4, "ceil_mode", False)
-    count_include_pad = _arg(node, 5, "count_include_pad", True)
-    divisor = _arg(node, 6, "divisor_override", None)
+    ceil_mode = arg_of(node, 4, "ceil_mode", False)
+    count_include_pad = arg_of(node, 5, "count_include_pad", True)
+    divisor = arg_of(node, 6, "divisor_override", None)
     if ceil_mode:
         return refusal("argument", "avg_pool2d with ceil_mode=True", "use ceil_mode=False (pad the input instead)")
     if count_include_pad and any(padding):
@@ -351,7 +259,7 @@ def _cat(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 
 def _slice(node: Node, ctx: Context) -> DelegationRefusal | None:
-    step = _arg(node, 4, "step", 1)
+    step = arg_of(node, 4, "step", 1)
     if step != 1:
         return refusal("argument", f"slice with step {step}; XNNPACK slices contiguous ranges",
                        "slice with step 1")
@@ -441,7 +349,7 @@ def why_unsupported(node: Node, program: ExportedProgram | None = None, *,
         return refusal("other", f"{node.op} node {node.name!r} is not an operator", "")
     ctx = ctx or Context(program)
     key = op_key(node)
-    rule = RULES.get(key)
+    rule = RULES.get(key) or QUANT_RULES.get(key)
     if rule is None:
         return refusal("operator", f"{key} has no XNNPACK lowering in etlab",
                        _HINTS.get(key, "it runs on the portable kernels; rewrite it with supported ops if it is hot"))

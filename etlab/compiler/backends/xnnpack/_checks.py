@@ -1,0 +1,118 @@
+"""What every XNNPACK support rule asks of a node: its operator's name, its tensors' dtypes and
+shapes, which inputs are constants, and how a refusal is phrased."""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Collection
+
+import torch
+from torch.export import ExportedProgram
+from torch.export.graph_signature import InputKind
+from torch.fx import Node
+
+from etlab.facts.fx import op_name
+from etlab.facts.lowered import DelegationRefusal
+
+BACKEND_ID = "XnnpackBackend"
+_CONSTANT_PREFIXES = ("p_", "b_", "c_", "_param_constant", "_tensor_constant", "_lifted_tensor_constant")
+_CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR)
+
+
+def refusal(category: str, reason: str, hint: str = "") -> DelegationRefusal:
+    return DelegationRefusal(BACKEND_ID, category, reason, hint)
+
+
+def op_key(node: Node) -> str:
+    """'aten.convolution.default', 'getitem', ... for etlab's and upstream's Edge targets alike."""
+    target = node.target
+    wrapped = getattr(target, "_op", None)  # upstream's EdgeOpOverload wraps the ATen OpOverload
+    if not isinstance(target, torch._ops.OpOverload) and isinstance(wrapped, torch._ops.OpOverload):
+        target = wrapped
+    if target is operator.getitem:
+        return "getitem"
+    return op_name(target)
+
+
+class Context:
+    """What the rules may ask about the graph: which nodes are constants (weights, folded ops)."""
+
+    def __init__(self, program: ExportedProgram | None = None):
+        self.constant_names: Collection[str] | None = None
+        if program is not None:
+            sig = program.graph_signature
+            mutated = set(sig.buffers_to_mutate.values()) if hasattr(sig, "buffers_to_mutate") else set()
+            self.constant_names = {spec.arg.name for spec in sig.input_specs
+                                   if spec.kind in _CONSTANT_KINDS and spec.target not in mutated}
+        self._memo: dict[Node, bool] = {}
+
+    def is_constant(self, node) -> bool:
+        """A parameter/buffer/constant placeholder, or an op computed from constants only."""
+        if not isinstance(node, Node):
+            return False
+        if node in self._memo:
+            return self._memo[node]
+        if node.op == "placeholder":
+            result = (node.name in self.constant_names if self.constant_names is not None
+                      else node.name.startswith(_CONSTANT_PREFIXES))
+        elif node.op == "get_attr":
+            result = True
+        elif node.op == "call_function":
+            inputs = node.all_input_nodes
+            result = bool(inputs) and all(self.is_constant(n) for n in inputs) and "choose_qparams" not in op_key(node)
+        else:
+            result = False
+        self._memo[node] = result
+        return result
+
+
+# --- value checks -------------------------------------------------------------------------------
+
+
+def tensor_of(node) -> torch.Tensor | None:
+    val = node.meta.get("val") if isinstance(node, Node) else None
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def is_static(t: torch.Tensor) -> bool:
+    return all(isinstance(d, int) for d in t.shape)
+
+
+def value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationRefusal | None:
+    t = tensor_of(node)
+    if t is None:
+        return refusal("other", f"{what} {node.name!r} is not a single tensor (no tensor meta['val'])",
+                       "XNNPACK takes tensor operands only")
+    if t.dtype not in dtypes:
+        names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
+        return refusal("dtype", f"{what} {node.name!r} is {str(t.dtype).removeprefix('torch.')}; XNNPACK's "
+                       f"float path takes {names}",
+                       "cast to float32 before this op, or quantize the model (q/dq int8) for XNNPACK's int8 path")
+    if not is_static(t):
+        dims = [str(d) for d in t.shape]
+        return refusal("dynamic_shape", f"{what} {node.name!r} has the dynamic shape [{', '.join(dims)}]; "
+                       "etlab's XNNPACK lowering takes static shapes",
+                       "export with static shapes (no dynamic_shapes=), or export one program per shape")
+    if t.numel() == 0:
+        return refusal("argument", f"{what} {node.name!r} is empty (shape {list(t.shape)})",
+                       "XNNPACK does not run empty tensors")
+    return None
+
+
+def check_values(node: Node, tensor_args: list, dtypes=(torch.float32,)) -> DelegationRefusal | None:
+    """The node's output and its tensor operands: float32, static, non-empty."""
+    found = value_refusal(node, "the result of", dtypes)
+    if found is not None:
+        return found
+    for arg in tensor_args:
+        if isinstance(arg, Node):
+            found = value_refusal(arg, "operand", dtypes)
+            if found is not None:
+                return found
+    return None
+
+
+def arg_of(node: Node, index: int, name: str, default=None):
+    if len(node.args) > index:
+        return node.args[index]
+    return node.kwargs.get(name, default)
