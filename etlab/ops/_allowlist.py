@@ -54,8 +54,9 @@ ATEN_ANY_DTYPE = frozenset({
     "index", "index_put", "index_select", "gather", "scatter", "scatter_add", "scatter_reduce", "select_scatter",
     "slice_scatter", "masked_fill", "masked_scatter", "masked_select", "nonzero", "embedding",
     "embedding_dense_backward", "_embedding_bag",
-    # pooling (integer inputs are rejected by torch, not crashed on)
-    "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
+    # pooling (integer inputs are rejected by torch, not crashed on); max_pool2d itself: upstream's
+    # XNNPACK partitioner keeps it whole in the edge programs its ETRecords record
+    "max_pool2d", "max_pool2d_with_indices", "max_pool2d_with_indices_backward", "max_pool3d_with_indices",
     "_adaptive_avg_pool2d_backward", "avg_pool2d_backward", "col2im", "_cdist_forward", "_pdist_forward",
     "convolution_backward", "native_group_norm_backward", "native_layer_norm_backward",
     # shape queries and run-time assertions (pure; return Python scalars or raise)
@@ -69,6 +70,8 @@ ATEN_FLOAT_ONLY = frozenset({
     "convolution", "_native_batch_norm_legit_no_training", "native_layer_norm", "_softmax", "_log_softmax",
     "gelu", "sin", "cos", "tan", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "erf", "native_group_norm",
     "avg_pool2d", "upsample_bilinear2d", "upsample_nearest2d",
+    # kept whole (not decomposed) by upstream's XNNPACK partitioner in the edge programs it records
+    "hardswish", "prelu",
 })
 
 # The only in-place operators the runtime runs: upstream's exporter emits copy_ (writes a mutable
