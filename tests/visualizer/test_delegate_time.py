@@ -34,7 +34,8 @@ def assert_delegates_sum_to_their_calls(model: GraphModel, inspector) -> int:
         shown = sum(n.latency["p50"] for n in nodes if n.latency)
         assert shown == pytest.approx(call.p50, rel=1e-9), (model.kind, call.instruction_id, shown, call.p50)
         if len(nodes) > 1:
-            assert all(n.latency is None or n.latency["p50"] < call.p50 for n in nodes), model.kind
+            whole = [n for n in nodes if n.latency and n.latency["p50"] == pytest.approx(call.p50)]
+            assert len(whole) <= 1, (model.kind, [n.name for n in whole])  # not the whole call on each node
             assert all("DELEGATE_CALL" in (n.latency or {}).get("note", "DELEGATE_CALL") for n in nodes)
         checked += 1
     return checked
