@@ -262,12 +262,7 @@ class ProgramReader:
 
     @staticmethod
     def _restore_debug_handles(modules: dict[str, GraphModule], table: dict, where: str) -> None:
-        for path, handles in table.items():
-            gm = modules.get(path)
-            if gm is None:
-                log.warning("%s: no graph %r to put debug handles on", where, path)
-                continue
-            by_name = {n.name: n for n in gm.graph.nodes}
+        for by_name, handles in _per_graph(modules, table, where, "debug handles"):
             for name, handle in handles.items():
                 ok = type(handle) is int or (isinstance(handle, list) and all(type(h) is int for h in handle))
                 if not ok:
@@ -323,13 +318,19 @@ def _check_refusals(table, where: str) -> None:
                                   f"{r[1][:40]!r} (expected one of {', '.join(REFUSAL_CATEGORIES)})")
 
 
-def _restore_refusals(modules: dict[str, GraphModule], table: dict, where: str) -> None:
-    for path, refused in table.items():
+def _per_graph(modules: dict[str, GraphModule], table: dict, where: str, what: str):
+    """(node name -> node, entries) for each graph path of a per-graph node table ("" the top graph);
+    a path the program lacks is logged and skipped."""
+    for path, entries in table.items():
         gm = modules.get(path)
         if gm is None:
-            log.warning("%s: no graph %r to put delegation refusals on", where, path)
+            log.warning("%s: no graph %r to put %s on", where, path, what)
             continue
-        by_name = {n.name: n for n in gm.graph.nodes}
+        yield {n.name: n for n in gm.graph.nodes}, entries
+
+
+def _restore_refusals(modules: dict[str, GraphModule], table: dict, where: str) -> None:
+    for by_name, refused in _per_graph(modules, table, where, "delegation refusals"):
         for name, (backend, category, reason, hint) in refused.items():
             if name in by_name:
                 by_name[name].meta[DELEGATION_REFUSAL_META] = DelegationRefusal(backend, category, reason, hint)

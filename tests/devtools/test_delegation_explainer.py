@@ -269,3 +269,23 @@ def test_xnnpack_refusals_in_table_and_view(tmp_path):
     text = DelegationView(edge, show_graph=False).save_html(tmp_path / "x.html").read_text()
     for category in PLANTED:
         assert f"<td>{category}</td><td>1</td>" in text
+
+
+@pytest.mark.parametrize("bad", [
+    {"": {"relu": ["DemoBackend", "not-a-category", "r", "h"]}},
+    {"": {"relu": ["DemoBackend", "operator", "r"]}},
+    {"": {"relu": ["DemoBackend", "operator", 7, "h"]}},
+    {"": {"relu": ["DemoBackend", "operator", "x" * 5000, "h"]}},
+    {"": ["relu"]},
+    [],
+], ids=["category", "short", "not-str", "long", "not-object", "not-map"])
+def test_malformed_refusals_in_an_etrecord_are_a_format_error(bad):
+    from etlab.errors import FormatError
+    from tests.etrecord.conftest import compiled, read_entries, write_entries
+
+    manifest, blob = read_entries(compiled("mlp", delegated=True).data)
+    docs = [d for d in manifest["programs"] if "delegation_refusals" in d]
+    assert docs and docs[0]["delegation_refusals"][""]  # the relus' reasons were recorded
+    docs[0]["delegation_refusals"] = bad
+    with pytest.raises(FormatError, match=r"delegation_refusals|delegation refusal"):
+        parse_etrecord(write_entries(manifest, blob))
