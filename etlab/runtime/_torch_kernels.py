@@ -168,9 +168,9 @@ def _bind(op, table: ValueTable, args: list[int], site: Site) -> Step:
     check_args = None
     if checks(schema.name):
         if dynamic:
-            check_args = runtime_check(op, str(site), table, ExecutionError)
+            check_args = runtime_check(schema, str(site), table, ExecutionError)
         else:
-            load_time_check(op, table, pos, pos_slots, kw, kw_slots, str(site), LoadError)
+            load_time_check(schema, table, pos, pos_slots, kw, kw_slots, str(site), LoadError)
     result_slot = _result_slot(schema, table, args)
     fn = _fastest_callable(op, pos, kw)
     values = table.values
