@@ -211,6 +211,8 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
         res.note(f"upstream lowering: {e}")
         return res
     res.upstream_nodes, res.upstream_partitions = first["delegated_nodes"], first["partitions"]
+    res.upstream_s.append(first["seconds"])  # the first lowering is a sample too (its counts are taken after it)
+    res.upstream_cpu.append(first["cpu_seconds"])
     if not res.upstream_partitions:
         res.note("upstream's XnnpackPartitioner delegates nothing")
         return res
@@ -267,6 +269,14 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
     return res
 
 
+def _commit() -> str:
+    """The measured commit: ETLAB_BENCH_COMMIT (a run from an exported tree), else the checkout's HEAD."""
+    if os.environ.get("ETLAB_BENCH_COMMIT"):
+        return os.environ["ETLAB_BENCH_COMMIT"]
+    p = subprocess.run(["git", "-C", str(HERE.parent), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return p.stdout.strip() or "unknown"
+
+
 def _fmt(x, spec: str, none: str = "n/a") -> str:
     return format(x, spec) if x is not None else none
 
@@ -285,12 +295,13 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
         "`bench/xnnpack_lowering.py`: etlab's `XnnpackPartitioner` and upstream ExecuTorch 1.5.1's on the same "
         "ExportedProgram, in ONE run, interleaved per model (upstream in a long-lived reference-python worker, "
         "`bench/_ref_xnnpack.py`). Compile = `to_edge_transform_and_lower` + `to_executorch` + serialized buffer "
-        f"(one thread each side; etlab warm-up, then {rounds + 1} etlab samples around {rounds} upstream samples; "
+        f"(one thread each side; upstream once, then etlab warm-up, then {rounds + 1} etlab samples alternating with "
+        f"{rounds} more upstream samples; "
         "speed-up = upstream median / etlab median). Latency = both `.pte` files on upstream's runtime in one "
         f"process, alternating rounds ({latency_rounds} rounds of 5 `execute` calls each, one untimed call before "
         f"each batch), with 1 thread and with the threadpool's default ({threads or '?'} threads); ratio = etlab's "
         "program / upstream's. Max error = max |output - eager| (upstream's runtime on each side's `.pte`; "
-        "etlab's runtime on etlab's). Measured under load (load average "
+        f"etlab's runtime on etlab's). etlab at commit {_commit()}. Measured under load (load average "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work).", "",
     ]
     if both and speedups:
@@ -336,7 +347,7 @@ def default_models() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=None, help="zoo or corpus names (default: zoo set + corpus)")
-    p.add_argument("--rounds", type=int, default=3, help="upstream compile samples per model")
+    p.add_argument("--rounds", type=int, default=2, help="upstream compile samples per model after the first")
     p.add_argument("--latency-rounds", type=int, default=15)
     p.add_argument("--no-write", action="store_true")
     a = p.parse_args(argv)
