@@ -283,7 +283,9 @@ def _fmt(x, spec: str, none: str = "n/a") -> str:
 
 def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[float, float]) -> str:
     lowered = [r for r in results if r.upstream_partitions]
-    both = [r for r in lowered if r.etlab_nodes is not None]
+    both = [r for r in lowered if r.etlab_partitions]
+    nothing = [r.name for r in lowered if r.etlab_partitions == 0]
+    failed = [r.name for r in lowered if r.etlab_partitions is None]
     speedups = [r.speedup for r in both if r.speedup]
     lat = {k: [r.latency_ratio(k) for r in both if r.latency_ratio(k)] for k in ("1", "default")}
     fewer = [r.name for r in both if r.etlab_nodes < r.upstream_nodes]
@@ -301,12 +303,15 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
         f"process, alternating rounds ({latency_rounds} rounds of 5 `execute` calls each, one untimed call before "
         f"each batch), with 1 thread and with the threadpool's default ({threads or '?'} threads); ratio = etlab's "
         "program / upstream's. Max error = max |output - eager| (upstream's runtime on each side's `.pte`; "
-        f"etlab's runtime on etlab's). etlab at commit {_commit()}. Measured under load (load average "
+        "etlab's runtime on etlab's). Node counts are each side's own edge graph (etlab keeps `linear` as "
+        f"permute + addmm, upstream keeps it whole). etlab at commit {_commit()}. Measured under load (load average "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work).", "",
     ]
     if both and speedups:
         lines += [
-            f"**{len(both)} models lowered by both** (of {len(results)} tried; {len(lowered)} lowered by upstream). "
+            f"**{len(both)} models lowered by both** (of {len(results)} tried; {len(lowered)} lowered by upstream; "
+            f"etlab delegates nothing: {', '.join(nothing) or 'none'}; etlab's lowering fails: "
+            f"{', '.join(failed) or 'none'}). "
             f"Compile speed-up: median {statistics.median(speedups):.1f}x, min {min(speedups):.1f}x "
             f"(below {COMPILE_TARGET:.0f}x: {', '.join(slow_compile) or 'none'}). "
             + " ".join(f"Latency etlab/upstream, {k} thread{'s' if k != '1' else ''}: median "
