@@ -150,5 +150,6 @@ def compare_view(ins_a, ins_b, *, name_a: str, name_b: str, pte: PteFile | None 
             model = instruction_graph(plan)
             model.title = f"p50 ratio {Path(name_b).name} / {Path(name_a).name} per instruction"
             annotate_by_instruction(model, ratio_by_instr, "× (B / A)", ratio=True)
+            model.latency_center = 1.0
             graphs = [model.to_json()]
     return {"a": name_a, "b": name_b, "unit": unit, "columns": columns, "rows": rows, "graphs": graphs}

@@ -30,6 +30,29 @@ DELTA_METRIC = "max |B−A|"
 COLOR_A, COLOR_B = "#4c78a8", "#f58518"
 
 
+def captured_intermediates(inspector) -> bool | None:
+    """Whether a run logged intermediate outputs (debug events in its ETDump); None without an Inspector."""
+    if inspector is None:
+        return None
+    return any(e.debug_data for block in inspector.event_blocks for e in block.events)
+
+
+def capture_warning(comparison) -> str:
+    """Why the latency ratios may mislead: one run logged its ops' outputs and the other did not. Copying
+    every output into the debug buffer slows the logging run's ops, so B/A then measures the logging."""
+    a, b = captured_intermediates(comparison.inspector_a), captured_intermediates(comparison.inspector_b)
+    if a is None or b is None or a == b:
+        return ""
+    logged, plain = ("A", "B") if a else ("B", "A")
+    return (f"Run {logged} captured intermediate outputs and run {plain} did not: copying each op's output into "
+            f"the debug buffer slows run {logged}'s ops, so the latency ratios compare unlike runs. Run both with "
+            "the same debug settings (or compare numerics only).")
+
+
+def _warning_html(text: str) -> str:
+    return f"<p class='etlab-warn' data-role='capture-warning'>{html.escape(text)}</p>" if text else ""
+
+
 def compare_columns(unit: str) -> list[tuple[str, str, bool]]:
     """TableView columns of a Comparison's rows."""
     return [("key", "row", False), ("label", "ops", False), ("present", "in", False), ("join", "joined by", False),
@@ -154,6 +177,7 @@ def annotate_comparison(model: GraphModel, comparison, side: str = "b") -> Graph
     by_handle = {h: r for r in comparison.rows for h in _side_handles(r, side)}
     model.title = f"Edge graph: latency B/A and output delta ({comparison.by})"
     model.time_unit, model.gap_metric = RATIO_UNIT, DELTA_METRIC
+    model.latency_center = 1.0  # a ratio: faster and slower in two colors, split at B = A
     for n in model.nodes:
         rows = list({id(r): r for h in n.handles if (r := by_handle.get(h)) is not None}.values())
         n.latency, n.gap = None, None
@@ -178,7 +202,8 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
     shown += [by_key[r.key] for r in comparison.rows if r.present != "both"][: max(0, max_rows - len(shown))]
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k)))}</td>" for k, _, _ in columns) + "</tr>"
                    for r in shown)
-    return (f"<div class='etlab-repr' data-etlab-view='compare-repr'><p><b>{html.escape(comparison.name_a)}</b> (A) vs "
+    return (f"<div class='etlab-repr' data-etlab-view='compare-repr'>{_warning_html(capture_warning(comparison))}"
+            f"<p><b>{html.escape(comparison.name_a)}</b> (A) vs "
             f"<b>{html.escape(comparison.name_b)}</b> (B), joined by {html.escape(comparison.by)}: "
             f"{html.escape(comparison.summary.text(comparison.unit))}</p>"
             f"<table class='etlab-table'><tr>{head}</tr>{body}</table></div>")
@@ -197,6 +222,7 @@ class CompareView(widgets.VBox):
         if overlay not in OVERLAYS:
             raise ValueError(f"overlay must be one of {list(OVERLAYS)}, got {overlay!r}")
         self.comparison = comparison
+        self.warning = capture_warning(comparison)
         self.models, side = drawn_graph(comparison, program, method) if show_graph else ([], "b")
         self.graph = GraphView.from_models(self.models, overlay=OVERLAYS[overlay]) if self.models else None
         self.table = TableView(compare_columns(comparison.unit), compare_rows(comparison, side),
@@ -217,7 +243,8 @@ class CompareView(widgets.VBox):
         c = self.comparison
         graph = "" if self.graph is not None else (
             " No graph overlay: it needs debug handles (an ETRecord for both runs) and a recorded Edge graph.")
-        return (f"<div data-etlab-view='compare' data-rows='{len(c.rows)}'><p class='etlab-note'>"
+        return (f"<div data-etlab-view='compare' data-rows='{len(c.rows)}'>{_warning_html(self.warning)}"
+                f"<p class='etlab-note'>"
                 f"A: <b>{html.escape(c.name_a)}</b>, B: <b>{html.escape(c.name_b)}</b>; joined by "
                 f"{html.escape(c.by)}. {html.escape(c.summary.text(c.unit))}{html.escape(graph)}</p></div>")
 

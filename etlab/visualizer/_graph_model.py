@@ -74,6 +74,7 @@ class GraphModel:
     backend_colors: dict[str, str] = field(default_factory=dict)
     time_unit: str = "ms"
     gap_metric: str = ""
+    latency_center: float | None = None  # the latency overlay is a ratio: colors diverge from this value
 
     def to_json(self) -> dict:
         """Plain data for the browser (nodes as dicts, edges as [src, dst] id pairs, the layout: _layout.py)."""
@@ -83,7 +84,8 @@ class GraphModel:
             "title": self.title, "kind": self.kind, "method": self.method,
             "nodes": [_shallow(n) for n in self.nodes], "edges": [list(e) for e in self.edges],
             "groups": [_shallow(g) for g in self.groups], "backend_colors": dict(self.backend_colors),
-            "time_unit": self.time_unit, "gap_metric": self.gap_metric, "layout": layout_kit(self),
+            "time_unit": self.time_unit, "gap_metric": self.gap_metric, "latency_center": self.latency_center,
+            "layout": layout_kit(self),
         }
 
     def node_named(self, name: str) -> GraphNode:

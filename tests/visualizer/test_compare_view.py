@@ -4,6 +4,7 @@ weight error), in Python and as an offline page in headless Chromium (light and 
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from etlab.visualizer import CompareView, GraphView
 from tests.visualizer.test_browser import Page, browser  # noqa: F401  (browser: the module's Chromium fixture)
 
 
-def _inspector(folder: Path, *, delegate: bool = False, plant: bool = False) -> Inspector:
+def _inspector(folder: Path, *, delegate: bool = False, plant: bool = False, intermediates: bool = True) -> Inspector:
     model, inputs = make_mlp()
     if plant:
         with torch.no_grad():
@@ -28,14 +29,16 @@ def _inspector(folder: Path, *, delegate: bool = False, plant: bool = False) -> 
     manager = edge.to_executorch()
     folder.mkdir(parents=True, exist_ok=True)
     manager.write_to_file(folder / "model.pte")
-    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True, debug_buffer_size=1 << 20)
+    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True,
+                                         debug_buffer_size=1 << 20 if intermediates else None)
     method = program.load_method("forward")
     for _ in range(3):
         method.execute(list(inputs))
-    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
+    buffer = folder / "run.bin" if intermediates else None
+    program.write_etdump_result_to_file(folder / "run.etdp", buffer)
     record = manager.get_etrecord()
     record.update_representative_inputs(list(inputs))
-    return Inspector(etdump_path=folder / "run.etdp", debug_buffer_path=folder / "run.bin", etrecord=record)
+    return Inspector(etdump_path=folder / "run.etdp", debug_buffer_path=buffer, etrecord=record)
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +91,27 @@ def test_view_without_handles_has_no_graph(runs, root, tmp_path):
         CompareView(c, overlay="heat")
 
 
+def test_warns_when_only_one_run_captured_intermediates(runs, root):
+    """Logging every op's output slows that run: B/A between a logging and a plain run misleads, and says so."""
+    from etlab.visualizer._compare_view import comparison_html
+
+    plain = _inspector(root / "plain", intermediates=False)
+    c = runs["portable"].compare(plain, name_a="logged", name_b="plain")
+    view = CompareView(c, show_graph=False)
+    assert view.warning.startswith("Run A captured intermediate outputs and run B did not")
+    assert "data-role='capture-warning'" in view.note.value and "data-role='capture-warning'" in comparison_html(c)
+    flipped = CompareView(plain.compare(runs["portable"]), show_graph=False)
+    assert flipped.warning.startswith("Run B captured intermediate outputs and run A did not")
+    same = runs["portable"].compare(runs["delegated"])
+    assert CompareView(same, show_graph=False).warning == "" and "capture-warning" not in comparison_html(same)
+
+
+def test_ratio_overlay_is_centered_at_one(runs):
+    c = runs["portable"].compare(runs["delegated"])
+    model = CompareView(c).models[0]
+    assert model.latency_center == 1.0 and model.to_json()["latency_center"] == 1.0
+
+
 # --- in the browser (the report tests' Chromium and page harness) ----------------------------------------
 
 
@@ -101,10 +125,22 @@ def test_compare_report_in_chromium(browser, runs, tmp_path, scheme):  # noqa: F
     page.wait_ready()
     assert p.locator("[data-etlab-view=compare]").get_attribute("data-rows") == str(len(c.rows))
     assert p.locator(".etlab-tv tr.row").count() == len(c.rows)
-    # the graph's color scale spans the rows' ratios; B's delegated partitions are outlined
+    # the graph's color scale is split at B = A (two colors, log scale symmetric about 1) and spans the
+    # rows' ratios; B's delegated partitions are outlined
     ratios = [r.ratio for r in c.rows if r.ratio]
-    low, high = (float(x) for x in p.locator(".etlab-gv .legend").inner_text().replace("(log)", "").split())
-    assert math.isclose(low, min(ratios), rel_tol=0.01) and math.isclose(high, max(ratios), rel_tol=0.01)
+    legend = p.locator(".etlab-gv .legend")
+    assert legend.locator("[data-role=diverging]").count() == 1 and "split at 1" in legend.inner_text()
+    low, high = (float(x) for x in re.findall(r"[0-9.]+(?:e[-+]?[0-9]+)?", legend.inner_text())[:2])
+    assert math.isclose(low * high, 1.0, rel_tol=0.02)
+    assert low <= min(ratios) * 1.01 and high >= max(ratios) * 0.99
+    fills = p.evaluate("""() => [...document.querySelectorAll('.etlab-gv g.node')].map((g) => {
+        const m = (g.querySelector('rect').getAttribute('style') || '').match(/fill:rgb\\((\\d+),(\\d+),(\\d+)\\)/);
+        const t = g.querySelector('text.sub').textContent;
+        return m ? [parseFloat(t), +m[1], +m[3]] : null; }).filter(Boolean)""")
+    away = [(ratio, red, blue) for ratio, red, blue in fills if not 0.95 <= ratio <= 1.05]
+    assert away, fills
+    for ratio, red, blue in away:  # slower in red, faster in blue
+        assert (red > blue) == (ratio > 1), (ratio, red, blue)
     assert p.locator("[data-group-id^='delegate:']").count() == 3
     # a row click selects its node in the graph, whose details carry the row's ratio
     i, row = next((i, r) for i, r in enumerate(c.rows) if r.backend_b)

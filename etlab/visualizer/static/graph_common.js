@@ -113,16 +113,23 @@ function fmtNum(x, digits = 4) {
   return a >= 1e4 || a < 1e-3 ? x.toExponential(2) : x.toPrecision(digits);
 }
 
-// sequential color ramp (light yellow -> dark red), t in [0, 1]
-const RAMP = [[255, 247, 188], [254, 196, 79], [236, 112, 20], [204, 76, 2], [140, 45, 4]];
-function rampColor(t) {
+// a color between stops (RGB triples), t in [0, 1]
+function lerpStops(stops, t) {
   t = Math.max(0, Math.min(1, t));
-  const x = t * (RAMP.length - 1);
-  const i = Math.min(Math.floor(x), RAMP.length - 2);
+  const x = t * (stops.length - 1);
+  const i = Math.min(Math.floor(x), stops.length - 2);
   const f = x - i;
-  const c = RAMP[i].map((v, k) => Math.round(v + (RAMP[i + 1][k] - v) * f));
+  const c = stops[i].map((v, k) => Math.round(v + (stops[i + 1][k] - v) * f));
   return `rgb(${c[0]},${c[1]},${c[2]})`;
 }
+
+// sequential ramp (light yellow -> dark red)
+const RAMP = [[255, 247, 188], [254, 196, 79], [236, 112, 20], [204, 76, 2], [140, 45, 4]];
+const rampColor = (t) => lerpStops(RAMP, t);
+
+// diverging ramp for ratios (blue: below the center, faster; red: above, slower); 0.5 = the center
+const DIVERGING = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
+const divergingColor = (t) => lerpStops(DIVERGING, t);
 
 const OP_FILL = { op: "#e8eef7", control_flow: "#f3e9f7", delegate: "#fdecec", input: "#eef3e8", output: "#eef3e8" };
 

@@ -171,8 +171,8 @@ class Pane {
           const v = this.groupValue(gid, overlay);
           sub.textContent = `${this.groupSize.get(gid)} ops${v != null ? " · " + this.valueText(v) : ""}`;
           ge.append(sub);
-          if (v != null && scale) rect.setAttribute("style", (rect.getAttribute("style") || "") + `;fill:${rampColor(scale(v))}`);
-          if (v != null && scale && scale(v) > 0.62) ge.classList.add("dark");
+          if (v != null && scale) rect.setAttribute("style", (rect.getAttribute("style") || "") + `;fill:${this.view.ramp(scale(v))}`);
+          if (v != null && scale && this.view.darkAt(scale(v))) ge.classList.add("dark");
           ge.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
         } else {
           label.addEventListener("click", (e) => { e.stopPropagation(); this.toggle(gid); });
@@ -186,8 +186,8 @@ class Pane {
         const rect = s("rect", { width: w, height: hgt });
         let fill = OP_FILL[n.kind] || OP_FILL.op;
         const v = overlay.value ? overlay.value(n) : null;
-        if (overlay.value) fill = v != null && scale ? rampColor(scale(v)) : "#f4f4f4";
-        if (overlay.value && v != null && scale && scale(v) > 0.62) ne.classList.add("dark");
+        if (overlay.value) fill = v != null && scale ? this.view.ramp(scale(v)) : "#f4f4f4";
+        if (overlay.value && v != null && scale && this.view.darkAt(scale(v))) ne.classList.add("dark");
         let style = `fill:${fill}`;
         if (n.backend && colors[n.backend]) style += `;stroke:${colors[n.backend]};stroke-width:2`;
         rect.setAttribute("style", style);
@@ -232,7 +232,10 @@ class Pane {
     for (const n of this.nodes) {
       if (!this.groupChain(n.group).includes(gid)) continue;
       const v = overlay.value(n);
-      if (v != null) total = this.view.overlay === "gap" ? Math.max(total ?? 0, v) : (total ?? 0) + v;
+      if (v == null) continue;
+      if (this.view.center) { // a ratio: the group shows its node furthest from the center
+        if (total == null || Math.abs(Math.log(v / this.view.center)) > Math.abs(Math.log(total / this.view.center))) total = v;
+      } else total = this.view.overlay === "gap" ? Math.max(total ?? 0, v) : (total ?? 0) + v;
     }
     return total;
   }

@@ -116,10 +116,24 @@ class View {
   computeScale() {
     const o = OVERLAYS[this.overlay];
     this.overlayScale = null;
+    this.ramp = rampColor;
+    this.darkAt = (t) => t > 0.62;
+    this.center = null;
     if (!o || !o.value) return;
     const vals = [];
     for (const p of this.panes || []) for (const n of p.nodes) { const v = o.value(n); if (v != null && v > 0) vals.push(v); }
     if (!vals.length) return;
+    // a ratio overlay (latency_center): log scale symmetric about the center, two colors split there
+    const center = this.overlay === "latency" ? (this.panes || []).map((p) => p.g.latency_center).find((c) => c > 0) : null;
+    if (center) {
+      const span = Math.max(1e-6, ...vals.map((v) => Math.abs(Math.log10(v / center))));
+      this.center = center;
+      this.scaleRange = [center / 10 ** span, center * 10 ** span];
+      this.overlayScale = (v) => 0.5 + (0.5 * Math.log10(Math.max(v, 1e-300) / center)) / span;
+      this.ramp = divergingColor;
+      this.darkAt = (t) => Math.abs(t - 0.5) > 0.36;
+      return;
+    }
     const lo = Math.min(...vals), hi = Math.max(...vals);
     this.scaleRange = [lo, hi];
     const f = o.log ? (v) => Math.log10(Math.max(v, lo)) : (v) => v;
@@ -130,9 +144,11 @@ class View {
   renderLegend() {
     this.legend.textContent = "";
     if (!this.overlayScale) return;
-    const ramp = h("span", { class: "ramp" });
-    ramp.setAttribute("style", `background:linear-gradient(to right, ${rampColor(0)}, ${rampColor(0.5)}, ${rampColor(1)})`);
-    this.legend.append(fmtNum(this.scaleRange[0]) + " ", ramp, " " + fmtNum(this.scaleRange[1]) + (OVERLAYS[this.overlay].log ? " (log)" : ""));
+    const ramp = h("span", { class: "ramp", "data-role": this.center ? "diverging" : "sequential" });
+    ramp.setAttribute("style", `background:linear-gradient(to right, ${this.ramp(0)}, ${this.ramp(0.5)}, ${this.ramp(1)})`);
+    const [lo, hi] = this.scaleRange;
+    if (this.center) this.legend.append(`${fmtNum(lo)} faster `, ramp, ` slower ${fmtNum(hi)} (log, split at ${fmtNum(this.center)})`);
+    else this.legend.append(fmtNum(lo) + " ", ramp, " " + fmtNum(hi) + (OVERLAYS[this.overlay].log ? " (log)" : ""));
   }
 
   setOverlay(name, fromUser) {
