@@ -29,14 +29,24 @@ def static_text(name: str) -> str:
     return resources.files("etlab.visualizer").joinpath("static", name).read_text(encoding="utf-8")
 
 
+# "<", ">" and "&" as JSON's \u escapes (JavaScript reads them back as the same characters): with no "<"
+# in it, no string ("</script>", "<!--" then "<script>", which makes the HTML parser run past the
+# element's end tag) changes where an inline script ends.
+_SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"})
+
+
 def json_for_script(data) -> str:
-    """JSON safe inside a <script> element ('</' cannot close it)."""
-    return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str).replace("</", "<\\/")
+    """JSON safe inside a <script> element, whatever strings it holds (see _SCRIPT_ESCAPES)."""
+    return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str).translate(_SCRIPT_ESCAPES)
 
 
 def script_safe(code: str, what: str) -> str:
-    if "</script" in code.lower():
-        raise ValueError(f"{what}: script text contains '</script' and cannot be inlined")
+    """Code that can be inlined in a <script> element as it is: no end tag and no comment opener
+    (after "<!--", a "<script" would make the parser skip the element's real end)."""
+    lowered = code.lower()
+    for bad in ("</script", "<!--"):
+        if bad in lowered:
+            raise ValueError(f"{what}: script text contains {bad!r} and cannot be inlined")
     return code
 
 
