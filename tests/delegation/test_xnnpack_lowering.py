@@ -287,3 +287,75 @@ def test_unknown_compile_spec_is_refused():
     with pytest.raises(CompileError, match="unknown compile spec"):
         to_backend("XnnpackBackend", ep, [CompileSpec("fp16", b"1")])
     assert XnnpackBackend.__name__ == "XnnpackBackend"
+
+
+# --- quantized ----------------------------------------------------------------------------------
+
+
+def _quantized(make, config=None):
+    from torchao.quantization.pt2e.quantize_pt2e import convert_pt2e, prepare_pt2e
+
+    from etlab.compiler import EtlabQuantizer
+
+    model, inputs = make()
+    prepared = prepare_pt2e(torch.export.export(model, inputs).module(),
+                            EtlabQuantizer(config) if config is not None else EtlabQuantizer())
+    prepared(*inputs)
+    return convert_pt2e(prepared), inputs
+
+
+def _value_types(blob) -> dict[int, str]:
+    out = {}
+    for xvalue in blob.graph.xvalues:
+        value = xvalue.xvalue_union
+        tensor = getattr(value, "tensor_value", None) or value
+        out[tensor.id_out] = tensor.datatype.name.removeprefix("xnn_datatype_")
+    return out
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn"])
+def test_static_int8_patterns_become_quantized_xnnpack_nodes(name):
+    model, inputs = _quantized(getattr(zoo, f"make_{name}"))
+    edge = _lower(model, inputs)
+    ((_, blob),) = _blobs(edge)
+    assert _portable_ops(edge) == []
+    types = _value_types(blob)
+    kinds = [node_kind(n) for n in blob.graph.xnodes]
+    assert kinds.count("XNNConvert") == (2 if name == "mlp" else 4)  # in, out (cnn: a requantize too)
+    for xnode in blob.graph.xnodes:
+        attrs = xnode.xnode_union
+        if node_kind(xnode) in ("XNNFullyConnected", "XNNConv2d", "XNNDepthwiseConv2d"):
+            assert (types[attrs.input1_id], types[attrs.filter_id], types[attrs.output_id]) == (
+                "qint8", "qcint8", "qint8")
+            assert types[attrs.bias_id] == "qcint32"
+    # etlab's runtime: within one quantization step of the q/dq graph run in float by torch
+    with torch.no_grad():
+        want = model(*inputs)
+    (got,) = _run(edge, inputs)
+    assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
+
+
+def _output_step(converted) -> float:
+    """The scale of the last quantize node of a converted model (its output's quantization step)."""
+    scales = [float(n.args[1]) for n in converted.graph.nodes
+              if n.op == "call_function" and "quantize_per_tensor" in str(n.target) and "dequant" not in str(n.target)]
+    return scales[-1]
+
+
+def test_dynamic_int8_linear_becomes_a_qdint8_convert_and_fully_connected():
+    from etlab.compiler import int8_dynamic_config
+
+    model, inputs = _quantized(zoo.make_mlp, int8_dynamic_config())
+    edge = _lower(model, inputs)
+    ((_, blob),) = _blobs(edge)
+    types = _value_types(blob)
+    fcs = [n.xnode_union for n in blob.graph.xnodes if node_kind(n) == "XNNFullyConnected"]
+    assert len(fcs) == 3
+    assert {(types[fc.input1_id], types[fc.filter_id], types[fc.bias_id], types[fc.output_id]) for fc in fcs} == {
+        ("qdint8", "qcint8", "fp32", "fp32")}
+    assert [node_kind(n) for n in blob.graph.xnodes].count("XNNConvert") == 3
+    with torch.no_grad():
+        want = model(*inputs)
+    (got,) = _run(edge, inputs)
+    # XNNPACK quantizes each row with its own parameters, the q/dq graph the whole tensor with one
+    assert float((got - want).abs().max()) <= 0.05 * float(want.abs().max())

@@ -4,6 +4,9 @@ A fast subset: small models compiled here with `XnnpackPartitioner`, all run in 
 process (importing upstream is most of its time):
 - the zoo's mlp and cnn and two op-coverage models (convolutions of every kind with batch norm
   and activations folded; pooling, resizes, global pooling) match eager within 1e-4;
+- the mlp quantized by upstream's XNNPACKQuantizer (static int8, and dynamic int8), compiled by
+  etlab from the very graph upstream compiles, gives upstream's own XNNPACK program's outputs
+  within one quantization step of the output;
 - etlab's partitioner delegates at least as many Edge nodes as upstream's on the same export (mlp).
 """
 
@@ -19,7 +22,7 @@ from etlab.compiler.backends import XnnpackPartitioner
 from etlab.facts.lowered import lowered_modules
 from etlab.models import zoo
 from tests.delegation.test_xnnpack_lowering import Convs, Pools
-from tests.interop.conftest import HERE, ZOO, run_ref
+from tests.interop.conftest import ET_REF, HERE, ZOO, run_ref
 
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("xnnpack_lowering_interop")]
 
@@ -37,6 +40,7 @@ def _pools():
 
 FACTORIES = {"mlp": zoo.make_mlp, "cnn": zoo.make_cnn, "convs": _convs, "pools": _pools}
 COUNTED = ("mlp",)
+QUANTIZED = ("static_mlp", "dynamic_mlp")  # upstream's XNNPACKQuantizer, static and dynamic
 
 
 def _seeded(make):
@@ -48,7 +52,9 @@ def _seeded(make):
 @pytest.fixture(scope="module")
 def upstream_runs(ref_python, tmp_path_factory):
     out = tmp_path_factory.mktemp("xnnpack_lowering")
-    compiled = {}
+    done = run_ref(ref_python, REF_SCRIPT, "quantize", ET_REF, ZOO, out, "mlp", "--dynamic", "mlp")
+    upstream_counts = _json_lines(done.stdout)
+    compiled = {name: _compile_quantized(out, name) for name in QUANTIZED}
     for name, make in FACTORIES.items():
         model, inputs = _seeded(make)
         edge = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
@@ -62,10 +68,29 @@ def upstream_runs(ref_python, tmp_path_factory):
             "partitions": len(modules),
             "nodes": sum(1 for _, _, m in modules for n in m.original_module.graph.nodes if n.op == "call_function"),
         }
-    done = run_ref(ref_python, REF_SCRIPT, "run", out, *FACTORIES, "--count", ZOO, *COUNTED)
-    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    upstream_counts = {row["upstream"]: row for row in lines if "upstream" in row}
+    done = run_ref(ref_python, REF_SCRIPT, "run", out, *FACTORIES, *QUANTIZED, "--count", ZOO, *COUNTED)
+    upstream_counts.update(_json_lines(done.stdout))
     return out, compiled, upstream_counts
+
+
+def _json_lines(stdout: str) -> dict:
+    rows = [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+    return {row["upstream"]: row for row in rows if "upstream" in row}
+
+
+def _compile_quantized(out, name: str) -> dict:
+    """etlab compiles the converted model upstream's quantizer made (saved by the ref script)."""
+    import torch.ao.quantization.fx._decomposed
+
+    ep = torch.export.load(out / f"{name}.pt2")
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
+    (out / f"{name}.pte").write_bytes(edge.to_executorch().buffer)
+    modules = lowered_modules(edge.exported_program().graph_module)
+    last_quantize = [n for n in ep.graph.nodes if "quantize_per_tensor" in str(n.target)
+                     and "dequantize" not in str(n.target)][-1]
+    step = float(last_quantize.args[1]) if not isinstance(last_quantize.args[1], torch.fx.Node) else None
+    return {"partitions": len(modules), "step": step,
+            "nodes": sum(1 for _, _, m in modules for n in m.original_module.graph.nodes if n.op == "call_function")}
 
 
 @pytest.mark.parametrize("name", sorted(FACTORIES))
@@ -79,7 +104,19 @@ def test_upstream_runtime_runs_etlab_xnnpack_program_like_eager(upstream_runs, n
         assert float((g - w).abs().max()) <= TOLERANCE, name
 
 
-@pytest.mark.parametrize("name", COUNTED)
+@pytest.mark.parametrize("name", QUANTIZED)
+def test_quantized_program_matches_upstreams_own_within_one_step(upstream_runs, name):
+    out, compiled, _ = upstream_runs
+    got = torch.load(out / f"{name}_upstream.pt", weights_only=True)
+    want = torch.load(out / f"{name}_reference.pt", weights_only=True)
+    step = compiled[name]["step"]
+    tolerance = step if step is not None else 1e-5  # dynamic: the same run-time quantization on both sides
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and float((g - w).abs().max()) <= tolerance
+
+
+@pytest.mark.parametrize("name", COUNTED + QUANTIZED)
 def test_etlab_delegates_at_least_what_upstream_does(upstream_runs, name):
     _, compiled, upstream = upstream_runs
     assert compiled[name]["nodes"] >= upstream[name]["nodes"] > 0
