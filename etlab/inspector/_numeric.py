@@ -191,11 +191,33 @@ def _pick_runtime_value(runtime_output, aot_value, num_outputs: int, index: int)
     return runtime_output[-(index + 1)] if index < len(runtime_output) else None
 
 
+def _primary_outputs(aot_value, r: RuntimeIntermediate, index: int) -> tuple[Any, Any]:
+    """(AOT value, runtime value) to compare for the index-th output of runtime entry r. An AOT node
+    with several outputs (batch norm's output, mean and inverse std; max's values and indices) is
+    compared by its first, the op's result (upstream compares the ATen-level op, e.g. batch_norm, whose
+    only output that is): the runtime's first output when it logged as many, else the one runtime
+    output of that shape; (None, None) when there is no such pair."""
+    if not isinstance(aot_value, (list, tuple)):
+        return aot_value, _pick_runtime_value(r.output, aot_value, r.num_outputs, index)
+    if not aot_value:
+        return None, None
+    primary = aot_value[0]
+    if len(aot_value) == 1:
+        return primary, _pick_runtime_value(r.output, primary, r.num_outputs, index)
+    outs = list(r.output) if isinstance(r.output, (list, tuple)) else [r.output]
+    if len(outs) == len(aot_value) and r.num_outputs == 1:
+        return primary, outs[0]
+    shape = getattr(primary, "shape", None)
+    fits = [v for v in outs if shape is not None and getattr(v, "shape", None) == shape]
+    return (primary, fits[0]) if len(fits) == 1 else (None, None)
+
+
 def match_intermediates(aot: dict[DebugHandle, Any], runtime: list[RuntimeIntermediate]) -> list[tuple]:
     """(aot handles, aot value, runtime entry, runtime value) for each runtime output that maps to
     the recorded graph: the AOT value is the one whose handle is the runtime entry's last (or, for
     the i-th of several outputs, i-th from last). Entries whose AOT handles are not all covered by
-    the runtime entry are skipped."""
+    the runtime entry are skipped; an AOT node with several outputs is compared by its first
+    (`_primary_outputs`)."""
     by_handle: dict[int, DebugHandle] = {}
     for key in aot:
         for h in key:
@@ -211,12 +233,7 @@ def match_intermediates(aot: dict[DebugHandle, Any], runtime: list[RuntimeInterm
             key = by_handle.get(r.handles[-(i + 1)])
             if key is None:
                 continue
-            aot_value = aot[key]
-            if isinstance(aot_value, (list, tuple)):
-                if len(aot_value) != 1:
-                    continue  # an AOT node with several outputs has no single runtime counterpart
-                aot_value = aot_value[0]
-            value = _pick_runtime_value(r.output, aot_value, r.num_outputs, i)
+            aot_value, value = _primary_outputs(aot[key], r, i)
             if value is not None:
                 out.append((r.handles, aot_value, r, value))
     return out

@@ -55,7 +55,7 @@ def resolve_program_info(etrecord) -> ProgramInfo | None:
 class JoinedColumns:
     """Per event of one block: what the ETRecord says about it."""
 
-    debug_handles: list
+    debug_handles: list  # per event: int (a kernel's one handle, as upstream), a tuple, or None
     num_outputs: list[int]
     op_types: list[list[str]]
     stack_traces: list[dict]
@@ -109,7 +109,10 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
         if handles is None:
             continue
         handles = tuple(int(h) for h in handles)
-        out.debug_handles[j] = tuple(dict.fromkeys(handles))
+        unique = tuple(dict.fromkeys(handles))
+        # as upstream's Inspector gives them: a kernel's one handle as an int, else the sequence
+        kernel = not is_delegated[j] and nm != DELEGATE_CALL
+        out.debug_handles[j] = unique[0] if kernel and len(unique) == 1 else unique
         for h in occurrences or handles:  # repeats included: an op type per occurrence, as upstream counts them
             for op in method.ops.get(h, ()):
                 if op.name not in out.stack_traces[j]:

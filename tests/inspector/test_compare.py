@@ -18,6 +18,7 @@ import torch
 from etlab.compiler import to_edge_transform_and_lower
 from etlab.compiler.backends import DemoPartitioner
 from etlab.inspector import Comparison, Inspector
+from etlab.inspector._rollups import _handles  # an event's handles as a tuple (a kernel's is an int)
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
 from tests.inspector.conftest import OPS, make_program_info
@@ -91,7 +92,7 @@ def portable_vs_delegated(builds) -> Comparison:
 def _events(ins: Inspector, handle: int) -> list:
     """The timed events of the execute blocks covering `handle`, pooled over blocks."""
     return [e for b in ins.event_blocks if b.name != "Default" for e in b.events
-            if e.perf_data is not None and e.debug_handles and handle in e.debug_handles
+            if e.perf_data is not None and handle in _handles(e.debug_handles)
             and e.name not in ("OPERATOR_CALL", "DELEGATE_CALL")]
 
 

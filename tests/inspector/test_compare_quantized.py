@@ -18,6 +18,7 @@ from etlab.facts import OpInfo
 from etlab.facts.quant import op_kind, qdq_kind
 from etlab.facts.source import module_path
 from etlab.inspector._compare_join import HandleGraph, fold_unmatched, handles_line_up, side_keys
+from etlab.inspector._rollups import _handles  # an event's handles as a tuple (a kernel's is an int)
 from tests.inspector._quant_builds import PLANTED, build_pair, planted_pair
 from tests.inspector.test_compare import REPO
 
@@ -35,7 +36,8 @@ def pair(request):
 def _timed_events(ins, handles) -> list:
     """The timed op events of the execute blocks whose handles all lie in `handles`."""
     return [e for b in ins.event_blocks if b.name != "Default" for e in b.events
-            if e.perf_data is not None and e.debug_handles and set(e.debug_handles) <= set(handles)
+            if e.perf_data is not None and e.debug_handles is not None
+            and set(_handles(e.debug_handles)) <= set(handles)
             and e.name not in ("OPERATOR_CALL", "DELEGATE_CALL")]
 
 

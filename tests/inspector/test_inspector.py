@@ -182,7 +182,7 @@ def test_etrecord_join(synthetic_files):
     ins = Inspector(etdump_path=synthetic_files[0], etrecord=make_program_info())
     ev = {e.name: e for e in ins.event_blocks[1].events}
     k = ev["native_call_relu.out"]
-    assert k.debug_handles == (2,) and k.op_types == ["aten.op1.default"]
+    assert k.debug_handles == 2 and k.op_types == ["aten.op1.default"]
     assert k.stack_traces == {"node_1": "model.py:11"}
     assert k.module_hierarchy["node_1"]["L__self___layers_fc1"] == ("layers.fc1", "torch.nn.Linear")
     assert ev["conv_0"].debug_handles == (11, 12) and ev["conv_0"].delegate_backend_name == "XnnpackBackend"
@@ -219,7 +219,7 @@ def test_etrecord_argument_forms(synthetic_files):
         def program_info(self):
             return info
 
-    assert Inspector(etdump_path=synthetic_files[0], etrecord=Record()).event_blocks[1].events[0].debug_handles == (1,)
+    assert Inspector(etdump_path=synthetic_files[0], etrecord=Record()).event_blocks[1].events[0].debug_handles == 1
     with pytest.raises(TypeError, match="ProgramInfo"):
         Inspector(etdump_path=synthetic_files[0], etrecord=42)
     with pytest.raises(ValueError, match="exactly one"):
