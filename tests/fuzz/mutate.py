@@ -473,3 +473,132 @@ def _find_all(buf: bytearray, sig: bytes) -> list[int]:
         out.append(i)
         i = buf.find(sig, i + 1)
     return out
+
+
+# -- upstream ETRecords: torch.save members with pickles that share containers -------------------------
+
+_GRAFT_MEMO = 900_000  # a memo index the member's own pickle never uses (torch.save numbers from 0)
+
+
+def shared_reference_pickle(rng: random.Random, base: bytes | None = None) -> bytes:
+    """A protocol-2 pickle whose containers hold earlier ones many times over (memo gets): a few
+    bytes per level, refs**levels elements as a tree. Deep and narrow (2 refs, up to 80 levels) or
+    shallow and wide (thousands of refs), lists, tuples or dicts, sometimes a container that holds
+    itself. With `base` (a member's own pickle), its value is the leaf every level refers to, so the
+    member's tensors are shared too. Why: the issue-24 hang (a walk that revisits shared objects)
+    is invisible to byte mutations; this builds the shape on purpose."""
+    if base is not None and base.endswith(b".") and base[:2] == b"\x80\x02":
+        out = bytearray(base[:-1])  # its value on the stack
+    else:
+        out = bytearray(b"\x80\x02" + rng.choice((b"N", b"K\x07", b"]", b")", b"}")))
+    put = b"r" + _GRAFT_MEMO.to_bytes(4, "little")
+    out += put
+    levels = rng.choice((rng.randrange(1, 8), rng.randrange(8, 30), rng.randrange(30, 81)))
+    refs = rng.choice((2, 2, 3, rng.randrange(2, 16), rng.randrange(100, 5000)))
+    if refs > 16:
+        levels = min(levels, rng.randrange(1, 5))
+    for i in range(1, levels + 1):
+        get = b"j" + (_GRAFT_MEMO + i - 1).to_bytes(4, "little")
+        kind = rng.choice(("list", "list", "tuple", "dict"))
+        out += b"0"  # POP the previous level (it stays in the memo)
+        if kind == "list":
+            out += b"]" + b"r" + (_GRAFT_MEMO + i).to_bytes(4, "little") + b"(" + get * refs + b"e"
+            if rng.random() < 0.05:  # the list also holds itself
+                out += b"j" + (_GRAFT_MEMO + i).to_bytes(4, "little") + b"a"
+        elif kind == "tuple":
+            out += b"(" + get * refs + b"t" + b"r" + (_GRAFT_MEMO + i).to_bytes(4, "little")
+        else:
+            out += b"}" + b"r" + (_GRAFT_MEMO + i).to_bytes(4, "little") + b"("
+            for k in range(refs):
+                out += b"J" + k.to_bytes(4, "little") + get
+            out += b"u"
+    return bytes(out + b".")
+
+
+def replace_torch_pickle(member: bytes, pkl: bytes) -> bytes | None:
+    """A torch.save zip with its data.pkl replaced (its storages kept); None if `member` is not one."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(member)) as zf:
+            entries = [(i.filename, zf.read(i)) for i in zf.infolist()]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+    if not any(n.endswith("/data.pkl") for n, _ in entries):
+        return None
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as zf:
+        for name, data in entries:
+            zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)),
+                        pkl if name.endswith("/data.pkl") else data)
+    return buf.getvalue()
+
+
+def torch_pickle(member: bytes) -> bytes | None:
+    """The data.pkl of a torch.save zip, or None."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(member)) as zf:
+            name = next((n for n in zf.namelist() if n.endswith("/data.pkl")), None)
+            return zf.read(name) if name else None
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return None
+
+
+class UpstreamEtrecordMutator:
+    """Mutates an ETRecord in upstream's layout (torch.export JSON and torch.save members): a
+    torch.save member's pickle rebuilt to share containers (`shared_reference_pickle`) or damaged
+    byte-wise, one node of a JSON entry, or the zip's headers."""
+
+    def __init__(self, data: bytes):
+        with zipfile.ZipFile(io.BytesIO(data)) as zf:
+            self.entries = {i.filename: zf.read(i) for i in zf.infolist()}
+        self.data = data
+        self.members = [n for n, b in self.entries.items() if torch_pickle(b) is not None]
+        self.json = {}
+        for name, raw in self.entries.items():
+            try:
+                value = json.loads(raw)
+            except (ValueError, UnicodeDecodeError):
+                continue
+            if isinstance(value, (dict, list)):
+                nodes = _json_nodes(value, [])
+                if nodes:
+                    self.json[name] = (value, nodes)
+
+    def _zip(self, entries: dict[str, bytes]) -> bytes:
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, data in entries.items():
+                zf.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), data)
+        return buf.getvalue()
+
+    def with_pickle(self, name: str, pkl: bytes) -> bytes:
+        """The ETRecord with torch.save member `name`'s pickle replaced by `pkl`."""
+        return self._zip({**self.entries, name: replace_torch_pickle(self.entries[name], pkl)})
+
+    def __call__(self, rng: random.Random) -> bytes:
+        r = rng.random()
+        if self.members and r < 0.7:  # a torch.save member's pickle
+            name = rng.choice(self.members)
+            base = torch_pickle(self.entries[name])
+            if r < 0.5:
+                pkl = shared_reference_pickle(rng, base if rng.random() < 0.5 else None)
+            else:
+                damaged = bytearray(base)
+                for _ in range(rng.choice((1, 1, 2, 4))):
+                    mutate_bytes(rng, damaged)
+                pkl = bytes(damaged)
+            return self.with_pickle(name, pkl)
+        if self.json and r < 0.9:  # one node of a JSON entry (a program, a map)
+            name = rng.choice(sorted(self.json))
+            value, nodes = self.json[name]
+            container, key = rng.choice(nodes)
+            old = container[key]
+            container[key] = _new_json(rng, old, [])
+            try:
+                text = json.dumps(value, separators=(",", ":")).encode()
+            finally:
+                container[key] = old
+            return self._zip({**self.entries, name: text})
+        buf = bytearray(self.data)
+        for _ in range(rng.randrange(1, 4)):
+            mutate_zip_header(rng, buf)
+        return bytes(buf)

@@ -63,6 +63,18 @@ def _external_ptd(model, inputs) -> Case:
     return {"model.pte": bytes(et.buffer), "model.ptd": bytes(ptd)}
 
 
+def _upstream_layout(etrecord: bytes) -> bytes:
+    """The same ETRecord saved in upstream ExecuTorch's layout (its representative inputs, which
+    `profile` records, are a torch.save member read at parse)."""
+    import io
+
+    from etlab.etrecord import parse_etrecord
+
+    buf = io.BytesIO()
+    parse_etrecord(etrecord).save(buf, format="upstream")
+    return buf.getvalue()
+
+
 def build_seeds() -> dict[str, list[Case]]:
     """Every seed, grouped by the kind of file it is a seed for ("pte", "ptd", "bpte", "run", ...)."""
     import torch
@@ -98,7 +110,10 @@ def build_seeds() -> dict[str, list[Case]]:
                       "inputs.bpte": _bundled(ext["model.pte"], mlp_in, [])}],
         "bpte": [{"model.bpte": _bundled(add3, [x], [x + 1])},
                  {"model.bpte": _bundled(portable["model.pte"], mlp_in, expected)}],
-        "run": [{k: v for k, v in run.items() if k != "model.pte"} for run in (delegated, portable)],
+        "run": [{k: v for k, v in run.items() if k != "model.pte"} for run in (delegated, portable)]
+        # the delegated run with its ETRecord in upstream's layout (torch.save members: pickles)
+        + [{"model.etrecord": _upstream_layout(delegated["model.etrecord"]), "run.etdp": delegated["run.etdp"],
+            "run.bin": delegated["run.bin"]}],
     }
     return seeds
 

@@ -329,7 +329,7 @@ class MemberMutators:
     data: bytes
     flat: mutate.FlatMap | None = None
     model: mutate.ModelMutator | None = None
-    etrecord: mutate.EtrecordMutator | None = None
+    etrecord: mutate.EtrecordMutator | mutate.UpstreamEtrecordMutator | None = None
     pool: list[bytes] = field(default_factory=list)  # recent model-level variants
 
     @classmethod
@@ -339,8 +339,9 @@ class MemberMutators:
         if ext in _FLAT_NS:
             m.flat = mutate.FlatMap(data, _FLAT_NS[ext], _flat_base(name, data))
             m.model = mutate.ModelMutator(*_model_codec(name), data)
-        elif ext == ".etrecord":
-            m.etrecord = mutate.EtrecordMutator(data)
+        elif ext == ".etrecord":  # etlab's layout (etrecord.json) or upstream's (torch.save members)
+            upstream = b"ETRECORD_V0" in data[:4096] or b"ETRECORD_V0" in data[-65536:]
+            m.etrecord = mutate.UpstreamEtrecordMutator(data) if upstream else mutate.EtrecordMutator(data)
         return m
 
     def mutate(self, rng: random.Random, model_share: float) -> bytes:

@@ -120,3 +120,48 @@ def test_flatmap_finds_every_kind_of_field():
     assert {"tag", "enum"} <= {f.kind for f in pte.fields}  # EValue / Instruction unions, scalar types
     ptd = seeds["ptd"][0]["model.ptd"]
     assert FlatMap(ptd, "flat_tensor", int.from_bytes(ptd[16:24], "little")).fields
+
+
+_SHARED_PICKLES = """
+import json, random, sys
+from tests.fuzz import mutate
+from tests.fuzz.seeds import load_seeds
+from tests.fuzz.targets import classify, run_etrecord, run_etrecord_graphs
+
+seed = next(c for c in load_seeds()["run"] if b"ETRECORD_V0" in c["model.etrecord"])
+m = mutate.UpstreamEtrecordMutator(seed["model.etrecord"])
+rng, outcomes = random.Random(7), {}
+for i in range(int(sys.argv[1])):
+    name = m.members[i % len(m.members)]
+    base = mutate.torch_pickle(m.entries[name])
+    pkl = mutate.shared_reference_pickle(rng, base if i % 2 else None)
+    case = dict(seed, **{"model.etrecord": m.with_pickle(name, pkl)})
+    try:
+        (run_etrecord_graphs if i % 3 else run_etrecord)(case)
+        error = None
+    except Exception as e:
+        error = e
+    outcome = classify(error, case)[0]
+    outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    if outcome not in ("ok", "clean"):
+        print(json.dumps({"member": name, "error": repr(error)[:300]}), file=sys.stderr)
+print(json.dumps(outcomes))
+"""
+
+
+@pytest.mark.xdist_group("fuzz")
+def test_shared_reference_pickle_mutator_inputs_end_cleanly():
+    """The upstream-layout seed's torch.save members with pickles that share containers (deep,
+    wide, self-holding; grafted on the member's own value or alone): each input is accepted or
+    refused with a FormatError naming the file, in one child process that a hang would time out."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.fuzz.seeds import REPO
+
+    proc = subprocess.run([sys.executable, "-c", _SHARED_PICKLES, "60"], capture_output=True, text=True,
+                          timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcomes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(outcomes) <= {"ok", "clean"} and outcomes.get("clean", 0) >= 20, (outcomes, proc.stderr[-3000:])
