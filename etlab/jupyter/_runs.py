@@ -152,4 +152,7 @@ def compare_view(ins_a, ins_b, *, name_a: str, name_b: str, pte: PteFile | None 
             annotate_by_instruction(model, ratio_by_instr, "× (B / A)", ratio=True)
             model.latency_center = 1.0
             graphs = [model.to_json()]
-    return {"a": name_a, "b": name_b, "unit": unit, "columns": columns, "rows": rows, "graphs": graphs}
+    from etlab.visualizer import capture_warning
+
+    return {"a": name_a, "b": name_b, "unit": unit, "columns": columns, "rows": rows, "graphs": graphs,
+            "warning": capture_warning(comparison)}

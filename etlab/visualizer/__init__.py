@@ -16,7 +16,7 @@
 
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._cli import report_main
-from etlab.visualizer._compare_view import CompareView, comparison_html
+from etlab.visualizer._compare_view import CompareView, capture_warning, comparison_html
 from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._fleet_view import FleetDiffView
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
@@ -48,6 +48,7 @@ __all__ = [
     "QuantizationView",
     "TableView",
     "build_graph_model",
+    "capture_warning",
     "comparison_html",
     "delegation_info_html",
     "event_block_html",

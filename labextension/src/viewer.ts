@@ -359,6 +359,7 @@ const bptePage: Page = async (v, d) => {
 
 const comparePage: Page = async (v, d) => {
   v.body.append(h('div', { class: 'jp-etlab-head' }, 'Run A ', h('b', {}, d.a), ' vs run B ', h('b', {}, d.b), ` · per-op p50 (${d.unit})`));
+  if (d.warning) v.body.append(h('div', { class: 'jp-etlab-warn', 'data-role': 'capture-warning' }, d.warning));
   const tableBox = section(`Per-op p50 delta (${d.rows.length} events)`);
   v.body.append(tableBox);
   const tbl = await mountTable(tableBox, d.columns, d.rows, 'B vs A');

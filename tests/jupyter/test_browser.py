@@ -128,6 +128,9 @@ def test_sidebar_groups_and_compares_runs(lab_page):
     lab_page.wait_graph(v)
     assert v.locator("[data-etlab-view=table] tr.row").count() > 0
     assert "p50 ratio" in v.inner_text()
+    # run.etdp logged its intermediates (run.bin), run2.etdp did not: the ratios are flagged
+    assert "captured intermediate outputs" in v.locator("[data-role=capture-warning]").inner_text()
+    assert v.locator(".legend [data-role=diverging]").count() == 1
     lab_page.shot("compare-light")
     v.locator("[data-etlab-view=table] tr.row", has_text="DELEGATE_CALL").first.click()
     v.locator("g.node.selected").first.wait_for(timeout=10_000)

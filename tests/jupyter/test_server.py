@@ -114,6 +114,8 @@ def test_artifacts_grouped_by_program(lab):
 def test_compare_two_runs(lab):
     status, d = lab.get_json("etlab/api/compare?a=run.etdp&b=run2.etdp&program=mlp.pte")
     assert status == 200 and d["rows"] and all(r["ratio"] is None or r["ratio"] > 0 for r in d["rows"])
+    assert d["warning"].startswith("Run A captured intermediate outputs and run B did not")  # run.bin: A logged
+    assert d["graphs"][0]["latency_center"] == 1.0
     assert sum(1 for n in d["graphs"][0]["nodes"] if n["latency"]) == 5
     status, bad = lab.get_json("etlab/api/compare?a=run.etdp&b=other_run.etdp")
     assert status == 422 and "different programs" in bad["error"]
