@@ -121,7 +121,10 @@ def _delegate_step(loaded: LoadedDelegate, table: ValueTable, slots: list[int], 
     static, dynamic = _resolved_args(table, slots)
     execute, handle = loaded.backend.execute, loaded.handle
     if not dynamic:
-        return lambda: execute(handle, list(static), context)  # a fresh list: backends may keep or edit it
+        def call_static() -> None:  # a fresh list: backends may keep or edit it; nothing returned (no Goto)
+            execute(handle, list(static), context)
+
+        return call_static
 
     def step():
         call = list(static)

@@ -47,6 +47,8 @@ UNSET_CHAIN = -1
 UNSET_INSTRUCTION = 0
 DEFAULT_MAX_EVENTS = 1 << 20
 AUTO_DEBUG_BUFFER_LIMIT = 1 << 30  # a debug buffer sized from the plan grows up to this many bytes
+MAX_DEBUG_BUFFER_BYTES = 1 << 48  # the native DebugArena's bound (its offset arithmetic stays far from overflow)
+MAX_DEBUG_ALIGNMENT = 4096
 
 
 class DebugLevel(enum.IntEnum):
@@ -72,6 +74,8 @@ class EventTracer:
         """debug_buffer_size: bytes for logged tensors, or None to size the buffer from the plan."""
         if (debug_buffer_size is not None and debug_buffer_size < 0) or max_events < 0:
             raise ValueError("debug_buffer_size and max_events must not be negative")
+        if debug_buffer_size is not None and debug_buffer_size > MAX_DEBUG_BUFFER_BYTES:
+            raise ValueError(f"debug_buffer_size {debug_buffer_size} is above {MAX_DEBUG_BUFFER_BYTES} bytes")
         self.debug_level = DebugLevel(debug_level)
         self.trace_allocations = trace_allocations
         self.max_events = max_events
@@ -312,6 +316,8 @@ class _DebugArena:
     _MAX_UNIT = 64 << 20
 
     def __init__(self, size: int, limit: int):
+        if not 0 <= size <= MAX_DEBUG_BUFFER_BYTES or not 0 <= limit <= MAX_DEBUG_BUFFER_BYTES:
+            raise ValueError(f"DebugArena: size and limit must lie in 0..{MAX_DEBUG_BUFFER_BYTES}")
         self._chunks = [torch.empty(size, dtype=torch.uint8)]
         self._starts = [0]
         self._capacity, self._limit, self._unit = size, max(size, limit), 1 << 20
@@ -323,19 +329,28 @@ class _DebugArena:
             self._unit = max(self._unit, min(_round_up(max(nbytes, 0), 64), self._MAX_UNIT))
 
     def reserve(self, nbytes: int, alignment: int) -> tuple[int, torch.Tensor | None]:
-        """Offset of `nbytes` bytes aligned to `alignment` and the bytes to copy into, or (-1, None)."""
+        """Offset of `nbytes` bytes aligned to `alignment` and the bytes to copy into, or (-1, None) (the
+        arena unchanged); ValueError for a negative nbytes or an alignment not a power of two up to 4096."""
+        if nbytes < 0 or not 0 < alignment <= MAX_DEBUG_ALIGNMENT or alignment & (alignment - 1):
+            raise ValueError(f"DebugArena.reserve: nbytes must be >= 0 and alignment a power of two up to "
+                             f"{MAX_DEBUG_ALIGNMENT}")
         with self._lock:
+            if nbytes > self._limit:
+                return -1, None
             offset = _round_up(self.used, alignment)
             if offset + nbytes > self._capacity:
                 start = _round_up(self._capacity, max(alignment, 64))
                 size = max(self._unit, _round_up(nbytes, 64))
                 if start + size > self._limit:
                     return -1, None
+                # allocated before anything changes: a failed allocation leaves the arena as it was
+                pad = torch.zeros(start - self._capacity, dtype=torch.uint8) if start > self._capacity else None
+                chunk = torch.empty(size, dtype=torch.uint8)
                 self._chunks[-1][self.used - self._starts[-1]:].zero_()
-                if start > self._capacity:
-                    self._chunks.append(torch.zeros(start - self._capacity, dtype=torch.uint8))
+                if pad is not None:
+                    self._chunks.append(pad)
                     self._starts.append(self._capacity)
-                self._chunks.append(torch.empty(size, dtype=torch.uint8))
+                self._chunks.append(chunk)
                 self._starts.append(start)
                 self._capacity = start + size
                 self.used = offset = start

@@ -94,7 +94,10 @@ def python_kernel(name: str, fn: Callable[..., Any], origin: str = "custom", *, 
         dynamic = [(i, r) for i, a in enumerate(args) if (r := table.resolver(a)) is not None]
         slot = result_slot(table, args)
         if not dynamic and slot is None:
-            return lambda: fn(*static)
+            def call_static() -> None:  # returns nothing: only a jump step may name the next step (Goto)
+                fn(*static)
+
+            return call_static
         call = list(static)
 
         def step():
