@@ -242,11 +242,28 @@ def test_dynamic_dimension_is_refused_with_its_category():
         def forward(self, x):
             return torch.relu(x)[:, 1:3] * 2.0
 
-    dim = torch.export.Dim("n", min=2, max=64)
-    ep = to_edge(torch.export.export(Slice(), (torch.randn(4, 6),), dynamic_shapes=({0: dim},))).exported_program()
+    dim = torch.export.Dim("n", min=2, max=64)  # (to_edge itself refuses unbounded dims)
+    exported = torch.export.export(Slice(), (torch.randn(4, 6),), dynamic_shapes=({0: dim},))
+    ep = to_edge(exported).exported_program()
     refused = _refusals(XnnpackPartitioner().partition(ep).tagged_exported_program)
-    (slice_node,) = [n for n in ep.graph.nodes if str(n.target) == "aten.slice_copy.Tensor"]
-    assert refused[slice_node.name].category == "dynamic_shape"
+    by_op = {str(n.target): refused.get(n.name) for n in ep.graph.nodes if n.op == "call_function"}
+    assert by_op["aten.slice_copy.Tensor"].category == "dynamic_shape"  # XNNPACK sizes slices when built
+    assert by_op["aten.relu.default"] is None and by_op["aten.mul.Tensor"] is None  # a bounded dim is fine
+
+
+def test_bounded_dynamic_batch_runs_at_every_size():
+    model, inputs = zoo.make_dynamic_batch()
+    edge = _lower(model, inputs, dynamic_shapes=({0: torch.export.Dim("batch", min=1, max=16)},))
+    ((_, blob),) = _blobs(edge)
+    assert _portable_ops(edge) == []
+    (input_id,) = blob.graph.input_ids
+    dims = [list(v.xvalue_union.dims) for v in blob.graph.xvalues if v.xvalue_union.id_out == input_id]
+    assert dims == [[16, 3, 8, 8]]  # the upper bound
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for batch in (16, 5, 1):  # etlab's emulation shrinks a delegate's outputs between runs
+        x = torch.randn(batch, 3, 8, 8)
+        (got,) = method.execute([x])
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
 
 
 def test_user_exclusions_and_per_op_mode():

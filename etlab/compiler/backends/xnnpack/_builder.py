@@ -70,6 +70,8 @@ class GraphBuilder:
               flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None) -> int:
         """Defines a tensor value; returns its id. `data` (already in the value's layout and
         storage dtype) makes it a constant."""
+        if not all(isinstance(d, int) for d in shape):  # int() of a SymInt would specialize the export
+            raise TypeError(f"XNNPACK value dims must be ints (upper bounds), got {list(shape)}")
         dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
         datatype = datatype if datatype is not None else quant.datatype if quant is not None else FLOAT32
         vid = len(self.xvalues)

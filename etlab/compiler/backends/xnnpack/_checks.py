@@ -11,6 +11,7 @@ from torch.export import ExportedProgram
 from torch.export.graph_signature import InputKind
 from torch.fx import Node
 
+from etlab.compiler._shapes import upper_bound
 from etlab.facts.fx import op_name
 from etlab.facts.lowered import DelegationRefusal
 
@@ -78,6 +79,18 @@ def is_static(t: torch.Tensor) -> bool:
     return all(isinstance(d, int) for d in t.shape)
 
 
+def dim_upper(d) -> int | None:
+    """A dim's largest value: itself, or a symbolic dim's bound under export's ranges (None: unbounded)."""
+    if isinstance(d, int):
+        return d
+    env = getattr(d.node, "shape_env", None)
+    return upper_bound(d, env.var_to_range) if env is not None else None
+
+
+def is_bounded(t: torch.Tensor) -> bool:
+    return all(dim_upper(d) is not None for d in t.shape)
+
+
 def value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationRefusal | None:
     t = tensor_of(node)
     if t is None:
@@ -88,14 +101,25 @@ def value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationR
         return refusal("dtype", f"{what} {node.name!r} is {str(t.dtype).removeprefix('torch.')}; XNNPACK's "
                        f"float path takes {names}",
                        "cast to float32 before this op, or quantize the model (q/dq int8) for XNNPACK's int8 path")
-    if not is_static(t):
+    if not is_bounded(t):
         dims = [str(d) for d in t.shape]
-        return refusal("dynamic_shape", f"{what} {node.name!r} has the dynamic shape [{', '.join(dims)}]; "
-                       "etlab's XNNPACK lowering takes static shapes",
-                       "export with static shapes (no dynamic_shapes=), or export one program per shape")
+        return refusal("dynamic_shape", f"{what} {node.name!r} has the shape [{', '.join(dims)}] with an unbounded "
+                       "dynamic dim; XNNPACK plans its memory for each dim's upper bound",
+                       "give the dynamic dim a max (torch.export.Dim(..., max=N)) or export with static shapes")
     if t.numel() == 0:
         return refusal("argument", f"{what} {node.name!r} is empty (shape {list(t.shape)})",
                        "XNNPACK does not run empty tensors")
+    return None
+
+
+def static_only(node: Node, tensors: list, why: str) -> DelegationRefusal | None:
+    """Refuses a node whose listed tensors (or its result) have dynamic dims: ops XNNPACK sizes at
+    build time (slices, resizes, reshapes to computed shapes)."""
+    for t in [tensor_of(node), *(tensor_of(a) for a in tensors)]:
+        if t is not None and not is_static(t):
+            return refusal("dynamic_shape", f"{why} with the dynamic shape {[str(d) for d in t.shape]}; XNNPACK "
+                           "fixes this op's sizes when the delegate is built",
+                           "export this part with static shapes, or move the op out of the dynamic region")
     return None
 
 

@@ -29,7 +29,7 @@ from torch.fx import Node
 from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler.backends.xnnpack import _fusion
 from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
-from etlab.compiler.backends.xnnpack._checks import Context, op_key
+from etlab.compiler.backends.xnnpack._checks import Context, dim_upper, op_key
 from etlab.compiler.backends.xnnpack._quant import (
     CHOOSE_QPARAMS,
     DQ_DYNAMIC,
@@ -110,7 +110,8 @@ class Lowering:
             if t is None:
                 raise DelegationError(f"XnnpackBackend: input {node.name!r} is not a tensor")
             quant = self._input_quant(node) if is_quantized_source(node) else None
-            vid = self.b.value(t.shape, external_id=position, flags=FLAG_EXTERNAL_INPUT, quant=quant)
+            vid = self.b.value(self.out_shape(node, NCHW), external_id=position, flags=FLAG_EXTERNAL_INPUT,
+                               quant=quant)
             self.values[node] = {NCHW: vid}
             if quant is not None:
                 self.quant[vid] = quant
@@ -273,7 +274,7 @@ class Lowering:
         if layout in have:
             return have[layout]
         source_layout = NHWC if layout == NCHW else NCHW
-        shape = list(self.tensor(node).shape)
+        shape = self.out_shape(node, NCHW)
         if len(shape) != 4:
             raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} (shape {shape}) asked for in NHWC")
         perm = TO_NCHW if layout == NCHW else TO_NHWC
@@ -315,8 +316,18 @@ class Lowering:
         return vid
 
     def out_shape(self, node: Node, layout: str) -> list[int]:
-        shape = [int(d) for d in self.tensor(node).shape]
+        """The node's dims in `layout`, dynamic ones at their upper bound (XNNPACK's value sizes)."""
+        shape = [dim_upper(d) for d in self.tensor(node).shape]
+        if None in shape:
+            raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} has an unbounded dynamic dim")
         return _permuted(shape, TO_NHWC) if layout == NHWC else shape
+
+    def reshape_target(self, node: Node) -> list[int]:
+        """A reshape's new shape: static dims, 0 for the (single) dynamic one XNNPACK infers."""
+        shape = [d if isinstance(d, int) else 0 for d in self.tensor(node).shape] or [1]
+        if shape.count(0) > 1 and not all(isinstance(d, int) for d in self.tensor(node).shape):
+            raise DelegationError.at(node, f"XnnpackBackend: reshape of {node.name!r} has several dynamic dims")
+        return shape
 
     def handle(self, node: Node) -> int | None:
         """The node's debug handle for its XNNPACK node(s), recording what was folded into it."""
@@ -332,7 +343,7 @@ class Lowering:
     def _finish_output(self, node: Node) -> None:
         target = self.resolve(node)
         if target in self.constants:  # a partition output computed from constants alone
-            out = self.define(node, list(self.tensor(node).shape) or [1], NCHW)
+            out = self.define(node, self.out_shape(node, NCHW) or [1], NCHW)
             self.b.node("XNNCopy", self.handle(node), input_id=self.value(target), output_id=out)
             return
         if NCHW not in self.values.get(target, {}):

@@ -243,7 +243,8 @@ def _fully_connected(lw: Lowering, node: Node) -> None:
         lw.b.node("XNNFullyConnected", handle, lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
                   bias_id=bias_id, output_id=out)
         final = lw.result(node, shape, NCHW)
-        lw.b.node("XNNStaticReshape", handle, num_dims=len(shape), new_shape=shape, input_id=out, output_id=final)
+        target = lw.reshape_target(node)
+        lw.b.node("XNNStaticReshape", handle, num_dims=len(target), new_shape=target, input_id=out, output_id=final)
         return
     out = lw.result(node, shape, NCHW)
     lw.b.node("XNNFullyConnected", handle, lw.clamp_of(node), input1_id=x_id, filter_id=filter_id,
@@ -302,19 +303,20 @@ def _mean(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
     q = lw.qplan.get(node)
     x = lw.operand(x_node, NHWC, q is not None)
-    n, c = (int(d) for d in lw.tensor(x_node).shape[:2])
+    n, c = lw.out_shape(x_node, NCHW)[:2]
     keepdim = bool(_arg(node, 2, "keepdim", False))
     handle = lw.handle(node)
     pooled = lw.result(node, [n, 1, 1, c], NHWC) if keepdim else lw.temp([n, 1, 1, c], spec_of(q) if q else None)
     lw.b.node("XNNGlobalAvgPooling2d", handle, input_id=x, output_id=pooled, flags=FLAG_KEEP_DIMS)
     if not keepdim:
         out = lw.result(node, [n, c], NCHW)
-        lw.b.node("XNNStaticReshape", handle, num_dims=2, new_shape=[n, c], input_id=pooled, output_id=out)
+        lw.b.node("XNNStaticReshape", handle, num_dims=2, new_shape=lw.reshape_target(node), input_id=pooled,
+                  output_id=out)
 
 
 def _upsample_bilinear(lw: Lowering, node: Node) -> None:
     x = lw.value(node.args[0], NHWC)
-    shape = [int(d) for d in lw.tensor(node).shape]
+    shape = lw.out_shape(node, NCHW)
     out = lw.define(node, _permuted(shape, TO_NHWC), NHWC)
     lw.b.node("XNNStaticResizeBilinear2D", lw.handle(node), new_height=shape[2], new_width=shape[3], input_id=x,
               output_id=out, flags=FLAG_ALIGN_CORNERS if node.args[2] else 0)
@@ -363,7 +365,7 @@ def _write_concat(lw: Lowering, handle, ids: list[int], axis: int, out: int) -> 
 
 def _slice(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
-    shape = [int(d) for d in lw.tensor(x_node).shape]
+    shape = lw.out_shape(x_node, NCHW)
     rank = len(shape)
     dim = _arg(node, 1, "dim", 0) % rank
     start, end = _arg(node, 2, "start", None), _arg(node, 3, "end", None)
@@ -383,7 +385,7 @@ def _slice(lw: Lowering, node: Node) -> None:
 
 def _select(lw: Lowering, node: Node) -> None:
     x_node = node.args[0]
-    shape = [int(d) for d in lw.tensor(x_node).shape]
+    shape = lw.out_shape(x_node, NCHW)
     dim = node.args[1] % len(shape)
     index = node.args[2] + shape[dim] if node.args[2] < 0 else node.args[2]
     offsets, sizes = [0] * len(shape), list(shape)
@@ -401,15 +403,15 @@ def _select(lw: Lowering, node: Node) -> None:
 
 def _reshape(lw: Lowering, node: Node) -> None:
     x_node = lw.resolve(node.args[0])
-    in_shape = [int(d) for d in lw.tensor(x_node).shape]
+    in_shape = lw.out_shape(x_node, NCHW)
     # A value held only as NHWC whose memory order equals NCHW's (1x1 spatial) is reshaped as is.
     direct = (x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC)
               and _same_memory_order(in_shape))
     quantized = node in lw.qplan
     x = lw.operand(x_node, NHWC if direct else NCHW, quantized)
-    new_shape = lw.out_shape(node, NCHW) or [1]
-    out = lw.result(node, new_shape, NCHW)
-    lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(new_shape), new_shape=new_shape, input_id=x,
+    out = lw.result(node, lw.out_shape(node, NCHW) or [1], NCHW)
+    target = lw.reshape_target(node)
+    lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(target), new_shape=target, input_id=x,
               output_id=out)
 
 
@@ -436,7 +438,8 @@ def _int8_view(lw: Lowering, node: Node, layout: str) -> int:
         perm = [int(p) % len(shape) for p in node.args[1]]
         lw.b.node("XNNStaticTranspose", lw.handle(node), num_dims=len(perm), perm=perm, input_id=x, output_id=out)
     else:
-        lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(shape), new_shape=shape, input_id=x,
+        target = lw.reshape_target(node)
+        lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=len(target), new_shape=target, input_id=x,
                   output_id=out)
     if layout == NHWC:
         raise DelegationError.at(node, "XnnpackBackend: an int8 view read in NHWC (not supported)")

@@ -27,6 +27,7 @@ from etlab.compiler.backends.xnnpack._checks import (
     is_static,
     op_key,
     refusal,
+    static_only,
     tensor_of,
     value_refusal,
 )
@@ -138,6 +139,8 @@ def _getitem(node: Node, ctx: Context) -> DelegationRefusal | None:
         return getitem_rule(node, ctx)
     kind = op_key(source) if isinstance(source, Node) and source.op == "call_function" else None
     if kind in ("aten._native_batch_norm_legit_no_training.default", "aten.max_pool2d_with_indices.default"):
+        if index != 0 and not node.users:
+            return None  # an unused statistic (upstream's graphs keep them): nothing to run
         if index != 0:
             return refusal("argument", f"output {index} of {kind} (batch norm statistics or pooling indices)",
                            "XNNPACK computes only the first output")
@@ -193,6 +196,9 @@ def _max_pool(node: Node, ctx: Context) -> DelegationRefusal | None:
     if any(s > k for s, k in zip(stride, kernel)):
         return refusal("argument", f"stride {stride} larger than the window {kernel}",
                        "XNNPACK's max pooling needs stride <= kernel size")
+    ceil_mode = arg_of(node, 5, "ceil_mode", False)
+    if ceil_mode and static_only(node, node.args[:1], "max pooling with ceil_mode"):
+        return static_only(node, node.args[:1], "max pooling with ceil_mode")
     if key_users_need_indices(node):
         return refusal("argument", "the pooling indices are used", "XNNPACK's max pooling returns values only")
     return None
@@ -236,7 +242,7 @@ def _mean(node: Node, ctx: Context) -> DelegationRefusal | None:
                        "dims (2, 3) of a 4-D tensor (global average pooling)", "average over H and W of NCHW")
     if node.kwargs.get("dtype") is not None:
         return refusal("dtype", "mean with an explicit dtype", "drop dtype=")
-    return None
+    return _reshape(node, ctx)
 
 
 def _softmax(node: Node, ctx: Context) -> DelegationRefusal | None:
@@ -263,19 +269,28 @@ def _slice(node: Node, ctx: Context) -> DelegationRefusal | None:
     if step != 1:
         return refusal("argument", f"slice with step {step}; XNNPACK slices contiguous ranges",
                        "slice with step 1")
-    if any(isinstance(a, Node) for a in node.args[1:4]):
+    if any(isinstance(a, Node) or isinstance(a, torch.SymInt) for a in node.args[1:4]):
         return refusal("dynamic_shape", "slice bounds are computed at run time", "slice with constant bounds")
-    return check_values(node, node.args[:1])
+    return check_values(node, node.args[:1]) or static_only(node, node.args[:1], "a slice")
 
 
 def _select(node: Node, ctx: Context) -> DelegationRefusal | None:
-    if isinstance(node.args[2], Node):
+    if isinstance(node.args[2], (Node, torch.SymInt)):
         return refusal("dynamic_shape", "the selected index is computed at run time", "select a constant index")
-    return check_values(node, node.args[:1])
+    return check_values(node, node.args[:1]) or static_only(node, node.args[:1], "a select")
 
 
 def _shape_op(node: Node, ctx: Context) -> DelegationRefusal | None:
     return check_values(node, node.args[:1])
+
+
+def _reshape(node: Node, ctx: Context) -> DelegationRefusal | None:
+    found = check_values(node, node.args[:1])
+    t = tensor_of(node)
+    if found is None and t is not None and sum(not isinstance(d, int) for d in t.shape) > 1:
+        return refusal("dynamic_shape", f"a reshape to {[str(d) for d in t.shape]}: XNNPACK infers at most one "
+                       "dynamic dim of a reshape", "keep one dynamic dim, or export with static shapes")
+    return found
 
 
 def _pad(node: Node, ctx: Context) -> DelegationRefusal | None:
@@ -293,7 +308,7 @@ def _upsample_bilinear(node: Node, ctx: Context) -> DelegationRefusal | None:
         return found
     if tensor_of(node.args[0]).dim() != 4:
         return refusal("argument", "bilinear resize of a non-4-D tensor", "")
-    return None
+    return static_only(node, node.args[:1], "a resize")
 
 
 def _clone(node: Node, ctx: Context) -> DelegationRefusal | None:
@@ -324,8 +339,8 @@ RULES: dict[str, Rule] = {
     "aten.avg_pool2d.default": _avg_pool, "aten.mean.dim": _mean,
     "aten._softmax.default": _softmax, "aten.cat.default": _cat,
     "aten.slice_copy.Tensor": _slice, "aten.select_copy.int": _select,
-    "aten.view_copy.default": _shape_op, "aten.permute_copy.default": _shape_op,
-    "aten.squeeze_copy.dims": _shape_op, "aten.squeeze_copy.dim": _shape_op, "aten.unsqueeze_copy.default": _shape_op,
+    "aten.view_copy.default": _reshape, "aten.permute_copy.default": _shape_op,
+    "aten.squeeze_copy.dims": _reshape, "aten.squeeze_copy.dim": _reshape, "aten.unsqueeze_copy.default": _reshape,
     "aten.constant_pad_nd.default": _pad, "aten.upsample_bilinear2d.vec": _upsample_bilinear,
     "dim_order_ops._clone_dim_order.default": _clone, "aten.clone.default": _clone,
     "getitem": _getitem,
