@@ -183,6 +183,7 @@ class WorkerPool:
         self._files: dict[str, asyncio.Lock] = {}
         self._zygote: _Zygote | None = None
         self._zygote_lock = threading.Lock()
+        self._failed: dict[tuple, tuple] = {}  # request -> (file version, message) of a stopped or lost read
 
     # -- workers (threads) --------------------------------------------------------------------------------
 
@@ -262,19 +263,34 @@ class WorkerPool:
                 self._start_locked()
             self._cond.notify_all()
 
+    def _version(self, name: str) -> tuple | None:
+        """The file's (size, mtime) as a key only (the worker checks the path before reading it)."""
+        try:
+            st = os.stat(os.path.join(self.root, name))
+        except (OSError, ValueError):
+            return None
+        return st.st_size, st.st_mtime_ns
+
     def run(self, method: str, args: list, name: str, seconds: float) -> tuple[bool, bytes]:
         """A request on a worker (blocking): (ok, JSON text); FormatError when it passes `seconds` or
-        its worker dies."""
+        its worker dies. The same request about the same version of a file that failed that way
+        fails again at once (a viewer reloading a hostile file does not take a worker each time)."""
+        key = (method, json.dumps(args), name)
+        failed = self._failed.get(key)
+        if failed is not None and failed[0] == self._version(name) and failed[0] is not None:
+            raise FormatError(failed[1])
         worker = self.acquire(name)
         try:
             ok, text = worker.call({"method": method, "args": args, "name": name}, seconds)
-        except TimeoutError:
+        except (TimeoutError, WorkerLost) as e:
             self.discard(worker)
-            raise FormatError(f"{name}: reading it took more than {seconds:g} s; the server stopped it "
-                              "(the time budget per request is ETLAB_LAB_TIMEOUT_S)") from None
-        except WorkerLost as e:
-            self.discard(worker)
-            raise FormatError(f"{name}: reading it failed: {e}") from None
+            message = (f"{name}: reading it took more than {seconds:g} s; the server stopped it (the time budget "
+                       "per request is ETLAB_LAB_TIMEOUT_S)") if isinstance(e, TimeoutError) else \
+                f"{name}: reading it failed: {e}"
+            if len(self._failed) > 256:
+                self._failed.clear()
+            self._failed[key] = (self._version(name), message)
+            raise FormatError(message) from None
         if not ok and json.loads(text).get("restart"):
             self.discard(worker)
         else:
