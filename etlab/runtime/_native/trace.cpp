@@ -338,7 +338,8 @@ inline void TraceLog::append(uint8_t* out, const RecordWord* record, size_t n, u
 
 void TraceLog::add(const TimedRun& run, const RecordWord* record, size_t n) {
   std::lock_guard<SpinLock> lock(lock_);
-  // The common case: a run like the one before, all kept, near the last anchor, with room left.
+  // The common case: a run like the one before, all kept, near the last anchor, with room left (like_last
+  // needs a run before, so a block exists and cursor_ and end_ point into it).
   uint8_t* const first = cursor_.load(std::memory_order_relaxed);
   if (__builtin_expect(!like_last(run) || run.events > max_events_ - count_ ||
                            anchor_stale(static_cast<uint64_t>(run.end)) || n == 0 ||
@@ -424,7 +425,7 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
       words.resize(n);
       if (n > 0) std::memcpy(words.data(), p, n * sizeof(RecordWord));  // the words may lie unaligned
       p += n * sizeof(RecordWord);
-      r.anchor = anchors_[anchor].second;
+      r.anchor = anchors_[anchor].second;  // anchors_ is not empty: the first run took one (add_any: anchor_stale)
       std::vector<int64_t> record;
       record.reserve(n);
       const uint64_t end = decode_record(words.data(), n, start, r.anchor, record);
