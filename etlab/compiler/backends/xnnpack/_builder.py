@@ -22,6 +22,8 @@ from etlab.schema.xnnpack import (
     serialize_xnnpack,
 )
 
+_BINARY = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum"}
+_PER_TENSOR_INT8 = {XNNDatatype.xnn_datatype_qint8, XNNDatatype.xnn_datatype_quint8}
 NO_DEBUG_HANDLE = 65535  # what upstream writes for nodes lowering added (layout transposes)
 CONSTANT_ALIGNMENT = 16
 FLOAT32 = XNNDatatype.xnn_datatype_fp32
@@ -65,6 +67,7 @@ class GraphBuilder:
     constant_offsets: list = field(default_factory=lambda: [MODELS["ConstantDataOffset"](offset=0, size=0)])
     constant_bytes: bytearray = field(default_factory=bytearray)
     num_externs: int = 0
+    datatypes: list = field(default_factory=list)  # value id -> datatype
 
     def value(self, shape, *, datatype: XNNDatatype | None = None, external_id: int | None = None,
               flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None) -> int:
@@ -75,6 +78,7 @@ class GraphBuilder:
         dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
         datatype = datatype if datatype is not None else quant.datatype if quant is not None else FLOAT32
         vid = len(self.xvalues)
+        self.datatypes.append(datatype)
         buffer_index = self._constant(data) if data is not None else 0
         tensor = MODELS["XNNTensorValue"](
             datatype=datatype, num_dims=len(dims), dims=dims, constant_buffer_idx=buffer_index,
@@ -102,6 +106,7 @@ class GraphBuilder:
     def node(self, kind: str, debug_handle: int | None, clamp: tuple[float, float] | None = None, **attrs) -> None:
         """Appends a node of `kind` (`XNNConv2d`, ...); attrs are its table's fields (flags default 0)."""
         attrs.setdefault("flags", 0)
+        self._check_types(kind, attrs)
         table = _table_of(kind, attrs)
         union = MODELS[table](**attrs)
         minmax = None if clamp is None else MODELS["OutputMinMax"](output_min=float(clamp[0]),
@@ -109,6 +114,22 @@ class GraphBuilder:
         self.xnodes.append(MODELS["XNode"](
             xnode_union=union, xnode_union_type=NODE_KINDS.index(kind) + 1,
             debug_handle=NO_DEBUG_HANDLE if debug_handle is None else int(debug_handle), output_min_max=minmax))
+
+    def _check_types(self, kind: str, attrs: dict) -> None:
+        """XNNPACK refuses, when the delegate is built on the device, nodes whose operands mix float
+        and int8; catch that here, while the compiler can still say which node it is."""
+        def types(*names):
+            return [self.datatypes[attrs[n]] for n in names]
+
+        if kind in _BINARY:
+            found = types("input1_id", "input2_id", "output_id")
+            if len({t in _PER_TENSOR_INT8 for t in found}) != 1 or (found[0] == FLOAT32) != (found[2] == FLOAT32):
+                raise ValueError(f"{kind} would mix datatypes {[t.name for t in found]}")
+        elif kind in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNFullyConnected"):
+            x, w, y = types("input1_id", "filter_id", "output_id")
+            dynamic = x == XNNDatatype.xnn_datatype_qdint8
+            if (x == FLOAT32) != (w == FLOAT32) or (not dynamic and (x == FLOAT32) != (y == FLOAT32)):
+                raise ValueError(f"{kind} would mix datatypes (input {x.name}, filter {w.name}, output {y.name})")
 
     def serialize(self) -> bytes:
         graph = MODELS["XNNGraph"](

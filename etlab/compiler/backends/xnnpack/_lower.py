@@ -355,7 +355,10 @@ class Lowering:
         handler = self.handlers.get(op_key(node))
         if handler is None:
             raise DelegationError.at(node, f"XnnpackBackend has no lowering for {op_key(node)} ({node.name!r})")
-        handler(self, node)
+        try:
+            handler(self, node)
+        except ValueError as err:  # the builder's datatype check: a graph XNNPACK would refuse
+            raise DelegationError.at(node, f"XnnpackBackend cannot lower node {node.name!r}: {err}") from err
 
     def clamp_of(self, node: Node) -> tuple[float, float] | None:
         return self.plan.clamp.get(node)

@@ -35,6 +35,7 @@ from etlab.compiler.backends.xnnpack._quant import (
     dequantized_source,
     dynamic_source,
     fc_weight,
+    is_dq,
     linear_input,
     q_params,
     quantize_bias,
@@ -69,14 +70,19 @@ def _unary(kind: str) -> Handler:
     return lower
 
 
-def _broadcast_constant(lw: Lowering, node: Node, layout: str, rank: int) -> int:
-    """A constant operand of a binary op, in the layout of its 4-D partner (padded to its rank)."""
-    data = lw.constants[node].float()
+def _broadcast_constant(lw: Lowering, node: Node, layout: str, rank: int, quantized: bool = False) -> int:
+    """A constant operand of a binary op, in the layout of its 4-D partner (padded to its rank); for
+    an op running quantized, the int8 constant behind its dequantize, with that quantization."""
+    spec = None
+    if quantized and is_dq(node) and node.args[0] in lw.constants:
+        data, spec = lw.constants[node.args[0]], spec_of(node)
+    else:
+        data = lw.constants[node].float()
     if layout == NHWC:
         data = data.reshape([1] * (rank - data.dim()) + list(data.shape)).permute(TO_NHWC)
     elif data.dim() == 0:
         data = data.reshape(1)
-    return lw.constant(node, data.contiguous(), f"operand-{layout}-{rank}")
+    return lw.constant(node, data.contiguous(), f"operand-{layout}-{rank}-{spec is not None}", quant=spec)
 
 
 def _binary(kind: str) -> Handler:
@@ -88,8 +94,8 @@ def _binary(kind: str) -> Handler:
         # NHWC when an operand already is and every live operand is 4-D (constants follow).
         nhwc = rank == 4 and any(lw.has(x, NHWC) for x in live) and all(lw.tensor(x).dim() == 4 for x in live)
         layout = NHWC if nhwc else NCHW
-        ids = [_broadcast_constant(lw, x, layout, rank) if x in lw.constants else lw.operand(x, layout, quantized)
-               for x in (a, b)]
+        ids = [_broadcast_constant(lw, x, layout, rank, quantized) if x in lw.constants
+               else lw.operand(x, layout, quantized) for x in (a, b)]
         out = lw.result(node, lw.out_shape(node, layout), layout)
         lw.b.node(kind, lw.handle(node), lw.clamp_of(node), input1_id=ids[0], input2_id=ids[1], output_id=out)
     return lower

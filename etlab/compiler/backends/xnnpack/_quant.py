@@ -323,7 +323,7 @@ def plan_quantized(calls: list[Node], constants: dict, consumers) -> dict[Node, 
         else:
             activations = [node.args[0]]
         sources = [dequantized_source(a) for a in activations]
-        if None in sources:
+        if None in sources or any(a in constants and not (is_dq(a) and a.args[0] in constants) for a in sources):
             continue
         activations = sources
         if key == "aten.convolution.default" and conv_weight(node, constants) is None:
