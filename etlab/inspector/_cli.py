@@ -114,6 +114,8 @@ def _inspect_parser() -> _Parser:
     p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
     p.add_argument("--delegate-debug-data", action="store_true", help="add delegate metadata columns")
+    p.add_argument("--pte", help="the program's .pte (exact pairing check; places the events of XNNPACK "
+                   "delegates whose ETRecord has no debug map, e.g. upstream's, on their nodes)")
     p.add_argument("--numeric-gap", action="store_true",
                    help="instead: per-layer gap of the runtime's intermediates against the ETRecord's graph "
                         "(SQNR, MSE, cosine, max-abs; needs --etrecord with representative inputs and --debug-buffer)")
@@ -132,7 +134,7 @@ def inspect_main(argv: list[str] | None = None) -> int:
         with warnings_as_lines(prog):
             ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer,
                             source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale,
-                            strict=a.strict)
+                            strict=a.strict, pte=a.pte)
         if a.numeric_gap:
             df = numeric_gap_table(ins)
         else:
@@ -219,6 +221,7 @@ class RunFiles:
     etrecord: Path | None = None
     debug_buffer: Path | None = None
     found_etrecord: bool = False  # picked up from the run's folder, not named on the command line
+    pte: Path | None = None       # the program's .pte: places XNNPACK delegate events on their nodes
 
 
 def _only(folder: Path, pattern: str, what: str, prefer: str | None = None) -> Path | None:
@@ -232,9 +235,10 @@ def _only(folder: Path, pattern: str, what: str, prefer: str | None = None) -> P
     return found[0] if found else None
 
 
-def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: str) -> RunFiles:
-    """A side given as an .etdp file, or as a folder holding one .etdp (with an .etrecord and the
-    run's .bin beside it, picked up when present); explicit --etrecord/--debug-buffer win."""
+def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: str, pte: str | None = None) -> RunFiles:
+    """A side given as an .etdp file, or as a folder holding one .etdp (with an .etrecord, the run's
+    .bin and the program's .pte beside it, picked up when present; a .pte only when it is the only
+    one); explicit --etrecord/--debug-buffer/--pte win."""
     p = Path(path)
     if p.is_dir():
         etdp = _only(p, "*.etdp", ".etdp")
@@ -242,7 +246,8 @@ def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: s
             raise FileNotFoundError(f"{side}: {p} holds no .etdp file")
         rec = _only(p, "*.etrecord", ".etrecord")
         buf = _only(p, "*.bin", ".bin", prefer=etdp.stem + ".bin")
-        files = RunFiles(etdp, rec, buf, found_etrecord=rec is not None)
+        ptes = sorted(q for q in p.glob("*.pte") if q.is_file())
+        files = RunFiles(etdp, rec, buf, found_etrecord=rec is not None, pte=ptes[0] if len(ptes) == 1 else None)
     elif p.exists():
         files = RunFiles(p)
     else:
@@ -251,6 +256,8 @@ def run_files(path: str, etrecord: str | None, debug_buffer: str | None, side: s
         files.etrecord, files.found_etrecord = Path(etrecord), False
     if debug_buffer:
         files.debug_buffer = Path(debug_buffer)
+    if pte:
+        files.pte = Path(pte)
     return files
 
 
@@ -262,6 +269,8 @@ def _compare_parser(prog: str) -> _Parser:
     for side in ("a", "b"):
         p.add_argument(f"--etrecord-{side}", help=f"ETRecord of run {side.upper()}'s program")
         p.add_argument(f"--debug-buffer-{side}", help=f"debug buffer of run {side.upper()}")
+        p.add_argument(f"--pte-{side}", help=f"the .pte of run {side.upper()}'s program (places the events of "
+                       "XNNPACK delegates whose ETRecord has no debug map, e.g. upstream's, on their nodes)")
     p.add_argument("--by", choices=("debug_handle", "module", "instruction"), default="debug_handle",
                    help="join events by debug handle (default; by module path + op where the builds' handles do "
                    "not line up, e.g. float vs quantized; by event name without an ETRecord), always by module "
@@ -326,11 +335,11 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
         a = _compare_parser(prog).parse_args(argv)
         if a.top < 0:
             raise ValueError(f"--top must be >= 0, got {a.top}")
-        sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A"),
-                 run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B")]
+        sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A", a.pte_a),
+                 run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B", a.pte_b)]
         with warnings_as_lines(prog):
             ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
-                             target_time_scale=a.target_time_scale, strict=a.strict) for f in sides]
+                             target_time_scale=a.target_time_scale, strict=a.strict, pte=f.pte) for f in sides]
         comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
         sys.stdout.write(compare_table(comparison, a.top))
         if a.csv:

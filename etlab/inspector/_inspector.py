@@ -22,7 +22,7 @@ from etlab.inspector._events import (
     time_scale_factor,
 )
 from etlab.inspector._grouping import BlockTable, group_events
-from etlab.inspector._pairing import PairingError, program_signature, run_mismatch
+from etlab.inspector._pairing import PairingError, program_signature, pte_signature, run_mismatch
 from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
 from etlab.schema import write_atomic
 from etlab.schema.etdump import DROPPED_DEBUG_VALUES, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
@@ -48,6 +48,7 @@ class Inspector:
         delegate_time_scale_converter: Callable[[int | str, int | float], int | float] | None = None,
         enable_module_hierarchy: bool = False,
         strict: bool = False,
+        pte: str | os.PathLike | bytes | Any = None,
     ) -> None:
         """
         Args:
@@ -65,6 +66,10 @@ class Inspector:
             strict: a run that is not of the ETRecord's program (calls on instructions the program
                 does not have, or of another kind, or other operators) raises `PairingError`;
                 by default it is a RuntimeWarning with the evidence (also in `pairing_mismatch`).
+            pte: the program's .pte (path, bytes or `etlab.schema.PteFile`), optional: its operator
+                table makes the pairing check exact, and the XNNPACK delegates' node lists place each
+                event of a delegate whose ETRecord has no debug map (upstream's XNNPACK) on the nodes
+                it ran (etlab.inspector._delegate_nodes).
         """
         if (etdump_path is None) == (etdump_data is None):
             raise ValueError("Inspector: give exactly one of etdump_path and etdump_data")
@@ -84,7 +89,15 @@ class Inspector:
         self._debug_row = debug_rows_of(self._columns)
         self._debug_values: dict[int, Any] = {}
         self._program: ProgramInfo | None = resolve_program_info(etrecord)
-        self.pairing_mismatch = _pairing_mismatch(self._columns, self._program, etrecord)
+        self._pte = None
+        self._node_handles: dict = {}
+        if pte is not None:
+            from etlab.inspector._delegate_nodes import delegate_node_handles, read_pte
+
+            self._pte = read_pte(pte)
+            if self._program is not None:
+                self._node_handles = delegate_node_handles(self._pte, self._program)
+        self.pairing_mismatch = _pairing_mismatch(self._columns, self._program, etrecord, self._pte)
         if self.pairing_mismatch and strict:
             raise PairingError(self.pairing_mismatch)
         if self.pairing_mismatch:
@@ -104,7 +117,8 @@ class Inspector:
         method = self._program.method_for_block(t.name) if self._program is not None else None
         if method is None:
             return None
-        return join_block(method, t.names, t.chain_index, t.instruction_id, t.delegate_id, t.is_delegated)
+        return join_block(method, t.names, t.chain_index, t.instruction_id, t.delegate_id, t.is_delegated,
+                          self._node_handles.get(id(method)))
 
     def _reference_output(self, t: BlockTable):
         method = self._program.method_for_block(t.name) if self._program is not None else None
@@ -354,13 +368,16 @@ class Inspector:
                 f"{'with' if self._program else 'without'} ETRecord)")
 
 
-def _pairing_mismatch(columns, program: ProgramInfo | None, etrecord) -> str | None:
-    """Why the run is not of the recorded program, or None (see etlab.inspector._pairing)."""
-    if program is None:
-        return None
-    name = str(etrecord) if isinstance(etrecord, (str, os.PathLike)) else "the ETRecord"
-    return run_mismatch(columns, program_signature(program), run_name=columns.what, program_name=name,
-                        program=program)
+def _pairing_mismatch(columns, program: ProgramInfo | None, etrecord, pte) -> str | None:
+    """Why the run is not of the recorded program (or of the .pte), or None (see etlab.inspector._pairing)."""
+    found = None
+    if pte is not None:
+        found = run_mismatch(columns, pte_signature(pte), run_name=columns.what, program_name="the .pte", pte=pte)
+    if found is None and program is not None:
+        name = str(etrecord) if isinstance(etrecord, (str, os.PathLike)) else "the ETRecord"
+        found = run_mismatch(columns, program_signature(program), run_name=columns.what, program_name=name,
+                             program=program)
+    return found
 
 
 def _dropped_debug_values(columns) -> int:

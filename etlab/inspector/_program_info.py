@@ -79,9 +79,28 @@ def _handle_as_identifier(ident, covered) -> tuple[int, ...] | None:
     return (h,) if h is not None and h in {int(c) for c in covered or ()} else None
 
 
+def _positions(names: list[str], chain_index, instruction_id, is_delegated, calls: dict) -> dict[int, tuple | None]:
+    """Event index -> the handles of the delegate node it is (its position among its call's events,
+    `_delegate_nodes`), for the calls in `calls` whose event count is a multiple of their node count."""
+    by_call: dict[tuple[int, int], list[int]] = {}
+    for j, (ch, ins) in enumerate(zip(chain_index.tolist(), instruction_id.tolist())):
+        if is_delegated[j] and (ch, ins) in calls:
+            by_call.setdefault((ch, ins), []).append(j)
+    out: dict[int, tuple | None] = {}
+    for key, events in by_call.items():
+        nodes = calls[key]
+        if nodes and len(events) % len(nodes) == 0:
+            out.update((j, nodes[k % len(nodes)]) for k, j in enumerate(events))
+    return out
+
+
 def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, instruction_id: np.ndarray,
-               delegate_id: list, is_delegated: np.ndarray) -> JoinedColumns:
+               delegate_id: list, is_delegated: np.ndarray, node_calls: dict | None = None) -> JoinedColumns:
+    """What the ETRecord says about each event of a block. `node_calls` ((chain, instruction) ->
+    per-node handles of a delegate call, from the program's .pte: `_delegate_nodes`) places the events
+    of delegates the ETRecord has no debug map for."""
     m = len(names)
+    positional = _positions(names, chain_index, instruction_id, is_delegated, node_calls) if node_calls else {}
     out = JoinedColumns([None] * m, [1] * m, [[] for _ in range(m)], [{} for _ in range(m)],
                         [{} for _ in range(m)], [None] * m)
     for j, (nm, ch, ins) in enumerate(zip(names, chain_index.tolist(), instruction_id.tolist())):
@@ -104,6 +123,8 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
                 covered, handles = handles, _delegate_handles(delegate, delegate_id[j])
                 if handles is None and not delegate.debug_handles:
                     handles = _handle_as_identifier(delegate_id[j], covered)
+                if handles is None and j in positional:
+                    handles = positional[j]
         elif nm != DELEGATE_CALL:
             out.backend_names[j] = None
         if handles is None:

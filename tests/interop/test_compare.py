@@ -19,6 +19,7 @@ from etlab.inspector import Inspector
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
 from tests.interop.conftest import ET_REF, ITERS, REPO, run_ref
+from tests.interop.test_inspector import xnnpack_run  # noqa: F401  (fixture: upstream's XNNPACK CNN, cached)
 
 pytestmark = pytest.mark.interop
 
@@ -98,3 +99,28 @@ def test_etlab_program_on_both_runtimes_joins_by_debug_handle(ref_python, tmp_pa
     assert {h for r in c.rows for h in r.handles} == set(record.program_info().methods["forward"].ops)
     assert c.summary.compared_outputs == len(c.rows)
     assert all(r.relative <= 1e-5 for r in c.rows), [(r.key, r.relative) for r in c.rows if r.relative > 1e-5]
+
+
+def test_upstream_portable_vs_xnnpack_builds_join_each_xnnpack_node_to_its_kernels(upstream_artifacts, xnnpack_run,  # noqa: F811
+                                                                                     tmp_path):
+    """Upstream's portable CNN against its XNNPACK build (each folder: .pte, .etrecord, .etdp): the
+    XNNPACK runtime names its events after operators and the ETRecord has no debug map for them; the
+    .pte beside the run places each on its node, so every op row joins the portable kernels it
+    replaced (conv + batch norm + clamp in one XNNPACK convolution). Only the layout transposes XNNPACK
+    added have no portable counterpart."""
+    out = subprocess.run([sys.executable, "-m", "etlab.cli", "compare", str(upstream_artifacts["cnn"]),
+                          str(xnnpack_run), "--json", str(tmp_path / "c.json")], capture_output=True, text=True,
+                         timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert out.returncode == 0, out.stderr
+    assert "warning" not in out.stderr, out.stderr
+    data = json.loads((tmp_path / "c.json").read_text())
+    rows = data["rows"]
+    only_b = [r for r in rows if r["present"] == "b"]
+    assert all("Transpose" in " ".join(r["events_b"]) for r in only_b), only_b
+    assert not [r for r in rows if r["present"] == "a"]
+    assert data["summary"]["matched_pct"] >= 90
+    xnn = [r for r in rows if r["present"] == "both" and r["backend_b"] == "XnnpackBackend"]
+    assert len(xnn) >= 19
+    first = next(r for r in xnn if any("Convolution" in e for e in r["events_b"]))
+    assert {"aten.convolution.default", "aten.hardtanh.default"} <= set(first["ops"])
+    assert len(first["events_a"]) == 3 and len(first["events_b"]) == 1
