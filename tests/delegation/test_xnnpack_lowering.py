@@ -376,3 +376,46 @@ def test_dynamic_int8_linear_becomes_a_qdint8_convert_and_fully_connected():
     (got,) = _run(edge, inputs)
     # XNNPACK quantizes each row with its own parameters, the q/dq graph the whole tensor with one
     assert float((got - want).abs().max()) <= 0.05 * float(want.abs().max())
+
+
+def test_builder_refuses_nodes_mixing_float_and_int8():
+    from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
+    from etlab.schema.xnnpack import XNNDatatype
+
+    b = GraphBuilder()
+    x = b.value([2, 3])
+    q = b.value([2, 3], quant=QuantSpec(XNNDatatype.xnn_datatype_qint8, scale=0.1))
+    with pytest.raises(ValueError, match="mix datatypes"):
+        b.node("XNNAdd", 1, input1_id=x, input2_id=q, output_id=b.value([2, 3]))
+    b.node("XNNAdd", 1, input1_id=x, input2_id=x, output_id=b.value([2, 3]))
+    with pytest.raises(TypeError, match="ints"):
+        b.value([2.5, 3])
+
+
+def test_partition_input_that_is_int8_keeps_its_quantization():
+    """A quantize left in another partition: the delegate takes the int8 tensor as a qint8 input."""
+    from etlab.compiler._delegation import DelegationSpec, Partitioner, PartitionResult
+
+    class SplitAtQuantize(Partitioner):
+        def partition(self, ep):
+            tags = {}
+            for node in ep.graph.nodes:
+                if node.op != "call_function":
+                    continue
+                tag = "q" if "quantize_per_tensor" in str(node.target) and "dequant" not in str(node.target) \
+                    and node.args[0].op == "placeholder" else "rest"
+                node.meta["delegation_tag"] = tag
+                tags[tag] = DelegationSpec("XnnpackBackend")
+            return PartitionResult(ep, tags)
+
+    model, inputs = _quantized(zoo.make_mlp)
+    edge = _lower(model, inputs, SplitAtQuantize())
+    blobs = [blob for _, blob in _blobs(edge)]
+    assert len(blobs) == 2
+    rest = next(b for b in blobs if len(b.graph.xnodes) > 1)
+    types = _value_types(rest)
+    assert [types[i] for i in rest.graph.input_ids] == ["qint8"]
+    with torch.no_grad():
+        want = model(*inputs)
+    (got,) = _run(edge, inputs)
+    assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
