@@ -148,18 +148,12 @@ def shared_list_pickle(levels: int, refs: int = 2) -> bytes:
 def torch_member(pkl: bytes) -> bytes:
     """A torch.save zip (as upstream writes for an ETRecord member) whose data.pkl is `pkl`."""
     import io
-    import zipfile
+
+    from tests.fuzz.mutate import replace_torch_pickle
 
     buf = io.BytesIO()
     torch.save({}, buf)
-    with zipfile.ZipFile(io.BytesIO(buf.getvalue())) as zf:
-        entries = {n: zf.read(n) for n in zf.namelist()}
-    entries[next(n for n in entries if n.endswith("/data.pkl"))] = pkl
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w") as zf:
-        for name, data in entries.items():
-            zf.writestr(name, data)
-    return out.getvalue()
+    return replace_torch_pickle(buf.getvalue(), pkl)
 
 
 def upstream_etrecord_with(src: Path, dst: Path, members: dict[str, bytes]) -> Path:
