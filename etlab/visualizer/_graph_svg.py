@@ -3,6 +3,7 @@ fallback (saved notebooks, nbconvert, GitHub), so the graph is seen where no scr
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 from etlab.visualizer._layout import compose, initial_expanded, layout_kit, node_label, shape_text
@@ -12,8 +13,49 @@ FILL = {"op": "#e8eef7", "control_flow": "#f3e9f7", "delegate": "#fdecec", "inpu
 MAX_BOXES = 2500  # above this the SVG would outweigh the notebook's size budget: groups are drawn collapsed
 
 
-def graph_svg(model, *, collapse_threshold: int = 400, max_width: int = 1100) -> str:
-    """The graph as an inline <svg> (groups boxed, delegates outlined in their backend's color)."""
+# The overlay ramps of graph_common.js (sequential; diverging about a ratio's center), same stops.
+RAMP = [(255, 247, 188), (254, 196, 79), (236, 112, 20), (204, 76, 2), (140, 45, 4)]
+DIVERGING = [(33, 102, 172), (146, 197, 222), (247, 247, 247), (244, 165, 130), (178, 24, 43)]
+OVERLAY_VALUES = {"latency": lambda n: n.latency["p50"] if n.latency else None, "gap": lambda n: n.gap,
+                  "bytes": lambda n: n.bytes}
+
+
+def _lerp(stops, t: float) -> str:
+    t = min(1.0, max(0.0, t))
+    x = t * (len(stops) - 1)
+    i = min(int(x), len(stops) - 2)
+    f = x - i
+    return "rgb({},{},{})".format(*(round(a + (b - a) * f) for a, b in zip(stops[i], stops[i + 1])))
+
+
+def overlay_fills(models, overlay: str) -> list[dict[int, tuple[str, bool]]]:
+    """Per model, node id -> (its overlay color, whether its text goes light on it), on the scale the
+    browser uses (log over every pane's values; a ratio's split at its center), so a saved graph keeps
+    its coloring."""
+    value = OVERLAY_VALUES.get(overlay)
+    vals = [v for m in models for n in m.nodes if (v := value(n)) is not None and v > 0] if value else []
+    if not vals:
+        return [{} for _ in models]
+    center = next((m.latency_center for m in models if m.latency_center), None) if overlay == "latency" else None
+    if center:
+        span = max(1e-6, *(abs(math.log10(v / center)) for v in vals))
+        stops, dark = DIVERGING, lambda t: abs(t - 0.5) > 0.36
+        place = lambda v: 0.5 + 0.5 * math.log10(v / center) / span
+    else:
+        a, b = math.log10(min(vals)), math.log10(max(vals))
+        stops, dark = RAMP, lambda t: t > 0.62
+        place = lambda v: (math.log10(v) - a) / (b - a) if b > a else 1.0
+    out = []
+    for m in models:
+        ts = {n.id: place(v) for n in m.nodes if (v := value(n)) is not None and v > 0}
+        out.append({i: (_lerp(stops, t), dark(t)) for i, t in ts.items()})
+    return out
+
+
+def graph_svg(model, *, collapse_threshold: int = 400, max_width: int = 1100,
+              fills: dict[int, tuple[str, bool]] | None = None) -> str:
+    """The graph as an inline <svg> (groups boxed, delegates outlined in their backend's color; nodes
+    filled with their overlay color from `fills`, else by kind)."""
     expanded = initial_expanded(model, collapse_threshold)
     if len(model.nodes) > MAX_BOXES:
         expanded = set()
@@ -52,11 +94,13 @@ def graph_svg(model, *, collapse_threshold: int = 400, max_width: int = 1100) ->
         n = model.nodes[int(item[1:])]
         stroke = f'stroke="{colors[n.backend]}" stroke-width="2"' if n.backend in colors else \
             'stroke="#7a8899" stroke-width="1"'
+        fill, light = (fills or {}).get(n.id) or (FILL.get(n.kind, FILL["op"]), False)
+        ink, sub = ("#ffffff", "#f0f0f0") if light else ("#1b1b1b", "#4a4f57")
         out.append(f'<g><title>{escape(n.name)}: {escape(n.op)}</title>'
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{bh:.1f}" rx="4" '
-                   f'fill="{FILL.get(n.kind, FILL["op"])}" {stroke}/>'
-                   f'<text x="{x + 8:.1f}" y="{y + 14:.1f}" fill="#1b1b1b">{escape(node_label(n))}</text>'
-                   f'<text x="{x + 8:.1f}" y="{y + 27:.1f}" fill="#4a4f57" font-size="10">'
+                   f'fill="{fill}" {stroke}/>'
+                   f'<text x="{x + 8:.1f}" y="{y + 14:.1f}" fill="{ink}">{escape(node_label(n))}</text>'
+                   f'<text x="{x + 8:.1f}" y="{y + 27:.1f}" fill="{sub}" font-size="10">'
                    f'{escape(shape_text(n))}</text></g>')
     out.append("</svg>")
     return "".join(out)

@@ -11,7 +11,7 @@ import traitlets
 from etlab.inspector import numeric_gaps, op_timings, time_unit
 from etlab.visualizer import _html
 from etlab.visualizer._graph_model import GRAPH_KINDS, GraphModel, aten_handles_of, build_graph_model
-from etlab.visualizer._graph_svg import graph_svg
+from etlab.visualizer._graph_svg import graph_svg, overlay_fills
 from etlab.visualizer._layout import layout_json
 from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
@@ -142,7 +142,8 @@ class GraphView(anywidget.AnyWidget):
         """What the graphs hold, per graph: nodes, module groups, delegates, the most frequent ops, and
         the graph drawn as an SVG (from the same layout as the widget)."""
         parts = []
-        for m in self.models:
+        fills = overlay_fills(self.models, self.overlay)
+        for m, fill in zip(self.models, fills):
             ops: dict[str, int] = {}
             for n in m.nodes:
                 if n.kind == "op":
@@ -153,7 +154,8 @@ class GraphView(anywidget.AnyWidget):
                          f"{sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} delegated "
                          f"partitions. Ops: {html.escape(top) or '–'}</p>")
             parts.append(f"<div class='etlab-graph-image' style='max-height:640px;overflow:auto'>"
-                         f"{graph_svg(m, collapse_threshold=self.options.get('collapse_threshold', 400))}</div>")
+                         f"{graph_svg(m, collapse_threshold=self.options.get('collapse_threshold', 400), fills=fill)}"
+                         "</div>")
         return "".join(parts)
 
     def _repr_mimebundle_(self, **kwargs):

@@ -7,7 +7,6 @@ plotly.js once per page (static/shared_lib.js) and each chart sends only its dat
 
 from __future__ import annotations
 
-import html
 import json
 from collections.abc import Callable
 
@@ -16,6 +15,7 @@ import plotly.graph_objects as go
 import traitlets
 
 from etlab.visualizer import _html
+from etlab.visualizer._figure_svg import figure_svg
 
 
 def _figure_json(fig: go.Figure) -> dict:
@@ -46,8 +46,8 @@ class PlotView(anywidget.AnyWidget):
         self.observe(lambda change: change["new"] and callback(change["new"]), names="clicked")
 
     def static_html(self) -> str:
-        title = self.fig.layout.title.text or "chart"
-        return f"<p><i>chart: {html.escape(str(title).split('<br>')[0])}</i></p>"
+        """The chart as an SVG (`figure_svg`): what a saved notebook shows once its kernel is gone."""
+        return figure_svg(self.fig)
 
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
