@@ -92,3 +92,17 @@ def test_synthetic_graph_is_grouped_for_collapse():
     assert any(g.kind == "delegate" for g in m.groups)
     ids = {g.id for g in m.groups}
     assert all(n.group in ids for n in m.nodes)
+
+
+def test_graphs_of_a_delegated_transformer_are_one_piece():
+    """Views, split outputs (tensor lists), multi-output ops and delegate calls keep every graph connected."""
+    from etlab.compiler import to_edge_transform_and_lower
+    from etlab.compiler.backends import DemoPartitioner
+    from etlab.models import export_zoo
+    from tests.jupyter.test_dataflow import components
+
+    et = to_edge_transform_and_lower(export_zoo("transformer"), partitioner=[DemoPartitioner()]).to_executorch()
+    for kind, program in (("edge", et.edge_program_manager.exported_program()), ("runtime", et.exported_program())):
+        model = build_graph_model(program, kind)
+        assert components(model) == 1, kind
+        assert any(n.kind == "delegate" or n.backend for n in model.nodes), kind
