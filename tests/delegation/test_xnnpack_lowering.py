@@ -419,3 +419,16 @@ def test_partition_input_that_is_int8_keeps_its_quantization():
         want = model(*inputs)
     (got,) = _run(edge, inputs)
     assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
+
+
+def test_config_precisions_choose_float_or_quantized_nodes():
+    quantized, inputs = _quantized(zoo.make_mlp)
+    ep = to_edge(torch.export.export(quantized, inputs)).exported_program()
+    only_float = XnnpackPartitioner(config_precisions=["fp32"]).partition(ep)
+    refused = _refusals(only_float.tagged_exported_program)
+    assert refused and {r.category for r in refused.values()} == {"excluded_by_user"}
+    assert not any(n.meta.get("delegation_tag") for n in ep.graph.nodes if "addmm" in n.name)
+    edge = _lower(quantized, inputs, XnnpackPartitioner(config_precisions=["static_quant"]))
+    assert _portable_ops(edge) == []
+    with pytest.raises(ValueError, match="config_precisions"):
+        XnnpackPartitioner(config_precisions=["fp64"])

@@ -32,6 +32,7 @@ from etlab.compiler._delegation import (
 from etlab.compiler.backends.xnnpack._checks import BACKEND_ID, Context, op_key, refusal
 from etlab.compiler.backends.xnnpack._lower import Lowering
 from etlab.compiler.backends.xnnpack._ops import HANDLERS
+from etlab.compiler.backends.xnnpack._quant import PRECISIONS, precision_of
 from etlab.compiler.backends.xnnpack._support import why_unsupported
 from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal
 from etlab.facts.source import module_hierarchy
@@ -55,10 +56,13 @@ class XnnpackPartitioner(Partitioner):
       submodules) or module classes whose nodes stay out. Both are refused as `excluded_by_user`.
     - `per_op_mode=True`: one partition per operator (as upstream's option: each op a delegate
       call of its own, e.g. to profile them one by one), instead of maximal partitions.
+    - `config_precisions`: which precisions to delegate, as upstream's option names them
+      ("fp32", "static_quant", "dynamic_quant", or upstream's ConfigPrecisionType members); by
+      default all three. E.g. `["static_quant"]` keeps float ops of a quantized model portable.
     """
 
     def __init__(self, *, exclude_ops: Iterable = (), exclude_modules: Iterable = (), per_op_mode: bool = False,
-                 compile_specs: list[CompileSpec] | None = None):
+                 config_precisions: Iterable | None = None, compile_specs: list[CompileSpec] | None = None):
         self.exclude_ops = {_op_label(op) for op in exclude_ops}
         self.exclude_modules = list(exclude_modules)
         for entry in self.exclude_modules:
@@ -66,6 +70,7 @@ class XnnpackPartitioner(Partitioner):
                 raise TypeError(f"XnnpackPartitioner: exclude_modules takes module paths (str) or module classes, "
                                 f"got {entry!r}")
         self.per_op_mode = bool(per_op_mode)
+        self.precisions = _precisions(config_precisions)
         self.delegation_spec = DelegationSpec(BACKEND_ID, list(compile_specs or []))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
@@ -74,7 +79,7 @@ class XnnpackPartitioner(Partitioner):
         calls = [n for n in gm.graph.nodes if n.op == "call_function"]
         accepted: set[Node] = set()
         for node in calls:
-            found = self._excluded(node) or why_unsupported(node, ctx=ctx)
+            found = self._excluded(node) or why_unsupported(node, ctx=ctx) or self._precision_refusal(node)
             if found is None:
                 accepted.add(node)
                 node.meta.pop(DELEGATION_REFUSAL_META, None)
@@ -123,6 +128,16 @@ class XnnpackPartitioner(Partitioner):
                     groups[users.pop()].insert(0, node)
         return list(groups.values())
 
+    def _precision_refusal(self, node: Node) -> DelegationRefusal | None:
+        if self.precisions == set(PRECISIONS):
+            return None
+        precision = precision_of(node)
+        if precision in self.precisions:
+            return None
+        return refusal("excluded_by_user", f"a {precision} node; the partitioner delegates only "
+                       f"{sorted(self.precisions)} (config_precisions)",
+                       f"add {precision!r} to XnnpackPartitioner(config_precisions=...) to delegate it")
+
     def _excluded(self, node: Node) -> DelegationRefusal | None:
         key = op_key(node)
         if key in self.exclude_ops or key.rsplit(".", 1)[0] in self.exclude_ops:
@@ -140,6 +155,17 @@ class XnnpackPartitioner(Partitioner):
                                "exclude_modules", "remove it from XnnpackPartitioner(exclude_modules=...) to "
                                "delegate it")
         return None
+
+
+def _precisions(given) -> set[str]:
+    if given is None:
+        return set(PRECISIONS)
+    items = [given] if isinstance(given, str) or hasattr(given, "name") else list(given)
+    names = {str(getattr(p, "name", p)).lower() for p in items}
+    unknown = names - set(PRECISIONS)
+    if unknown or not names:
+        raise ValueError(f"XnnpackPartitioner: config_precisions {sorted(unknown) or '[]'} not among {PRECISIONS}")
+    return names
 
 
 def _op_label(op) -> str:

@@ -339,6 +339,29 @@ def plan_quantized(calls: list[Node], constants: dict, consumers) -> dict[Node, 
     return out
 
 
+PRECISIONS = ("fp32", "static_quant", "dynamic_quant")
+
+
+def precision_of(node: Node) -> str:
+    """Which of upstream's precision classes a node belongs to: the q/dq nodes and the ops reading
+    dequantized activations are static_quant (dynamic_quant for the run-time quantized pattern);
+    everything else (weight dequantizes follow their readers) fp32."""
+    key = op_key(node)
+    if key in (CHOOSE_QPARAMS, Q_DYNAMIC, DQ_DYNAMIC) or (key == "getitem" and op_key(node.args[0]) == CHOOSE_QPARAMS):
+        return "dynamic_quant"
+    if key in (Q_TENSOR, DQ_TENSOR):
+        return "static_quant"
+    if key == DQ_CHANNEL or (key in _SHAPE_OPS and all(op_key(u) in LINEAR_OPS for u in node.users)):
+        readers = [u for u in node.users if u.op == "call_function"]
+        return precision_of(readers[0]) if readers else "fp32"
+    inputs = [a for a in node.all_input_nodes if a.op == "call_function"]
+    if any(dynamic_source(a) is not None for a in inputs):
+        return "dynamic_quant"
+    if any(dequantized_source(a) is not None for a in inputs) or any(is_q(u) for u in node.users):
+        return "static_quant"
+    return "fp32"
+
+
 def quantize_bias(bias: torch.Tensor, input_scale: float, weight: QuantWeight) -> tuple[torch.Tensor, QuantSpec]:
     """A float bias as XNNPACK's int32 bias: scale input_scale * weight scale (per channel)."""
     scales = (input_scale * weight.scales.double()).reshape(-1)
