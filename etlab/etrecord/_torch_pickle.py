@@ -19,7 +19,8 @@ encryption, declared sizes within the member's size.
 A memo lets a pickle share one container many times: 60 lists each holding the previous one twice
 take 225 bytes and 2**60 elements when walked as a tree. So the decoded value is walked once per
 object (`check_value`), and its size as a tree (what any consumer that recurses over it visits) is
-bounded by MAX_ELEMENTS; error messages describe values without printing them (`_brief`).
+bounded in proportion to the pickle (`element_budget`), so every later walk stays linear in the
+file's size; error messages describe values without printing them (`_brief`).
 """
 
 from __future__ import annotations
@@ -46,8 +47,12 @@ STORAGE_NAMES = {dtype: name for name, dtype in STORAGE_DTYPES.items()}
 MAX_OPCODES = 1 << 20
 MAX_DEPTH = 64
 MAX_RANK = 64
-# elements of the decoded value counted as a tree (a shared container once per reference): what a pickle
-# could spell out without sharing containers stays below MAX_OPCODES, and so below this
+# Elements of the decoded value counted as a tree (a shared container once per reference). A pickle
+# that shares no container spells each element out (at least one opcode each); one that repeats a
+# value (the same inputs several times) a few times over. So: up to FREE_ELEMENTS, then
+# ELEMENTS_PER_OPCODE per opcode, never more than MAX_ELEMENTS.
+FREE_ELEMENTS = 1 << 16
+ELEMENTS_PER_OPCODE = 64
 MAX_ELEMENTS = 1 << 20
 _MAX_DIM = 1 << 62  # sizes, strides and offsets of a tensor (a product of 64 of them stays small)
 _BOOKKEEPING = re.compile(r"(?:version|\.format_version|\.storage_alignment|byteorder|\.data/serialization_id"
@@ -231,11 +236,12 @@ class _Machine:
         raise self.fail(f"REDUCE of {func} with these arguments")
 
     def run(self, pkl: bytes):
-        count = 0
+        """The pickle's value; `self.opcodes` is how many opcodes it took."""
+        count = self.opcodes = 0
         try:
             ops = pickletools.genops(io.BytesIO(pkl))
             for opcode, arg, _ in ops:
-                count += 1
+                count = self.opcodes = count + 1
                 if count > MAX_OPCODES:
                     raise self.fail(f"the pickle has more than {MAX_OPCODES} opcodes")
                 done, value = self.step(opcode.name, arg)
@@ -378,18 +384,23 @@ def _brief(value, limit: int = 80) -> str:
 _PLAIN = (type(None), bool, int, float, str, bytes, torch.Tensor)
 
 
-def check_value(value, where: str) -> None:
-    """Refuses values nested deeper than MAX_DEPTH or holding themselves, larger than MAX_ELEMENTS
+def element_budget(opcodes: int) -> int:
+    """How many elements (as a tree) a pickle of `opcodes` opcodes may decode to; see FREE_ELEMENTS."""
+    return min(MAX_ELEMENTS, max(FREE_ELEMENTS, ELEMENTS_PER_OPCODE * opcodes))
+
+
+def check_value(value, where: str, budget: int = MAX_ELEMENTS) -> None:
+    """Refuses values nested deeper than MAX_DEPTH or holding themselves, larger than `budget` elements
     when walked as a tree, or holding anything but plain values, containers and tensors (a bare
     storage or global). Each container is walked once (by id), so the check is linear in the pickle."""
-    _Walk(where).visit(value, 0)
+    _Walk(where, budget).visit(value, 0)
 
 
 class _Walk:
     """One walk of `check_value`: per container, its height and its size as a tree, computed once."""
 
-    def __init__(self, where: str):
-        self.where = where
+    def __init__(self, where: str, budget: int):
+        self.where, self.budget = where, budget
         self.done: dict[int, tuple[int, int]] = {}  # id -> (height, elements as a tree)
         self.active: set[int] = set()  # containers on the current path (a memo can make one hold itself)
 
@@ -414,9 +425,10 @@ class _Walk:
             for item in (value.values() if isinstance(value, dict) else value):
                 h, n = self.visit(item, depth + 1)
                 height, size = max(height, h + 1), size + n
-                if size > MAX_ELEMENTS:
-                    raise self.fail(f"the value has more than {MAX_ELEMENTS} elements when its shared containers "
-                                    "are counted once per reference (a pickle that reuses containers to expand)")
+                if size > self.budget:
+                    raise self.fail(f"the value has more than {self.budget} elements when its shared containers "
+                                    "are counted once per reference (a pickle that reuses containers to expand "
+                                    "far beyond its size)")
             self.active.discard(key)
             known = self.done[key] = (height, size)
         if depth + known[0] > MAX_DEPTH:
@@ -434,8 +446,9 @@ def load_torch_bytes(data: bytes, where: str):
     byteorder = infos.get("byteorder")
     if byteorder is not None and _read(zf, byteorder, where).strip() not in (b"little",):
         raise FormatError(f"{where}: big-endian torch.save data is not supported")
-    value = _Machine(where, zf, infos).run(_read(zf, infos["data.pkl"], where))
-    check_value(value, where)
+    machine = _Machine(where, zf, infos)
+    value = machine.run(_read(zf, infos["data.pkl"], where))
+    check_value(value, where, element_budget(machine.opcodes))
     return value
 
 
