@@ -1,8 +1,9 @@
 """etlab's notebook views in a real JupyterLab (the tests/jupyter server, kernel "etlab", Debian chromium):
 one notebook with every view (graph, delegation, numeric gap, memory, profile, dashboard) run in Lab,
 light and dark screenshots with table-text contrast >= 4.5:1; saved and reopened (its kernel gone) it
-shows each view's static copy, not "model not found"; `jupyter nbconvert --to html` of it, opened
-offline, shows the tables and the graph image and loads no script from the network."""
+shows each view's static copy, not "model not found" (charts drawn as SVG, graphs in their overlay
+colors); `jupyter nbconvert --to html` of it, opened offline, shows the tables, the graph image and the
+charts and loads no script from the network."""
 
 from __future__ import annotations
 
@@ -133,6 +134,10 @@ def test_saved_notebook_reopened_shows_the_static_copies(lab_page, ran):
     assert outputs.locator(":scope > .lm-mod-hidden").count() == len(VIEWS)
     text = p.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Notebook").text_content()
     assert p.locator(".jp-NotebookPanel:not(.lm-mod-hidden) svg[data-role=graph-image]").count() >= 2
+    # the charts are pictures, not captions; the latency graph keeps its overlay colors
+    assert p.locator(".jp-NotebookPanel:not(.lm-mod-hidden) svg[data-role=chart-image]").count() >= 3
+    first = p.locator(".jp-NotebookPanel:not(.lm-mod-hidden) .jp-Cell").nth(1)
+    assert first.locator("svg[data-role=graph-image] rect[fill^='rgb(']").count() > 0
     assert "native_call_relu.out" in text  # the profile table's rows
     for dark in (False, True):
         _theme(lab_page, dark)
@@ -156,6 +161,7 @@ def test_nbconvert_html_offline_shows_tables_and_graph(ran, browser, tmp_path):
     remote = [m.group(1) for m in re.finditer(r"""<script[^>]+src=["']?(https?:[^"' >]+)""", html, re.I)]
     assert [u for u in remote if u not in template_own and not u.startswith(exporter.mathjax_url)] == []
     assert html.count('data-role="graph-image"') >= 2 and "native_call_relu.out" in html
+    assert html.count('data-role="chart-image"') >= 3
     page = browser.new_page(viewport={"width": 1300, "height": 900})
     fetched = []
 
