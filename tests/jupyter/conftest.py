@@ -141,6 +141,9 @@ class LabPage:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.goto(lab.url("lab?reset"))  # a fresh workspace, not the last session's tabs
         self.page.wait_for_selector(".jp-DirListing-item", timeout=90_000)
+        # the user's own Lab settings are read (no overrides): its "Jupyter news?" toast is hidden from the
+        # screenshots, not answered (that would write the user's settings)
+        self.page.add_style_tag(content=".Toastify__toast-container { display: none !important; }")
 
     def take_errors(self, expected: str = "") -> list[str]:
         """The console errors so far (cleared), without the HTTP errors the etlab API answered on
