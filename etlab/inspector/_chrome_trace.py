@@ -1,7 +1,9 @@
 """The runtime timeline as a Chrome trace (JSON Trace Event Format), viewable in Perfetto.
 
 One process; one track (thread) per run, named after the run; every profile event is a complete
-event ("X") with microsecond timestamps relative to the earliest event. Delegate events sit on
+event ("X") with microsecond timestamps relative to the earliest event, except an OPERATOR_CALL that
+repeats the kernel event logged just before it (the runtime times each kernel call twice: as
+`native_call_<op>` and as OPERATOR_CALL), so each op is one slice. Delegate events sit on
 their run's track, where Perfetto nests them inside the DELEGATE_CALL that contains them; a
 delegate whose clock does not line up with the runtime's gets a track of its own instead, so
 tracks never hold overlapping, non-nested slices.
@@ -18,7 +20,7 @@ from etlab.etdump import ETDumpColumns
 from etlab.inspector._events import TimeScale, time_scale_factor
 from etlab.inspector._grouping import elapsed_ticks
 from etlab.schema import write_atomic
-from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 _PID = 1
 
@@ -29,6 +31,14 @@ def _category(name: str, delegated: bool) -> str:
     if name in FRAMEWORK_EVENT_NAMES:
         return "framework"
     return "operator"
+
+
+def _kernel_twins(names: list[str], run, chain: list, instr: list, delegated) -> set[int]:
+    """Rows of OPERATOR_CALL events that only repeat the kernel event logged just before them (same
+    run and instruction: the runtime times one kernel call as both)."""
+    return {j for j in range(1, len(names))
+            if names[j] == OPERATOR_CALL and names[j - 1].startswith("native_call_") and not delegated[j - 1]
+            and run[j] == run[j - 1] and chain[j] == chain[j - 1] and instr[j] == instr[j - 1]}
 
 
 def chrome_trace(c: ETDumpColumns, source: TimeScale, target: TimeScale,
@@ -76,8 +86,9 @@ def chrome_trace(c: ETDumpColumns, source: TimeScale, target: TimeScale,
                            "args": {"name": f"{label} (delegate clock)"}})
     chain, instr = c.chain_index[rows].tolist(), c.instruction_id[rows].tolist()
     meta_len = c.metadata_len[rows].tolist()
+    twins = _kernel_twins(names, run.tolist(), chain, instr, delegated.tolist())
     for j, (n, ts, d, t) in enumerate(zip(names, start.tolist(), dur.tolist(), tid.tolist())):
-        if d != d:  # NaN: start after end on a clock that cannot have wrapped
+        if d != d or j in twins:  # NaN: start after end on a clock that cannot have wrapped
             continue
         args = {"chain_index": chain[j], "instruction_id": instr[j]}
         if ids[j] is not None:

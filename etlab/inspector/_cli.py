@@ -107,8 +107,9 @@ def _inspect_parser() -> _Parser:
     p.add_argument("etdump", help="the .etdp file")
     p.add_argument("--etrecord", help="ETRecord of the program (adds op types, module paths, source lines)")
     p.add_argument("--debug-buffer", help="debug buffer holding intermediate outputs")
-    p.add_argument("--format", choices=("table", "csv", "tsv", "json"), default="table",
-                   help="table (default): the printed view; csv/tsv/json: every column (JSON: NaN/inf as null)")
+    p.add_argument("--format", choices=("table", "csv", "tsv", "json", "parquet"), default="table",
+                   help="table (default): the printed view; csv/tsv/json: every column (JSON: NaN/inf as null); "
+                   "parquet (needs -o): every column, tensors as {dtype, shape, data}")
     p.add_argument("-o", "--output", help="write the table/csv/tsv/json here instead of stdout")
     p.add_argument("--chrome-trace", metavar="OUT.json", help="also write the runtime timeline (Perfetto)")
     p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
@@ -139,11 +140,14 @@ def inspect_main(argv: list[str] | None = None) -> int:
             df = numeric_gap_table(ins)
         else:
             df = ins.to_dataframe(include_delegate_debug_data=a.delegate_debug_data)
-        text = render(df, a.format)
-        if a.output:
-            write_atomic(a.output, text.encode())
+        if a.format == "parquet":
+            if not a.output:
+                raise ValueError("--format parquet writes a binary file: give -o OUT.parquet")
+            write_atomic(a.output, parquet_bytes(df))
+        elif a.output:
+            write_atomic(a.output, render(df, a.format).encode())
         else:
-            sys.stdout.write(text)
+            sys.stdout.write(render(df, a.format))
         if a.chrome_trace:
             ins.to_chrome_trace(a.chrome_trace)
     except (_UsageError, *_BAD_INPUT) as e:
@@ -172,6 +176,17 @@ def numeric_gap_table(inspector) -> pd.DataFrame:
                      "max_abs": float(diff.max()) if diff is not None and diff.numel() else 0.0,
                      "source": _source(r.stacktraces if isinstance(r.stacktraces, dict) else {})})
     return pd.DataFrame(rows, columns=["#", "aot_ops", "runtime_ops", "sqnr_db", "mse", "cosine", "max_abs", "source"])
+
+
+def parquet_bytes(df: pd.DataFrame) -> bytes:
+    """The frame as a Parquet file's bytes, tensors as {dtype, shape, data} (etlab.inspector._export)."""
+    import io
+
+    from etlab.inspector._export import parquet_ready
+
+    buf = io.BytesIO()
+    parquet_ready(df).to_parquet(buf, index=False)
+    return buf.getvalue()
 
 
 def render(df: pd.DataFrame, fmt: str) -> str:
@@ -278,6 +293,7 @@ def _compare_parser(prog: str) -> _Parser:
     p.add_argument("--top", type=int, default=20, help="rows printed, largest |latency delta| first (default 20)")
     p.add_argument("--csv", metavar="OUT.csv", help="write every row as CSV")
     p.add_argument("--json", metavar="OUT.json", help="write the summary and every row as JSON")
+    p.add_argument("--parquet", metavar="OUT.parquet", help="write every row as Parquet")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (table, chart, graph)")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
     p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
@@ -346,6 +362,8 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
             write_atomic(a.csv, _csv_text(comparison).encode())
         if a.json:
             write_atomic(a.json, (json.dumps(comparison.to_dict(), indent=1, allow_nan=False) + "\n").encode())
+        if a.parquet:
+            write_atomic(a.parquet, parquet_bytes(comparison.to_dataframe()))
         if a.html:
             comparison.save_html(a.html)
     except (_UsageError, *_BAD_INPUT) as e:

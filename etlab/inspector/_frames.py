@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from etlab.inspector._export import TensorFrame
 from etlab.schema.etdump import OPERATOR_CALL
 
 if TYPE_CHECKING:
@@ -96,7 +97,7 @@ def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFra
     for k in ("delegate_debug_identifier", "delegate_backend_name"):
         # strings and None: kept as objects (pandas 3 would infer a string dtype and turn None into NaN)
         ordered[k] = pd.Series(ordered[k], dtype=object)
-    return pd.DataFrame(ordered)
+    return TensorFrame(ordered)  # to_parquet writes the debug_data tensors (etlab.inspector._export)
 
 
 def upstream_node_keys(by_node: dict) -> dict:

@@ -1,6 +1,9 @@
-"""Synthetic ETDumps (with delegate, debug and allocation events) and a hand-built ProgramInfo."""
+"""Synthetic ETDumps (with delegate, debug and allocation events), a hand-built ProgramInfo, and
+real runs with delegate calls (`delegate_runs`)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +51,36 @@ def make_program_info(aot_outputs=None) -> ProgramInfo:
         ops=ops, aot_intermediate_outputs=aot_outputs,
     )
     return ProgramInfo(methods={"forward": method})
+
+
+def _build_delegated(model_and_inputs, folder: Path) -> Path:
+    """Compile with the demo backend (delegate calls), run once with intermediates: model.pte,
+    model.etrecord, run.etdp, run.bin in `folder`."""
+    import torch
+
+    from etlab.compiler import to_edge_transform_and_lower
+    from etlab.compiler.backends import DemoPartitioner
+    from etlab.runtime import DebugLevel, Runtime
+
+    model, inputs = model_and_inputs
+    et = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[DemoPartitioner()],
+                                     generate_etrecord=True).to_executorch()
+    et.write_to_file(folder / "model.pte")
+    record = et.get_etrecord()
+    record.update_representative_inputs(list(inputs))
+    record.save(folder / "model.etrecord")
+    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True,
+                                         etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
+    program.load_method("forward").execute(list(inputs))
+    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
+    return folder
+
+
+@pytest.fixture(scope="session")
+def delegate_runs(tmp_path_factory) -> dict[str, Path]:
+    """An MLP (its linears delegated to the demo backend) and a CNN, each compiled, run once and
+    recorded in its own folder (model.pte, model.etrecord, run.etdp, run.bin)."""
+    from etlab.models import make_cnn, make_mlp
+
+    return {name: _build_delegated(make(), tmp_path_factory.mktemp(name))
+            for name, make in (("mlp", make_mlp), ("cnn", make_cnn))}

@@ -1,6 +1,7 @@
 """The command line on real runs with a delegate call (etlab-compiled, DemoPartitioner): strict JSON
 (NaN as null) and a run given the wrong ETRecord (a warning with the evidence; --strict refuses it),
-through `etlab inspect` / `report` / `compare` in a subprocess, as a user runs them."""
+through `etlab inspect` / `report` / `compare` in a subprocess, as a user runs them. The runs: the
+`delegate_runs` fixture (conftest)."""
 
 from __future__ import annotations
 
@@ -13,39 +14,10 @@ import warnings
 from pathlib import Path
 
 import pytest
-import torch
 
-from etlab.compiler import to_edge_transform_and_lower
-from etlab.compiler.backends import DemoPartitioner
 from etlab.inspector import Inspector, PairingError
-from etlab.models import make_cnn, make_mlp
-from etlab.runtime import DebugLevel, Runtime
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _build(model_and_inputs, folder: Path) -> Path:
-    """Compile with the demo backend (delegate calls), run once with intermediates: model.pte,
-    model.etrecord, run.etdp, run.bin in `folder`."""
-    model, inputs = model_and_inputs
-    et = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[DemoPartitioner()],
-                                     generate_etrecord=True).to_executorch()
-    et.write_to_file(folder / "model.pte")
-    record = et.get_etrecord()
-    record.update_representative_inputs(list(inputs))
-    record.save(folder / "model.etrecord")
-    program = Runtime.get().load_program(folder / "model.pte", enable_etdump=True,
-                                         etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
-    program.load_method("forward").execute(list(inputs))
-    program.write_etdump_result_to_file(folder / "run.etdp", folder / "run.bin")
-    return folder
-
-
-@pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    """An MLP (its linears delegated) and a CNN, each compiled, run and recorded in its own folder."""
-    return {name: _build(make(), tmp_path_factory.mktemp(name)) for name, make in (("mlp", make_mlp),
-                                                                                   ("cnn", make_cnn))}
 
 
 def _etlab(*args) -> subprocess.CompletedProcess:
@@ -53,8 +25,8 @@ def _etlab(*args) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def test_inspect_json_of_a_run_with_delegate_calls_is_strict_json(runs):
-    d = runs["mlp"]
+def test_inspect_json_of_a_run_with_delegate_calls_is_strict_json(delegate_runs):
+    d = delegate_runs["mlp"]
     out = _etlab("inspect", d / "run.etdp", "--etrecord", d / "model.etrecord", "--debug-buffer", d / "run.bin",
                  "--format", "json")
     assert out.returncode == 0, out.stderr
@@ -82,8 +54,8 @@ def test_json_cells_with_nan_or_inf_are_null():
                                               {"a": None, "b": None, "c": 1}, {"a": None, "b": [], "c": 2}]
 
 
-def test_wrong_etrecord_is_a_warning_with_evidence_and_strict_refuses_it(runs):
-    etdp, etrecord = runs["cnn"] / "run.etdp", runs["mlp"] / "model.etrecord"
+def test_wrong_etrecord_is_a_warning_with_evidence_and_strict_refuses_it(delegate_runs):
+    etdp, etrecord = delegate_runs["cnn"] / "run.etdp", delegate_runs["mlp"] / "model.etrecord"
     out = _etlab("inspect", etdp, "--etrecord", etrecord)
     assert out.returncode == 0, out.stderr
     warning = [ln for ln in out.stderr.splitlines() if ln.startswith("etlab inspect: warning:")]
@@ -96,19 +68,19 @@ def test_wrong_etrecord_is_a_warning_with_evidence_and_strict_refuses_it(runs):
     assert len(strict.stderr.strip().splitlines()) == 1
 
 
-def test_right_etrecord_is_silent(runs):
-    d = runs["cnn"]
+def test_right_etrecord_is_silent(delegate_runs):
+    d = delegate_runs["cnn"]
     out = _etlab("inspect", d / "run.etdp", "--etrecord", d / "model.etrecord", "--strict")
     assert out.returncode == 0 and "warning" not in out.stderr, out.stderr
-    for d in runs.values():
+    for d in delegate_runs.values():
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             assert Inspector(etdump_path=d / "run.etdp", etrecord=str(d / "model.etrecord"),
                              strict=True).pairing_mismatch is None
 
 
-def test_report_and_compare_check_the_pair_too(runs, tmp_path):
-    cnn, mlp = runs["cnn"], runs["mlp"]
+def test_report_and_compare_check_the_pair_too(delegate_runs, tmp_path):
+    cnn, mlp = delegate_runs["cnn"], delegate_runs["mlp"]
     report = _etlab("report", "--etdump", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",
                     "-o", tmp_path / "r.html")
     assert report.returncode == 0 and "etlab report: warning:" in report.stderr and "does not match" in report.stderr
@@ -125,12 +97,12 @@ def test_report_and_compare_check_the_pair_too(runs, tmp_path):
         Inspector(etdump_path=mlp / "run.etdp", etrecord=str(cnn / "model.etrecord"), strict=True)
 
 
-def test_same_structure_other_operators_is_caught_by_the_recorded_ops(runs):
+def test_same_structure_other_operators_is_caught_by_the_recorded_ops(delegate_runs):
     """A record whose instructions are the run's (same kinds) but whose operators are not: the
     kernels the run logged disagree with the recorded ops on most calls."""
     from etlab.inspector import MethodInfo, OpInfo, ProgramInfo
 
-    d = runs["cnn"]
+    d = delegate_runs["cnn"]
     real = Inspector(etdump_path=d / "run.etdp", etrecord=str(d / "model.etrecord")).program_info.methods["forward"]
     fake_ops = {h: [OpInfo(name=f"n{h}", op_type="aten.sigmoid.default")] for h in real.ops}
     forged = ProgramInfo(methods={"forward": MethodInfo(instruction_debug_handles=real.instruction_debug_handles,
