@@ -110,3 +110,71 @@ def test_upstream_bundled_program_sample_end_to_end(tmp_path):
     for case in inputs[:3]:
         (got,) = method.execute(case)
         assert got.dtype == torch.int32 and torch.equal(got, 3 * case[0] + 2 + case[1])
+
+
+class _TutorialNet(torch.nn.Module):
+    """The shape of upstream's devtools tutorial model (LeNet-like: two convs, three linears)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 6, 5)
+        self.conv2 = torch.nn.Conv2d(6, 16, 5)
+        self.fc1 = torch.nn.Linear(16 * 5 * 5, 120)
+        self.fc2 = torch.nn.Linear(120, 84)
+        self.fc3 = torch.nn.Linear(84, 10)
+
+    def forward(self, x):
+        x = torch.nn.functional.max_pool2d(torch.relu(self.conv1(x)), (2, 2))
+        x = torch.nn.functional.max_pool2d(torch.relu(self.conv2(x)), 2)
+        x = torch.flatten(x, 1)
+        return self.fc3(torch.relu(self.fc2(torch.relu(self.fc1(x)))))
+
+
+def test_upstream_devtools_tutorial_flow(tmp_path):
+    """Upstream's devtools tutorial, import root changed: export, to_edge with IR checks, a deep copy of
+    the edge manager for generate_etrecord(path, edge, et_program), a bundled program, a run that
+    writes an ETDump (the tutorial's C++ runner: here etlab's runtime on the .bpte), then the
+    Inspector on the ETDump and the ETRecord file."""
+    import copy
+
+    from torch.export import export
+
+    from etlab.compiler import EdgeCompileConfig, to_edge
+    from etlab.devtools import BundledProgram, Inspector, generate_etrecord, load_bundled_input, load_bundled_program
+    from etlab.devtools.bundled_program.config import MethodTestCase, MethodTestSuite
+    from etlab.devtools.bundled_program.serialize import serialize_from_bundled_program_to_flatbuffer
+
+    torch.manual_seed(0)
+    model = _TutorialNet().eval()
+    aten_model = export(model, (torch.randn(1, 1, 32, 32),), strict=True)
+    edge_program_manager = to_edge(aten_model, compile_config=EdgeCompileConfig(_check_ir_validity=True))
+    edge_program_manager_copy = copy.deepcopy(edge_program_manager)
+    et_program_manager = edge_program_manager.to_executorch()
+    etrecord_path = tmp_path / "etrecord.bin"
+    generate_etrecord(etrecord_path, edge_program_manager_copy, et_program_manager)
+
+    inputs = [[torch.randn(1, 1, 32, 32)] for _ in range(2)]
+    suites = [MethodTestSuite(method_name="forward", test_cases=[
+        MethodTestCase(inputs=x, expected_outputs=(model(*x),)) for x in inputs])]
+    bundled = serialize_from_bundled_program_to_flatbuffer(BundledProgram(et_program_manager, suites))
+    (tmp_path / "bundled_program.bpte").write_bytes(bundled)
+
+    program = load_bundled_program(tmp_path / "bundled_program.bpte", enable_etdump=True)
+    method = program.load_method("forward")
+    for i in range(len(inputs)):
+        method.execute(load_bundled_input(method, i), bundled_input_index=i)
+    program.write_etdump_result_to_file(tmp_path / "etdump.etdp")
+
+    inspector = Inspector(etdump_path=tmp_path / "etdump.etdp", etrecord=etrecord_path)
+    inspector.print_data_tabular(file=open(tmp_path / "table.txt", "w"))
+    assert "native_call_convolution.out" in (tmp_path / "table.txt").read_text()
+    execute = [b for b in inspector.event_blocks if b.name == "Execute"]
+    assert execute and sum(b.num_runs for b in execute) == 2
+    slowest = max((e for b in execute for e in b.events if e.perf_data is not None and e.op_types),
+                  key=lambda e: e.perf_data.avg)
+    assert slowest.op_types and slowest.stack_traces
+    df = inspector.to_dataframe()
+    assert {"event_name", "p50 (ms)", "op_types", "stack_traces", "module_hierarchy"} <= set(df.columns)
+    assert inspector.find_total_for_module("conv2") > 0  # by module path (upstream's page: by nn_module_stack key)
+    assert inspector.get_exported_program() is not None
+    assert [b.bundled_input_index for b in execute] == [0, 1] or len(execute) == 1
