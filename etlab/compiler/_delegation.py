@@ -110,6 +110,9 @@ class BackendDetails(ABC):
     """
 
     _registry: ClassVar[dict[str, type[BackendDetails]]] = {}
+    # True for backends that compile the constants they read into their payload (packed weights):
+    # a constant other nodes read too is then copied into the partition instead of passed in.
+    copies_shared_constants: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -277,7 +280,7 @@ def _partition_and_lower(edge_program: ExportedProgram, partitioner: Partitioner
         nodes = tagged_nodes.get(tag)
         if not nodes:
             continue
-        cut = collect_partition(work, tag, nodes)
+        cut = collect_partition(work, tag, nodes, get_backend(spec.backend_id).copies_shared_constants)
         lowered = _preprocess(spec.backend_id, cut.program, spec.compile_specs)
         splice_delegate(work, cut, lowered)
     for node in work.graph_module.graph.nodes:

@@ -93,7 +93,7 @@ class PartitionCut:
 
     tag: str
     members: list[Node]  # call_function nodes, in graph order
-    owned_constants: list[Node]  # parent placeholders that move into the partition
+    owned_constants: list[Node]  # parent constants the partition reads (copied if read outside it too)
     inputs: list[Node]  # parent values the delegate call takes, in order
     outputs: list[Node]  # members whose values are used outside the partition, in order
     program: ExportedProgram
@@ -150,8 +150,14 @@ def nodes_by_tag(graph: Graph, partition_tags: dict, partitioner: str) -> dict[s
     return found
 
 
-def collect_partition(work: WorkingProgram, tag: str, tagged: list[Node]) -> PartitionCut:
-    """Validate one tag's partition and build the ExportedProgram the backend will compile."""
+def collect_partition(work: WorkingProgram, tag: str, tagged: list[Node], copy_shared_constants: bool = False
+                      ) -> PartitionCut:
+    """Validate one tag's partition and build the ExportedProgram the backend will compile.
+
+    Constants read only by the partition move into its program. Constants read outside it too are
+    passed in as inputs, or, with `copy_shared_constants` (backends that compile weights into
+    their payload, such as XNNPACK), copied into its program as well and kept in the parent.
+    """
     spec_of = {getattr(spec.arg, "name", None): spec for spec in work.input_specs}
     mutated = {spec.target for spec in work.output_specs
                if spec.kind in (OutputKind.BUFFER_MUTATION, OutputKind.PARAMETER_MUTATION)}
@@ -161,10 +167,12 @@ def collect_partition(work: WorkingProgram, tag: str, tagged: list[Node]) -> Par
                               "it needs at least one operator node")
     member_set = set(members)
 
-    def is_movable_constant(node: Node) -> bool:
+    def is_constant(node: Node) -> bool:
         spec = spec_of.get(node.name) if node.op == "placeholder" else None
-        return (spec is not None and spec.kind in _CONSTANT_KINDS and spec.target not in mutated
-                and all(user in member_set for user in node.users))
+        return spec is not None and spec.kind in _CONSTANT_KINDS and spec.target not in mutated
+
+    def is_movable_constant(node: Node) -> bool:
+        return is_constant(node) and all(user in member_set for user in node.users)
 
     for node in tagged:
         if node.op == "placeholder" and not is_movable_constant(node):
@@ -180,7 +188,8 @@ def collect_partition(work: WorkingProgram, tag: str, tagged: list[Node]) -> Par
         for source in node.all_input_nodes:
             if source not in member_set:
                 boundary[source] = None
-    owned = sorted((n for n in boundary if is_movable_constant(n)), key=order.__getitem__)
+    owns = is_constant if copy_shared_constants else is_movable_constant
+    owned = sorted((n for n in boundary if owns(n)), key=order.__getitem__)
     owned_set = set(owned)
     inputs = sorted((n for n in boundary if n not in owned_set), key=order.__getitem__)
     outputs = [n for n in members if any(user not in member_set for user in n.users)]
@@ -310,6 +319,9 @@ def splice_delegate(work: WorkingProgram, cut: PartitionCut, lowered: LoweredBac
 
 
 def _drop_owned_constants(work: WorkingProgram, owned: list[Node]) -> None:
+    if not owned:
+        return
+    owned = [node for node in owned if not node.users]  # shared constants stay for their other readers
     if not owned:
         return
     names = {node.name for node in owned}

@@ -200,6 +200,8 @@ class XnnpackBackend(BackendDetails):
     permutes), for etlab-only workflows whose events carry the handles.
     """
 
+    copies_shared_constants = True  # XNNPACK packs weights when the delegate is built
+
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
         fused_map = False
