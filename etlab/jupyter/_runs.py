@@ -99,9 +99,11 @@ def etdp_graphs(inspector, record, *, method: str = "forward") -> list[dict]:
 
 
 def instruction_timings(timings) -> dict:
-    """Instruction id -> its one timing: the kernel's event, or the whole DELEGATE_CALL (not the
-    backend's inner events, which share the instruction id)."""
-    return {t.instruction_id: t for t in timings if t.instruction_id is not None and not t.is_delegated}
+    """Instruction id -> its one timing over all runs (`runs_merged`): the kernel's event, or the whole
+    DELEGATE_CALL (not the backend's inner events, which share the instruction id)."""
+    from etlab.visualizer import runs_merged
+
+    return {t.instruction_id: t for t in runs_merged(timings) if t.instruction_id is not None and not t.is_delegated}
 
 
 def annotate_by_instruction(model, by_instruction: dict, unit: str, *, ratio: bool = False) -> None:

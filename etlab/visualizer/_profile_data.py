@@ -3,10 +3,11 @@ nodes of a GraphModel, and how they color op kinds."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 
-from etlab.inspector import DELEGATE_CALL, GapRow, OpTiming, execute_timings
+from etlab.inspector import DELEGATE_CALL, GapRow, OpTiming, PerfData, execute_timings
 from etlab.visualizer._graph_model import BACKEND_COLORS, GraphModel
 
 # Op-kind colors: no red, which marks delegated work (the graph's first backend outline color).
@@ -70,6 +71,26 @@ def _delegate_split(call: OpTiming, inner: list[OpTiming], targets: list[int],
     return {n: 1.0 / len(targets) for n in targets}, names, f"split evenly ({why})"
 
 
+def runs_merged(timings: list[OpTiming]) -> list[OpTiming]:
+    """One timing per event over all its runs: blocks that repeat a method (one per run when a run logged
+    intermediates) give the same event once each; their samples are pooled, so a node shows the event's
+    percentiles over every run, not their sum. Order: first appearance."""
+    groups: dict[tuple, list[OpTiming]] = {}
+    for t in timings:
+        groups.setdefault((t.block, t.instruction_id, t.name, t.handles, t.is_delegated, t.backend), []).append(t)
+    out = []
+    for same in groups.values():
+        if len(same) == 1:
+            out.append(same[0])
+            continue
+        raw = [x for t in same for x in t.raw]
+        perf = PerfData(raw)
+        out.append(dataclasses.replace(same[0], p10=perf.p10, p50=perf.p50, p90=perf.p90, avg=perf.avg, min=perf.min,
+                                       max=perf.max, runs=len(raw), raw=raw,
+                                       start=[x for t in same for x in t.start]))
+    return out
+
+
 def node_latencies(model: GraphModel, timings: list[OpTiming], unit: str = "ms") -> dict[int, dict]:
     """Node id -> its latency stats, so that every event's time is shown once in the graph: an event on
     several nodes is split among them, and a delegate call's time (DELEGATE_CALL, which includes what
@@ -81,7 +102,7 @@ def node_latencies(model: GraphModel, timings: list[OpTiming], unit: str = "ms")
         for h in n.handles:
             by_handle.setdefault(h, []).append(n.id)
     nodes_of = functools.partial(_nodes_of, by_handle)
-    timings = execute_timings(timings)
+    timings = runs_merged(execute_timings(timings))
     calls = {(t.block, t.instruction_id) for t in timings if t.name == DELEGATE_CALL}
     inner: dict[tuple, list[OpTiming]] = {}
     for t in timings:

@@ -12,16 +12,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from etlab.compiler import to_edge_transform_and_lower
-from etlab.compiler.backends import DemoPartitioner
 from etlab.inspector import DELEGATE_CALL, Inspector, execute_timings, op_timings
 from etlab.visualizer import GraphView
 from etlab.visualizer._graph_model import GraphModel
-from etlab.visualizer._profile_data import node_latencies
+from etlab.visualizer._profile_data import node_latencies, runs_merged
 
 
 def delegate_calls(inspector) -> list:
-    return [t for t in execute_timings(op_timings(inspector)) if t.name == DELEGATE_CALL]
+    """Each delegate call's timing over all runs (runs that logged intermediates are a block each)."""
+    return [t for t in runs_merged(execute_timings(op_timings(inspector))) if t.name == DELEGATE_CALL]
 
 
 def assert_delegates_sum_to_their_calls(model: GraphModel, inspector) -> int:
@@ -43,21 +42,12 @@ def assert_delegates_sum_to_their_calls(model: GraphModel, inspector) -> int:
 
 @pytest.fixture(scope="module")
 def demo_cnn(tmp_path_factory):
-    """The demo's CNN with DemoBackend partitions (each an add; the classifier permute_copy + addmm)."""
+    """The demo's CNN with DemoBackend partitions (each an add; the classifier permute_copy + addmm), run 3 times."""
     from etlab.models import make_cnn
-    from etlab.runtime import Runtime
+    from tests.visualizer.conftest import compile_and_run
 
-    out = tmp_path_factory.mktemp("demo_cnn")
-    model, inputs = make_cnn()
-    et = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[DemoPartitioner()],
-                                     generate_etrecord=True).to_executorch()
-    et.write_to_file(out / "model.pte")
-    program = Runtime.get().load_program(out / "model.pte", enable_etdump=True)
-    method = program.load_method("forward")
-    for _ in range(3):
-        method.execute(list(inputs))
-    program.write_etdump_result_to_file(out / "run.etdp")
-    return et, Inspector(etdump_path=out / "run.etdp", etrecord=et.get_etrecord()), out
+    run = compile_and_run(tmp_path_factory.mktemp("demo_cnn"), make=make_cnn)
+    return run.manager, Inspector(etdump_path=run.etdump, etrecord=run.manager.get_etrecord()), run.pte
 
 
 def test_demo_backend_nodes_sum_to_their_call_in_every_graph(demo_cnn):
@@ -78,9 +68,8 @@ def test_lab_pte_graph_puts_each_call_on_its_delegate_node(demo_cnn):
     from etlab.jupyter._runs import etdp_view
     from etlab.schema import load_file
 
-    _, ins, out = demo_cnn
-    view = etdp_view(read_etdump(out / "run.etdp"), ins, program_kind="pte",
-                     pte=load_file(out / "model.pte", what="model.pte"))
+    _, ins, pte = demo_cnn
+    view = etdp_view(read_etdump(pte.with_name("run.etdp")), ins, program_kind="pte", pte=load_file(pte, what=pte.name))
     graph = view["graphs"][0]
     for call in delegate_calls(ins):
         node = next(n for n in graph["nodes"] if n["handles"] == [call.instruction_id])
