@@ -111,6 +111,11 @@ def _inspect_parser() -> _Parser:
                    help="table (default): the printed view; csv/tsv/json: every column (JSON: NaN/inf as null); "
                    "parquet (needs -o): every column, tensors as {dtype, shape, data}")
     p.add_argument("-o", "--output", help="write the table/csv/tsv/json here instead of stdout")
+    p.add_argument("--top", type=int, default=30,
+                   help="table: the slowest events shown, by average time (default 30; --all: every event)")
+    p.add_argument("--all", action="store_true", help="table: every event, not only the slowest")
+    p.add_argument("--wide", action="store_true",
+                   help="table: every printable column, cells uncut (wider than a terminal)")
     p.add_argument("--chrome-trace", metavar="OUT.json", help="also write the runtime timeline (Perfetto)")
     p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
@@ -144,15 +149,29 @@ def inspect_main(argv: list[str] | None = None) -> int:
             if not a.output:
                 raise ValueError("--format parquet writes a binary file: give -o OUT.parquet")
             write_atomic(a.output, parquet_bytes(df))
-        elif a.output:
-            write_atomic(a.output, render(df, a.format).encode())
         else:
-            sys.stdout.write(render(df, a.format))
+            text = _table(df, a) if a.format == "table" else render(df, a.format)
+            if a.output:
+                write_atomic(a.output, text.encode())
+            else:
+                sys.stdout.write(text)
         if a.chrome_trace:
             ins.to_chrome_trace(a.chrome_trace)
     except (_UsageError, *_BAD_INPUT) as e:
         return _fail(prog, e)
     return 0
+
+
+def _table(df: pd.DataFrame, a) -> str:
+    """The default text table: fits the terminal (etlab.inspector._terminal) unless --wide; the
+    numeric gap's frame (no event columns) is printed whole."""
+    from etlab.inspector._terminal import compact_table, terminal_width
+
+    if a.top < 0:
+        raise ValueError(f"--top must be >= 0, got {a.top}")
+    if a.wide or "event_name" not in df.columns:
+        return render(df, "table")
+    return compact_table(df, terminal_width(), None if a.all else a.top)
 
 
 def numeric_gap_table(inspector) -> pd.DataFrame:

@@ -1,0 +1,87 @@
+"""The Inspector's table for a terminal: what `etlab inspect` prints by default.
+
+The frame has 17 columns, op lists of any length and one row per event: printed whole it is
+hundreds of characters wide. Here: the `top` events that took longest on average (listed in
+execution order; a line says how many are left out), a few columns (block, event, p50 / avg / max, ops,
+backend), op lists as short operator names, long cells cut with "…", each line within `width`
+characters. `etlab inspect --wide` prints the whole printable frame instead, `--all` every row.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pandas as pd
+
+from etlab.schema.etdump import OPERATOR_CALL
+
+ELLIPSIS = "…"
+MIN_FLEX = 10  # the narrowest the event and ops columns get
+
+
+def terminal_width(default: int = 120) -> int:
+    """The terminal's width ($COLUMNS or the tty's), `default` when the output is not a terminal."""
+    return max(60, shutil.get_terminal_size((default, 24)).columns)
+
+
+def cut(text: str, width: int) -> str:
+    """`text`, cut to `width` characters with a trailing "…" when longer."""
+    return text if len(text) <= width else text[: max(0, width - 1)] + ELLIPSIS
+
+
+def short_ops(ops) -> str:
+    """'convolution, batch_norm_legit_no_training' for ['aten.convolution.default',
+    'aten._native_batch_norm_legit_no_training.default'] (each name once)."""
+    if not isinstance(ops, (list, tuple)):
+        return ""
+    names = [o.split(".")[1] if isinstance(o, str) and o.count(".") >= 2 else str(o) for o in ops]
+    names = [n[len("_native_"):] if n.startswith("_native_") else n.lstrip("_") for n in names]
+    return ", ".join(dict.fromkeys(names))
+
+
+def _stat_column(df: pd.DataFrame, stat: str) -> str | None:
+    return next((c for c in df.columns if str(c).split(" ")[0] == stat), None)
+
+
+def _number(v) -> str:
+    return "" if v is None or v != v else f"{v:.4g}"
+
+
+def compact_table(df: pd.DataFrame, width: int, top: int | None) -> str:
+    """The frame (`Inspector.to_dataframe()`) as text at most `width` characters wide: the `top`
+    slowest events by average time (every event when None), in execution order, OPERATOR_CALL rows
+    left out (they repeat their kernel's event)."""
+    rows = df[df["event_name"].astype(str) != OPERATOR_CALL].reset_index(drop=True)
+    avg = _stat_column(rows, "avg")
+    keep = list(range(len(rows)))
+    if top is not None and avg is not None and len(rows) > top:
+        keep = sorted(rows[avg].fillna(-1.0).to_numpy().argsort(kind="stable")[::-1][:top].tolist())
+    stats = [(s, _stat_column(rows, s)) for s in ("p50", "avg", "max")]
+    unit = str(avg).split(" ", 1)[1] if avg and " " in str(avg) else ""
+    table = [[str(rows.at[i, "event_block_name"]), str(rows.at[i, "event_name"]),
+              *[_number(rows.at[i, c]) if c else "" for _, c in stats],
+              short_ops(rows.at[i, "op_types"]), str(rows.at[i, "delegate_backend_name"] or "")] for i in keep]
+    heads = ["block", "event", *[f"{s} {unit}".strip() for s, _ in stats], "ops", "backend"]
+    # the event and ops columns share what the others leave; re-cut if tabulate's padding overshoots
+    flex = width - sum(max([len(heads[k])] + [len(r[k]) for r in table]) for k in (0, 2, 3, 4, 6)) - 2 * 6
+    for _ in range(4):
+        text = _render(table, heads, max(2 * MIN_FLEX, flex))
+        over = max(len(line) for line in text.splitlines()) - width
+        if over <= 0:
+            break
+        flex -= over
+    lines = [line.rstrip()[:width] for line in text.splitlines()]
+    if len(keep) < len(rows):
+        lines.append(cut(f"({len(keep)} of {len(rows)} events, slowest first; --all: every event, --wide: "
+                         "every column)", width))
+    return "\n".join(lines) + "\n"
+
+
+def _render(table: list[list[str]], heads: list[str], flex: int) -> str:
+    from tabulate import tabulate
+
+    event_w = max(MIN_FLEX, min(max([5] + [len(r[1]) for r in table]), flex // 2))
+    ops_w = max(MIN_FLEX, flex - event_w)
+    cells = [[*r[:1], cut(r[1], event_w), *r[2:5], cut(r[5], ops_w), r[6]] for r in table]
+    return tabulate(cells, headers=heads, tablefmt="simple", disable_numparse=True,
+                    colalign=("left", "left", "right", "right", "right", "left", "left"))
