@@ -432,3 +432,15 @@ def test_config_precisions_choose_float_or_quantized_nodes():
     assert _portable_ops(edge) == []
     with pytest.raises(ValueError, match="config_precisions"):
         XnnpackPartitioner(config_precisions=["fp64"])
+
+
+def test_weights_read_at_every_step_are_copied_into_each_partition():
+    """An RNN reads its weights at every time step, across partitions the portable ops in between
+    split: each XNNPACK partition gets its own copy (XNNPACK packs weights when it builds)."""
+    model, inputs = _seeded(lambda: (nn.GRU(6, 5, batch_first=True).eval(), (torch.randn(2, 4, 6),)))
+    edge = _lower(model, inputs)
+    assert len(_blobs(edge)) > 1
+    with torch.no_grad():
+        want = model(*inputs)
+    for got, w in zip(_run(edge, inputs), want):
+        torch.testing.assert_close(got, w, rtol=1e-5, atol=1e-5)

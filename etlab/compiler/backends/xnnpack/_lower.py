@@ -166,13 +166,15 @@ class Lowering:
     def _fold_constants(self, calls: list[Node]) -> None:
         """Evaluates every op whose inputs are all constants (weight permutes, dequantized weights)."""
         for node in calls:
-            if not self.ctx.is_constant(node) or node in self.out_ext:
+            inputs = node.all_input_nodes
+            if (not inputs or not all(n in self.constants for n in inputs) or node in self.out_ext
+                    or "choose_qparams" in op_key(node)):
                 continue
             args = torch.fx.node.map_arg(node.args, lambda n: self.constants[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.constants[n])
             with torch.no_grad():
                 self.constants[node] = node.target(*args, **kwargs)
-            handles = set().union(*(self.absorbed.get(n, set()) for n in node.all_input_nodes))
+            handles = set().union(*(self.absorbed.get(n, set()) for n in inputs))
             handle = node.meta.get("debug_handle")
             self.absorbed[node] = handles | ({handle} if isinstance(handle, int) else set())
 

@@ -364,6 +364,11 @@ def why_unsupported(node: Node, program: ExportedProgram | None = None, *,
         return refusal("other", f"{node.op} node {node.name!r} is not an operator", "")
     ctx = ctx or Context(program)
     key = op_key(node)
+    sizes = [a.name for a in node.all_input_nodes if isinstance(a.meta.get("val"), (torch.SymInt, torch.SymFloat))]
+    if sizes:
+        return refusal("dynamic_shape", f"it reads sizes computed at run time ({', '.join(sizes)}); XNNPACK takes "
+                       "shapes fixed when the delegate is built (up to a dynamic dim's bound)",
+                       "compute the shape from static sizes, or let reshapes infer the dynamic dim (-1)")
     rule = RULES.get(key) or QUANT_RULES.get(key)
     if rule is None:
         return refusal("operator", f"{key} has no XNNPACK lowering in etlab",
