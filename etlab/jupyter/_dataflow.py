@@ -11,8 +11,8 @@ JumpFalseCall reads its condition.
 
 Values no instruction writes are method inputs, constants, state (mutable buffers, kept from the
 previous run) or static views: a view shares its base's memory and has no instruction of its own
-(etlab's emitter elides it), so a read of one is traced to the last instruction that wrote those
-bytes of the arena, which the memory plan guarantees is its base's producer.
+(etlab's emitter elides it), so a read of one is traced to the last instruction that wrote a value
+starting at its bytes, which the memory plan guarantees is its base's producer.
 """
 
 from __future__ import annotations
@@ -58,12 +58,8 @@ def members(values, idx: int) -> list[int]:
 
 
 def _expand(values, idxs) -> list[int]:
-    out: list[int] = []
-    for i in idxs:
-        for m in members(values, i):
-            if m not in out:
-                out.append(m)
-    return out
+    """Values and list members, each once, in order."""
+    return list(dict.fromkeys(m for i in idxs for m in members(values, i)))
 
 
 @dataclass
@@ -85,7 +81,9 @@ class _Tracker:
         self.values = values
         self.constants = constants
         self.by_value: dict[int, list[Source]] = {}
-        self.writes: dict[int, list[tuple[int, int, int, Source, int]]] = {}  # mem id -> (start, end, step, src, v)
+        # (mem id, start) -> the latest write there: (start, end, step, source, value). A view starts where
+        # its base does (a reshape of the whole), so an exact start finds it in O(1) whatever the plan.
+        self.writes: dict[tuple[int, int], tuple[int, int, int, Source, int]] = {}
         self.view_reads: dict[int, list[int]] = {}  # value -> steps that read it through a view
         for i in inputs:
             self.write(i, ("input", i), -1)
@@ -104,18 +102,14 @@ class _Tracker:
         self.by_value[idx] = [src]
         where = self.storage(idx)
         if where is not None:
-            self.writes.setdefault(where[0], []).append((where[1], where[2], step, src, idx))
+            self.writes[where[:2]] = (where[1], where[2], step, src, idx)
 
     def last_write(self, idx: int):
-        """The latest write that touched this value's bytes: (start, end, step, source, value), or None."""
+        """The latest write of a value starting at this value's bytes: (start, end, step, source, value),
+        or None."""
         where = self.storage(idx)
-        if where is None:
-            return None
-        mem, start, end = where
-        for w in reversed(self.writes.get(mem, ())):
-            if w[0] < end and start < w[1]:
-                return w
-        return None
+        w = self.writes.get(where[:2]) if where is not None else None
+        return w if w is not None and w[0] < where[2] and where[1] < w[1] else None
 
     def sources(self, idx: int, step: int, note_view: bool = True) -> list[Source]:
         if idx in self.by_value:
