@@ -319,26 +319,34 @@ def _compare_parser(prog: str) -> _Parser:
     return p
 
 
-def compare_table(comparison, top: int) -> str:
-    """The summary and the `top` rows that moved most (then the rows only one run has), as text."""
-    from tabulate import tabulate
+def compare_table(comparison, top: int, width: int | None = None) -> str:
+    """The summary and the `top` rows that moved most (then the rows only one run has), as text
+    within `width` characters (the terminal's by default): row keys and ops cut, sentences wrapped."""
+    import textwrap
 
+    from etlab.inspector._terminal import fit_table, terminal_width
+
+    width = width or terminal_width()
     fmt = lambda v, f="{:.4g}": "" if v is None else f.format(v)
     moved = comparison.top(top, "latency")
     one_sided = [r for r in comparison.rows if r.present != "both"][: max(0, top - len(moved))]
     unit = comparison.unit
-    rows = [[r.key, r.label[:40], r.present, r.join, fmt(r.latency_a), fmt(r.latency_b), fmt(r.delta, "{:+.4g}"),
+    rows = [[r.key, r.label, r.present, r.join, fmt(r.latency_a), fmt(r.latency_b), fmt(r.delta, "{:+.4g}"),
              fmt(r.ratio, "{:.3f}"), fmt(r.max_abs, "{:.3g}"), fmt(r.sqnr, "{:.1f}"), fmt(r.added_error, "{:+.3g}")]
             for r in moved + one_sided]
-    head = [f"A: {comparison.name_a}", f"B: {comparison.name_b}",
-            f"joined by {comparison.by}; {comparison.summary.text(unit)}"]
-    table = tabulate(rows, headers=["row", "ops", "in", "joined by", f"A ({unit})", f"B ({unit})", f"B-A ({unit})",
-                                    "B/A", "max|B-A|", "SQNR dB", "+rel.err"], tablefmt="simple")
-    notes = [f"  {r.key}: {r.join_note}" for r in moved + one_sided if r.join_note]
+    wrap = lambda text, indent="": textwrap.fill(text, width, subsequent_indent=indent, break_on_hyphens=False)
+    head = [wrap(f"A: {comparison.name_a}", "   "), wrap(f"B: {comparison.name_b}", "   "),
+            wrap(f"joined by {comparison.by}; {comparison.summary.text(unit)}", "  ")]
+    heads = ["row", "ops", "in", "joined by", f"A ({unit})", f"B ({unit})", f"B-A ({unit})", "B/A", "max|B-A|",
+             "SQNR dB", "+rel.err"]
+    shown = [k for k in range(len(heads)) if k < 4 or any(r[k] for r in rows)]  # no all-empty number columns
+    table = fit_table([[r[k] for k in shown] for r in rows], [heads[k] for k in shown], (0, 1), width,
+                      tuple("left" if k < 4 else "right" for k in shown))
+    notes = [wrap(f"  {r.key}: {r.join_note}", "    ") for r in moved + one_sided if r.join_note]
     added = [r for r in comparison.top(3, "added") if r.added_error > 0]
-    starts = ("\nnumeric differences start at (relative error added over the inputs'): "
-              + ", ".join(f"{r.key} (+{r.added_error:.3g})" for r in added) + "\n") if added else ""
-    return ("\n".join(head) + "\n\n" + table + "\n" + starts
+    starts = ("\n" + wrap("numeric differences start at (relative error added over the inputs'): "
+                          + ", ".join(f"{r.key} (+{r.added_error:.3g})" for r in added)) + "\n") if added else ""
+    return ("\n".join(head) + "\n\n" + "\n".join(table) + "\n" + starts
             + ("\nnotes:\n" + "\n".join(notes) + "\n" if notes else ""))
 
 

@@ -62,26 +62,37 @@ def compact_table(df: pd.DataFrame, width: int, top: int | None) -> str:
               *[_number(rows.at[i, c]) if c else "" for _, c in stats],
               short_ops(rows.at[i, "op_types"]), str(rows.at[i, "delegate_backend_name"] or "")] for i in keep]
     heads = ["block", "event", *[f"{s} {unit}".strip() for s, _ in stats], "ops", "backend"]
-    # the event and ops columns share what the others leave; re-cut if tabulate's padding overshoots
-    flex = width - sum(max([len(heads[k])] + [len(r[k]) for r in table]) for k in (0, 2, 3, 4, 6)) - 2 * 6
-    for _ in range(4):
-        text = _render(table, heads, max(2 * MIN_FLEX, flex))
-        over = max(len(line) for line in text.splitlines()) - width
-        if over <= 0:
-            break
-        flex -= over
-    lines = [line.rstrip()[:width] for line in text.splitlines()]
+    colalign = ("left", "left", "right", "right", "right", "left", "left")
+    lines = fit_table(table, heads, (1, 5), width, colalign)
     if len(keep) < len(rows):
         lines.append(cut(f"({len(keep)} of {len(rows)} events, slowest first; --all: every event, --wide: "
                          "every column)", width))
     return "\n".join(lines) + "\n"
 
 
-def _render(table: list[list[str]], heads: list[str], flex: int) -> str:
+def fit_table(rows: list[list[str]], heads: list[str], flex: tuple[int, ...], width: int,
+              colalign: tuple[str, ...] | None = None) -> list[str]:
+    """tabulate's "simple" table of `rows` (strings) as lines of at most `width` characters: the
+    `flex` columns share what the other columns leave (each at least MIN_FLEX, cut with "…")."""
+    fixed = [k for k in range(len(heads)) if k not in flex]
+    room = width - sum(max([len(heads[k])] + [len(r[k]) for r in rows]) for k in fixed) - 2 * (len(heads) - 1)
+    for _ in range(4):  # re-cut if tabulate's padding overshoots
+        text = _render(rows, heads, flex, max(MIN_FLEX * len(flex), room), colalign)
+        over = max((len(line) for line in text.splitlines()), default=0) - width
+        if over <= 0:
+            break
+        room -= over
+    return [line.rstrip()[:width] for line in text.splitlines()]
+
+
+def _render(rows, heads, flex, room: int, colalign) -> str:
     from tabulate import tabulate
 
-    event_w = max(MIN_FLEX, min(max([5] + [len(r[1]) for r in table]), flex // 2))
-    ops_w = max(MIN_FLEX, flex - event_w)
-    cells = [[*r[:1], cut(r[1], event_w), *r[2:5], cut(r[5], ops_w), r[6]] for r in table]
-    return tabulate(cells, headers=heads, tablefmt="simple", disable_numparse=True,
-                    colalign=("left", "left", "right", "right", "right", "left", "left"))
+    widths: dict[int, int] = {}
+    left = room
+    for n, k in enumerate(sorted(flex, key=lambda k: max([5] + [len(r[k]) for r in rows]))):
+        share = left // (len(flex) - n)  # the narrowest column first: what it does not need goes to the rest
+        widths[k] = max(MIN_FLEX, min(max([len(heads[k])] + [len(r[k]) for r in rows]), share))
+        left -= widths[k]
+    cells = [[cut(v, widths[k]) if k in widths else v for k, v in enumerate(r)] for r in rows]
+    return tabulate(cells, headers=heads, tablefmt="simple", disable_numparse=True, colalign=colalign)

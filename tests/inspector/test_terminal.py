@@ -48,3 +48,15 @@ def test_cli_default_table_fits_120_columns(delegate_runs):
     assert lines and max(len(line) for line in lines) <= 120
     assert lines[0].split()[:2] == ["block", "event"] and "--all" in lines[-1]
     assert "convolution" in out.stdout
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_compare_table_fits_the_width(delegate_runs, width):
+    from etlab.inspector._cli import compare_table
+
+    ins = [Inspector(etdump_path=delegate_runs[m] / "run.etdp", etrecord=str(delegate_runs[m] / "model.etrecord"))
+           for m in ("cnn", "cnn")]
+    c = ins[0].compare(ins[1], name_a=str(delegate_runs["cnn"] / "a" / ("x" * 150)), name_b="b")
+    lines = compare_table(c, top=20, width=width).splitlines()
+    assert max(len(line) for line in lines) <= width
+    assert any(line.startswith("row ") for line in lines) and "max|B-A|" not in " ".join(lines)  # no outputs here
