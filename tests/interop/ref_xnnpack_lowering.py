@@ -48,8 +48,12 @@ def cmd_run(a):
             data = f.read()
         inputs = torch.load(base + "_inputs.pt", weights_only=True)
         kwargs = {"enable_etdump": True, "debug_buffer_size": 0} if a.etdump else {}
-        program = runtime.load_program(data, **kwargs)
-        outputs = program.load_method("forward").execute(list(inputs))
+        try:
+            program = runtime.load_program(data, **kwargs)
+            outputs = program.load_method("forward").execute(list(inputs))
+        except RuntimeError as err:  # reported per model; the caller decides what a failure means
+            print(json.dumps({"model": name, "error": str(err)}), flush=True)
+            continue
         torch.save([o for o in outputs], base + "_upstream.pt")
         if a.etdump:
             program.write_etdump_result_to_file(base + ".etdp", os.devnull)
