@@ -3,8 +3,8 @@
     etlab info FILE [--etrecord R]       what is inside a .pte / .ptd / .bpte / .etdp / .etrecord; with an
                                          ETRecord (given, or FILE.etrecord beside a .pte), why each node
                                          was left out of delegation, grouped by reason
-    etlab inspect --etdump P [...]       the Inspector's table (table, csv, tsv, json; --chrome-trace)
-    etlab report --etdump P [...] -o F   the whole dashboard as one offline HTML file
+    etlab inspect RUN.etdp [...]         the Inspector's table (table, csv, tsv, json, parquet; --chrome-trace)
+    etlab report --etdump RUN.etdp -o F  the whole dashboard as one offline HTML file
     etlab compare A B [...]              per-op latency and numeric deltas of run B against run A
     etlab fleet ingest|query|stats|diff  ETDumps of many devices and builds in one store (etlab.fleet)
 """
@@ -109,6 +109,15 @@ _DELEGATED = {
 }
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("etlab")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in _DELEGATED:
@@ -118,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(importlib.import_module(module), func)(argv[1:])
     parser = argparse.ArgumentParser(prog="etlab", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"etlab {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     info = sub.add_parser("info", help="summarize an ExecuTorch file (.pte, .ptd, .bpte, .etdp, .etrecord)")
     info.add_argument("path")

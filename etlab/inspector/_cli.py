@@ -39,6 +39,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _fail(prog: str, err: BaseException) -> int:
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
+    if isinstance(err, OSError) and err.filename is not None and err.strerror:
+        msg = f"{err.filename}: {err.strerror}"  # not "[Errno 2] No such file or directory: '...'"
     print(f"{prog}: error: {msg}", file=sys.stderr)
     return 2
 
@@ -117,8 +119,8 @@ def _inspect_parser() -> _Parser:
     p.add_argument("--wide", action="store_true",
                    help="table: every printable column, cells uncut (wider than a terminal)")
     p.add_argument("--chrome-trace", metavar="OUT.json", help="also write the runtime timeline (Perfetto)")
-    p.add_argument("--source-time-scale", choices=_SCALES, default="ns")
-    p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
+    p.add_argument("--source-time-scale", choices=_SCALES, default="ns", help="unit of the runtime's clock (ns)")
+    p.add_argument("--target-time-scale", choices=_SCALES, default="ms", help="unit of the printed times (ms)")
     p.add_argument("--delegate-debug-data", action="store_true", help="add delegate metadata columns")
     p.add_argument("--pte", help="the program's .pte (exact pairing check; places the events of XNNPACK "
                    "delegates whose ETRecord has no debug map, e.g. upstream's, on their nodes)")
@@ -314,7 +316,7 @@ def _compare_parser(prog: str) -> _Parser:
     p.add_argument("--json", metavar="OUT.json", help="write the summary and every row as JSON")
     p.add_argument("--parquet", metavar="OUT.parquet", help="write every row as Parquet")
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (table, chart, graph)")
-    p.add_argument("--target-time-scale", choices=_SCALES, default="ms")
+    p.add_argument("--target-time-scale", choices=_SCALES, default="ms", help="unit of the printed times (ms)")
     p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
     return p
 

@@ -112,3 +112,20 @@ def test_same_structure_other_operators_is_caught_by_the_recorded_ops(delegate_r
         Inspector(etdump_path=d / "run.etdp", etrecord=forged)
     with pytest.raises(PairingError):
         Inspector(etdump_path=d / "run.etdp", etrecord=forged, strict=True)
+
+
+def test_etlab_version_and_help_name_the_real_usage():
+    out = _etlab("--version")
+    assert out.returncode == 0 and out.stdout.startswith("etlab ") and out.stdout.split()[1][0].isdigit()
+    usage = _etlab("--help").stdout
+    assert "etlab inspect RUN.etdp" in usage and "inspect --etdump" not in usage
+
+
+def test_missing_or_directory_etrecord_is_one_plain_line(delegate_runs, tmp_path, capsys):
+    from etlab.inspector._cli import inspect_main
+
+    etdp = delegate_runs["mlp"] / "run.etdp"
+    for record, why in ((tmp_path / "missing.etrecord", "No such file or directory"), (tmp_path, "Is a directory")):
+        assert inspect_main([str(etdp), "--etrecord", str(record)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert err == [f"etlab inspect: error: {record}: {why}"]
