@@ -140,3 +140,13 @@ def arg_of(node: Node, index: int, name: str, default=None):
     if len(node.args) > index:
         return node.args[index]
     return node.kwargs.get(name, default)
+
+
+def is_flattening_view(node) -> bool:
+    """A view_copy that only merges leading dims into one (the last dim, a linear's input features,
+    stays): how a linear on a 3-D input is decomposed."""
+    if not isinstance(node, Node) or node.op != "call_function" or op_key(node) != "aten.view_copy.default":
+        return False
+    before, after = tensor_of(node.args[0]), tensor_of(node)
+    return (before is not None and after is not None and before.dim() >= 2 and after.dim() == 2
+            and before.shape[-1] == after.shape[-1])

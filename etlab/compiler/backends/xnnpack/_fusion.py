@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import Node
 
-from etlab.compiler.backends.xnnpack._checks import op_key
+from etlab.compiler.backends.xnnpack._checks import is_flattening_view, op_key, tensor_of
 
 BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 MAX_POOL_WITH_INDICES = "aten.max_pool2d_with_indices.default"
@@ -33,6 +33,8 @@ class FusionPlan:
     alias: dict[Node, Node] = field(default_factory=dict)  # node -> the node whose value it is
     clamp: dict[Node, tuple[float, float]] = field(default_factory=dict)  # producer -> fused (min, max)
     batch_norm: dict[Node, Node] = field(default_factory=dict)  # convolution -> batch norm folded into it
+    # linear on N-D input (view -> addmm/mm -> view in Edge): the matmul -> the view giving its shape
+    unflatten: dict[Node, Node] = field(default_factory=dict)
 
     def absorbed_handles(self, node: Node) -> set[int]:
         handles = set()
@@ -79,6 +81,9 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
                 if op_key(user) == "getitem" and user.args[1] == 0:
                     p.alias[user] = node
     for node in calls:
+        if op_key(node) in ("aten.addmm.default", "aten.mm.default"):
+            _plan_linear_nd(p, node, constants, outputs)
+    for node in calls:
         bounds = activation_bounds(node)
         if bounds is None:
             continue
@@ -90,6 +95,24 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
             p.clamp[producer] = bounds
             p.alias[node] = producer
     return p
+
+
+def _plan_linear_nd(p: FusionPlan, mm: Node, constants: dict, outputs: set[Node]) -> None:
+    """view(x, [M, K]) -> addmm -> view(_, [..., N]): one fully connected node on x itself (XNNPACK
+    flattens leading dims), as upstream lowers the linear it keeps whole."""
+    flat = mm.args[1] if op_key(mm) == "aten.addmm.default" else mm.args[0]
+    if not is_flattening_view(flat) or set(flat.users) != {mm} or flat in outputs or flat.args[0] in constants:
+        return
+    users = list(mm.users)
+    if len(users) != 1 or op_key(users[0]) != "aten.view_copy.default" or mm in outputs:
+        return
+    back, x = users[0], flat.args[0]
+    want = [*tensor_of(x).shape[:-1], tensor_of(mm).shape[-1]]
+    if list(tensor_of(back).shape) != want:
+        return
+    p.alias[flat] = x
+    p.alias[back] = mm
+    p.unflatten[mm] = back
 
 
 def _plan_batch_norm(p: FusionPlan, bn: Node, constants: dict, outputs: set[Node]) -> None:

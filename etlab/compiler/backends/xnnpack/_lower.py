@@ -187,7 +187,10 @@ class Lowering:
         return val[0] if isinstance(val, (tuple, list)) else val
 
     def resolve(self, node):
-        return self.plan.alias.get(node, node) if isinstance(node, Node) else node
+        """The node whose value `node` is (following aliases: a fused activation, a folded view)."""
+        while isinstance(node, Node) and node in self.plan.alias:
+            node = self.plan.alias[node]
+        return node
 
     def has(self, node: Node, layout: str) -> bool:
         node = self.resolve(node)

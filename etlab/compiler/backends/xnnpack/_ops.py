@@ -241,7 +241,7 @@ def _fully_connected(lw: Lowering, node: Node) -> None:
         bias_id = _quantized_bias(lw, node, bias_value, qweight)
     else:
         bias_id = lw.constant(lw.resolve(bias), bias_value, "fc-bias")
-    shape = lw.out_shape(node, NCHW)
+    shape = lw.out_shape(lw.plan.unflatten.get(node, node), NCHW)  # N-D when the views around it fold
     handle = lw.handle(node)
     in_shape = lw.out_shape(source, NCHW) if dynamic else None
     if dynamic and len(in_shape) != len(shape):  # the flattening view folded: reshape the product back

@@ -25,6 +25,7 @@ from etlab.compiler.backends.xnnpack._checks import (
     Context,
     DelegationRefusal,
     check_values,
+    is_flattening_view,
     op_key,
     refusal,
     tensor_of,
@@ -147,15 +148,6 @@ def dynamic_linear_users(dq: Node, ctx: Context) -> bool:
             return bool(user.users) and all(linear_reads(u, user) for u in user.users)
         return linear_reads(user, dq)
     return bool(dq.users) and all(ok(u) for u in dq.users)
-
-
-def is_flattening_view(node) -> bool:
-    """A view_copy that only merges leading dims (the last dim, a linear's input features, stays)."""
-    if not isinstance(node, Node) or node.op != "call_function" or op_key(node) != "aten.view_copy.default":
-        return False
-    before, after = tensor_of(node.args[0]), tensor_of(node)
-    return before is not None and after is not None and before.dim() >= 2 and after.dim() == 2 and \
-        before.shape[-1] == after.shape[-1]
 
 
 def dynamic_source(x) -> Node | None:
