@@ -1,5 +1,5 @@
-"""`etlab report --etdump P [--etrecord R] [--debug-buffer B] -o report.html`: the full dashboard as
-one offline HTML file. Wire as a subcommand calling `report_main(argv)`."""
+"""`etlab report RUN.etdp [--etrecord R] [--debug-buffer B] [--strict] -o report.html` (or `--etdump
+RUN.etdp`): the full dashboard as one offline HTML file."""
 
 from __future__ import annotations
 
@@ -8,13 +8,16 @@ import sys
 
 
 def report_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    parser = parser or argparse.ArgumentParser(prog="etlab report", description=__doc__)
-    parser.add_argument("--etdump", required=True, help="the run's .etdp file")
+    parser = parser or argparse.ArgumentParser(
+        prog="etlab report", description="Write the run's dashboard (profile, graph, numeric gap, delegation) "
+        "as one offline HTML file.")
+    parser.add_argument("run", nargs="?", metavar="RUN.etdp", help="the run's .etdp file (or --etdump)")
+    parser.add_argument("--etdump", help="the run's .etdp file (as `etlab inspect`'s positional argument)")
     parser.add_argument("--etrecord", help="the program's ETRecord (graphs, module hierarchy, source lines)")
     parser.add_argument("--debug-buffer", "--debug_buffer", dest="debug_buffer",
                         help="the debug buffer holding intermediate outputs (numeric gap)")
-    parser.add_argument("--method", default="forward")
-    parser.add_argument("--title", default=None)
+    parser.add_argument("--method", default="forward", help="the method shown (default forward)")
+    parser.add_argument("--title", default=None, help="the page's title (default: etlab report: RUN)")
     parser.add_argument("--strict", action="store_true",
                         help="refuse (exit 2) a run that is not of the ETRecord's program; by default a warning")
     parser.add_argument("-o", "--output", default="report.html", help="where to write the HTML (default report.html)")
@@ -23,7 +26,11 @@ def report_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Arg
 
 def report_main(argv: list[str] | None = None) -> int:
     """Reads the files, builds the dashboard and writes it; returns the exit code (2 on bad input)."""
-    args = report_parser().parse_args(argv)
+    parser = report_parser()
+    args = parser.parse_args(argv)
+    if (args.run is None) == (args.etdump is None):
+        parser.error("give the run's .etdp once: as RUN.etdp or as --etdump")
+    args.etdump = args.etdump or args.run
     from etlab.errors import FormatError
     from etlab.inspector import Inspector, warnings_as_lines
     from etlab.visualizer._dashboard import Dashboard

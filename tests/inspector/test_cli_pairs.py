@@ -81,9 +81,10 @@ def test_right_etrecord_is_silent(delegate_runs):
 
 def test_report_and_compare_check_the_pair_too(delegate_runs, tmp_path):
     cnn, mlp = delegate_runs["cnn"], delegate_runs["mlp"]
-    report = _etlab("report", "--etdump", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",
+    report = _etlab("report", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",  # positional, as inspect
                     "-o", tmp_path / "r.html")
     assert report.returncode == 0 and "etlab report: warning:" in report.stderr and "does not match" in report.stderr
+    assert (tmp_path / "r.html").is_file()
     refused = _etlab("report", "--etdump", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",
                      "-o", tmp_path / "s.html", "--strict")
     assert refused.returncode == 2 and "does not match" in refused.stderr and not (tmp_path / "s.html").exists()
