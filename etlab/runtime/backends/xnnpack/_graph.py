@@ -208,10 +208,13 @@ def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
 def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> None:
     if spec.quant is not None and spec.quant.kind == "tensor":
         levels = to_integers(levels, spec.quant, out.dtype)
-    if out.numel() != levels.numel():  # a dynamic shape: the run's output is smaller than the bound
-        if out.dim() != levels.dim() or out.numel() < levels.numel():
+    if out.shape != levels.shape:
+        # A dynamic shape: this run's output differs from the last one's (smaller or larger) and must fit
+        # the value's declared upper bound (the graph's dims), which is what the program planned for it.
+        bound = math.prod(spec.shape)
+        if out.dim() != levels.dim() or levels.numel() > bound:
             raise ExecutionError(f"{BACKEND_ID}: output of shape {list(levels.shape)} does not fit the "
-                                 f"program's {list(out.shape)}")
+                                 f"program's bound {list(spec.shape)}")
         out.resize_(levels.shape)
     out.copy_(levels.reshape(out.shape))
 
