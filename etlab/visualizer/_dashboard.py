@@ -8,6 +8,7 @@ import os
 import ipywidgets as widgets
 from torch.fx import GraphModule
 
+from etlab.errors import FormatError
 from etlab.visualizer import _html
 from etlab.visualizer._analysis_views import DelegationView, NumericGapView, ProfileView
 from etlab.visualizer._graph_view import GraphView
@@ -80,6 +81,8 @@ class Dashboard(widgets.Tab):
     def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, **kwargs):
         try:
             sources = resolve_sources(program if program is not None else inspector, method, inspector)
+        except FormatError:  # a defective record (a program member that does not decode): said, not hidden
+            raise
         except ValueError:  # an Inspector without ETRecord: timings only
             sources = ProgramSources(method=method)
         sources.inspector = inspector

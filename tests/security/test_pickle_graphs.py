@@ -122,6 +122,9 @@ def test_program_members_with_shared_graphs_are_refused_when_the_program_is_rebu
     assert proc.returncode == 1 and "FormatError" in proc.stderr, proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
     assert str(crafted) in last and member in last and re.search(r"more than \d+ elements", last), last
+    proc = _etlab_report(run_dir, crafted, tmp_path / "r.html")  # the report says so too, instead of a graph-less page
+    assert proc.returncode == 2 and "etlab report: error:" in proc.stderr and member in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "r.html").exists()
 
 
 def test_etlab_report_on_the_honest_upstream_etrecord_works(run_dir, tmp_path):
