@@ -289,6 +289,7 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
     speedups = [r.speedup for r in both if r.speedup]
     lat = {k: [r.latency_ratio(k) for r in both if r.latency_ratio(k)] for k in ("1", "default")}
     fewer = [r.name for r in both if r.etlab_nodes < r.upstream_nodes]
+    slow_latency = {k: [r.name for r in both if (r.latency_ratio(k) or 0) > LATENCY_MAX_TARGET] for k in lat}
     slow_compile = [r.name for r in both if r.speedup and r.speedup < COMPILE_TARGET]
     off_tol = [r.name for r in both if r.within_tol is False]
     threads = next((r.threads_default for r in both if r.threads_default), None)
@@ -315,7 +316,8 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
             f"Compile speed-up: median {statistics.median(speedups):.1f}x, min {min(speedups):.1f}x "
             f"(below {COMPILE_TARGET:.0f}x: {', '.join(slow_compile) or 'none'}). "
             + " ".join(f"Latency etlab/upstream, {k} thread{'s' if k != '1' else ''}: median "
-                       f"{statistics.median(v):.3f}, max {max(v):.3f}." for k, v in lat.items() if v)
+                       f"{statistics.median(v):.3f}, max {max(v):.3f} (above {LATENCY_MAX_TARGET}: "
+                       f"{', '.join(slow_latency[k]) or 'none'})." for k, v in lat.items() if v)
             + f" Fewer delegated nodes than upstream: {', '.join(fewer) or 'none'}. "
             f"Outside the tolerance on upstream's runtime: {', '.join(off_tol) or 'none'}.", "",
         ]
