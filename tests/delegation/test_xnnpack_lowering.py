@@ -47,6 +47,30 @@ class Convs(nn.Module):
         return self.tg(self.bn2(self.t(y) + 1.0))
 
 
+class Conv1ds(nn.Module):
+    """1-D convolutions: strided + BatchNorm1d + relu, depthwise, grouped + dilated after a pad (no bias) with a
+    clamp, transposed; zeros_like (full_like, folded) and elementwise ops between them in [N, L, C]."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv1d(3, 8, 3, padding=1, stride=2)
+        self.bn = nn.BatchNorm1d(8)
+        self.dw = nn.Conv1d(8, 8, 5, padding=2, groups=8)
+        self.g = nn.Conv1d(8, 8, 3, padding=2, dilation=2, groups=2, bias=False)
+        self.t = nn.ConvTranspose1d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        with torch.no_grad():
+            self.bn.running_mean.normal_()
+            self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 2)
+            self.bn.bias.normal_()
+
+    def forward(self, x):
+        y = F.relu(self.bn(self.a(x)))
+        y = torch.tanh(self.dw(y)) * torch.sigmoid(y) + torch.zeros_like(y)
+        y = F.hardtanh(self.g(F.pad(y, (1, 0))), -1.0, 2.0)
+        return self.t(y[..., 1:]), y
+
+
 class Pools(nn.Module):
     def forward(self, x):
         a = F.max_pool2d(x, 3, 2, padding=1, ceil_mode=True)
@@ -88,6 +112,7 @@ def _seeded(make):
 
 MODELS = {
     "convs": lambda: (Convs().eval(), (torch.randn(1, 3, 16, 16),)),
+    "conv1ds": lambda: (Conv1ds().eval(), (torch.randn(2, 3, 33),)),
     "pools": lambda: (Pools().eval(), (torch.randn(2, 4, 9, 9),)),
     "elementwise": lambda: (Elementwise().eval(), (torch.randn(3, 5), torch.randn(3, 5))),
     "shapes": lambda: (Shapes().eval(), (torch.randn(1, 4, 5, 6), torch.randn(2, 3, 4))),
@@ -168,6 +193,57 @@ def test_op_kinds_each_model_lowers_to():
     cnn = kinds["cnn"]
     assert cnn["XNNConv2d"] + cnn["XNNDepthwiseConv2d"] == 16
     assert cnn["XNNStaticTranspose"] == 1 and "XNNClamp" not in cnn and "XNNMultiply" not in cnn
+
+
+def test_one_d_convolutions_are_2d_convolutions_over_a_unit_height():
+    edge = _lower(*_seeded(MODELS["conv1ds"]))
+    kinds = _kinds(edge)
+    assert (kinds["XNNConv2d"], kinds["XNNDepthwiseConv2d"], kinds["XNNConvTranspose2d"]) == (2, 1, 1)
+    # each convolution reshapes [N, L, C] <-> [N, 1, L, C] (free in memory); the values between stay
+    # channels-last: one transpose in, one back for each of the two outputs; batch norm, relu and the clamp fold
+    assert kinds["XNNStaticReshape"] == 8 and kinds["XNNStaticTranspose"] == 3
+    assert "XNNClamp" not in kinds and kinds["XNNMultiply"] == 1  # tanh * sigmoid only
+    ((_, blob),) = _blobs(edge)
+    (conv,) = [n for n in blob.graph.xnodes if node_kind(n) == "XNNConv2d" and n.xnode_union.dilation_width == 2]
+    assert conv.xnode_union.dilation_height == 1 and conv.xnode_union.kernel_height == 1
+    assert (conv.output_min_max.output_min, conv.output_min_max.output_max) == (-1.0, 2.0)
+
+
+def test_one_d_convolution_over_a_bounded_dynamic_length_runs_at_every_length():
+    model, inputs = _seeded(lambda: (nn.Sequential(nn.Conv1d(4, 8, 3, padding=1), nn.ReLU(),
+                                                   nn.Conv1d(8, 8, 3, dilation=2, groups=2)).eval(),
+                                     (torch.randn(1, 4, 40),)))
+    edge = _lower(model, inputs, dynamic_shapes=({2: torch.export.Dim("frames", min=8, max=64)},))
+    assert _portable_ops(edge) == []
+    method = Runtime.get().load_program(edge.to_executorch().buffer).load_method("forward")
+    for length in (64, 9, 40, 64):
+        x = torch.randn(1, 4, length)
+        (got,) = method.execute([x])
+        torch.testing.assert_close(got, model(x), rtol=1e-5, atol=1e-5)
+
+
+def test_one_d_convolution_with_two_dynamic_dims_is_refused_as_dynamic_shape():
+    model = nn.Conv1d(4, 8, 3).eval()
+    dims = {0: torch.export.Dim("batch", min=1, max=4), 2: torch.export.Dim("frames", min=8, max=64)}
+    ep = to_edge(torch.export.export(model, (torch.randn(2, 4, 16),), dynamic_shapes=(dims,))).exported_program()
+    refused = _refusals(XnnpackPartitioner().partition(ep).tagged_exported_program)
+    (conv,) = [n for n in ep.graph.nodes if n.target is not None and "convolution" in str(n.target)]
+    assert refused[conv.name].category == "dynamic_shape" and "1-D convolution" in refused[conv.name].reason
+
+
+@pytest.mark.parametrize("name", ["dilated_tcn", "dynamic_conv1d", "conformer_block"])
+def test_corpus_conv1d_models_lower_every_convolution_and_match_eager(name):
+    from etlab.models.corpus import CORPUS, max_abs_error, within_tolerance
+
+    entry = CORPUS[name]
+    built = entry.build()
+    edge = to_edge_transform_and_lower(entry.export(built)["forward"], partitioner=[XnnpackPartitioner()])
+    portable = _portable_ops(edge)
+    assert not [op for op in portable if "convolution" in op or "alias_copy" in op or "full_like" in op], portable
+    got, want = _run(edge, built[1]["forward"]), entry.eager(built)["forward"]
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert within_tolerance(g, w, entry.atol, entry.rtol), (name, max_abs_error([g], [w]))
 
 
 def test_activation_and_batch_norm_fold_into_the_convolution():

@@ -50,6 +50,17 @@ FLAG_ALIGN_CORNERS = 0x8
 FLAG_KEEP_DIMS = 0x40
 
 
+def channels_last(rank: int) -> tuple[int, ...]:
+    """The permutation to the channels-last form: NCHW -> NHWC; a 3-D [N, C, L] (a 1-D convolution's
+    operand) -> [N, L, C], which is the memory order of [N, 1, L, C], the NHWC of its unit-height 2-D view."""
+    return (0, *range(2, rank), 1)
+
+
+def channels_first(rank: int) -> tuple[int, ...]:
+    """The inverse of `channels_last(rank)`."""
+    return (0, rank - 1, *range(1, rank - 1))
+
+
 def _permuted(shape: Sequence[int], perm: Sequence[int]) -> list[int]:
     return [int(shape[p]) for p in perm]
 
@@ -164,8 +175,15 @@ class Lowering:
         return key == "getitem" and op_key(node.args[0]) == CHOOSE_QPARAMS
 
     def _fold_constants(self, calls: list[Node]) -> None:
-        """Evaluates every op whose inputs are all constants (weight permutes, dequantized weights)."""
+        """Evaluates every op whose inputs are all constants (weight permutes, dequantized weights), and
+        full_like, whose value its input's (static) shape alone decides."""
         for node in calls:
+            if op_key(node) == "aten.full_like.default":  # one number in a static shape (the rules checked)
+                t = self.tensor(node)
+                self.constants[node] = torch.full(tuple(int(d) for d in t.shape), float(node.args[1]), dtype=t.dtype)
+                handle = node.meta.get("debug_handle")
+                self.absorbed[node] = {handle} if isinstance(handle, int) else set()
+                continue
             inputs = node.all_input_nodes
             if (not inputs or not all(n in self.constants for n in inputs) or node in self.out_ext
                     or "choose_qparams" in op_key(node)):
@@ -269,7 +287,7 @@ class Lowering:
             if data.dim() == 0:
                 data = data.reshape(1)
             if layout == NHWC:
-                data = data.permute(TO_NHWC)
+                data = data.permute(channels_last(data.dim()))
             return self.constant(node, data, layout)
         if is_dq(node) and node not in self.values:
             self._dequantize(node, layout)
@@ -280,12 +298,13 @@ class Lowering:
             return have[layout]
         source_layout = NHWC if layout == NCHW else NCHW
         shape = self.out_shape(node, NCHW)
-        if len(shape) != 4:
+        rank = len(shape)
+        if rank not in (3, 4):
             raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} (shape {shape}) asked for in NHWC")
-        perm = TO_NCHW if layout == NCHW else TO_NHWC
-        out_shape = shape if layout == NCHW else _permuted(shape, TO_NHWC)
+        perm = channels_first(rank) if layout == NCHW else channels_last(rank)
+        out_shape = shape if layout == NCHW else _permuted(shape, channels_last(rank))
         out = self.define(node, out_shape, layout, quant=self.quant.get(have[source_layout]))
-        self.b.node("XNNStaticTranspose", None, num_dims=4, perm=list(perm), input_id=have[source_layout],
+        self.b.node("XNNStaticTranspose", None, num_dims=rank, perm=list(perm), input_id=have[source_layout],
                     output_id=out)
         return out
 
@@ -325,7 +344,7 @@ class Lowering:
         shape = [dim_upper(d) for d in self.tensor(node).shape]
         if None in shape:
             raise DelegationError.at(node, f"XnnpackBackend: {node.name!r} has an unbounded dynamic dim")
-        return _permuted(shape, TO_NHWC) if layout == NHWC else shape
+        return _permuted(shape, channels_last(len(shape))) if layout == NHWC and len(shape) >= 3 else shape
 
     def reshape_target(self, node: Node) -> list[int]:
         """A reshape's new shape: static dims, 0 for the (single) dynamic one XNNPACK infers."""

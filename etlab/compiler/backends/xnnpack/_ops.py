@@ -14,18 +14,19 @@ from torch.fx import Node
 
 from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler.backends.xnnpack._builder import QuantSpec
-from etlab.compiler.backends.xnnpack._checks import op_key
+from etlab.compiler.backends.xnnpack._checks import dim_upper, op_key
 from etlab.compiler.backends.xnnpack._fusion import activation_bounds
 from etlab.compiler.backends.xnnpack._lower import (
     FLAG_ALIGN_CORNERS,
     FLAG_KEEP_DIMS,
     NCHW,
     NHWC,
-    TO_NCHW,
     TO_NHWC,
     Lowering,
     _permuted,
     _same_memory_order,
+    channels_first,
+    channels_last,
 )
 from etlab.compiler.backends.xnnpack._quant import (
     Q_DYNAMIC,
@@ -79,7 +80,7 @@ def _broadcast_constant(lw: Lowering, node: Node, layout: str, rank: int, quanti
     else:
         data = lw.constants[node].float()
     if layout == NHWC:
-        data = data.reshape([1] * (rank - data.dim()) + list(data.shape)).permute(TO_NHWC)
+        data = data.reshape([1] * (rank - data.dim()) + list(data.shape)).permute(channels_last(rank))
     elif data.dim() == 0:
         data = data.reshape(1)
     return lw.constant(node, data.contiguous(), f"operand-{layout}-{rank}-{spec is not None}", quant=spec)
@@ -91,8 +92,10 @@ def _binary(kind: str) -> Handler:
         rank = lw.tensor(node).dim()
         live = [x for x in (a, b) if x not in lw.constants]
         quantized = node in lw.qplan
-        # NHWC when an operand already is and every live operand is 4-D (constants follow).
-        nhwc = rank == 4 and any(lw.has(x, NHWC) for x in live) and all(lw.tensor(x).dim() == 4 for x in live)
+        # NHWC when an operand already is and every live operand has the result's rank, 4-D or 3-D (the
+        # [N, L, C] form a 1-D convolution writes); constants follow.
+        nhwc = (rank in (3, 4) and any(lw.has(x, NHWC) for x in live)
+                and all(lw.tensor(x).dim() == rank for x in live))
         layout = NHWC if nhwc else NCHW
         ids = [_broadcast_constant(lw, x, layout, rank, quantized) if x in lw.constants
                else lw.operand(x, layout, quantized) for x in (a, b)]
@@ -109,7 +112,7 @@ def _square(lw: Lowering, node: Node) -> None:
 
 
 def _conv_weights(lw: Lowering, node: Node) -> tuple[torch.Tensor, torch.Tensor | None]:
-    weight = lw.constant_of(node, node.args[1], "weight").float()
+    weight = _unit_height(lw.constant_of(node, node.args[1], "weight").float())
     bias = lw.constant_of(node, node.args[2], "bias").float() if node.args[2] is not None else None
     bn = lw.plan.batch_norm.get(node)
     if bn is not None:
@@ -140,13 +143,34 @@ def _filter_layout(weight: torch.Tensor, transposed: bool, depthwise: bool, grou
     return weight.permute(TO_NHWC).contiguous()
 
 
+def _unit_height(weight: torch.Tensor) -> torch.Tensor:
+    """A 1-D convolution's weight [O, I/g, K] as the 2-D one over a unit height, [O, I/g, 1, K]."""
+    return weight.unsqueeze(2) if weight.dim() == 3 else weight
+
+
+def _nhwc_target(dims) -> list[int]:
+    """A reshape's new shape from symbolic dims: static ones as they are, 0 for the dynamic one."""
+    return [d if isinstance(d, int) else 0 for d in dims]
+
+
 def _convolution(lw: Lowering, node: Node) -> None:
+    """A 2-D convolution in NHWC. A 1-D one ([N, C, L]) is the 2-D convolution over a unit height:
+    its input's channels-last form [N, L, C] is reshaped to [N, 1, L, C] (same memory), and the
+    [N, 1, L', C'] result back to [N, L', C'], the result's channels-last form (as upstream lowers it)."""
     quantized = node in lw.qplan
     x = lw.operand(node.args[0], NHWC, quantized)
     stride, padding, dilation, transposed, output_padding, groups = node.args[3:9]
+    if lw.tensor(node.args[0]).dim() == 3:
+        stride, padding, dilation = [1, *stride], [0, *padding], [1, *dilation]
+        output_padding = [0, *output_padding]
+        n, c, length = lw.tensor(node.args[0]).shape
+        x4 = lw.temp([dim_upper(n), 1, dim_upper(length), dim_upper(c)], lw.quant.get(x))
+        target = _nhwc_target([n, 1, length, c])
+        lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=4, new_shape=target, input_id=x, output_id=x4)
+        x = x4
     qweight = conv_weight(node, lw.constants) if quantized else None
     if qweight is not None:
-        weight = qweight.data
+        weight = _unit_height(qweight.data)
         bias = lw.constant_of(node, node.args[2], "bias").float() if node.args[2] is not None else None
     else:
         weight, bias = _conv_weights(lw, node)
@@ -170,6 +194,10 @@ def _convolution(lw: Lowering, node: Node) -> None:
         filter_id = lw.constant(node, filt, "filter")
         bias_id = lw.constant(node, bias.contiguous(), "bias") if bias is not None else lw.unused_id()
     out = lw.result(node, lw.out_shape(node, NHWC), NHWC)
+    out3 = None
+    if lw.tensor(node).dim() == 3:  # the convolution writes [N, 1, L', C']; a reshape gives the result
+        n, c, length = (dim_upper(d) for d in lw.tensor(node).shape)
+        out3, out = out, lw.temp([n, 1, length, c], lw.quant.get(out))
     pad = list(padding) * (2 // len(padding)) if len(padding) == 1 else list(padding)
     two = (lambda v: list(v) * 2 if len(v) == 1 else list(v))
     stride, dilation, output_padding = two(stride), two(dilation), two(output_padding)
@@ -181,6 +209,10 @@ def _convolution(lw: Lowering, node: Node) -> None:
               group_input_channels=group_in, group_output_channels=group_out, groups=groups,
               adjustment_height=output_padding[0], adjustment_width=output_padding[1],
               input1_id=x, filter_id=filter_id, bias_id=bias_id, output_id=out)
+    if out3 is not None:
+        n, c, length = lw.tensor(node).shape
+        lw.b.node("XNNStaticReshape", lw.handle(node), num_dims=3, new_shape=_nhwc_target([n, length, c]),
+                  input_id=out, output_id=out3)
 
 
 def _quantized_bias(lw: Lowering, node: Node, bias: torch.Tensor, weight: QuantWeight) -> int:
@@ -200,7 +232,8 @@ def _batch_norm(lw: Lowering, node: Node) -> None:
     shift = (beta if beta is not None else torch.zeros_like(mean)) - mean * scale
     layout = lw.preferred_layout(x_node)
     x = lw.value(x_node, layout)
-    shape = [-1] if layout == NHWC else [-1, 1, 1]
+    rank = lw.tensor(x_node).dim()
+    shape = [-1] if layout == NHWC else [-1] + [1] * (rank - 2)
     scale_id = lw.constant(node, scale.reshape(shape).contiguous(), f"bn-scale-{layout}")
     shift_id = lw.constant(node, shift.reshape(shape).contiguous(), f"bn-shift-{layout}")
     shape_out = lw.out_shape(x_node, layout)
@@ -339,7 +372,7 @@ def _softmax(lw: Lowering, node: Node) -> None:
 
 def _layout_dim(dim: int, rank: int, layout: str) -> int:
     dim %= rank
-    return TO_NHWC.index(dim) if layout == NHWC else dim
+    return channels_last(rank).index(dim) if layout == NHWC else dim
 
 
 def _cat(lw: Lowering, node: Node) -> None:
@@ -347,7 +380,7 @@ def _cat(lw: Lowering, node: Node) -> None:
     rank = lw.tensor(node).dim()
     dim = _arg(node, 1, "dim", 0)
     live = [t for t in tensors if t not in lw.constants]
-    nhwc = rank == 4 and sum(lw.has(t, NHWC) for t in live) * 2 > len(live)
+    nhwc = rank in (3, 4) and sum(lw.has(t, NHWC) for t in live) * 2 > len(live)
     layout = NHWC if nhwc else NCHW
     axis = _layout_dim(dim, rank, layout)
     q = lw.qplan.get(node)
@@ -378,11 +411,11 @@ def _slice(lw: Lowering, node: Node) -> None:
     start = 0 if start is None else (start + shape[dim] if start < 0 else start)
     end = shape[dim] if end is None else (end + shape[dim] if end < 0 else end)
     start, end = max(0, min(start, shape[dim])), max(0, min(end, shape[dim]))
-    layout = lw.preferred_layout(x_node) if rank == 4 else NCHW
+    layout = lw.preferred_layout(x_node) if rank in (3, 4) else NCHW
     offsets, sizes = [0] * rank, list(shape)
     offsets[dim], sizes[dim] = start, end - start
     if layout == NHWC:
-        offsets, sizes = _permuted(offsets, TO_NHWC), _permuted(sizes, TO_NHWC)
+        offsets, sizes = _permuted(offsets, channels_last(rank)), _permuted(sizes, channels_last(rank))
     x = lw.value(x_node, layout)
     out = lw.define(node, sizes, layout)
     lw.b.node("XNNStaticSlice", lw.handle(node), num_dims=rank, offsets=offsets, sizes=sizes, input_id=x,
@@ -427,7 +460,8 @@ def _permute(lw: Lowering, node: Node) -> None:
     quantized = node in lw.qplan
     if x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC):
         x = lw.operand(x_node, NHWC, quantized)
-        perm = [TO_NCHW[p] for p in perm]  # x = x_nhwc.permute(TO_NCHW), so compose
+        back = channels_first(len(perm))
+        perm = [back[p] for p in perm]  # x = x_nhwc.permute(channels_first), so compose
     else:
         x = lw.operand(x_node, NCHW, quantized)
     out = lw.result(node, lw.out_shape(node, NCHW), NCHW)
@@ -459,9 +493,9 @@ def _pad(lw: Lowering, node: Node) -> None:
     pre, post = [0] * rank, [0] * rank
     for i in range(len(pads) // 2):
         pre[rank - 1 - i], post[rank - 1 - i] = pads[2 * i], pads[2 * i + 1]
-    layout = lw.preferred_layout(x_node) if rank == 4 else NCHW
+    layout = lw.preferred_layout(x_node) if rank in (3, 4) else NCHW
     if layout == NHWC:
-        pre, post = _permuted(pre, TO_NHWC), _permuted(post, TO_NHWC)
+        pre, post = _permuted(pre, channels_last(rank)), _permuted(post, channels_last(rank))
     x = lw.value(x_node, layout)
     out = lw.define(node, lw.out_shape(node, layout), layout)
     lw.b.node("XNNStaticConstantPad", lw.handle(node), pre_paddings=pre, post_paddings=post,
@@ -523,4 +557,5 @@ HANDLERS: dict[str, Handler] = {
     "aten.unsqueeze_copy.default": _reshape, "aten.permute_copy.default": _permute,
     "aten.constant_pad_nd.default": _pad,
     "dim_order_ops._clone_dim_order.default": _copy, "aten.clone.default": _copy,
+    "aten.alias_copy.default": _copy,
 }

@@ -106,9 +106,15 @@ def _conv(node: Node, ctx: Context) -> DelegationRefusal | None:
     found = check_values(node, [x, weight, bias])
     if found is not None:
         return found
-    if tensor_of(x).dim() != 4:
-        return refusal("argument", f"a {tensor_of(x).dim() - 2}-D convolution; etlab lowers 2-D convolutions "
-                       "to XNNPACK", "reshape the input to 4-D (N, C, 1, W) and use Conv2d")
+    if tensor_of(x).dim() not in (3, 4):
+        return refusal("argument", f"a {tensor_of(x).dim() - 2}-D convolution; etlab lowers 1-D and 2-D "
+                       "convolutions to XNNPACK", "fold the extra spatial dims into the batch, or use Conv2d")
+    if tensor_of(x).dim() == 3:  # over a unit height: reshapes around it infer at most one dynamic dim
+        for t in (tensor_of(x), tensor_of(node)):
+            if sum(not isinstance(d, int) for d in t.shape) > 1:
+                return refusal("dynamic_shape", f"a 1-D convolution over the shape {[str(d) for d in t.shape]}: "
+                               "XNNPACK's reshapes to and from its unit-height 2-D form infer at most one "
+                               "dynamic dim", "keep one dynamic dim (batch or length), or export static shapes")
     if not ctx.is_constant(weight) or (bias is not None and not ctx.is_constant(bias)):
         return refusal("argument", "the convolution's weight or bias is computed at run time; XNNPACK packs "
                        "convolution weights ahead of time", "make the weight a parameter or buffer of the module")
@@ -125,8 +131,9 @@ def _batch_norm(node: Node, ctx: Context) -> DelegationRefusal | None:
     found = check_values(node, [x]) if tensor_of(node) is not None else value_refusal(x, "operand")
     if found is not None and found.category != "other":
         return found
-    if tensor_of(x) is None or tensor_of(x).dim() != 4:
-        return refusal("argument", "batch norm over a non-4-D input", "XNNPACK folds 2-D batch norm (NCHW) only")
+    if tensor_of(x) is None or tensor_of(x).dim() not in (3, 4):
+        return refusal("argument", "batch norm over a non-3-D/4-D input",
+                       "XNNPACK runs batch norm over (N, C, L) or (N, C, H, W) only")
     if not all(a is None or ctx.is_constant(a) for a in node.args[1:5]):
         return refusal("argument", "batch norm statistics or affine parameters are not constants",
                        "export the model in eval mode")
@@ -311,6 +318,16 @@ def _upsample_bilinear(node: Node, ctx: Context) -> DelegationRefusal | None:
     return static_only(node, node.args[:1], "a resize")
 
 
+def _full_like(node: Node, ctx: Context) -> DelegationRefusal | None:
+    """A tensor of one number shaped like its input: a constant of the partition when the shape is static."""
+    t = tensor_of(node)
+    if isinstance(node.args[1], Node):
+        return refusal("argument", "the fill value is computed at run time", "fill with a Python number")
+    if t is not None and t.dtype != torch.float32:
+        return refusal("dtype", f"full_like of dtype {t.dtype}; etlab folds float32 ones", "")
+    return static_only(node, [], "full_like (folded to a constant)")
+
+
 def _clone(node: Node, ctx: Context) -> DelegationRefusal | None:
     order = node.kwargs.get("dim_order")
     t = tensor_of(node)
@@ -343,6 +360,7 @@ RULES: dict[str, Rule] = {
     "aten.squeeze_copy.dims": _reshape, "aten.squeeze_copy.dim": _reshape, "aten.unsqueeze_copy.default": _reshape,
     "aten.constant_pad_nd.default": _pad, "aten.upsample_bilinear2d.vec": _upsample_bilinear,
     "dim_order_ops._clone_dim_order.default": _clone, "aten.clone.default": _clone,
+    "aten.alias_copy.default": _shape_op, "aten.full_like.default": _full_like,
     "getitem": _getitem,
 }
 
