@@ -40,6 +40,9 @@ def clean_json(value):
     return value
 
 
+MAX_PATH_CHARS = 4096  # PATH_MAX: longer request paths are refused before the file system sees them
+
+
 def confine(root: str | os.PathLike, rel: str, *, kinds: tuple[str, ...] | None = None,
             directory: bool = False) -> Path:
     """The real path of `rel` under `root`, or PathError: outside the root, missing, or not of `kinds`."""
@@ -47,16 +50,21 @@ def confine(root: str | os.PathLike, rel: str, *, kinds: tuple[str, ...] | None 
         raise PathError("path: must be a string without NUL bytes")
     if rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
         raise PathError(f"{rel}: absolute paths are refused; give a path relative to the server's root")
+    if len(rel) > MAX_PATH_CHARS:
+        raise PathError(f"{rel[:80]}...: a path of {len(rel)} characters (at most {MAX_PATH_CHARS})")
     base = Path(os.path.realpath(root))
-    target = Path(os.path.realpath(base / rel))
-    if target != base and base not in target.parents:
-        raise PathError(f"{rel}: outside the server's root directory", 403)
-    if directory:
-        if not target.is_dir():
-            raise PathError(f"{rel or '.'}: no such folder", 404)
-        return target
-    if not target.is_file():
-        raise PathError(f"{rel}: no such file", 404)
+    try:
+        target = Path(os.path.realpath(base / rel))
+        if target != base and base not in target.parents:
+            raise PathError(f"{rel}: outside the server's root directory", 403)
+        if directory:
+            if not target.is_dir():
+                raise PathError(f"{rel or '.'}: no such folder", 404)
+            return target
+        if not target.is_file():
+            raise PathError(f"{rel}: no such file", 404)
+    except OSError as e:  # a name too long for the file system, a loop of links: said without the root's path
+        raise PathError(f"{rel}: not a usable path ({e.strerror or type(e).__name__})") from None
     if kinds is not None and artifact_kind(target) not in kinds:
         raise PathError(f"{rel}: expected a {' or '.join('.' + k for k in kinds)} file")
     return target

@@ -237,6 +237,51 @@ def run_inspector(case: Case) -> None:
     Dashboard(ins, method="forward").page("fuzz")
 
 
+# Request arguments a client of the Lab server could send: path tricks (traversal, absolute, NUL, a link
+# name, a folder, the wrong kind) and odd method/part names. Each input sends the file requests with the
+# honest names and one of these; a hostile path must be refused (PathError), never served.
+_HOSTILE_PATHS = ("../run.etdp", "/etc/passwd", "..", "sub/../../run.etdp", "run.etdp\x00.pte", "C:/run.etdp",
+                  "\\run.etdp", "link.etdp", ".", "run.bin", "model.etrecord/.", "x" * 5000, "%2e%2e/run.etdp")
+_ODD_NAMES = ("forward", "", "../forward", "\x00", "f" * 5000, "graphs", "main", "__init__")
+
+
+def run_server(case: Case) -> None:
+    """The Lab server's work (`etlab.jupyter._service.Service`, what its worker processes run) on the
+    files written into a fresh root: the .etrecord and .etdp viewers, the run's graphs, the artifact
+    list, and one request with a hostile path or name chosen by the input."""
+    import hashlib
+    import os
+    import tempfile
+
+    from etlab.jupyter._service import Service
+    from etlab.jupyter._store import PathError
+
+    pick = int.from_bytes(hashlib.blake2b(b"".join(case.values()), digest_size=4).digest(), "little")
+    with tempfile.TemporaryDirectory(prefix="etlab-fuzz-server-") as tmp:
+        root = os.path.join(tmp, "root")
+        os.mkdir(root)
+        for name, data in case.items():
+            with open(os.path.join(root, name), "wb") as f:
+                f.write(data)
+        os.symlink(os.path.join(tmp, "outside.etdp"), os.path.join(root, "link.etdp"))
+        with open(os.path.join(tmp, "outside.etdp"), "wb") as f:
+            f.write(case["run.etdp"])
+        service = Service(root)
+        bad_path = _HOSTILE_PATHS[pick % len(_HOSTILE_PATHS)]
+        name = _ODD_NAMES[(pick >> 8) % len(_ODD_NAMES)]
+        try:
+            service.etdp(bad_path)
+        except PathError:
+            pass
+        else:
+            raise AssertionError(f"the server served the request path {bad_path!r}")
+        service.artifacts("")
+        service.etrecord("model.etrecord", method=name)
+        service.etdp("run.etdp", method=name)
+        service.etdp("run.etdp", program="model.etrecord", part="graphs")
+        service.compare("run.etdp", "run.etdp")
+
+
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("pte", "program", {"model.pte": 1}, run_pte, ".pte loader (etlab.schema.deserialize_pte)"),
     Target("ptd", "ptd", {"model.ptd": 1}, run_ptd, ".ptd loader (deserialize_ptd + named data)"),
@@ -255,6 +300,9 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
            "Inspector on an ETDump and debug buffer (blocks, events, table, Chrome trace)", model_share=0.5),
     Target("inspector", "run", {"run.etdp": 2, "model.etrecord": 2, "run.bin": 1}, run_inspector,
            "Inspector + HTML report (Inspector, to_dataframe, Dashboard.page)", model_share=0.5),
+    Target("server", "run", {"run.etdp": 2, "model.etrecord": 2, "run.bin": 1}, run_server,
+           "Lab server requests (Service: viewers, graphs, compare, artifacts; hostile paths and names)",
+           model_share=0.5),
 )}
 
 

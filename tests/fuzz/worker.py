@@ -45,7 +45,7 @@ REPORT_SLACK = 128 << 20
 
 def memory_limit(target, size: int) -> int:
     """How much one input of `size` bytes may grow the worker's peak memory before it is a finding."""
-    return MEMORY_FACTOR * size + (REPORT_SLACK if target.name == "inspector" else MEMORY_SLACK)
+    return MEMORY_FACTOR * size + (REPORT_SLACK if target.name in ("inspector", "server") else MEMORY_SLACK)
 ADDRESS_SPACE_HEADROOM = 3 << 30  # hard backstop (RLIMIT_AS) above the warmed-up worker's address space
 STATS_EVERY = 0.5
 

@@ -54,3 +54,14 @@ def test_listing_reports_unreadable_files(lab_files, tmp_path):
 def test_folder_outside_root_refused(tmp_path):
     with pytest.raises(PathError):
         Service(tmp_path).artifacts("..")
+
+
+@pytest.mark.parametrize("rel", ["x" * 5000, "y" * 300 + ".pte", "d/" * 100 + "z" * 300 + ".etdp"])
+def test_unusable_request_paths_are_path_errors_without_the_root(tmp_path, rel):
+    """Names the file system refuses (too long: ENAMETOOLONG) are a PathError (HTTP 400, or 404 where a
+    missing folder answers first), not an OSError carrying the server's absolute path."""
+    service = Service(tmp_path)
+    for call in (lambda: service.pte(rel), lambda: service.etdp(rel), lambda: service.artifacts(rel)):
+        with pytest.raises(PathError) as err:
+            call()
+        assert str(tmp_path) not in str(err.value) and err.value.status in (400, 404)
