@@ -231,6 +231,29 @@ def test_one_d_convolution_with_two_dynamic_dims_is_refused_as_dynamic_shape():
     assert refused[conv.name].category == "dynamic_shape" and "1-D convolution" in refused[conv.name].reason
 
 
+def test_weight_normed_conv1d_after_a_linear_folds_its_weight_and_runs_like_eager():
+    """wav2vec2's positional conv: weight_norm's ops (sum, pow, div: some XNNPACK cannot run) read only
+    constants and only the convolution, so they are evaluated when the delegate is built; its input is a
+    transpose of a linear's N-D output (the matmul's value is 2-D, the transpose's 3-D)."""
+
+    class PosConv(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(16, 32)
+            self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(32, 32, 5, padding=2, groups=4), dim=2)
+
+        def forward(self, x):
+            h = self.lin(x)
+            return h + F.gelu(self.conv(h.transpose(1, 2))).transpose(1, 2)
+
+    model, inputs = _seeded(lambda: (PosConv().eval(), (torch.randn(1, 39, 16),)))
+    edge = _lower(model, inputs)
+    assert _portable_ops(edge) == []
+    with torch.no_grad():
+        want = model(*inputs)
+    torch.testing.assert_close(_run(edge, inputs)[0], want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("name", ["dilated_tcn", "dynamic_conv1d", "conformer_block"])
 def test_corpus_conv1d_models_lower_every_convolution_and_match_eager(name):
     from etlab.models.corpus import CORPUS, max_abs_error, within_tolerance

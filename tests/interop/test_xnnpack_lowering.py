@@ -2,8 +2,9 @@
 
 A fast subset: small models compiled here with `XnnpackPartitioner`, all run in one reference
 process (importing upstream is most of its time):
-- the zoo's mlp and cnn and two op-coverage models (convolutions of every kind with batch norm
-  and activations folded; pooling, resizes, global pooling) match eager within 1e-4;
+- the zoo's mlp and cnn and three op-coverage models (convolutions of every kind with batch norm
+  and activations folded; 1-D convolutions as unit-height 2-D ones; pooling, resizes, global pooling)
+  match eager within 1e-4;
 - the mlp quantized by upstream's XNNPACKQuantizer (static int8, and dynamic int8), compiled by
   etlab from the very graph upstream compiles, gives upstream's own XNNPACK program's outputs
   within one quantization step of the output;
@@ -21,7 +22,7 @@ from etlab.compiler import to_edge_transform_and_lower
 from etlab.compiler.backends import XnnpackPartitioner
 from etlab.facts.lowered import lowered_modules
 from etlab.models import zoo
-from tests.delegation.test_xnnpack_lowering import Convs, Pools
+from tests.delegation.test_xnnpack_lowering import Conv1ds, Convs, Pools
 from tests.interop.conftest import ET_REF, HERE, ZOO, run_ref
 
 pytestmark = [pytest.mark.interop, pytest.mark.xdist_group("xnnpack_lowering_interop")]
@@ -34,11 +35,15 @@ def _convs():
     return Convs().eval(), (torch.randn(1, 3, 16, 16),)
 
 
+def _conv1ds():
+    return Conv1ds().eval(), (torch.randn(2, 3, 33),)
+
+
 def _pools():
     return Pools().eval(), (torch.randn(2, 4, 9, 9),)
 
 
-FACTORIES = {"mlp": zoo.make_mlp, "cnn": zoo.make_cnn, "convs": _convs, "pools": _pools}
+FACTORIES = {"mlp": zoo.make_mlp, "cnn": zoo.make_cnn, "convs": _convs, "conv1ds": _conv1ds, "pools": _pools}
 COUNTED = ("mlp",)
 QUANTIZED = ("static_mlp", "dynamic_mlp")  # upstream's XNNPACKQuantizer, static and dynamic
 

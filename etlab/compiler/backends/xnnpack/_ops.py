@@ -456,7 +456,7 @@ def _reshape(lw: Lowering, node: Node) -> None:
 
 def _permute(lw: Lowering, node: Node) -> None:
     x_node = lw.resolve(node.args[0])
-    perm = [int(p) % lw.tensor(x_node).dim() for p in node.args[1]]
+    perm = [int(p) % len(node.args[1]) for p in node.args[1]]  # (x_node may be a 2-D matmul it unflattens)
     quantized = node in lw.qplan
     if x_node not in lw.constants and not lw.has(x_node, NCHW) and lw.has(x_node, NHWC):
         x = lw.operand(x_node, NHWC, quantized)

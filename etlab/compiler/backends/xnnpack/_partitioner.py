@@ -85,6 +85,7 @@ class XnnpackPartitioner(Partitioner):
                 node.meta.pop(DELEGATION_REFUSAL_META, None)
             else:
                 node.meta[DELEGATION_REFUSAL_META] = found
+        self._accept_folded_constants(calls, accepted, ctx)
         order = {node: i for i, node in enumerate(gm.graph.nodes)}
         groups = self._per_op_groups(calls, accepted, ctx) if self.per_op_mode else self._groups(gm, accepted)
         tags: dict[str, DelegationSpec] = {}
@@ -100,6 +101,16 @@ class XnnpackPartitioner(Partitioner):
                 node.meta["delegation_tag"] = tag
             tags[tag] = self.delegation_spec
         return PartitionResult(exported_program, tags)
+
+    def _accept_folded_constants(self, calls: list[Node], accepted: set[Node], ctx: Context) -> None:
+        """An op XNNPACK cannot run, computed from constants only and read only by delegated nodes (a
+        weight-normed convolution's weight), is evaluated when the delegate is built: it joins them."""
+        for node in reversed(calls):
+            if (node in accepted or not ctx.is_constant(node) or not node.users
+                    or not all(u in accepted for u in node.users) or self._excluded(node) is not None):
+                continue
+            accepted.add(node)
+            node.meta.pop(DELEGATION_REFUSAL_META, None)
 
     def _groups(self, gm, accepted: set[Node]) -> list[list[Node]]:
         order = {node: i for i, node in enumerate(gm.graph.nodes)}
