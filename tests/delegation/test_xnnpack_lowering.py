@@ -451,6 +451,28 @@ def test_static_int8_patterns_become_quantized_xnnpack_nodes(name):
     assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
 
 
+def test_static_int8_conv1d_runs_quantized_over_a_unit_height():
+    def make():
+        model = nn.Sequential(nn.Conv1d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv1d(8, 8, 3, padding=2, dilation=2,
+                                                                                   groups=8), nn.ReLU(),
+                              nn.Conv1d(8, 4, 1))
+        return model.eval(), (torch.randn(2, 3, 20),)
+
+    model, inputs = _seeded(lambda: _quantized(make))
+    edge = _lower(model, inputs)
+    ((_, blob),) = _blobs(edge)
+    assert _portable_ops(edge) == []
+    types = _value_types(blob)
+    convs = [n.xnode_union for n in blob.graph.xnodes if node_kind(n) in ("XNNConv2d", "XNNDepthwiseConv2d")]
+    assert len(convs) == 3
+    assert all((types[c.input1_id], types[c.filter_id], types[c.output_id]) == ("qint8", "qcint8", "qint8")
+               for c in convs)
+    with torch.no_grad():
+        want = model(*inputs)
+    (got,) = _run(edge, inputs)
+    assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
+
+
 def _output_step(converted) -> float:
     """The scale of the last quantize node of a converted model (its output's quantization step)."""
     scales = [float(n.args[1]) for n in converted.graph.nodes
