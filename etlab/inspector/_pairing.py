@@ -146,40 +146,63 @@ def _kernel_disagreement(calls: list[RunCall], methods: dict[str, MethodInfo], r
             f"records {', '.join(ops)} but the run called {call.kernel}; the run is of another program")
 
 
+def _call_mismatch(call: RunCall, method: str, kinds: dict, plans: dict, run_name: str,
+                   program_name: str) -> str | None:
+    """Why `call` cannot be a call of `method` (None when it can)."""
+    have = kinds[method].get((call.chain, call.instruction))
+    if have is None:
+        return (f"{run_name} does not match {program_name}: the run called instruction {call.instruction} "
+                f"(chain {call.chain}) of {method!r}, which has no such call; the run is of another program")
+    if have != call.kind:
+        what = {KERNEL: "a kernel call", DELEGATE: "a delegate call"}
+        return (f"{run_name} does not match {program_name}: instruction {call.instruction} of {method!r} is "
+                f"{what[have]} in the program but the run logged {what[call.kind]} there; "
+                "the run is of another program")
+    if call.kernel and method in plans:
+        plan = plans[method]
+        ins = plan.chains[call.chain].instructions[call.instruction].instr_args
+        ops = plan.operators or ()
+        if isinstance(ins, KernelCall) and 0 <= ins.op_index < len(ops):
+            want = op_label(ops[ins.op_index]).split("::")[-1]
+            if want != call.kernel:
+                return (f"{run_name} does not match {program_name}: instruction {call.instruction} of "
+                        f"{method!r} runs {want} in the program but {call.kernel} in the run")
+    return None
+
+
 def run_mismatch(etdump, sig: dict[str, list[list]], *, run_name: str, program_name: str,
                  pte: PteFile | None = None, program: ProgramInfo | None = None) -> str | None:
     """Why a run (`read_etdump` columns) is not of the program with signature `sig` (None when it
     is). With the program's `pte`, each kernel call is checked against its operator table; with its
-    ETRecord's `program` (a ProgramInfo), against the operators behind each instruction."""
+    ETRecord's `program` (a ProgramInfo), against the operators behind each instruction.
+
+    A block named after a method (or the program's only method, or forward) is checked against that
+    method; a block its name does not place (upstream's runtime and etlab's name every run "Execute")
+    in a program of several methods must fit one of them."""
     calls = run_calls(etdump)
     if not calls:
         return None
     methods = list(sig)
     kinds = {m: {(c, i): k for c, i, k in rows} for m, rows in sig.items()}
     plans = {str(p.name): p for p in (pte.program.execution_plan or ())} if pte is not None else {}
+    blocks: dict[str, list[RunCall]] = {}
     for call in calls:
-        method = _method_for(call.block, methods)
-        if method is None:
-            return (f"{run_name} does not match {program_name}: run block {call.block!r} is none of its "
-                    f"methods {methods}")
-        have = kinds[method].get((call.chain, call.instruction))
-        if have is None:
-            return (f"{run_name} does not match {program_name}: the run called instruction {call.instruction} "
-                    f"(chain {call.chain}) of {method!r}, which has no such call; the run is of another program")
-        if have != call.kind:
-            what = {KERNEL: "a kernel call", DELEGATE: "a delegate call"}
-            return (f"{run_name} does not match {program_name}: instruction {call.instruction} of {method!r} is "
-                    f"{what[have]} in the program but the run logged {what[call.kind]} there; "
-                    "the run is of another program")
-        if call.kernel and method in plans:
-            plan = plans[method]
-            ins = plan.chains[call.chain].instructions[call.instruction].instr_args
-            ops = plan.operators or ()
-            if isinstance(ins, KernelCall) and 0 <= ins.op_index < len(ops):
-                want = op_label(ops[ins.op_index]).split("::")[-1]
-                if want != call.kernel:
-                    return (f"{run_name} does not match {program_name}: instruction {call.instruction} of "
-                            f"{method!r} runs {want} in the program but {call.kernel} in the run")
+        blocks.setdefault(call.block, []).append(call)
+    for block, block_calls in blocks.items():
+        method = _method_for(block, methods)
+        candidates = [method] if method is not None else methods
+        errors = []
+        for candidate in candidates:
+            error = next((e for c in block_calls
+                          if (e := _call_mismatch(c, candidate, kinds, plans, run_name, program_name))), None)
+            if error is None:
+                break
+            errors.append(error)
+        else:
+            if method is None:
+                return (f"{run_name} does not match {program_name}: run block {block!r} fits none of its "
+                        f"methods {methods}" + (f" (e.g. {errors[0].split(': ', 1)[-1]})" if errors else ""))
+            return errors[0]
     if program is not None:
         return _kernel_disagreement(calls, dict(program.methods), run_name, program_name)
     return None

@@ -5,6 +5,7 @@ harness)."""
 from __future__ import annotations
 
 import os
+import warnings
 
 import pytest
 import torch
@@ -87,3 +88,13 @@ def test_phases_tab_in_chromium(run, tmp_path):
             assert page.errors == [] and page.requests == []
         finally:
             browser.close()
+
+
+def test_runs_of_a_program_without_forward_pair_with_its_record(run):
+    """prefill and decode runs are blocks named "Execute" (as upstream names them): the pairing check
+    places each on a method that fits it instead of calling the run another program's."""
+    from etlab.inspector import Inspector
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Inspector(etdump_path=run.workdir / "run.etdp", etrecord=str(run.workdir / "model.etrecord"), strict=True)
