@@ -12,6 +12,7 @@ and an installation without them still gets a plain repr.
 from __future__ import annotations
 
 import importlib
+import math
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -72,3 +73,15 @@ def show(obj, *args, **kwargs):
     if fn is None:
         raise RuntimeError(f"no view is registered for {type(obj).__name__}: {VIEWS_PACKAGE} is not installed")
     return fn(obj, *args, **kwargs)
+
+
+def json_ready(value):
+    """The value with non-finite floats as None (JSON has no NaN: a hostile file's NaN must not stop a
+    view) and tuples as lists, for the JSON the views and the Lab server send to the browser."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_ready(v) for v in value]
+    return value

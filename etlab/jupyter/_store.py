@@ -7,7 +7,6 @@ absolute paths, symlinks leading out) is refused before a byte is read.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 from collections import OrderedDict
@@ -15,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from etlab.errors import FormatError
+from etlab.facts.display import json_ready
 
 ARTIFACT_KINDS = {".pte": "pte", ".etdp": "etdp", ".etrecord": "etrecord", ".bpte": "bpte"}
 MAX_LISTED = 500  # artifacts listed per folder (a huge tree must not stall the server)
@@ -29,15 +29,7 @@ class PathError(ValueError):
         self.status = status
 
 
-def clean_json(value):
-    """The value with non-finite floats as None (JSON has no NaN) and tuples as lists."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): clean_json(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [clean_json(v) for v in value]
-    return value
+clean_json = json_ready  # the JSON the viewers receive: non-finite floats as None, tuples as lists
 
 
 MAX_PATH_CHARS = 4096  # PATH_MAX: longer request paths are refused before the file system sees them

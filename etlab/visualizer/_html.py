@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 
+from etlab.facts.display import json_ready
 from etlab.schema import write_atomic
 
 _ids = itertools.count(1)
@@ -36,8 +37,13 @@ _SCRIPT_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026"}
 
 
 def json_for_script(data) -> str:
-    """JSON safe inside a <script> element, whatever strings it holds (see _SCRIPT_ESCAPES)."""
-    return json.dumps(data, separators=(",", ":"), allow_nan=False, default=str).translate(_SCRIPT_ESCAPES)
+    """JSON safe inside a <script> element, whatever strings it holds (see _SCRIPT_ESCAPES); a
+    non-finite float (a hostile file's NaN) is null, as in the JSON the Lab server sends."""
+    try:
+        text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=str)
+    except ValueError:  # NaN or inf somewhere: the rare case pays for the walk
+        text = json.dumps(json_ready(data), separators=(",", ":"), allow_nan=False, default=str)
+    return text.translate(_SCRIPT_ESCAPES)
 
 
 def script_safe(code: str, what: str) -> str:

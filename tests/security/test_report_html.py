@@ -104,3 +104,14 @@ def test_every_table_of_the_report_is_drawn_in_chromium(report):
             assert "<!--<script>" in page.content().replace("&lt;", "<").replace("&gt;", ">")  # shown as text
         finally:
             browser.close()
+
+
+def test_script_data_with_non_finite_floats_is_null_not_an_error():
+    """A hostile file's NaN or inf reaches the report's inline data as null (the fuzz campaign's
+    unnamed ValueError from json_for_script), with the script escapes still applied."""
+    import json
+
+    from etlab.visualizer._html import json_for_script
+
+    text = json_for_script({"gap": float("nan"), "rows": [1.5, float("-inf"), ("x", "<!--<script>")]})
+    assert "<" not in text and json.loads(text) == {"gap": None, "rows": [1.5, None, ["x", "<!--<script>"]]}
