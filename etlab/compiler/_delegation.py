@@ -35,7 +35,7 @@ from etlab.compiler._delegation_lowering import (
     program_with_shared_state,
     splice_delegate,
 )
-from etlab.facts.lowered import CompileSpec, LoweredBackendModule
+from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, LoweredBackendModule
 
 __all__ = [
     "BackendDetails",
@@ -69,6 +69,25 @@ class PartitionResult:
 
     tagged_exported_program: ExportedProgram
     partition_tags: dict[str, DelegationSpec]
+
+
+def tag_groups(groups: Sequence[Sequence[torch.fx.Node]], order: dict[torch.fx.Node, int], spec: DelegationSpec,
+               prefix: str, refuse) -> dict[str, DelegationSpec]:
+    """What a partitioner does with the node groups it found: each group, in graph order, tagged
+    `<prefix><i>` with `spec`, unless `refuse(nodes)` gives a `DelegationRefusal` (a group with nothing
+    to compute), which each of its nodes then carries instead. Returns the tag -> spec map."""
+    tags: dict[str, DelegationSpec] = {}
+    for nodes in sorted(groups, key=lambda group: order[group[0]]):
+        refusal = refuse(nodes)
+        if refusal is not None:
+            for node in nodes:
+                node.meta[DELEGATION_REFUSAL_META] = refusal
+            continue
+        tag = f"{prefix}{len(tags)}"
+        for node in nodes:
+            node.meta["delegation_tag"] = tag
+        tags[tag] = spec
+    return tags
 
 
 class Partitioner(ABC):

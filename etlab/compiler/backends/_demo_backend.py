@@ -25,6 +25,7 @@ from etlab.compiler._delegation import (
     Partitioner,
     PartitionResult,
     PreprocessResult,
+    tag_groups,
 )
 from etlab.compiler.backends._demo_format import DemoOp, DemoProgram, Opcode, encode_demo_program
 from etlab.facts.fx import op_name
@@ -122,18 +123,12 @@ class DemoPartitioner(Partitioner):
         order = {node: i for i, node in enumerate(gm.graph.nodes)}
         proposed = CapabilityBasedPartitioner(gm, _DemoSupport(), allows_single_node_partition=True)
         groups = [sorted(p.nodes, key=order.__getitem__) for p in proposed.propose_partitions()]
-        tags: dict[str, DelegationSpec] = {}
-        for nodes in sorted(groups, key=lambda group: order[group[0]]):
-            if all(_OPCODES[n.target] == Opcode.PERMUTE for n in nodes):
-                for node in nodes:
-                    node.meta[DELEGATION_REFUSAL_META] = DelegationRefusal(
-                        BACKEND_ID, "partition_size", "its partition holds only permutes: nothing to compute",
-                        "none: a permute alone runs as cheaply on the portable kernels")
-                continue
-            tag = f"demo_{len(tags)}"
-            for node in nodes:
-                node.meta["delegation_tag"] = tag
-            tags[tag] = self.delegation_spec
+        permutes_only = DelegationRefusal(BACKEND_ID, "partition_size",
+                                          "its partition holds only permutes: nothing to compute",
+                                          "none: a permute alone runs as cheaply on the portable kernels")
+        tags = tag_groups(groups, order, self.delegation_spec, "demo_",
+                          lambda nodes: permutes_only if all(_OPCODES[n.target] == Opcode.PERMUTE for n in nodes)
+                          else None)
         for node in gm.graph.nodes:
             if node.op == "call_function" and "delegation_tag" not in node.meta \
                     and DELEGATION_REFUSAL_META not in node.meta:

@@ -28,6 +28,7 @@ from etlab.compiler._delegation import (
     Partitioner,
     PartitionResult,
     PreprocessResult,
+    tag_groups,
 )
 from etlab.compiler.backends.xnnpack._checks import BACKEND_ID, Context, op_key, refusal
 from etlab.compiler.backends.xnnpack._lower import Lowering
@@ -88,18 +89,10 @@ class XnnpackPartitioner(Partitioner):
         self._accept_folded_constants(calls, accepted, ctx)
         order = {node: i for i, node in enumerate(gm.graph.nodes)}
         groups = self._per_op_groups(calls, accepted, ctx) if self.per_op_mode else self._groups(gm, accepted)
-        tags: dict[str, DelegationSpec] = {}
-        for nodes in sorted(groups, key=lambda group: order[group[0]]):
-            if all(ctx.is_constant(n) for n in nodes):
-                for node in nodes:  # nothing to run: constants alone are folded into their users
-                    node.meta[DELEGATION_REFUSAL_META] = refusal(
-                        "partition_size", "computed from constants only and read by no XNNPACK node",
-                        "nothing to do: it runs once per call on the portable kernels")
-                continue
-            tag = f"{TAG_PREFIX}{len(tags)}"
-            for node in nodes:
-                node.meta["delegation_tag"] = tag
-            tags[tag] = self.delegation_spec
+        constants_only = refusal("partition_size", "computed from constants only and read by no XNNPACK node",
+                                 "nothing to do: it runs once per call on the portable kernels")
+        tags = tag_groups(groups, order, self.delegation_spec, TAG_PREFIX,  # constants alone fold into their users
+                          lambda nodes: constants_only if all(ctx.is_constant(n) for n in nodes) else None)
         return PartitionResult(exported_program, tags)
 
     def _accept_folded_constants(self, calls: list[Node], accepted: set[Node], ctx: Context) -> None:
