@@ -1,6 +1,6 @@
 """etlab: the ExecuTorch compile-and-run stack in Python, with notebook-first developer tools."""
 
-from etlab.errors import FormatError
+from etlab.errors import Error, FormatError
 
 __version__ = "0.1.0"
-__all__ = ["FormatError", "__version__"]
+__all__ = ["Error", "FormatError", "__version__"]

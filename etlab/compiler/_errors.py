@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
+from etlab.errors import Error
 from etlab.facts.fx import op_name
 from etlab.facts.source import source_line
 
 
-class CompileError(ValueError):
+class CompileError(Error, ValueError):
     """A model cannot be compiled. The message names the op and, when known, the user's source line.
 
     Attributes: `op` (readable op name or None), `source` ('file:line in fn: code' or None),

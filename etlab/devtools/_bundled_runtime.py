@@ -19,11 +19,12 @@ from typing import Any
 import torch
 
 from etlab.devtools._bundled_program import check_test_cases, value_from_bundled
+from etlab.errors import Error
 from etlab.runtime import Method, Program, Runtime
 from etlab.schema import bundled_program as B
 
 
-class BundledVerificationError(AssertionError):
+class BundledVerificationError(Error, AssertionError):
     """A method's outputs differ from a bundled test case's expected outputs."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from etlab.errors import Error
 from etlab.facts.program_info import MethodInfo, ProgramInfo
 from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL
 from etlab.schema.program import DelegateCall, KernelCall, PteFile
@@ -29,7 +30,7 @@ KERNEL_EVENT_PREFIX = "native_call_"
 MAX_DISAGREEING_KERNELS = 0.25
 
 
-class PairingError(ValueError):
+class PairingError(Error, ValueError):
     """A run and a program that are not of the same program (the message says where they differ)."""
 
 

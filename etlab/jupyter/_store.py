@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from etlab.errors import FormatError
+from etlab.errors import Error, FormatError
 from etlab.facts.display import json_ready
 
 ARTIFACT_KINDS = {".pte": "pte", ".etdp": "etdp", ".etrecord": "etrecord", ".bpte": "bpte"}
@@ -21,7 +21,7 @@ MAX_LISTED = 500  # artifacts listed per folder (a huge tree must not stall the 
 MAX_DEPTH = 3
 
 
-class PathError(ValueError):
+class PathError(Error, ValueError):
     """A request path that is missing, outside the root or of the wrong kind (HTTP 400/404)."""
 
     def __init__(self, message: str, status: int = 400):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import sys
 
-from etlab.errors import FormatError
+from etlab.errors import Error
 
 
 def verify(path: str, name: str) -> dict:
@@ -27,7 +27,9 @@ def main(argv: list[str]) -> int:
     path, name = argv[0], argv[1] if len(argv) > 1 else argv[0]
     try:
         out = verify(path, name)
-    except (FormatError, ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
+    # etlab's own errors (a bad file, a program that cannot load or run) and a ValueError or OSError naming the
+    # input; anything else is a bug: it ends the child with a traceback, whose last line the server reports.
+    except (Error, ValueError, OSError) as e:
         out = {"file": name, "error": f"{type(e).__name__}: {e}".replace(path, name)}
     sys.stdout.write(json.dumps(out, allow_nan=False, default=str))
     return 0

@@ -1,14 +1,16 @@
 """Errors raised by the etlab runtime."""
 
+from etlab.errors import Error
 
-class LoadError(RuntimeError):
+
+class LoadError(Error, RuntimeError):
     """A program or method cannot be loaded: a missing kernel or backend, a broken memory plan, bad arguments.
 
     The message names the method, the instruction and the operator or value at fault.
     """
 
 
-class ExecutionError(RuntimeError):
+class ExecutionError(Error, RuntimeError):
     """A method cannot run with the given inputs, or a kernel failed while running.
 
     Raised before anything runs for input mismatches (count, kind, dtype, rank, shape), so the
