@@ -6,7 +6,12 @@
     etlab fleet diff S --base build=A --head build=B [--per device_class] [--threshold 0.05] [--html F]
     etlab fleet generate OUT [--devices-per-class N] [--sessions N] [--runs N] [--regression OP=FACTOR]
 
-Exit codes: 0 fine; 1 `diff` found a regression (or `ingest --strict` skipped a bad file);
+A run with no 'program' tag (sidecar, --pattern, --tag) is stored under the SHA-256 of the .pte beside
+it, else of the .etrecord beside it, else a fingerprint of its run blocks' layout (`etdp-...`); which
+one is the label program_from. A run with no 'build' tag is stored as build=unknown.
+
+Exit codes: 0 fine; 1 `diff` found a regression, `ingest` stored nothing (no file, or every file bad;
+files already stored count as stored) or, with --strict, skipped a bad file;
 2 an error (missing store, bad arguments, SQL error), one line on stderr.
 """
 
@@ -52,6 +57,10 @@ def _ingest(args) -> int:
         summary = ingest(args.sources, args.store, pattern=args.pattern, tags=tags, workers=args.workers,
                          progress=not args.no_progress)
     print(summary.format())
+    if summary.files_ingested == 0 and summary.files_already_stored == 0:
+        why = "no .etdp file found" if summary.files_found == 0 else "every file was bad (listed above)"
+        print(f"etlab fleet: error: nothing ingested: {why}", file=sys.stderr)
+        return 1
     return 1 if args.strict and summary.files_bad else 0
 
 

@@ -1,6 +1,7 @@
 """Ingest: a tree (or list) of .etdp files -> the Parquet fleet store, in parallel and resumable.
 
-The driver walks the sources, tags each file (defaults < path pattern < sidecar JSON), leaves out
+The driver walks the sources, tags each file (defaults < path pattern < sidecar JSON; a program
+none of them names is inferred, etlab.fleet._identity; build defaults to "unknown"), leaves out
 files the manifest already holds (same path, size and mtime), and hands chunks of files to a
 process pool. A worker reads its files with the columnar `read_etdump`, writes one Parquet part
 per (program, build) partition and returns the manifest rows; the driver commits each chunk by
@@ -13,6 +14,7 @@ the file's earlier bad rows, so the manifest keeps one row per file version.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import multiprocessing
 import os
@@ -21,14 +23,15 @@ import time
 import uuid
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from etlab.errors import FormatError
 from etlab.fleet import _store
 from etlab.fleet._events import FileEvents, events_table, file_events
+from etlab.fleet._identity import FROM_STRUCTURE, PROGRAM_FROM, program_beside, structure_fingerprint
 from etlab.fleet._store import FileRecord
-from etlab.fleet._tags import FileTags, PathPattern, read_sidecar, sidecar_path
+from etlab.fleet._tags import UNKNOWN_BUILD, FileTags, PathPattern, read_sidecar, sidecar_path
 
 ETDUMP_SUFFIX = ".etdp"
 
@@ -60,11 +63,17 @@ class IngestSummary:
     not_profile_events: int = 0
     leftovers_removed: int = 0
     seconds: float = 0.0
+    program_from: dict[str, int] = field(default_factory=dict)  # where inferred programs came from: files
+    unknown_build: int = 0  # files stored as build=unknown (no tag named a build)
 
     def add(self, records: list[FileRecord]) -> None:
         """Counts one committed chunk's manifest rows."""
         for r in records:
             if r.status == "ok":
+                source = json.loads(r.labels or "{}").get(PROGRAM_FROM)
+                if source is not None:
+                    self.program_from[source] = self.program_from.get(source, 0) + 1
+                self.unknown_build += r.build == UNKNOWN_BUILD
                 self.files_ingested += 1
                 self.events += r.events
                 self.runs += r.runs
@@ -86,6 +95,13 @@ class IngestSummary:
             f"{self.dropped_events} profile event(s) dropped (end before start), "
             f"{self.not_profile_events} debug/allocation event(s) not stored",
         ]
+        if self.program_from:
+            counts = sorted(self.program_from.items(), key=lambda kv: -kv[1])
+            sources = ", ".join(f"{n} from {src}" for src, n in counts)
+            lines.append(f"  no 'program' tag: program inferred for {sum(self.program_from.values())} file(s): "
+                         f"{sources} (label {PROGRAM_FROM}; tag the runs to name it)")
+        if self.unknown_build:
+            lines.append(f"  no 'build' tag: {self.unknown_build} file(s) stored as build={UNKNOWN_BUILD}")
         if self.leftovers_removed:
             lines.append(f"  {self.leftovers_removed} leftover part(s) of an interrupted ingest removed")
         for path, reason in self.bad[:max_bad]:
@@ -129,7 +145,9 @@ def file_identity(path: str, size: int, mtime_ns: int) -> int:
     return int.from_bytes(digest.digest(), "little") & ((1 << 63) - 1)
 
 
-def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None) -> FileTags:
+def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None, hashes: dict) -> FileTags:
+    """defaults < path pattern < sidecar; a program none of them names is inferred (etlab.fleet._identity):
+    from the .pte/.etrecord beside the run now, else from the run's structure by the worker that reads it."""
     tags = defaults
     if pattern is not None:
         rel = path.relative_to(root).as_posix() if path.is_relative_to(root) else path.name
@@ -140,7 +158,11 @@ def _tag(path: Path, root: Path, defaults: FileTags, pattern: PathPattern | None
     sidecar = sidecar_path(path)
     if sidecar is not None:
         tags = tags.merged(read_sidecar(sidecar))
-    return tags.finished(str(path))
+    if tags.program is None:
+        beside = program_beside(path, hashes)
+        program, source = beside if beside is not None else (None, FROM_STRUCTURE)
+        tags = tags.merged({"program": program, "labels": {PROGRAM_FROM: source}})
+    return tags.finished(str(path), program_later=True)
 
 
 def _version(row) -> tuple:
@@ -190,7 +212,7 @@ def plan_ingest(sources, store: Path, *, pattern: str | None = None, tags: dict 
     # commit_chunk keeps its row count at one.
     seen = _store.read_manifest(store).select(["path", "size", "mtime_ns", "status"]).to_pylist()
     done = {_version(r) for r in seen if r["status"] == "ok"}
-    items, already = [], 0
+    items, already, hashes = [], 0, {}
     for path, root in discover(sources):
         key = os.path.abspath(path)  # links are not resolved: the name given is the name reported
         st = _is_regular(key)
@@ -202,7 +224,7 @@ def plan_ingest(sources, store: Path, *, pattern: str | None = None, tags: dict 
             continue
         item = IngestItem(key, st.st_size, st.st_mtime_ns, file_identity(key, st.st_size, st.st_mtime_ns), None)
         try:
-            item.tags = _tag(path, root, defaults, pat)
+            item.tags = _tag(path, root, defaults, pat, hashes)
         except (FormatError, OSError) as e:
             item.error = _reason(e, key)
         items.append(item)
@@ -224,7 +246,10 @@ def read_file_events(item: IngestItem) -> FileEvents:
 
     if item.tags is None:
         raise FormatError(item.error or "untagged")
-    return file_events(read_etdump(item.path), item.file_id, item.tags)
+    columns = read_etdump(item.path)
+    if item.tags.program is None:  # no tag and no program file beside it: the run's structure names it
+        item.tags = replace(item.tags, program=structure_fingerprint(columns))
+    return file_events(columns, item.file_id, item.tags)
 
 
 def _record(item: IngestItem, chunk: str, ev: FileEvents | None, error: str | None) -> FileRecord:

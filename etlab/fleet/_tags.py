@@ -18,6 +18,7 @@ from pathlib import Path
 from etlab.errors import FormatError
 
 TAG_FIELDS = ("program", "method", "device", "device_class", "build")
+UNKNOWN_BUILD = "unknown"  # the build of a file no tag names one for
 SIDECAR_MAX_BYTES = 1 << 20
 # Values used as Hive partition directory names: no separators, no leading dot, no '=' or '%'.
 _PARTITION_SAFE = re.compile(r"[A-Za-z0-9_+-][A-Za-z0-9._+-]{0,127}")
@@ -42,15 +43,20 @@ class FileTags:
         fields = {k: v for k, v in other.items() if k != "labels" and v is not None}
         return replace(self, **fields, labels=labels)
 
-    def finished(self, where: str) -> FileTags:
-        """Checks that program and build are set and safe as directory names; fills device_class."""
+    def finished(self, where: str, *, program_later: bool = False) -> FileTags:
+        """Checks that program and build are safe as directory names; fills device_class, and build
+        (UNKNOWN_BUILD when none was given). `program_later`: the program may still be unset (the
+        ingest worker fingerprints the run, etlab.fleet._identity)."""
+        tags = self if self.build is not None else replace(self, build=UNKNOWN_BUILD)
         for key in ("program", "build"):
-            value = getattr(self, key)
+            value = getattr(tags, key)
+            if value is None and key == "program" and program_later:
+                continue
             if value is None:
                 raise FormatError(f"{where}: no {key!r} tag (give a sidecar JSON, a path pattern or --tag {key}=...)")
             if not _PARTITION_SAFE.fullmatch(value):
                 raise FormatError(f"{where}: {key} tag {value!r} must match {_PARTITION_SAFE.pattern}")
-        return replace(self, device_class=self.device_class or self.device)
+        return replace(tags, device_class=tags.device_class or tags.device)
 
     def labels_json(self) -> str:
         return json.dumps(self.labels, sort_keys=True, separators=(",", ":"))

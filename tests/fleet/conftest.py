@@ -12,17 +12,19 @@ from etlab.fleet import FleetSpec, generate_fleet, ingest
 
 
 def add_bad_files(root: Path, good: str) -> dict[str, Path]:
-    """A corrupt file, a truncated one (both with valid sidecars) and one nobody tagged."""
+    """A corrupt file, a truncated one (both with valid sidecars) and one whose sidecar names an unsafe
+    program (a file with no tags at all is ingested under an inferred program: test_ingest)."""
     good = Path(good)
     sidecar = json.loads(good.with_name(good.name + ".json").read_text())
     bad = {"corrupt": root / "A" / "corrupt.etdp", "truncated": root / "B" / "truncated.etdp",
-           "untagged": root / "untagged.etdp"}
+           "mistagged": root / "mistagged.etdp"}
     data = good.read_bytes()
     corrupt = bytearray(data)
     corrupt[16:48] = b"\xff" * 32   # the root table's offsets now point outside the buffer
     bad["corrupt"].write_bytes(bytes(corrupt))
     bad["truncated"].write_bytes(data[: len(data) // 2])
-    bad["untagged"].write_bytes(data)
+    bad["mistagged"].write_bytes(data)
+    bad["mistagged"].with_name("mistagged.etdp.json").write_text(json.dumps({**sidecar, "program": "../outside"}))
     for key in ("corrupt", "truncated"):
         bad[key].with_name(bad[key].name + ".json").write_text(json.dumps(sidecar))
     return bad

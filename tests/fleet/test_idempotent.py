@@ -39,8 +39,8 @@ def test_ingest_twice_leaves_the_manifest_as_it_was(fleet, tmp_path):
         assert _rows(store) == rows
     assert "3 bad (skipped)" in first.stdout + first.stderr
 
-    # the untagged file gets its tags: its bad row is replaced, not joined, by an ok row
-    untagged = tree / fleet.bad["untagged"].relative_to(fleet.root)
+    # the mistagged file gets good tags: its bad row is replaced, not joined, by an ok row
+    untagged = tree / fleet.bad["mistagged"].relative_to(fleet.root)
     good = Path(fleet.files[0])
     sidecar = tree / good.relative_to(fleet.root).with_name(good.name + ".json")
     untagged.with_name(untagged.name + ".json").write_text(json.dumps(json.loads(sidecar.read_text())))

@@ -31,7 +31,7 @@ def test_bad_files_reported_and_skipped(fleet, store):
     assert set(reasons) == {str(p.absolute()) for p in fleet.bad.values()}
     assert "only" in reasons[str(fleet.bad["truncated"].absolute())]        # size prefix vs bytes present
     assert "malformed vtable" in reasons[str(fleet.bad["corrupt"].absolute())]
-    assert "no 'program' tag" in reasons[str(fleet.bad["untagged"].absolute())]
+    assert "program tag '../outside' must match" in reasons[str(fleet.bad["mistagged"].absolute())]
     text = summary.format()
     assert "3 bad (skipped)" in text and "truncated.etdp" in text and "corrupt.etdp" in text
     manifest = read_manifest(store[0]).to_pandas()
@@ -113,7 +113,7 @@ def test_parallel_ingest_equals_serial(fleet, store, tmp_path):
 def test_path_pattern_and_default_tags(fleet, tmp_path):
     """Without sidecars, tags come from the path pattern and --tag defaults."""
     tree = tmp_path / "tree"
-    shutil.copytree(fleet.root, tree, ignore=shutil.ignore_patterns("*.json", "corrupt*", "truncated*", "untagged*"))
+    shutil.copytree(fleet.root, tree, ignore=shutil.ignore_patterns("*.json", "corrupt*", "truncated*", "mistagged*"))
     s = ingest(tree, tmp_path / "s", pattern="{build}/{device_class}/{device}/session-{label.session}.etdp",
                tags={"program": "abc123", "method": "forward"}, workers=1)
     assert s.files_ingested == len(fleet.files) and not s.bad
