@@ -102,9 +102,9 @@ def _info(args) -> int:
 
 # Subcommands with their own parsers: the rest of the command line goes to them untouched.
 _DELEGATED = {
-    "inspect": ("etlab.inspector._cli", "inspect_main", "the Inspector's table for an ETDump (+ ETRecord)"),
-    "compare": ("etlab.inspector._cli", "compare_main", "per-op latency and numeric deltas of run B against A"),
-    "report": ("etlab.visualizer._cli", "report_main", "write the dashboard as an offline HTML report"),
+    "inspect": ("etlab.inspector", "inspect_main", "the Inspector's table for an ETDump (+ ETRecord)"),
+    "compare": ("etlab.inspector", "compare_main", "per-op latency and numeric deltas of run B against A"),
+    "report": ("etlab.visualizer", "report_main", "write the dashboard as an offline HTML report"),
     "fleet": ("etlab.fleet", "fleet_main", "fleet analysis: ingest many ETDumps, query with SQL, diff builds"),
 }
 

@@ -20,9 +20,10 @@
 - a run and its program: `run_mismatch` (why a run is not of a program: the Inspector warns with it, or
   raises `PairingError` with `strict=True`), `program_signature` / `pte_signature`, `run_calls`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
+- `inspect_main(argv)` / `compare_main(argv)`: `etlab inspect` / `etlab compare` (the CLI calls them)
 """
 
-from etlab.inspector._cli import warnings_as_lines
+from etlab.inspector._cli import compare_main, inspect_main, warnings_as_lines
 from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
@@ -78,10 +79,12 @@ __all__ = [
     "TimeScale",
     "block_methods",
     "compare",
+    "compare_main",
     "compare_results",
     "cosine_similarity",
     "event_label",
     "execute_timings",
+    "inspect_main",
     "l1",
     "mse",
     "numeric_gaps",
