@@ -14,7 +14,9 @@
   Delegates run on backends added with `register_backend(name, backend)`.
 - `enable_etdump=True` records an ETDump (`Program.write_etdump_result_to_file`) that
   upstream's Inspector reads.
-- Threads: share a Program freely; use each Method from one thread at a time.
+- Threads: share a Program freely; use each Method from one thread at a time. Kernels run on 1
+  intra-op thread by default, as upstream's portable runtime (stable profiles on a busy machine);
+  `load_program(..., threads=N)` gives them N (None: torch's own setting). Traced runs record it.
 """
 
 from etlab.runtime._delegate import BackendInitContext, DelegateContext, NullDelegateContext

@@ -8,6 +8,8 @@ Structure and names follow upstream's ETDumpGen:
   `DELEGATE_CALL`, `MOVE_CALL`, `JF_CALL`, `FREE_CALL`), delegate events (profile and debug,
   identified by an int or a string delegate debug id), then `Method::execute`, then one debug
   event per program output (chain index 2**64-1, `output` set);
+- each "Execute" block records the intra-op threads its kernels ran with (`RunData.threads`, an
+  etlab field upstream's reader skips; `load_program(threads=...)`);
 - debug levels: off, program outputs, intermediate outputs (the last arguments of every kernel,
   every argument of a delegate call). Tensor bytes go to the debug buffer, 64-byte aligned; a
   debug event holds their offset, sizes and strides. Without a `debug_buffer_size` the buffer is
@@ -70,14 +72,17 @@ class EventTracer:
     """Collects the events of one program (all its methods); safe to share between threads."""
 
     def __init__(self, *, debug_level: DebugLevel = DebugLevel.NO_LOGGING, debug_buffer_size: int | None = 0,
-                 max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False):
-        """debug_buffer_size: bytes for logged tensors, or None to size the buffer from the plan."""
+                 max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False, threads: int | None = None):
+        """debug_buffer_size: bytes for logged tensors, or None to size the buffer from the plan; threads: the
+        intra-op threads the program's methods run with, recorded in each "Execute" block (None: torch's own
+        setting, recorded as 0: not known)."""
         if (debug_buffer_size is not None and debug_buffer_size < 0) or max_events < 0:
             raise ValueError("debug_buffer_size and max_events must not be negative")
         if debug_buffer_size is not None and debug_buffer_size > MAX_DEBUG_BUFFER_BYTES:
             raise ValueError(f"debug_buffer_size {debug_buffer_size} is above {MAX_DEBUG_BUFFER_BYTES} bytes")
         self.debug_level = DebugLevel(debug_level)
         self.trace_allocations = trace_allocations
+        self.threads = threads
         self.max_events = max_events
         self._dropped = 0
         self.dropped_debug_values = 0  # logged values that did not fit into the debug buffer
@@ -261,11 +266,13 @@ class EventTracer:
                 blocks.append((name, bundled, self._run_allocators.get(k, ()), self._run_events[first:end]))
             blocks += [self._native_block(r) for r in native[n:]]
         run_data = []
+        threads = self.threads or 0  # None (torch's own setting, which may change between runs): not recorded
         for name, bundled, allocators, events in blocks:
             run_data.append(E.RunData(
                 name=name, bundled_input_index=bundled,
                 allocators=[E.Allocator(a) for a in allocators] or None,
                 events=[_event(e) for e in self._expand(events)],
+                threads=threads if name == "Execute" else 0,
             ))
         return E.ETDump(version=0, run_data=run_data)
 

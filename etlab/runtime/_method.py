@@ -121,6 +121,7 @@ class Method:
             self._native_log = tracer.native_log
             self._core.trace_to(self._native_log, self._chains_key)
         self._busy = threading.Lock()
+        self.threads = program.threads  # intra-op threads each execute sets (None: torch's setting)
         self._state_lock = state_lock  # the program's shared state, held while running
         self._closed = False
         self._scratch = [table.values[s] for s in scratch]
@@ -151,14 +152,20 @@ class Method:
         if not self._busy.acquire(blocking=False):
             raise ExecutionError(f"method {self.name!r} is already running in another thread; a Method serves "
                                  "one thread at a time (load one Method per thread)")
+        threads = self.threads
+        before = threads if threads is None else torch.get_num_threads()
         try:
             if self._closed:
                 raise ExecutionError(f"method {self.name!r} was closed")
+            if before != threads:
+                torch.set_num_threads(threads)  # restored below: see etlab.runtime._threads
             if self._state_lock is None:
                 return self._execute(inputs, bundled_input_index)
             with self._state_lock:
                 return self._execute(inputs, bundled_input_index)
         finally:
+            if before != threads:
+                torch.set_num_threads(before)
             self._busy.release()
 
     __call__ = execute

@@ -30,6 +30,7 @@ from etlab.runtime._shared_state import (
     check_shared_layout,
     declares_shared_state,
 )
+from etlab.runtime._threads import DEFAULT_THREADS, check_threads
 from etlab.runtime._values import DataSources, build_value_table
 from etlab.schema import (
     check_intact,
@@ -85,10 +86,11 @@ class Program:
 
     def __init__(self, pte: P.PteFile, what: str, *, data: DataSources, tracer: EventTracer | None,
                  bundled: BundledProgram | None, keepalive: Any = None, core: str | None = None,
-                 memory_budget: int | None = None):
+                 memory_budget: int | None = None, threads: int | None = DEFAULT_THREADS):
         self._pte = pte
         self.memory_budget = memory_budget  # bytes one execute of a method may use (None: no budget)
         self.core = choose_core(core)  # "native" or "python": what runs this program's methods
+        self.threads = check_threads(threads)  # intra-op threads its methods run with (None: torch's setting)
         self._what = what
         self._data = data
         self._tracer = tracer
@@ -266,7 +268,8 @@ class Runtime:
     def load_program(self, data, *, verification: Verification = Verification.Minimal, enable_etdump: bool = False,
                      debug_buffer_size: int | None = None, etdump_debug_level: DebugLevel | int | None = None,
                      etdump_max_events: int = DEFAULT_MAX_EVENTS, trace_allocations: bool = False,
-                     data_files=(), data_path=None, memory_budget: int | None = None) -> Program:
+                     data_files=(), data_path=None, memory_budget: int | None = None,
+                     threads: int | None = DEFAULT_THREADS) -> Program:
         """Loads a `.pte` (or the program inside a `.bpte`) from a path, bytes or a binary file.
 
         - `data_files` (or upstream's single `data_path`): `.ptd` files holding tensors the
@@ -280,8 +283,14 @@ class Runtime:
         - `memory_budget`: bytes one execute of a method may use: its planned arenas (checked at load)
           plus the temporaries of each kernel call whose arguments set its size (checked before the
           call, at load when its arguments are known then: `_kernel_args`). Without it those calls are
-          still refused when their result would not fit their planned output.
+          still refused when their result would not fit their planned output;
+        - `threads`: the intra-op threads (torch's) each execute runs its kernels with, set for the
+          call and restored after it. 1 by default, as upstream's portable runtime: a profile on a
+          busy machine stays stable (torch's default of one thread per core makes a 2-core machine
+          shared with other work spike by 100x). None keeps whatever torch is set to. Recorded with
+          each traced run (the ETDump run block's `threads`, an etlab field upstream's reader skips; 0 for None).
         """
+        threads = check_threads(threads)
         Verification(verification)
         if memory_budget is not None and (not isinstance(memory_budget, int) or memory_budget < 0):
             raise ValueError(f"memory_budget must be a non-negative int (bytes), got {memory_budget!r}")
@@ -304,9 +313,10 @@ class Runtime:
             if debug_buffer_size is None and level == DebugLevel.NO_LOGGING:
                 debug_buffer_size = 0
             tracer = EventTracer(debug_level=level, debug_buffer_size=debug_buffer_size,
-                                 max_events=etdump_max_events, trace_allocations=trace_allocations)
+                                 max_events=etdump_max_events, trace_allocations=trace_allocations,
+                                 threads=threads)
         return Program(pte, what, data=sources, tracer=tracer, bundled=bundled, keepalive=views, core=self.core,
-                       memory_budget=memory_budget)
+                       memory_budget=memory_budget, threads=threads)
 
 
 def load_program(data, **kwargs) -> Program:

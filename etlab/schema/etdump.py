@@ -127,6 +127,7 @@ class RunData:
     bundled_input_index: int = -1
     allocators: list[Allocator] | None = field(default_factory=list)
     events: list[Event] | None = field(default_factory=list)
+    threads: int = 0  # etlab only: intra-op threads the block ran with (0: not recorded)
 
 
 @dataclass

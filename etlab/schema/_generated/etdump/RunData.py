@@ -92,8 +92,15 @@ class RunData(object):
         o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(10))
         return o == 0
 
+    # RunData
+    def Threads(self):
+        o = flatbuffers.number_types.UOffsetTFlags.py_type(self._tab.Offset(12))
+        if o != 0:
+            return self._tab.Get(flatbuffers.number_types.Uint32Flags, o + self._tab.Pos)
+        return 0
+
 def RunDataStart(builder):
-    builder.StartObject(4)
+    builder.StartObject(5)
 
 def Start(builder):
     RunDataStart(builder)
@@ -134,6 +141,12 @@ def RunDataStartEventsVector(builder, numElems):
 def StartEventsVector(builder, numElems):
     return RunDataStartEventsVector(builder, numElems)
 
+def RunDataAddThreads(builder, threads):
+    builder.PrependUint32Slot(4, threads, 0)
+
+def AddThreads(builder, threads):
+    RunDataAddThreads(builder, threads)
+
 def RunDataEnd(builder):
     return builder.EndObject()
 
@@ -156,11 +169,13 @@ class RunDataT(object):
         bundledInputIndex = -1,
         allocators = None,
         events = None,
+        threads = 0,
     ):
         self.name = name  # type: Optional[str]
         self.bundledInputIndex = bundledInputIndex  # type: int
         self.allocators = allocators  # type: Optional[List[etlab.schema._generated.etdump.Allocator.AllocatorT]]
         self.events = events  # type: Optional[List[etlab.schema._generated.etdump.Event.EventT]]
+        self.threads = threads  # type: int
 
     @classmethod
     def InitFromBuf(cls, buf, pos):
@@ -203,6 +218,7 @@ class RunDataT(object):
                 else:
                     event_ = etlab.schema._generated.etdump.Event.EventT.InitFromObj(runData.Events(i))
                     self.events.append(event_)
+        self.threads = runData.Threads()
 
     # RunDataT
     def Pack(self, builder):
@@ -232,5 +248,6 @@ class RunDataT(object):
             RunDataAddAllocators(builder, allocators)
         if self.events is not None:
             RunDataAddEvents(builder, events)
+        RunDataAddThreads(builder, self.threads)
         runData = RunDataEnd(builder)
         return runData
