@@ -21,6 +21,21 @@ FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Meth
 # ... the per-instruction wrapper (its time is the kernel's plus dispatch) and a delegate call.
 OPERATOR_CALL = "OPERATOR_CALL"
 DELEGATE_CALL = "DELEGATE_CALL"
+# A kernel call is profiled as "native_call_<op>.<overload>" (the operator without its namespace), just
+# before the OPERATOR_CALL of the same instruction. Written and read only through the two helpers below.
+KERNEL_EVENT_PREFIX = "native_call_"
+
+
+def kernel_event_name(operator: str) -> str:
+    """The event a kernel call is profiled under: 'native_call_add.out' for 'aten::add.out'."""
+    return KERNEL_EVENT_PREFIX + operator.split("::", 1)[-1]
+
+
+def kernel_of_event(name: str) -> str | None:
+    """The operator of a kernel event ('add.out' for 'native_call_add.out'); None for any other event."""
+    return name[len(KERNEL_EVENT_PREFIX):] if name.startswith(KERNEL_EVENT_PREFIX) and len(name) > len(
+        KERNEL_EVENT_PREFIX) else None
+
 
 ScalarType = make_enum("scalar_type.ScalarType")
 ValueType = make_enum("etdump.ValueType")
