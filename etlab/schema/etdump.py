@@ -17,7 +17,8 @@ from etlab.schema._codec import TableCodec, make_enum
 DROPPED_DEBUG_VALUES = "etlab::dropped_debug_values"
 # Event names the ExecuTorch runtime writes by convention (not graph nodes):
 # around methods (they belong to no node) ...
-FRAMEWORK_EVENT_NAMES = frozenset({"Method::init", "Program::load_method", "Method::execute", DROPPED_DEBUG_VALUES})
+LOAD_METHOD, METHOD_INIT, METHOD_EXECUTE = "Program::load_method", "Method::init", "Method::execute"
+FRAMEWORK_EVENT_NAMES = frozenset({METHOD_INIT, LOAD_METHOD, METHOD_EXECUTE, DROPPED_DEBUG_VALUES})
 # ... the per-instruction wrapper (its time is the kernel's plus dispatch) and a delegate call.
 OPERATOR_CALL = "OPERATOR_CALL"
 DELEGATE_CALL = "DELEGATE_CALL"
