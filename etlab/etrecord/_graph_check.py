@@ -10,7 +10,8 @@ torch's deserializer trusts its input in ways a file from elsewhere must not be 
   torch.fx generates (and compiles) for the graph;
 
 So before deserializing, every expression must be a plain sympy expression over shape symbols,
-every name a plain (dotted) identifier, guards and non-essential metadata are dropped, every
+every value name a plain (dotted) identifier and every parameter or module path
+a dotted path of letters, digits, '_' and '-', guards and non-essential metadata are dropped, every
 target must be a registered operator (`torch.ops.<namespace>.<op>.<overload>`, a higher-order
 operator) or one of a fixed set of Python scalar functions, and custom objects are refused.
 Tensor metadata must describe a dense CPU tensor: strided layout (sparse tensors are refused),
@@ -74,9 +75,24 @@ _NAME_KEYED = frozenset({"tensor_values", "sym_int_values", "sym_bool_values", "
 _LINE_BREAKS = re.compile("[\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 
 
+# A parameter's, buffer's or module's path as the model names it: nn.Module.add_module takes any name
+# without a dot, and model libraries use '-' (torchvision's RegNet: `trunk_output.block1.block1-0`). These
+# only ever reach torch.fx's generated code inside a quoted getattr(..., "name"), so a '-' is harmless
+# there; quotes, backslashes, spaces and line breaks stay refused.
+_SAFE_PATH = re.compile(r"[A-Za-z0-9_\-]+(?:\.[A-Za-z0-9_\-]+)*")
+PATH_KEYS = frozenset({"fqn", "parameter_name", "buffer_name", "tensor_constant_name", "custom_obj_name"})
+
+
 def check_name(value, where: str, what: str) -> None:
+    """A value or argument name: a plain (dotted) Python identifier, as torch.fx generates code with it."""
     if isinstance(value, str) and value and not _SAFE_NAME.fullmatch(value):
         raise FormatError(f"{where}: {what} {value[:80]!r} is not a plain (dotted) identifier")
+
+
+def check_path(value, where: str, what: str) -> None:
+    """A parameter/buffer/module path: dotted names of letters, digits, '_' and '-'."""
+    if isinstance(value, str) and value and not _SAFE_PATH.fullmatch(value):
+        raise FormatError(f"{where}: {what} {value[:80]!r} is not a dotted path of letters, digits, '_' and '-'")
 
 
 def _check_spec(text, where: str, depth: int = 0) -> None:
@@ -245,7 +261,9 @@ def _walk(obj, where: str, depth: int) -> None:
             obj["metadata"] = {k: _LINE_BREAKS.sub(" ", v) for k, v in meta.items()
                                if k in KEPT_METADATA and isinstance(v, str)}
     for key, value in obj.items():
-        if key in ("name", "as_name", "fqn") or key.endswith("_name"):
+        if key in PATH_KEYS:
+            check_path(value, where, key)
+        elif key in ("name", "as_name") or key.endswith("_name"):
             check_name(value, where, key)
         elif key == "forward_arg_names" and isinstance(value, list):
             for arg in value:
