@@ -27,8 +27,8 @@ def synthetic_etdump(runs: int, ops: int, *, debug_tensors: bool = False, delega
     offset 64 * (op index) * ... in a debug buffer laid out by `synthetic_debug_buffer`.
     """
     load = s.RunData(name="Default", events=[
-        _profile("Program::load_method", -1, 0, 1000, 500),
-        _profile("Method::init", -1, 0, 1100, 300),
+        _profile(s.LOAD_METHOD, -1, 0, 1000, 500),
+        _profile(s.METHOD_INIT, -1, 0, 1100, 300),
     ])
     if allocations:
         load.allocators = [s.Allocator(name="method_allocator"), s.Allocator(name="temp")]
@@ -48,17 +48,17 @@ def synthetic_etdump(runs: int, ops: int, *, debug_tensors: bool = False, delega
                             scalar_type=s.ScalarType.FLOAT, sizes=[tensor_numel], strides=[1],
                             offset=tensor_offset(r, i, ops, tensor_numel))))))
             dur = 1000 + 37 * i + 11 * r
-            events.append(_profile(f"native_call_{op}", 0, i, t + 50, dur))
-            events.append(_profile("OPERATOR_CALL", 0, i, t, dur + 100))
+            events.append(_profile(s.kernel_event_name(op), 0, i, t + 50, dur))
+            events.append(_profile(s.OPERATOR_CALL, 0, i, t, dur + 100))
             t += dur + 200
         if delegate:
             i = ops
             call_start = t
             events.append(_profile("delegate_setup", 0, i, t + 10, 40, did=0, meta=b"\x01\x02"))
             events.append(_profile("delegate_op", 0, i, t + 60, 300 + r, dids="conv_0", meta=b"conv-meta"))
-            events.append(_profile("DELEGATE_CALL", 0, i, call_start, 500))
+            events.append(_profile(s.DELEGATE_CALL, 0, i, call_start, 500))
             t += 600
-        events.append(_profile("Method::execute", -1, 0, run_start, t - run_start))
+        events.append(_profile(s.METHOD_EXECUTE, -1, 0, run_start, t - run_start))
         if debug_tensors:
             events.append(s.Event(debug_event=s.DebugEvent(
                 chain_index=(1 << 64) - 1, instruction_id=0, debug_entry=s.Value(

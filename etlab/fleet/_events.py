@@ -11,7 +11,8 @@ Every row gets a `category` so that queries do not double count nested timings:
     operator       OPERATOR_CALL with no kernel inside: a primitive operator
     delegate_call  DELEGATE_CALL: a whole delegate blob
     delegate       an event logged by a backend (delegate debug id set), nested in a DELEGATE_CALL
-    framework      Method::execute, Method::init, Program::load_method
+    framework      Method::execute, Method::init, Program::load_method, etlab::dropped_debug_values
+                   (`schema.etdump.FRAMEWORK_EVENT_NAMES`)
     other          MOVE_CALL, JF_CALL, FREE_CALL and anything unnamed or unknown
 
 `OP_CATEGORIES` are the ones that are "an op" for per-op statistics; the stored boolean `is_op`
@@ -27,13 +28,12 @@ import pyarrow as pa
 
 from etlab.etdump import ETDumpColumns
 from etlab.fleet._tags import FileTags
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL, kernel_of_event
 
 CATEGORIES = ("kernel", "operator_call", "operator", "delegate_call", "delegate", "framework", "other")
 OP_CATEGORIES = ("kernel", "operator", "delegate_call", "delegate")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 _IS_OP = np.array([c in OP_CATEGORIES for c in CATEGORIES])
-_FRAMEWORK = frozenset({"Method::execute", "Method::init", "Program::load_method"})
-_KERNEL_PREFIX = "native_call_"
 UNNAMED = "<unnamed>"
 
 _STR = pa.dictionary(pa.int32(), pa.string())
@@ -83,13 +83,14 @@ def _classify(name: str | None, delegated: bool) -> tuple[int, str]:
         return _CAT["delegate"], name or UNNAMED
     if name is None:
         return _CAT["other"], UNNAMED
-    if name.startswith(_KERNEL_PREFIX) and len(name) > len(_KERNEL_PREFIX):
-        return _CAT["kernel"], name[len(_KERNEL_PREFIX):]
-    if name == "OPERATOR_CALL":
+    kernel = kernel_of_event(name)
+    if kernel is not None:
+        return _CAT["kernel"], kernel
+    if name == OPERATOR_CALL:
         return _CAT["operator"], name
-    if name == "DELEGATE_CALL":
+    if name == DELEGATE_CALL:
         return _CAT["delegate_call"], name
-    if name in _FRAMEWORK:
+    if name in FRAMEWORK_EVENT_NAMES:
         return _CAT["framework"], name
     return _CAT["other"], name
 

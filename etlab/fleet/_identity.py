@@ -9,8 +9,9 @@ to partition by, and runs of one program must land together. In order of trust:
    (a record does not hold the .pte, so this cannot equal the .pte's hash);
 3. else the run's structure: `etdp-` and a hash of the distinct run blocks' layouts, each the block's
    name and its profile events' names, chain/instruction ids (debug handles) and delegate ids, in
-   order. Timings, how many times a block repeats and framework events (Method::init,
-   Program::load_method: logged once per load, not per program) are left out, so every run of one
+   order. Timings, how many times a block repeats and the framework events other than Method::execute
+   (Method::init, Program::load_method: logged once per load, not per program; etlab::dropped_debug_values:
+   logged when a run's debug buffer was full) are left out, so every run of one
    program from one runtime fingerprints alike, and runs of programs that differ in any op do not.
 
 Which rule was used is kept with the file as the label `program_from`.
@@ -24,10 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from etlab.fleet._tags import program_hash
+from etlab.schema.etdump import FRAMEWORK_EVENT_NAMES, METHOD_EXECUTE
 
 PROGRAM_FROM = "program_from"    # the label naming where an inferred program identity came from
 FROM_STRUCTURE = "the run's structure"
-_FRAMEWORK = frozenset({"Method::init", "Program::load_method"})
+_NOT_STRUCTURE = FRAMEWORK_EVENT_NAMES - {METHOD_EXECUTE}  # once per load, or per full debug buffer
 
 
 def file_beside(run: Path, suffix: str) -> Path | None:
@@ -73,7 +75,7 @@ def structure_fingerprint(cols) -> str:
         columns = (cols.chain_index, cols.instruction_id, cols.delegate_id_int, cols.delegate_id_str_code)
         events = tuple((n, ch, ins, did, name(ds))
                        for n, ch, ins, did, ds in zip(names, *(c[rows].tolist() for c in columns))
-                       if n not in _FRAMEWORK)
+                       if n not in _NOT_STRUCTURE)
         if events:
             layouts.add((run.name or "", events))
     digest = hashlib.blake2b(repr(sorted(layouts)).encode("utf-8", "surrogateescape"), digest_size=16)

@@ -115,15 +115,15 @@ def session_etdump(spec: FleetSpec, device: Device, build: str, session: int) ->
     DELEGATE_CALL with backend events, and Method::execute, the way etlab's runtime writes them."""
     dur, _ = session_durations(spec, device, build, session)
     n_ops = len(spec.ops)
-    blocks = [E.RunData(name="Default", events=[_profile("Program::load_method", -1, 0, 1_000, 90_000),
-                                                _profile("Method::init", -1, 0, 2_000, 50_000)])]
+    blocks = [E.RunData(name="Default", events=[_profile(E.LOAD_METHOD, -1, 0, 1_000, 90_000),
+                                                _profile(E.METHOD_INIT, -1, 0, 2_000, 50_000)])]
     t = 1_000_000
     for r in range(spec.runs):
         events, run_start = [], t
         for i, (op, _) in enumerate(spec.ops):
             d = int(dur[r, i])
-            events.append(_profile(f"native_call_{op}", 0, i, t + 200, t + 200 + d))
-            events.append(_profile("OPERATOR_CALL", 0, i, t, t + d + 400))
+            events.append(_profile(E.kernel_event_name(op), 0, i, t + 200, t + 200 + d))
+            events.append(_profile(E.OPERATOR_CALL, 0, i, t, t + d + 400))
             t += d + 600
         if spec.delegate_ops:
             call_start = t
@@ -131,9 +131,9 @@ def session_etdump(spec: FleetSpec, device: Device, build: str, session: int) ->
                 d = int(dur[r, n_ops + j])
                 events.append(_profile(f"backend_op_{j}", 0, n_ops, t + 100, t + 100 + d, did=j))
                 t += d + 150
-            events.append(_profile("DELEGATE_CALL", 0, n_ops, call_start, t + 100))
+            events.append(_profile(E.DELEGATE_CALL, 0, n_ops, call_start, t + 100))
             t += 300
-        events.append(_profile("Method::execute", -1, 0, run_start, t))
+        events.append(_profile(E.METHOD_EXECUTE, -1, 0, run_start, t))
         blocks.append(E.RunData(name="Execute", events=events))
         t += 5_000_000
     return E.ETDump(version=0, run_data=blocks)

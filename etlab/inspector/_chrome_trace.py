@@ -20,7 +20,7 @@ from etlab.etdump import ETDumpColumns
 from etlab.inspector._events import TimeScale, time_scale_factor
 from etlab.inspector._grouping import elapsed_ticks
 from etlab.schema import write_atomic
-from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL, kernel_of_event
 
 _PID = 1
 
@@ -37,7 +37,7 @@ def _kernel_twins(names: list[str], run, chain: list, instr: list, delegated) ->
     """Rows of OPERATOR_CALL events that only repeat the kernel event logged just before them (same
     run and instruction: the runtime times one kernel call as both)."""
     return {j for j in range(1, len(names))
-            if names[j] == OPERATOR_CALL and names[j - 1].startswith("native_call_") and not delegated[j - 1]
+            if names[j] == OPERATOR_CALL and kernel_of_event(names[j - 1]) is not None and not delegated[j - 1]
             and run[j] == run[j - 1] and chain[j] == chain[j - 1] and instr[j] == instr[j - 1]}
 
 

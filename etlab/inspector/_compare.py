@@ -36,10 +36,10 @@ from etlab.facts import display
 from etlab.inspector._compare_join import Rejoin, added_errors, key_label
 from etlab.inspector._compare_numeric import _numerics
 from etlab.inspector._rollups import _handles, _innermost_module, _source, event_label
-from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
+from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, METHOD_EXECUTE, OPERATOR_CALL
 
 JOIN_KINDS = ("debug_handle", "module", "instruction")  # what callers ask for; "event" is the fallback below
-EXECUTE = "Method::execute"
+EXECUTE = METHOD_EXECUTE
 
 
 @dataclass

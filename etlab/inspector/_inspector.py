@@ -25,7 +25,7 @@ from etlab.inspector._grouping import BlockTable, group_events
 from etlab.inspector._pairing import PairingError, program_signature, pte_signature, run_mismatch
 from etlab.inspector._program_info import JoinedColumns, ProgramInfo, in_module, join_block, resolve_program_info
 from etlab.schema import write_atomic
-from etlab.schema.etdump import DROPPED_DEBUG_VALUES, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
+from etlab.schema.etdump import DROPPED_DEBUG_VALUES, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL, kernel_of_event
 
 
 class Inspector:
@@ -275,7 +275,7 @@ class Inspector:
                     continue
                 if e.is_delegated_op and not show_delegated_ops:
                     continue
-                types = e.op_types or ([e.name[len("native_call_"):]] if e.name.startswith("native_call_") else [])
+                types = e.op_types or [k for k in (kernel_of_event(e.name),) if k]
                 for op in dict.fromkeys(types):
                     ops.setdefault(op, []).append(e)
         return ops

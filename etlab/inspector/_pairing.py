@@ -20,12 +20,11 @@ import numpy as np
 
 from etlab.errors import Error
 from etlab.facts.program_info import MethodInfo, ProgramInfo
-from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL
+from etlab.schema.etdump import DELEGATE_CALL, OPERATOR_CALL, kernel_of_event
 from etlab.schema.program import DelegateCall, KernelCall, PteFile
 
 # Signature kinds: a kernel call and a delegate call, as the runtime logs them (OPERATOR_CALL / DELEGATE_CALL).
 KERNEL, DELEGATE = "K", "D"
-KERNEL_EVENT_PREFIX = "native_call_"
 # An ETRecord's operators disagree with the run's kernels on more than this share of kernel calls: another program.
 MAX_DISAGREEING_KERNELS = 0.25
 
@@ -99,7 +98,7 @@ def run_calls(cols) -> list[RunCall]:
         kernel = None
         if kind == KERNEL and i > 0 and runs[i - 1] == runs[i] and names[i - 1] >= 0:
             prev = cols.strings[names[i - 1]]
-            kernel = prev[len(KERNEL_EVENT_PREFIX):] if prev.startswith(KERNEL_EVENT_PREFIX) else None
+            kernel = kernel_of_event(prev)
         out.append(RunCall(blocks[int(runs[i])], int(cols.chain_index[i]), int(cols.instruction_id[i]), kind, kernel))
     return out
 

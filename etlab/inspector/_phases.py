@@ -26,8 +26,9 @@ import pandas as pd
 
 from etlab.inspector._events import TimeScale
 from etlab.schema import program as P
+from etlab.schema.etdump import METHOD_EXECUTE, kernel_event_name, kernel_of_event
 
-EXECUTE = "Method::execute"
+EXECUTE = METHOD_EXECUTE
 _INTEGER_TYPES = frozenset({P.ScalarType.LONG, P.ScalarType.INT, P.ScalarType.SHORT, P.ScalarType.CHAR,
                             P.ScalarType.BYTE})
 RUN_COLUMNS = ["method", "phase", "block", "run", "tokens", "latency", "latency_per_token"]
@@ -66,8 +67,7 @@ def _instruction_kernels(plan: P.ExecutionPlan) -> list[str | None]:
         args = ins.instr_args
         if isinstance(args, P.KernelCall) and 0 <= args.op_index < len(plan.operators or []):
             op = plan.operators[args.op_index]
-            name = op.name.split("::", 1)[-1]
-            out.append(f"native_call_{name}.{op.overload}" if op.overload else f"native_call_{name}")
+            out.append(kernel_event_name(f"{op.name}.{op.overload}" if op.overload else str(op.name)))
         else:
             out.append(None)
     return out
@@ -78,7 +78,7 @@ def _explains(kernels: list[str | None], block) -> bool:
     seen = False
     for e in block.events:
         name = str(e.name)
-        if not name.startswith("native_call_") or e.instruction_id is None:
+        if kernel_of_event(name) is None or e.instruction_id is None:
             continue
         seen = True
         if not 0 <= e.instruction_id < len(kernels) or kernels[e.instruction_id] != name:

@@ -18,6 +18,7 @@ from etlab.runtime._lookup import find_kernel, missing_kernel_message
 from etlab.runtime._registry import KernelEntry, Site, operator_key
 from etlab.runtime._values import TENSOR, ValueTable
 from etlab.schema import program as P
+from etlab.schema.etdump import DELEGATE_CALL, kernel_event_name
 
 
 @dataclass
@@ -187,7 +188,7 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
                 if entry.traced_outputs is None:  # primitive operator: OPERATOR_CALL only, nothing logged
                     infos.append(StepInfo("kernel", c, i, None, operator=entry.name))
                 else:
-                    infos.append(StepInfo("kernel", c, i, "native_call_" + entry.name.split("::", 1)[-1],
+                    infos.append(StepInfo("kernel", c, i, kernel_event_name(entry.name),
                                           entry.traced_outputs(table, slots), operator=entry.name))
             elif isinstance(args, P.DelegateCall):
                 if not 0 <= args.delegate_index < len(delegates):
@@ -197,7 +198,7 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
                 for s in slots:
                     table.check_slot(s, f"{site}: DelegateCall")
                 steps.append(_delegate_step(delegates[args.delegate_index], table, slots, context))
-                infos.append(StepInfo("delegate", c, i, "DELEGATE_CALL", tuple(slots),
+                infos.append(StepInfo("delegate", c, i, DELEGATE_CALL, tuple(slots),
                                       operator=f"delegate {delegates[args.delegate_index].backend_id}"))
             elif isinstance(args, P.MoveCall):
                 steps.append(_move_step(table, args.move_from, args.move_to))
