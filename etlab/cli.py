@@ -7,6 +7,7 @@
     etlab report --etdump RUN.etdp -o F  the whole dashboard as one offline HTML file
     etlab compare A B [...]              per-op latency and numeric deltas of run B against run A
     etlab fleet ingest|query|stats|diff  ETDumps of many devices and builds in one store (etlab.fleet)
+    etlab export-me RUN.etdp --etrecord R -o DIR   graphs + overlays of a run for Model Explorer
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ _DELEGATED = {
     "compare": ("etlab.inspector", "compare_main", "per-op latency and numeric deltas of run B against A"),
     "report": ("etlab.visualizer", "report_main", "write the dashboard as an offline HTML report"),
     "fleet": ("etlab.fleet", "fleet_main", "fleet analysis: ingest many ETDumps, query with SQL, diff builds"),
+    "export-me": ("etlab.model_explorer", "export_me_main", "graphs and overlays of a run for Model Explorer"),
 }
 
 

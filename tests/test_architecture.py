@@ -34,7 +34,8 @@ LAYERS = {
     "devtools": 6, "fleet": 6,
     "visualizer": 7,
     "jupyter": 8,
-    "cli": 9, "demo": 9, "__main__": 9,
+    "model_explorer": 9,
+    "cli": 10, "demo": 10, "__main__": 10,
 }
 
 # Loads by name that go up on purpose (ARCHITECTURE.md, "views → analyses, upward, without an import"):
