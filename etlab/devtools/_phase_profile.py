@@ -112,9 +112,10 @@ def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tu
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"workdir {os.fspath(out)!r} exists and is not a directory")
     out.mkdir(parents=True, exist_ok=True)
-    pte, record, etdump, debug_path = out / "model.pte", out / "model.etrecord", out / "run.etdp", out / "run.bin"
+    pte, etdump, debug_path = out / "model.pte", out / "run.etdp", out / "run.bin"
     et.write_to_file(pte)
-    et.get_etrecord().save(record)
+    record = et.get_etrecord()  # saved for later sessions, given to the Inspector in memory
+    record.save(out / "model.etrecord")
     runs = _schedule(list(method_inputs), iterations, decode_steps)
     level = DebugLevel.INTERMEDIATE_OUTPUTS if debug else DebugLevel.NO_LOGGING
     program = Runtime.get().load_program(et.buffer, enable_etdump=True, etdump_debug_level=level,
@@ -123,5 +124,5 @@ def profile_phases(model, method_inputs: Mapping[str, tuple | Callable[[int], tu
     for m, step in tqdm(runs, desc="profile " + "+".join(method_inputs), unit="run", disable=not progress):
         loaded[m].execute(list(_inputs_at(method_inputs[m], m, step)))
     program.write_etdump_result_to_file(etdump, debug_path if debug else None)
-    inspector = Inspector(etdump_path=etdump, etrecord=str(record), debug_buffer_path=debug_path if debug else None)
+    inspector = Inspector(etdump_path=etdump, etrecord=record, debug_buffer_path=debug_path if debug else None)
     return PhaseProfile(inspector, phases(inspector, et, tokens=tokens), kv_cache_dataframe(et), et, out)

@@ -74,8 +74,10 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     pte_path, etrecord_path = out / "model.pte", out / "model.etrecord"
     etdump_path, debug_path = out / "run.etdp", out / "run.bin"
     et.write_to_file(pte_path)
-    # The run's inputs are the representative inputs: the numeric gap re-runs the graph on them.
-    ETRecord.from_sources(et.get_etrecord(), representative_inputs=list(args)).save(etrecord_path)
+    # The run's inputs are the representative inputs: the numeric gap re-runs the graph on them. The file is
+    # for later sessions; the Inspector gets the record in memory (its graphs live, nothing parsed back).
+    record = ETRecord.from_sources(et.get_etrecord(), representative_inputs=list(args))
+    record.save(etrecord_path)
 
     level = DebugLevel.INTERMEDIATE_OUTPUTS if debug else DebugLevel.NO_LOGGING
     program = Runtime.get().load_program(et.buffer, enable_etdump=True, etdump_debug_level=level,
@@ -84,5 +86,4 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     for _ in tqdm(range(iterations), desc=f"profile {method_name}", unit="run", disable=not progress):
         method.execute(list(args))
     program.write_etdump_result_to_file(etdump_path, debug_path if debug else None)
-    return Inspector(etdump_path=etdump_path, etrecord=str(etrecord_path),
-                     debug_buffer_path=debug_path if debug else None)
+    return Inspector(etdump_path=etdump_path, etrecord=record, debug_buffer_path=debug_path if debug else None)

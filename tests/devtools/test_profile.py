@@ -52,3 +52,31 @@ def test_profile_argument_errors():
         profile("model", inputs)
     with pytest.raises(TypeError, match="inputs must be a tuple or list"):
         profile(module, "x")
+
+
+def test_profile_joins_the_record_in_memory_as_the_saved_file_reads(tmp_path, monkeypatch):
+    """profile() hands the Inspector the ETRecord it built (nothing parsed back), and that join is the
+    one a later session gets from the saved model.etrecord."""
+    import etlab.etrecord
+    from etlab.inspector import Inspector
+
+    module, inputs = make_mlp()
+
+    def parsed(*a, **k):
+        raise AssertionError("profile() parsed the ETRecord back")
+
+    with monkeypatch.context() as m:
+        m.setattr(etlab.etrecord, "read_program_info", parsed)
+        m.setattr(etlab.etrecord, "parse_etrecord", parsed)
+        ins = profile(module, inputs, iterations=2, workdir=tmp_path, progress=False)
+        live = ins.to_dataframe()
+        live_gap = ins.calculate_numeric_gap("MSE")
+    later = Inspector(etdump_path=tmp_path / "run.etdp", etrecord=str(tmp_path / "model.etrecord"),
+                      debug_buffer_path=tmp_path / "run.bin")
+    cols = ["event_block_name", "event_name", "op_types", "stack_traces", "module_hierarchy", "is_delegated_op"]
+    assert live[cols].astype(str).equals(later.to_dataframe()[cols].astype(str))
+    assert any("addmm" in str(t) for t in live["op_types"])  # the join happened
+    saved_gap = later.calculate_numeric_gap("MSE")
+    assert len(live_gap) == len(saved_gap) == 5
+    assert [str(x) for x in live_gap["aot_ops"]] == [str(x) for x in saved_gap["aot_ops"]]
+    assert all(abs(a - b) < 1e-12 for x, y in zip(live_gap["gap"], saved_gap["gap"]) for a, b in zip(x, y))
