@@ -145,6 +145,7 @@ def numeric_gaps(inspector, distance: str = "MSE") -> list[GapRow]:
     except (ValueError, TypeError, RuntimeError, KeyError):
         return []
     rows = []
+    delegated = _delegated_event_names(inspector)
     for i, r in enumerate(df.itertuples(index=False)):
         gap = r.gap[0] if isinstance(r.gap, (list, tuple)) and r.gap else r.gap
         try:
@@ -152,9 +153,22 @@ def numeric_gaps(inspector, distance: str = "MSE") -> list[GapRow]:
         except (TypeError, ValueError):
             continue
         traces = r.stacktraces if isinstance(r.stacktraces, dict) else {}
+        runtime = _handles(r.runtime_debug_handle)
         rows.append(GapRow(order=i, handles=_handles(r.aot_debug_handle), aot_ops=list(r.aot_ops),
-                           runtime_ops=list(r.runtime_ops), gap=gap, source=_source(traces)))
+                           runtime_ops=[delegated.get((name, runtime), name) for name in r.runtime_ops],
+                           gap=gap, source=_source(traces)))
     return rows
+
+
+def _delegated_event_names(inspector) -> dict[tuple[str, tuple], str]:
+    """A backend names the outputs it logs by its delegate debug identifier ("0"), which alone says
+    nothing in a table: (event name, handles) -> "DemoBackend event 0"."""
+    names = {}
+    for block in getattr(inspector, "event_blocks", ()):
+        for e in block.events:
+            if e.is_delegated_op and e.delegate_backend_name and e.debug_handles is not None:
+                names[(e.name, _handles(e.debug_handles))] = f"{e.delegate_backend_name} event {e.name}"
+    return names
 
 
 def ops_without_outputs(inspector) -> list[str]:
