@@ -282,7 +282,7 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
 }
 
 const etdpPage: Page = async (v, d) => {
-  const picker = h('select', { 'data-role': 'program-picker', title: 'join the run with a program' }) as HTMLSelectElement;
+  const picker = h('select', { 'data-role': 'program-picker', title: 'join the run with a program', 'aria-label': 'program joined with this run' }) as HTMLSelectElement;
   picker.append(h('option', { value: '' }, d.program || d.mismatch ? '(no program)' : '(no program found beside it)'));
   for (const p of d.programs || []) picker.append(h('option', { value: p }, p));
   picker.value = d.program || (d.mismatch ? v.options.program || '' : '');
