@@ -33,6 +33,7 @@ from torch.fx import GraphModule
 from etlab.errors import FormatError
 from etlab.etrecord._archive import dump_json
 from etlab.etrecord._graph_check import check_name, sanitize_program
+from etlab.etrecord._schema_json import deserialize_program
 from etlab.etrecord._values import TensorStore, TensorTable, decode_value, encode_value
 from etlab.facts.fx import copy_graph_module, graph_modules
 from etlab.facts.lowered import (
@@ -245,7 +246,8 @@ class ProgramReader:
         if example is not None and not (isinstance(example, tuple) and len(example) == 2):
             raise FormatError(f"{where}: example inputs are not an (args, kwargs) pair")
         try:
-            ep = serde.deserialize(serde.SerializedArtifact(dump_json(doc["export"]), state_dict, constants, example))
+            # a private copy of the document (torch's deserializer may keep and change its lists)
+            ep = deserialize_program(json.loads(dump_json(doc["export"])), state_dict, constants, example)
         except FormatError:
             raise
         except Exception as e:  # torch raises many kinds on a malformed document
