@@ -17,6 +17,14 @@ and `etc/jupyter/jupyter_server_config.d/etlab.json` enables this server extensi
 from __future__ import annotations
 
 
+def instruction_graph(plan):
+    """A .pte method's instruction graph (an `etlab.visualizer.GraphModel`: instructions as nodes, values
+    as edges with their planned shapes), as the .pte viewer draws it; for other front ends."""
+    from etlab.jupyter._program import instruction_graph as build
+
+    return build(plan)
+
+
 def _jupyter_server_extension_points() -> list[dict]:
     return [{"module": "etlab.jupyter"}]
 

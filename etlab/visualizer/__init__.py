@@ -20,7 +20,7 @@ from etlab.visualizer._compare_view import CompareView, capture_warning, compari
 from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._fleet_view import FleetDiffView
 from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
-from etlab.visualizer._graph_view import GraphView
+from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._profile_data import runs_merged
@@ -31,6 +31,7 @@ from etlab.visualizer._reprs import (
     inspector_html,
     repr_mimebundle,
 )
+from etlab.visualizer._sources import ProgramSources, resolve_sources
 from etlab.visualizer._table import TableView
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "NumericGapView",
     "PlotView",
     "ProfileView",
+    "ProgramSources",
     "QuantizationView",
     "TableView",
     "build_graph_model",
@@ -53,9 +55,11 @@ __all__ = [
     "comparison_html",
     "delegation_info_html",
     "event_block_html",
+    "graph_models",
     "inspector_html",
     "report_main",
     "repr_mimebundle",
+    "resolve_sources",
     "runs_merged",
     "show",
 ]

@@ -1,0 +1,157 @@
+"""Which graphs a file or an Inspector gives Model Explorer, and writing them with their overlays.
+
+- a `.pte`: each method's instruction graph (values as edges with their planned shapes, delegate calls
+  as nodes in the backend's colour), read from the verified file alone;
+- a `.etrecord` (etlab's or upstream's): the ATen and Edge programs of each method, module nesting as
+  layers, every delegated partition a layer named by its backend, and for each node left out of a
+  partition the delegation explainer's reason;
+- an Inspector (a run with its record): the same graphs, with the run's latency and numeric gap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from etlab.devtools import get_delegation_info
+from etlab.errors import FormatError
+from etlab.model_explorer._graphs import to_me_graph
+from etlab.model_explorer._node_data import OVERLAYS, node_data
+from etlab.visualizer import GraphModel, graph_models, resolve_sources
+
+KINDS = ("aten", "edge", "runtime")
+
+
+def _is_inspector(obj) -> bool:
+    return hasattr(obj, "event_blocks") and hasattr(obj, "to_dataframe")
+
+
+def _record_methods(record) -> list[str]:
+    methods = list(getattr(record, "methods", None) or ())
+    return methods or ["forward"]
+
+
+def _explainer_rows(edge_program) -> dict[str, dict[str, str]]:
+    """Node name -> attribute rows for a node left out of delegation (category, reason, hint)."""
+    try:
+        table = get_delegation_info(edge_program).get_node_delegation_dataframe(delegated=False)
+    except (TypeError, ValueError, AttributeError):  # a graph the explainer cannot read: no rows, not a failure
+        return {}
+    out = {}
+    for row in table.itertuples():
+        if row.category:
+            out[str(row.node)] = {"delegation": f"left out ({row.category}): {row.reason}",
+                                  **({"what to do": row.hint} if row.hint else {})}
+    return out
+
+
+def _extras(model: GraphModel, sources) -> dict[int, dict[str, str]]:
+    if model.kind != "edge" or sources.edge is None:
+        return {}
+    rows = _explainer_rows(sources.edge)
+    if not rows:
+        return {}
+    partitioned = {g.id for g in model.groups if g.kind == "delegate"}
+    out = {}
+    for n in model.nodes:
+        if n.name in rows and n.kind == "op" and n.group not in partitioned and n.id not in out:
+            out[n.id] = rows[n.name]
+    return out
+
+
+def recorded_graphs(obj, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:
+    """(GraphModel, extra attribute rows per node id) for an Inspector or an ETRecord, per method and
+    kind (every kind it records unless `kinds` is given)."""
+    methods = [method] if method else (_record_methods(obj.program_info) if _is_inspector(obj)
+                                       and obj.program_info is not None else
+                                       ["forward"] if _is_inspector(obj) else _record_methods(obj))
+    out = []
+    for m in methods:
+        sources = resolve_sources(obj, m)
+        wanted = [k for k in (kinds or KINDS) if k in sources.available()]
+        if kinds and len(wanted) < len(kinds):
+            missing = sorted(set(kinds) - set(wanted))
+            raise ValueError(f"no {', '.join(missing)} graph of method {m!r}; available: {sources.available()}")
+        for model in graph_models(sources, wanted):
+            out.append((model, _extras(model, sources)))
+    return out
+
+
+def pte_graphs(pte, method: str | None = None) -> list[GraphModel]:
+    """Each method's instruction graph of a parsed .pte (`etlab.schema.program.PteFile`)."""
+    from etlab.jupyter import instruction_graph
+
+    plans = list(pte.program.execution_plan or ())
+    if method is not None:
+        plans = [p for p in plans if p.name == method]
+        if not plans:
+            names = [str(p.name) for p in pte.program.execution_plan or ()]
+            raise ValueError(f"no method {method!r} in the program; methods are {names}")
+    return [instruction_graph(p) for p in plans]
+
+
+def load_graphs(source, *, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:
+    """The graphs of a `.pte` or `.etrecord` path, an ETRecord, or an Inspector (see module doc).
+    Raises FormatError naming the file for anything that is not one of them."""
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        suffix = path.suffix.lower()
+        if suffix == ".pte":
+            from etlab.schema import load_pte
+
+            return [(m, {}) for m in pte_graphs(load_pte(path), method)]
+        if suffix == ".etrecord":
+            from etlab.etrecord import parse_etrecord
+
+            return recorded_graphs(parse_etrecord(path), kinds, method)
+        raise FormatError(f"{path}: Model Explorer's etlab adapter opens .pte and .etrecord files, "
+                          f"not {suffix or 'a file without a suffix'}")
+    return recorded_graphs(source, kinds, method)
+
+
+def me_graphs(source, *, kinds=None, method: str | None = None) -> dict:
+    """Model Explorer's adapter response as plain JSON: {"graphs": [graph, ...]}."""
+    return {"graphs": [to_me_graph(m, extra) for m, extra in load_graphs(source, kinds=kinds, method=method)]}
+
+
+def _write_json(path: Path, data) -> None:
+    """Atomically (a temporary file in the same folder, then a rename)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, allow_nan=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def export(source, out_dir, *, kinds=None, method: str | None = None) -> dict[str, Path]:
+    """Writes `graphs.json` (Model Explorer's graph JSON) and one node-data file per overlay that has
+    values (`latency_p50.json`, `latency_p90.json`, `run_share.json`, `numeric_gap.json`,
+    `output_bytes.json`) into `out_dir`, which must exist. Returns {name: path}.
+
+    Open them with `model-explorer OUT/graphs.json --node_data_paths=OUT/latency_p50.json`, or the
+    record itself with `--extensions=etlab.model_explorer` (see `open_command`)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        raise FileNotFoundError(f"output folder {out} does not exist (create it first)")
+    models = load_graphs(source, kinds=kinds, method=method)
+    written = {"graphs": out / "graphs.json"}
+    _write_json(written["graphs"], {"graphs": [to_me_graph(m, extra) for m, extra in models]})
+    for overlay in OVERLAYS:
+        data = node_data([m for m, _ in models], overlay)
+        if data:
+            written[overlay.key] = out / f"{overlay.key}.json"
+            _write_json(written[overlay.key], data)
+    return written
+
+
+def open_command(written: dict[str, Path], overlay: str = "latency_p50") -> list[str]:
+    """The command line that opens what `export` wrote in Model Explorer, with one overlay if written."""
+    cmd = ["model-explorer", str(written["graphs"])]
+    if overlay in written:
+        cmd.append(f"--node_data_paths={written[overlay]}")
+    return cmd

@@ -1,0 +1,159 @@
+"""etlab's graphs in Model Explorer's graph JSON.
+
+Model Explorer (Google's `ai-edge-model-explorer`) draws a graph from plain JSON: nodes with an id,
+a label, a namespace path ("a/b/c": the nested layers it folds), attributes, incoming edges and
+per-output metadata (`tensor_shape` is what it writes on edges). etlab already builds one drawable
+model of every graph it shows (`etlab.visualizer.GraphModel`: the ATen and Edge programs of an
+ETRecord, a .pte method's instruction graph), with module groups, delegate partitions, shapes and the
+Inspector's latency and numeric gap on each node. This module only re-spells that model, so Model
+Explorer shows what the notebook views show, and an overlay can be keyed to the same node ids.
+
+Pure functions over plain data; nothing here imports Model Explorer (the JSON is checked against its
+own classes in `main.py` and the tests).
+"""
+
+from __future__ import annotations
+
+import re
+
+from etlab.visualizer import GraphGroup, GraphModel, GraphNode
+
+KIND_TITLES = {"aten": "ATen", "edge": "Edge", "runtime": "instructions"}
+
+
+def graph_id(model: GraphModel) -> str:
+    """The graph's id in Model Explorer (also the key of its node-data overlays): method and stage."""
+    return f"{model.method} ({KIND_TITLES.get(model.kind, model.kind)})"
+
+
+def _segment(text: str) -> str:
+    """A namespace segment: Model Explorer splits namespaces on '/', so a name may not hold one."""
+    return text.replace("/", "\u2215").strip() or "_"
+
+
+def _group_segment(g: GraphGroup, parent: GraphGroup | None) -> str:
+    if g.kind == "delegate":
+        return _segment(g.label)
+    name = g.id[len(parent.id) + 1:] if parent is not None and g.id.startswith(parent.id + ".") else g.id
+    short = g.module_type.rsplit(".", 1)[-1]
+    return _segment(f"{name} ({short})" if short else name)
+
+
+def _js_regex_literal(text: str) -> str:
+    """`text` matched literally by a JavaScript RegExp (escapes only its syntax characters: Python's
+    re.escape also escapes spaces, which a unicode-mode RegExp refuses)."""
+    return re.sub(r"([.*+?^${}()|\[\]\\/])", r"\\\1", text)
+
+
+def namespaces(model: GraphModel) -> dict[str, str]:
+    """Group id -> its namespace path (module nesting; a delegate partition is a layer of its own)."""
+    groups = {g.id: g for g in model.groups}
+    out: dict[str, str] = {}
+
+    def path(gid: str, seen: frozenset = frozenset()) -> str:
+        if gid in out:
+            return out[gid]
+        g = groups[gid]
+        parent = groups.get(g.parent) if g.parent and g.parent not in seen else None
+        seg = _group_segment(g, parent)
+        out[gid] = f"{path(parent.id, seen | {gid})}/{seg}" if parent is not None else seg
+        return out[gid]
+
+    for gid in groups:
+        path(gid)
+    return out
+
+
+def node_label(n: GraphNode) -> str:
+    """What Model Explorer writes on the node: the operator's short name ("convolution"), the
+    delegate's backend, or the input/output name."""
+    if n.kind == "delegate":
+        return f"{n.backend or 'delegate'} call"
+    if n.kind in ("input", "output"):
+        return n.name
+    op = n.op.split("::")[-1]
+    parts = op.split(".")
+    if len(parts) >= 3 and parts[0] in ("aten", "quantized_decomposed", "dim_order_ops", "torchao", "etlab"):
+        return parts[1]
+    return parts[0] if len(parts) == 2 and parts[1] in ("default", "out", "Tensor") else op
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.4g}"
+
+
+def node_attrs(n: GraphNode, model: GraphModel, extra: dict[str, str] | None = None) -> list[dict]:
+    """The side panel's key/value rows of one node (strings, as Model Explorer takes them)."""
+    rows = [("op", n.op), ("name", n.name)]
+    if n.module:
+        rows.append(("module", f"{n.module} ({n.module_type.rsplit('.', 1)[-1]})" if n.module_type else n.module))
+    if n.source:
+        rows.append(("source", n.source))
+    if n.backend:
+        rows.append(("backend", n.backend))
+    if n.handles:
+        key = "instruction" if model.kind == "runtime" else "debug handles"
+        rows.append((key, ", ".join(str(h) for h in n.handles)))
+    if n.weights:
+        rows.append(("weights", ", ".join(n.weights)))
+    if n.bytes is not None:
+        rows.append(("output bytes", str(n.bytes)))
+    if n.latency:
+        unit = model.time_unit
+        rows += [(f"latency {k} ({unit})", _fmt(n.latency[k])) for k in ("p50", "p90") if n.latency.get(k) is not None]
+    if n.gap is not None and model.gap_metric:
+        rows.append((f"numeric gap ({model.gap_metric})", _fmt(n.gap)))
+    rows += list((extra or {}).items())
+    return [{"key": k, "value": str(v)} for k, v in rows]
+
+
+def _tensor_shape(shape: list, dtype: str) -> str:
+    dims = ",".join("?" if not isinstance(d, int) else str(d) for d in shape)
+    return f"{dtype or 'tensor'}[{dims}]"
+
+
+def outputs_metadata(n: GraphNode) -> list[dict]:
+    """Per output: its `tensor_shape` ("float32[1,32,112,112]"), which Model Explorer draws on edges."""
+    out = []
+    for i, shape in enumerate(n.shapes):
+        dtype = n.dtypes[i] if i < len(n.dtypes) else (n.dtypes[0] if n.dtypes else "")
+        out.append({"id": str(i), "attrs": [{"key": "tensor_shape", "value": _tensor_shape(shape, dtype)}]})
+    return out
+
+
+def to_me_graph(model: GraphModel, node_extra: dict[int, dict[str, str]] | None = None) -> dict:
+    """One GraphModel as Model Explorer's graph JSON (node ids are the model's node ids as strings).
+    `node_extra`: more attribute rows per node id (e.g. the delegation explainer's reason)."""
+    spaces = namespaces(model)
+    incoming: dict[int, list[int]] = {}
+    for src, dst in model.edges:
+        incoming.setdefault(dst, []).append(src)
+    nodes = []
+    for n in model.nodes:
+        node = {
+            "id": str(n.id), "label": node_label(n), "namespace": spaces.get(n.group, "") if n.group else "",
+            "attrs": node_attrs(n, model, (node_extra or {}).get(n.id)),
+            "incomingEdges": [{"sourceNodeId": str(s), "sourceNodeOutputId": "0", "targetNodeInputId": str(i)}
+                              for i, s in enumerate(incoming.get(n.id, ()))],
+            "outputsMetadata": outputs_metadata(n),
+        }
+        if n.kind == "delegate" and n.backend in model.backend_colors:
+            node["style"] = {"borderColor": model.backend_colors[n.backend]}
+        nodes.append(node)
+    group_attrs: dict[str, dict[str, str]] = {"": {"graph": model.title, "nodes": str(len(model.nodes))}}
+    configs = []
+    by_id = {g.id: g for g in model.groups}
+    for gid, space in spaces.items():
+        g = by_id[gid]
+        if g.kind == "delegate":
+            group_attrs[space] = {"backend": g.backend or "", "partition": g.label}
+            color = model.backend_colors.get(g.backend or "")
+            if color:
+                configs.append({"namespaceRegex": "^" + _js_regex_literal(space) + "$", "borderColor": color})
+        elif g.module_type:
+            group_attrs[space] = {"module": g.id, "type": g.module_type}
+    graph = {"id": graph_id(model), "nodes": nodes, "groupNodeAttributes": group_attrs}
+    if configs:
+        graph["groupNodeConfigs"] = configs
+    return graph
+

@@ -1,0 +1,38 @@
+"""The Model Explorer adapter extension: `model-explorer model.etrecord --extensions=etlab.model_explorer`.
+
+Model Explorer imports `<extension module>.main` and registers the `Adapter` subclasses it defines;
+this module is only imported there (it needs the `ai-edge-model-explorer` package, etlab's
+`model-explorer` extra). The conversion itself is `etlab.model_explorer.me_graphs`; here its JSON
+becomes Model Explorer's own graph classes, which also checks it against their schema.
+"""
+
+from __future__ import annotations
+
+from dacite import Config, from_dict
+from model_explorer import Adapter, AdapterMetadata, ModelExplorerGraphs, graph_builder
+
+from etlab.model_explorer._export import me_graphs
+
+
+def to_graph_classes(response: dict) -> list[graph_builder.Graph]:
+    """{"graphs": [...]} JSON -> Model Explorer's Graph dataclasses (strict: unknown keys are errors)."""
+    return [from_dict(graph_builder.Graph, g, config=Config(strict=True)) for g in response["graphs"]]
+
+
+class EtlabAdapter(Adapter):
+    """Opens ExecuTorch `.pte` programs (instruction graphs) and `.etrecord` files (ATen and Edge
+    programs, module layers, delegated partitions and the reason each other node was left out)."""
+
+    metadata = AdapterMetadata(
+        id="etlab_executorch",
+        name="ExecuTorch (etlab)",
+        description="ExecuTorch .pte programs and .etrecord files, read by etlab",
+        source_repo="https://github.com/etlab/etlab",
+        fileExts=["pte", "etrecord"],
+    )
+
+    def __init__(self):
+        super().__init__()
+
+    def convert(self, model_path: str, settings: dict) -> ModelExplorerGraphs:
+        return {"graphs": to_graph_classes(me_graphs(model_path))}

@@ -1,0 +1,199 @@
+"""etlab's Model Explorer adapter: every zoo model's .pte and .etrecord (XNNPACK-lowered by etlab) become
+graphs Model Explorer's own classes accept, overlays keyed to existing node ids with the values the
+views show, and `etlab export-me` through the command line."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from etlab.compiler import to_edge_transform_and_lower
+from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+from etlab.inspector import Inspector
+from etlab.model_explorer import (
+    export,
+    graph_id,
+    load_graphs,
+    main,  # Model Explorer is installed by make setup; missing, this fails
+    me_graphs,
+)
+from etlab.models import METHOD_INPUTS, ZOO, export_zoo
+from etlab.runtime import Runtime
+
+ETLAB = str(Path(sys.executable).with_name("etlab"))  # the console script the README tells users to run
+
+
+def check_graph(g: dict) -> None:
+    """Ids unique, every edge's source a node of the graph, namespaces without empty segments."""
+    ids = [n["id"] for n in g["nodes"]]
+    assert len(ids) == len(set(ids)), g["id"]
+    known = set(ids)
+    for n in g["nodes"]:
+        for e in n["incomingEdges"]:
+            assert e["sourceNodeId"] in known, (g["id"], n["id"], e)
+        assert "" not in n["namespace"].split("/") or n["namespace"] == "", n["namespace"]
+        for m in n["outputsMetadata"]:
+            assert [a["key"] for a in m["attrs"]] == ["tensor_shape"]
+
+
+def connected(g: dict) -> int:
+    parent = {n["id"]: n["id"] for n in g["nodes"]}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for n in g["nodes"]:
+        for e in n["incomingEdges"]:
+            parent[find(n["id"])] = find(e["sourceNodeId"])
+    return len({find(x) for x in parent})
+
+
+@pytest.fixture(scope="module", params=sorted(ZOO))
+def zoo_files(request, tmp_path_factory):
+    name = request.param
+    edge = to_edge_transform_and_lower(export_zoo(name), partitioner=[XnnpackPartitioner()], generate_etrecord=True)
+    et = edge.to_executorch()
+    d = tmp_path_factory.mktemp(f"me-{name}")
+    et.write_to_file(d / "model.pte")
+    et.get_etrecord().save(d / "model.etrecord")
+    return name, d, et
+
+
+def test_zoo_files_convert_to_model_explorer_graphs(zoo_files):
+    name, d, et = zoo_files
+    for path in (d / "model.pte", d / "model.etrecord"):
+        response = me_graphs(path)
+        graphs = main.to_graph_classes(response)  # Model Explorer's own dataclasses, strict
+        assert len(graphs) == len(response["graphs"]) > 0
+        for g in response["graphs"]:
+            check_graph(g)
+        if path.suffix == ".pte":
+            assert {g["id"] for g in response["graphs"]} == {f"{m} (instructions)" for m in et.methods}
+            if name != "cond":  # a .pte method's instructions are one piece (the Lab's data-flow rule)
+                assert all(connected(g) == 1 for g in response["graphs"]), name
+        else:
+            kinds = {g["id"].rsplit("(", 1)[1].rstrip(")") for g in response["graphs"]}
+            assert {"ATen", "Edge"} <= kinds, (name, kinds)
+
+
+def test_partitions_are_layers_named_by_backend(zoo_files):
+    name, d, _ = zoo_files
+    edge = next(g for g in me_graphs(d / "model.etrecord")["graphs"] if g["id"].endswith("(Edge)"))
+    layers = {n["namespace"] for n in edge["nodes"] if "XnnpackBackend" in n["namespace"]}
+    if name in ("cond",):
+        return
+    assert layers, f"{name}: no XNNPACK partition layer"
+    for space in layers:
+        assert edge["groupNodeAttributes"][space]["backend"] == "XnnpackBackend"
+        assert any(c["namespaceRegex"].startswith("^") for c in edge["groupNodeConfigs"])
+
+
+def test_a_node_left_out_carries_the_explainers_reason(tmp_path):
+    class M(torch.nn.Module):
+        def forward(self, x):
+            return torch.relu(x) + torch.cumsum(x, 0)  # cumsum: no XNNPACK node
+
+    ep = torch.export.export(M(), (torch.randn(4, 4),))
+    edge = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], generate_etrecord=True)
+    et = edge.to_executorch()
+    et.get_etrecord().save(tmp_path / "m.etrecord")
+    g = next(g for g in me_graphs(tmp_path / "m.etrecord")["graphs"] if g["id"].endswith("(Edge)"))
+    cumsum = [n for n in g["nodes"] if n["label"] == "cumsum"]
+    assert len(cumsum) == 1
+    attrs = {a["key"]: a["value"] for a in cumsum[0]["attrs"]}
+    assert attrs["delegation"].startswith("left out (operator)"), attrs
+    assert "cumsum" in attrs["op"]
+
+
+@pytest.fixture(scope="module")
+def cnn_run(tmp_path_factory):
+    d = tmp_path_factory.mktemp("me-run")
+    model, inputs = ZOO["cnn"]()
+    ep = torch.export.export(model, inputs)
+    et = to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()], generate_etrecord=True).to_executorch()
+    et.write_to_file(d / "model.pte")
+    et.get_etrecord().save(d / "model.etrecord")
+    program = Runtime.get().load_program(d / "model.pte", enable_etdump=True, debug_buffer_size=1 << 22)
+    method = program.load_method("forward")
+    for _ in range(3):
+        method.execute(list(inputs))
+    program.write_etdump_result_to_file(d / "run.etdp", d / "run.bin")
+    return d
+
+
+def test_overlays_are_keyed_to_graph_nodes_and_equal_the_views(cnn_run, tmp_path):
+    d = cnn_run
+    ins = Inspector(etdump_path=d / "run.etdp", etrecord=d / "model.etrecord", debug_buffer_path=d / "run.bin")
+    written = export(ins, tmp_path)
+    graphs = {g["id"]: g for g in json.loads(written["graphs"].read_text())["graphs"]}
+    assert {"latency_p50", "latency_p90", "run_share", "output_bytes"} <= set(written)
+    for key in ("latency_p50", "latency_p90", "run_share", "output_bytes"):
+        data = json.loads(written[key].read_text())
+        for gid, gd in data.items():
+            ids = {n["id"] for n in graphs[gid]["nodes"]}
+            assert set(gd["results"]) <= ids, (key, gid)
+            assert all(math.isfinite(r["value"]) for r in gd["results"].values())
+    # the values are the annotated models' (what GraphView shows), and a delegate's nodes sum to its call
+    models = {graph_id(m): m for m, _ in load_graphs(ins)}
+    p50 = json.loads(written["latency_p50"].read_text())
+    for gid, gd in p50.items():
+        m = models[gid]
+        for nid, r in gd["results"].items():
+            assert r["value"] == pytest.approx(m.nodes[int(nid)].latency["p50"])
+    df = ins.to_dataframe()
+    calls = df[df.event_name == "DELEGATE_CALL"]
+    edge = p50["forward (Edge)"]["results"]
+    partition_nodes = [n for n in graphs["forward (Edge)"]["nodes"] if "XnnpackBackend" in n["namespace"]]
+    assert sum(edge[n["id"]]["value"] for n in partition_nodes if n["id"] in edge) == \
+        pytest.approx(sum(calls["p50 (ms)"]), rel=1e-6)
+    share = json.loads(written["run_share"].read_text())["forward (Edge)"]["results"]
+    assert sum(r["value"] for r in share.values()) == pytest.approx(100.0)
+
+
+def test_export_me_through_the_command_line(cnn_run, tmp_path):
+    d = cnn_run
+    out = tmp_path / "me"
+    cmd = [ETLAB, "export-me", str(d / "run.etdp"), "--etrecord", str(d / "model.etrecord"),
+           "-o", str(out)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert (out / "graphs.json").is_file() and (out / "latency_p50.json").is_file()
+    assert f"model-explorer {out / 'graphs.json'} --node_data_paths={out / 'latency_p50.json'}" in r.stdout
+    bad = subprocess.run([ETLAB, "export-me", str(d / "run.etdp"), "-o", str(out)],
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 2 and "--etrecord" in bad.stderr and "Traceback" not in bad.stderr
+    missing = subprocess.run([ETLAB, "export-me", str(tmp_path / "nope.etrecord"), "-o",
+                              str(tmp_path / "x" / "y")], capture_output=True, text=True, timeout=600)
+    assert missing.returncode == 2 and "nope.etrecord: no such file" in missing.stderr
+
+
+def test_other_files_are_refused_with_the_file_named(tmp_path):
+    from etlab.errors import FormatError
+
+    p = tmp_path / "model.onnx"
+    p.write_bytes(b"\0" * 16)
+    with pytest.raises(FormatError, match=r"model\.onnx"):
+        me_graphs(p)
+    bad = tmp_path / "broken.pte"
+    bad.write_bytes(b"not a program")
+    with pytest.raises(FormatError, match=r"broken\.pte"):
+        me_graphs(bad)
+
+
+def test_multi_method_records_give_a_graph_per_method(tmp_path):
+    assert "make_two_methods" in METHOD_INPUTS
+    edge = to_edge_transform_and_lower(export_zoo("two_methods"), partitioner=[XnnpackPartitioner()],
+                                       generate_etrecord=True)
+    et = edge.to_executorch()
+    et.get_etrecord().save(tmp_path / "m.etrecord")
+    ids = {g["id"] for g in me_graphs(tmp_path / "m.etrecord")["graphs"]}
+    assert {"forward (Edge)", "encode (Edge)"} <= ids, ids
