@@ -68,7 +68,15 @@ $(VENV)/.lab-enabled: $(VENV)/.etlab-installed $(LABEXT) labextension/install.js
 	$(PY) -m ipykernel install --sys-prefix --name etlab --display-name "etlab (Python 3)" >/dev/null
 	@touch $@
 
-setup: $(VENV)/.etlab-installed $(VENV)/.lab-enabled
+# Model Explorer for etlab.model_explorer's tests: its pure-Python package and what it imports. Its C++
+# adapter package (128 MB, TFLite/MLIR readers etlab does not use) is left out: Model Explorer runs without it.
+ME_REQS := flask dacite portpicker termcolor watchdog requests
+$(VENV)/.model-explorer-installed: $(VENV)/.torch-installed
+	$(PIP) --no-deps 'ai-edge-model-explorer==0.1.34'
+	$(PIP) $(ME_REQS) $(TORCH)
+	@touch $@
+
+setup: $(VENV)/.etlab-installed $(VENV)/.lab-enabled $(VENV)/.model-explorer-installed
 
 # Headless Chromium for the browser tests (Debian's package; playwright only drives it).
 browser:
