@@ -92,7 +92,7 @@ def check_name(value, where: str, what: str) -> None:
 def check_path(value, where: str, what: str) -> None:
     """A parameter/buffer/module path: dotted names of letters, digits, '_' and '-'."""
     if isinstance(value, str) and value and not _SAFE_PATH.fullmatch(value):
-        raise FormatError(f"{where}: {what} {value[:80]!r} is not a dotted path of letters, digits, '_' and '-'")
+        raise FormatError(f"{where}: {what} {value[:80]!r} is not a plain dotted path of letters, digits, '_' and '-'")
 
 
 def _check_spec(text, where: str, depth: int = 0) -> None:

@@ -65,7 +65,7 @@ def test_dashed_names_round_trip(tmp_path, fmt):
 def test_path_check_keeps_refusing_what_is_not_a_name():
     check_path("trunk_output.block1.block1-0.proj.0.weight", "f", "parameter_name")
     for bad in ('block"-0.weight', "a\\b", "a b", "a..b", ".a", "a\nb", "a)", "é"):
-        with pytest.raises(FormatError, match="is not a dotted path"):
+        with pytest.raises(FormatError, match="is not a plain dotted path"):
             check_path(bad, "f", "parameter_name")
     with pytest.raises(FormatError, match="plain"):
         check_name("p_block1-0", "f", "name")  # value names stay Python identifiers
@@ -95,7 +95,7 @@ def test_hostile_parameter_path_in_a_record_is_refused(tmp_path):
     with zipfile.ZipFile(out, "w") as zf:
         for name, data in entries.items():
             zf.writestr(name, data)
-    with pytest.raises(FormatError, match="is not a dotted path"):
+    with pytest.raises(FormatError, match="is not a plain dotted path"):
         parse_etrecord(out)
 
 
