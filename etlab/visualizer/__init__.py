@@ -23,7 +23,7 @@ from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, bui
 from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
-from etlab.visualizer._profile_data import runs_merged
+from etlab.visualizer._profile_data import op_kind, runs_merged
 from etlab.visualizer._quant_view import QuantizationView, quant_report_html
 from etlab.visualizer._reprs import (
     delegation_info_html,
@@ -57,6 +57,7 @@ __all__ = [
     "event_block_html",
     "graph_models",
     "inspector_html",
+    "op_kind",
     "report_main",
     "repr_mimebundle",
     "resolve_sources",
