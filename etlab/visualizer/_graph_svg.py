@@ -20,16 +20,33 @@ OVERLAY_VALUES = {"latency": lambda n: n.latency["p50"] if n.latency else None, 
                   "bytes": lambda n: n.bytes}
 
 
-def _lerp(stops, t: float) -> str:
+def _luminance(rgb: tuple[float, float, float]) -> float:
+    """WCAG relative luminance of an sRGB color (0-255 channels)."""
+    lin = [c / 255 / 12.92 if c / 255 <= 0.03928 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+def light_ink(rgb: tuple[float, float, float]) -> bool:
+    """Whether white text contrasts more than black on this fill (graph_common.js's lightInk): either
+    keeps >= 4.58:1 on any fill, where a near-black would fall to 4.3:1 on mid oranges."""
+    lum = _luminance(rgb)
+    return 1.05 / (lum + 0.05) > (lum + 0.05) / 0.05
+
+
+def _rgb(stops, t: float) -> tuple[int, int, int]:
     t = min(1.0, max(0.0, t))
     x = t * (len(stops) - 1)
     i = min(int(x), len(stops) - 2)
     f = x - i
-    return "rgb({},{},{})".format(*(round(a + (b - a) * f) for a, b in zip(stops[i], stops[i + 1])))
+    return tuple(round(a + (b - a) * f) for a, b in zip(stops[i], stops[i + 1]))
+
+
+def _lerp(stops, t: float) -> str:
+    return "rgb({},{},{})".format(*_rgb(stops, t))
 
 
 def overlay_fills(models, overlay: str) -> list[dict[int, tuple[str, bool]]]:
-    """Per model, node id -> (its overlay color, whether its text goes light on it), on the scale the
+    """Per model, node id -> (its overlay color, whether its text goes white on it), on the scale the
     browser uses (log over every pane's values; a ratio's split at its center), so a saved graph keeps
     its coloring."""
     value = OVERLAY_VALUES.get(overlay)
@@ -39,16 +56,16 @@ def overlay_fills(models, overlay: str) -> list[dict[int, tuple[str, bool]]]:
     center = next((m.latency_center for m in models if m.latency_center), None) if overlay == "latency" else None
     if center:
         span = max(1e-6, *(abs(math.log10(v / center)) for v in vals))
-        stops, dark = DIVERGING, lambda t: abs(t - 0.5) > 0.36
+        stops = DIVERGING
         place = lambda v: 0.5 + 0.5 * math.log10(v / center) / span
     else:
         a, b = math.log10(min(vals)), math.log10(max(vals))
-        stops, dark = RAMP, lambda t: t > 0.62
+        stops = RAMP
         place = lambda v: (math.log10(v) - a) / (b - a) if b > a else 1.0
     out = []
     for m in models:
         ts = {n.id: place(v) for n in m.nodes if (v := value(n)) is not None and v > 0}
-        out.append({i: (_lerp(stops, t), dark(t)) for i, t in ts.items()})
+        out.append({i: (_lerp(stops, t), light_ink(_rgb(stops, t))) for i, t in ts.items()})
     return out
 
 
@@ -94,8 +111,10 @@ def graph_svg(model, *, collapse_threshold: int = 400, max_width: int = 1100,
         n = model.nodes[int(item[1:])]
         stroke = f'stroke="{colors[n.backend]}" stroke-width="2"' if n.backend in colors else \
             'stroke="#7a8899" stroke-width="1"'
-        fill, light = (fills or {}).get(n.id) or (FILL.get(n.kind, FILL["op"]), False)
-        ink, sub = ("#ffffff", "#f0f0f0") if light else ("#1b1b1b", "#4a4f57")
+        colored = (fills or {}).get(n.id)
+        fill, light = colored or (FILL.get(n.kind, FILL["op"]), False)
+        # on an overlay color both lines take black or white; on the pastels, dark and muted
+        ink, sub = ("#ffffff", "#ffffff") if light else ("#000000", "#000000") if colored else ("#1b1b1b", "#4a4f57")
         out.append(f'<g><title>{escape(n.name)}: {escape(n.op)}</title>'
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw:.1f}" height="{bh:.1f}" rx="4" '
                    f'fill="{fill}" {stroke}/>'

@@ -103,8 +103,10 @@ export function runTimeline(spans: ISpan[], unit: string, onPick: (span: ISpan) 
   const left = 60;
   const width = 900;
   const height = runs * lane + 30;
-  const svg = s('svg', { class: 'jp-etlab-timeline', 'data-role': 'timeline', viewBox: `0 0 ${left + width + 10} ${height}`, width: '100%' });
   const names = [...new Set(spans.map((x) => x.name))];
+  // one picture for a screen reader (the profile table beside it holds the same events, row by row)
+  const svg = s('svg', { class: 'jp-etlab-timeline', 'data-role': 'timeline', viewBox: `0 0 ${left + width + 10} ${height}`, width: '100%',
+    role: 'img', 'aria-label': `timeline: ${runs} run(s), ${names.length} kinds of event, ${fmtNum(end)} ${unit} from each run's start` });
   for (let r = 0; r < runs; r++) {
     if (runs <= 30 || r % 5 === 0) {
       const t = s('text', { x: left - 6, y: r * lane + lane * 0.75, 'text-anchor': 'end', class: 'lbl' });
@@ -160,7 +162,8 @@ export function memoryPlan(blocks: IBlock[], steps: number, onPick: (b: IBlock) 
     const left = 70;
     const width = 880;
     const height = 220;
-    const svg = s('svg', { viewBox: `0 0 ${left + width + 10} ${height + 24}`, width: '100%', 'data-memory-id': id });
+    const svg = s('svg', { viewBox: `0 0 ${left + width + 10} ${height + 24}`, width: '100%', 'data-memory-id': id, role: 'img',
+      'aria-label': `memory plan of arena ${id}: ${mine.length} planned tensors, ${fmtBytes(top)} used, over ${steps} instruction steps` });
     const step = width / Math.max(1, steps);
     for (const b of mine) {
       const rect = s('rect', {

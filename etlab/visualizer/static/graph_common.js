@@ -1,4 +1,4 @@
-// GraphView, shared part: styles, helpers and overlays (see graph_view.js).
+// GraphView, shared part: styles, helpers, overlays and the minimap (see graph_view.js).
 
 const SVGNS = "http://www.w3.org/2000/svg";
 const CHAR_W = 6.6;
@@ -29,6 +29,18 @@ const CSS = `
 .etlab-gv .node text.sub { fill: var(--etlab-node-fg-muted); font-size: 10px; }
 .etlab-gv .node { cursor: pointer; }
 .etlab-gv .node.dark text, .etlab-gv .group.collapsed.dark text { fill: #fff; }
+.etlab-gv .node.ink text, .etlab-gv .group.collapsed.ink text { fill: #000; }
+.etlab-gv .node:focus, .etlab-gv .group:focus { outline: none; }
+.etlab-gv .node > rect.ring, .etlab-gv .group > rect.ring { fill: none !important; stroke: var(--etlab-accent) !important;
+  stroke-width: 2.5 !important; stroke-dasharray: none !important; display: none; pointer-events: none; }
+.etlab-gv .node:focus-visible > .ring, .etlab-gv .group:focus-visible > .ring, .etlab-gv .focus-shown > .ring { display: inline; }
+.etlab-gv .sr-only { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
+.etlab-gv .tip { position: absolute; z-index: 4; max-width: 340px; padding: 5px 8px; border-radius: 4px; pointer-events: none;
+  background: var(--etlab-bg); color: var(--etlab-fg); border: 1px solid var(--etlab-border); box-shadow: 0 2px 6px rgba(0,0,0,.25);
+  font-size: 11px; line-height: 1.35; white-space: pre-wrap; word-break: break-word; }
+.etlab-gv .tip b { font-weight: 600; }
+.etlab-gv canvas.minimap { position: absolute; right: 8px; bottom: 8px; z-index: 3; border: 1px solid var(--etlab-border);
+  background: var(--etlab-bg); opacity: .92; cursor: crosshair; border-radius: 3px; }
 .etlab-gv .node.input rect, .etlab-gv .node.output rect { fill: #eef3e8; stroke: #6a8f4e; }
 .etlab-gv .node.selected rect { stroke: var(--etlab-accent); stroke-width: 3; }
 .etlab-gv .node.linked rect { stroke: var(--etlab-accent); stroke-width: 2.5; stroke-dasharray: 4 2; }
@@ -50,8 +62,12 @@ const CSS = `
 .etlab-gv .details td.k { color: var(--etlab-fg-muted); white-space: nowrap; }
 .etlab-gv .details pre { white-space: pre-wrap; font-size: 10px; background: var(--etlab-bg-alt); color: var(--etlab-fg); padding: 4px; max-height: 160px; overflow: auto; }
 .etlab-gv .matches { max-height: 120px; overflow: auto; margin: 4px 0; }
-.etlab-gv .matches div { cursor: pointer; padding: 1px 2px; }
-.etlab-gv .matches div:hover { background: var(--etlab-hover); }
+.etlab-gv .matches button { display: block; width: 100%; text-align: left; cursor: pointer; padding: 1px 2px; border: none;
+  background: none; color: var(--etlab-fg); font: inherit; }
+.etlab-gv .matches button:hover { background: var(--etlab-hover); }
+.etlab-gv .matches .field { color: var(--etlab-fg-muted); }
+.etlab-gv button:focus-visible, .etlab-gv select:focus-visible, .etlab-gv input:focus-visible, .etlab-gv .details:focus-visible {
+  outline: 2px solid var(--etlab-accent); outline-offset: 1px; }
 .etlab-gv .legend { display: flex; align-items: center; gap: 4px; }
 .etlab-gv .legend .ramp { width: 90px; height: 10px; border: 1px solid var(--etlab-border); }
 .etlab-gv .backend-key { display: inline-flex; align-items: center; gap: 3px; }
@@ -131,6 +147,23 @@ const rampColor = (t) => lerpStops(RAMP, t);
 const DIVERGING = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
 const divergingColor = (t) => lerpStops(DIVERGING, t);
 
+// The text color that reads on a fill: black or white, whichever contrasts more (WCAG). Either one
+// keeps >= 4.58:1 on any fill; a near-black (#1b1b1b) would drop to 4.3:1 on mid oranges.
+function rgbOf(color) {
+  const c = String(color).trim();
+  if (c[0] === "#") {
+    const x = c.length === 4 ? [...c.slice(1)].map((d) => d + d) : [c.slice(1, 3), c.slice(3, 5), c.slice(5, 7)];
+    return x.map((d) => parseInt(d, 16));
+  }
+  return (c.match(/[\d.]+/g) || [0, 0, 0]).slice(0, 3).map(Number);
+}
+function luminance(color) {
+  const lin = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+  const [r, g, b] = rgbOf(color).map(lin);
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}
+const lightInk = (fill) => 1.05 / (luminance(fill) + 0.05) > (luminance(fill) + 0.05) / 0.05;
+
 const OP_FILL = { op: "#e8eef7", control_flow: "#f3e9f7", delegate: "#fdecec", input: "#eef3e8", output: "#eef3e8" };
 
 const OVERLAYS = {
@@ -139,3 +172,101 @@ const OVERLAYS = {
   gap: { label: "numeric gap", value: (n) => n.gap, log: true },
   bytes: { label: "output bytes", value: (n) => n.bytes, log: true },
 };
+
+// --- minimap: the whole drawing small in a pane's corner with the viewport as a frame; a click or a
+// drag on it pans there. Shown only when the drawing does not fit the pane at 1:1.
+const MINIMAP_W = 170, MINIMAP_H = 130, MINIMAP_MIN = 24;
+
+class Minimap {
+  constructor(pane) {
+    this.pane = pane;
+    this.canvas = h("canvas", { class: "minimap", "data-role": "minimap", "aria-hidden": "true",
+      title: "overview: click or drag to move the view" });
+    this.canvas.style.display = "none";
+    this.laid = null;
+    let dragging = false;
+    const go = (e) => {
+      const r = this.canvas.getBoundingClientRect();
+      this.panTo((e.clientX - r.left - this.ox) / this.scale, (e.clientY - r.top - this.oy) / this.scale);
+    };
+    this.canvas.addEventListener("pointerdown", (e) => {
+      if (e.button !== 0 || !this.laid) return;
+      dragging = true;
+      this.canvas.setPointerCapture(e.pointerId);
+      e.preventDefault();
+      go(e);
+    });
+    this.canvas.addEventListener("pointermove", (e) => { if (dragging) go(e); });
+    const end = () => { dragging = false; };
+    this.canvas.addEventListener("pointerup", end);
+    this.canvas.addEventListener("pointercancel", end);
+    this.canvas.addEventListener("wheel", (e) => e.preventDefault(), { passive: false });
+  }
+
+  // Centers the pane's view on a point of the drawing (its coordinates, not the screen's).
+  panTo(gx, gy) {
+    const p = this.pane, t = p.transform, size = this.viewSize();
+    if (!size) return;
+    t.x = size.w / 2 - gx * t.k;
+    t.y = size.h / 2 - gy * t.k;
+    p.applyTransform();
+  }
+
+  viewSize() {
+    const p = this.pane;
+    if (!p.size || !p.size.w) { const r = p.svg.getBoundingClientRect(); p.size = { w: r.width, h: r.height }; }
+    return p.size.w ? p.size : null;
+  }
+
+  // The drawing's boxes, once per layout, into an image the viewport frame is drawn over.
+  draw(laid) {
+    this.laid = laid;
+    const [w, hgt] = laid.size;
+    // a tall, narrow graph (a chain of ops) gets a taller map, up to half the pane
+    const size = this.viewSize();
+    const maxH = Math.max(MINIMAP_H, Math.min(2 * MINIMAP_H, size ? size.h / 2 : 0));
+    this.scale = Math.min(MINIMAP_W / w, maxH / hgt);
+    const cw = Math.max(MINIMAP_MIN, Math.ceil(w * this.scale)), ch = Math.max(MINIMAP_MIN, Math.ceil(hgt * this.scale));
+    this.ox = (cw - w * this.scale) / 2; // the drawing centered in the map
+    this.oy = (ch - hgt * this.scale) / 2;
+    const dpr = globalThis.devicePixelRatio || 1;
+    this.base = document.createElement("canvas");
+    this.base.width = this.canvas.width = cw * dpr;
+    this.base.height = this.canvas.height = ch * dpr;
+    this.canvas.style.width = cw + "px";
+    this.canvas.style.height = ch + "px";
+    const ctx = this.base.getContext("2d");
+    if (!ctx) return;
+    ctx.setTransform(dpr * this.scale, 0, 0, dpr * this.scale, dpr * this.ox, dpr * this.oy);
+    const css = getComputedStyle(this.pane.el);
+    ctx.strokeStyle = css.getPropertyValue("--etlab-group-stroke").trim() || "#a9b4c2";
+    ctx.lineWidth = 1 / this.scale;
+    for (const [id, b] of Object.entries(laid.boxes)) {
+      const el = id.startsWith("g:") ? this.pane.groupEls.get(id.slice(2)) : this.pane.nodeEls.get(Number(id.slice(1)));
+      if (id.startsWith("g:") && !(el && el.classList.contains("collapsed"))) { ctx.strokeRect(b[0], b[1], b[2], b[3]); continue; }
+      const rect = el && el.querySelector("rect");
+      ctx.fillStyle = (rect && rect.style.fill) || "#9aa7b8";
+      ctx.fillRect(b[0], b[1], b[2], b[3]);
+      ctx.strokeRect(b[0], b[1], b[2], b[3]);
+    }
+    this.update();
+  }
+
+  // Shown when the drawing is larger than the pane at 1:1; the viewport frame follows pan and zoom.
+  update() {
+    const size = this.laid && this.viewSize();
+    const show = !!size && (this.laid.size[0] > size.w || this.laid.size[1] > size.h);
+    this.canvas.style.display = show ? "" : "none";
+    if (!show) return;
+    const ctx = this.canvas.getContext("2d");
+    if (!ctx) return;
+    const dpr = globalThis.devicePixelRatio || 1;
+    ctx.setTransform(1, 0, 0, 1, 0, 0);
+    ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
+    ctx.drawImage(this.base, 0, 0);
+    const t = this.pane.transform, k = this.scale * dpr;
+    ctx.strokeStyle = getComputedStyle(this.pane.el).getPropertyValue("--etlab-accent").trim() || "#0b62d6";
+    ctx.lineWidth = 2 * dpr;
+    ctx.strokeRect(this.ox * dpr + (-t.x / t.k) * k, this.oy * dpr + (-t.y / t.k) * k, (size.w / t.k) * k, (size.h / t.k) * k);
+  }
+}

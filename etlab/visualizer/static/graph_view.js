@@ -37,7 +37,7 @@ class View {
     const height = this.options.height || 560;
     this.root = h("div", { class: "etlab-gv etlab-theme", "data-etlab-view": "graph" });
     const bar = h("div", { class: "bar" });
-    this.overlaySel = h("select", { "data-role": "overlay", title: "color nodes by" });
+    this.overlaySel = h("select", { "data-role": "overlay", title: "color nodes by", "aria-label": "color nodes by" });
     for (const [k, o] of Object.entries(OVERLAYS)) {
       const available = k === "none" || graphs.some((g) => g.nodes.some((n) => o.value(n) != null));
       const opt = h("option", { value: k }, o.label + (available ? "" : " (no data)"));
@@ -46,14 +46,15 @@ class View {
     }
     this.overlaySel.value = this.overlay;
     this.overlaySel.addEventListener("change", () => this.setOverlay(this.overlaySel.value, true));
-    this.search = h("input", { type: "search", placeholder: "search nodes (name, op, module)", "data-role": "search" });
+    this.search = h("input", { type: "search", placeholder: "search ops and names (module: for paths)", "data-role": "search",
+      "aria-label": "search nodes by op or name; prefix module: to search module paths" });
     this.search.addEventListener("input", () => this.runSearch(this.search.value));
     this.search.addEventListener("keydown", (e) => {
       if (e.key === "Enter" && this.matchList.length) this.select(this.matchList[0].pane, this.matchList[0].id, true);
     });
     const btn = (label, fn, role) => h("button", { onclick: fn, "data-role": role }, label);
     this.legend = h("span", { class: "legend" });
-    this.status = h("span", { class: "status", "data-role": "status" }, "");
+    this.status = h("span", { class: "status", "data-role": "status", role: "status" }, "");
     bar.append(this.overlaySel, this.search, btn("expand all", () => this.expandAll(true), "expand-all"),
       btn("collapse all", () => this.expandAll(false), "collapse-all"), btn("fit", () => this.panes.forEach((p) => p.fit()), "fit"),
       this.legend);
@@ -71,7 +72,8 @@ class View {
     const main = h("div", { class: "main" });
     main.setAttribute("style", `height:${height}px`);
     const panesEl = h("div", { class: "panes" });
-    this.details = h("div", { class: "details", "data-role": "details" }, h("div", {}, "Click a node to see its details."));
+    this.details = h("div", { class: "details", "data-role": "details", role: "region", "aria-label": "node details", tabindex: "0" },
+      h("div", {}, "Click a node (or Tab to it and press Enter) to see its details."));
     main.append(panesEl, this.details);
     this.root.append(bar, this.matchBox, main);
     this.el.append(this.root);
@@ -117,7 +119,6 @@ class View {
     const o = OVERLAYS[this.overlay];
     this.overlayScale = null;
     this.ramp = rampColor;
-    this.darkAt = (t) => t > 0.62;
     this.center = null;
     if (!o || !o.value) return;
     const vals = [];
@@ -131,7 +132,6 @@ class View {
       this.scaleRange = [center / 10 ** span, center * 10 ** span];
       this.overlayScale = (v) => 0.5 + (0.5 * Math.log10(Math.max(v, 1e-300) / center)) / span;
       this.ramp = divergingColor;
-      this.darkAt = (t) => Math.abs(t - 0.5) > 0.36;
       return;
     }
     const lo = Math.min(...vals), hi = Math.max(...vals);
@@ -167,27 +167,47 @@ class View {
     }
   }
 
+  // Search: ops (target or short name) and node names first; module paths only when nothing else
+  // matches, or asked for with "module:" (every node under "layers.0.conv" would match "conv" otherwise).
   runSearch(q) {
     q = q.trim().toLowerCase();
+    let scope = "names";
+    if (q.startsWith("module:")) { scope = "module"; q = q.slice(7).trim(); }
     this.matchList = [];
     this.matchBox.textContent = "";
+    const found = { op: [], name: [], module: [] };
     for (const p of this.panes) {
       p.matches = new Set();
       if (q) for (const n of p.nodes) {
-        if (n.name.toLowerCase().includes(q) || String(n.op).toLowerCase().includes(q) || n.module.toLowerCase().includes(q)) {
-          p.matches.add(n.id);
-          this.matchList.push({ pane: p, id: n.id });
-        }
+        const inModule = (n.module || "").toLowerCase().includes(q);
+        const field = scope === "module" ? (inModule ? "module" : null) : String(n.op).toLowerCase().includes(q) ? "op"
+          : n.name.toLowerCase().includes(q) ? "name" : inModule ? "module" : null;
+        if (field) found[field].push({ pane: p, id: n.id, field, exact: shortOp(n.op).toLowerCase() === q });
       }
-      p.applyClasses();
     }
-    for (const m of this.matchList.slice(0, 50)) {
+    const byName = [...found.op, ...found.name];
+    const useModules = scope === "module" || !byName.length;
+    const list = useModules ? found.module : byName;
+    list.sort((a, b) => (b.exact - a.exact) || (a.field === b.field ? 0 : a.field === "op" ? -1 : 1));
+    this.matchList = list;
+    for (const m of list) m.pane.matches.add(m.id);
+    for (const p of this.panes) p.applyClasses();
+    for (const m of list.slice(0, 50)) {
       const n = m.pane.nodes[m.id];
-      this.matchBox.append(h("div", { onclick: () => this.select(m.pane, m.id, true), "data-node-name": n.name },
-        `${n.name} · ${shortOp(n.op)}${n.module ? " · " + n.module : ""}${this.panes.length > 1 ? " (" + m.pane.g.kind + ")" : ""}`));
+      this.matchBox.append(h("button", { type: "button", onclick: () => this.select(m.pane, m.id, true), "data-node-name": n.name,
+        "data-field": m.field }, `${n.name} · ${shortOp(n.op)}${n.module ? " · " + n.module : ""}` +
+        `${this.panes.length > 1 ? " (" + m.pane.g.kind + ")" : ""}`, h("span", { class: "field" }, ` [${m.field}]`)));
     }
-    if (q) this.setStatus(`${this.matchList.length} match${this.matchList.length === 1 ? "" : "es"}`);
+    if (!q) return;
+    const count = (k) => list.filter((m) => m.field === k).length;
+    const fields = ["op", "name", "module"].filter((k) => count(k)).map((k) => `${k} ${count(k)}`).join(", ");
+    let text = `${list.length} match${list.length === 1 ? "" : "es"}${fields ? " (" + fields + ")" : ""}`;
+    if (!useModules && found.module.length) text += ` · ${found.module.length} more in module paths only (search module:${q})`;
+    this.setStatus(text);
   }
+
+  // Escape from a graph: focus goes back to the toolbar's search box.
+  leaveGraph() { this.search.focus(); }
 
   async select(pane, nodeId, fromUser) {
     const n = pane.nodes[nodeId];
@@ -201,6 +221,7 @@ class View {
       p.applyClasses();
     }
     for (const p of relayout) await p.refresh(false);
+    if (pane.pos) pane.setRoving(pane.visibleOf(nodeId));
     pane.centerOn(nodeId);
     for (const p of this.panes) if (p !== pane && p.linked.size) p.centerOn([...p.linked][0]);
     this.showDetails(pane, n);

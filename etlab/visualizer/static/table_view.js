@@ -1,6 +1,8 @@
 // TableView: a sortable, filterable table. Traits read: columns [{key, label, numeric}], rows
 // [{...}], title, height. A click on a row sets `clicked` (the row) and dispatches a bubbling
 // "etlab:focus" DOM event with the row's `focus` ({name, handles, kind}) for page-level glue.
+// Keyboard: the rows are one Tab stop (a roving tabindex): arrows, Page Up/Down, Home/End move,
+// Enter or Space picks the row as a click does; the column headers are buttons that sort.
 
 const CSS = `
 .etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--etlab-fg); }
@@ -9,8 +11,12 @@ const CSS = `
 .etlab-tv .bar .count { color: var(--etlab-fg-muted); }
 .etlab-tv .scroll { overflow: auto; border: 1px solid var(--etlab-border); background: var(--etlab-bg); }
 .etlab-tv table { border-collapse: collapse; min-width: 40%; }
-.etlab-tv th { position: sticky; top: 0; background: var(--etlab-bg-alt); color: var(--etlab-fg); text-align: left; padding: 4px 8px; cursor: pointer;
+.etlab-tv th { position: sticky; top: 0; background: var(--etlab-bg-alt); color: var(--etlab-fg); text-align: left; padding: 0;
   border-bottom: 1px solid var(--etlab-border); white-space: nowrap; }
+.etlab-tv th button { all: unset; box-sizing: border-box; display: block; width: 100%; padding: 4px 8px; cursor: pointer; }
+.etlab-tv th button:focus-visible, .etlab-tv .bar input:focus-visible { outline: 2px solid var(--etlab-accent); outline-offset: -2px; }
+.etlab-tv tr.row:focus { outline: none; }
+.etlab-tv tr.row:focus-visible { outline: 2px solid var(--etlab-accent); outline-offset: -2px; }
 .etlab-tv td { padding: 3px 8px; border-bottom: 1px solid var(--etlab-border); color: var(--etlab-fg); max-width: 420px; overflow: hidden;
   text-overflow: ellipsis; white-space: nowrap; }
 .etlab-tv td.num { text-align: right; font-variant-numeric: tabular-nums; }
@@ -56,23 +62,32 @@ function render({ model, el }) {
     input.placeholder = "filter rows";
     input.value = filter;
     input.setAttribute("data-role", "filter");
+    input.setAttribute("aria-label", `filter the rows${model.get("title") ? " of " + model.get("title") : ""}`);
     const count = document.createElement("span");
     count.className = "count";
+    count.setAttribute("role", "status");
     bar.append(title, input, count);
     const scroll = document.createElement("div");
     scroll.className = "scroll";
     scroll.style.maxHeight = (model.get("height") || 360) + "px";
     const table = document.createElement("table");
+    if (model.get("title")) table.setAttribute("aria-label", model.get("title"));
     const thead = document.createElement("thead");
     const hr = document.createElement("tr");
     for (const c of columns) {
       const th = document.createElement("th");
-      th.textContent = c.label + (sortKey === c.key ? (sortDir > 0 ? " ▲" : " ▼") : "");
+      const sortBtn = document.createElement("button");
+      sortBtn.type = "button";
+      sortBtn.textContent = c.label + (sortKey === c.key ? (sortDir > 0 ? " ▲" : " ▼") : "");
+      th.append(sortBtn);
       th.setAttribute("data-key", c.key);
-      th.addEventListener("click", () => {
+      if (sortKey === c.key) th.setAttribute("aria-sort", sortDir > 0 ? "ascending" : "descending");
+      sortBtn.addEventListener("click", () => {
         sortDir = sortKey === c.key ? -sortDir : (c.numeric ? -1 : 1);
         sortKey = c.key;
         draw();
+        const again = root.querySelector(`th[data-key="${CSS.escape(c.key)}"] button`);
+        if (again) again.focus();
       });
       hr.append(th);
     }
@@ -99,6 +114,8 @@ function render({ model, el }) {
         const tr = document.createElement("tr");
         tr.className = "row" + (r.focus ? " focusable" : "") + (i === selected ? " selected" : "");
         tr.setAttribute("data-row", String(i));
+        tr.tabIndex = -1;
+        if (i === selected) tr.setAttribute("aria-current", "true");
         for (const c of columns) {
           const td = document.createElement("td");
           if (c.numeric) td.className = "num";
@@ -108,8 +125,13 @@ function render({ model, el }) {
         }
         tr.addEventListener("click", () => {
           selected = i;
-          for (const other of tbody.querySelectorAll("tr.selected")) other.classList.remove("selected");
+          for (const other of tbody.querySelectorAll("tr.selected")) {
+            other.classList.remove("selected");
+            other.removeAttribute("aria-current");
+          }
           tr.classList.add("selected");
+          tr.setAttribute("aria-current", "true");
+          rove(tr);
           model.set("clicked", { index: i, row: r });
           model.save_changes();
           if (r.focus) el.dispatchEvent(new CustomEvent("etlab:focus", { bubbles: true, detail: r.focus }));
@@ -117,7 +139,31 @@ function render({ model, el }) {
         tbody.append(tr);
       }
       count.textContent = `${shown.length} of ${rows.length} rows`;
+      rove(tbody.querySelector("tr.row.selected") || tbody.querySelector("tr.row"));
     };
+    // one row of the table is in the Tab order: the last one focused or picked (the first to start with)
+    const rove = (tr) => {
+      if (!tr) return;
+      for (const other of tbody.querySelectorAll("tr.row[tabindex='0']")) other.tabIndex = -1;
+      tr.tabIndex = 0;
+    };
+    tbody.addEventListener("focusin", (e) => { const tr = e.target.closest("tr.row"); if (tr) rove(tr); });
+    tbody.addEventListener("keydown", (e) => {
+      const tr = e.target.closest("tr.row");
+      if (!tr || e.altKey || e.ctrlKey || e.metaKey) return;
+      const all = [...tbody.querySelectorAll("tr.row")];
+      const i = all.indexOf(tr);
+      const page = Math.max(1, Math.floor(scroll.clientHeight / Math.max(1, tr.offsetHeight)) - 1);
+      const to = { ArrowDown: i + 1, ArrowUp: i - 1, PageDown: i + page, PageUp: i - page, Home: 0, End: all.length - 1 }[e.key];
+      if (e.key === "Enter" || e.key === " ") tr.click();
+      else if (to === undefined) return;
+      else {
+        const next = all[Math.max(0, Math.min(all.length - 1, to))];
+        rove(next);
+        next.focus();
+      }
+      e.preventDefault();
+    });
     input.addEventListener("input", () => { filter = input.value; fill(); });
     fill();
   }
