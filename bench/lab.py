@@ -1,12 +1,14 @@
 """Time to first paint of the JupyterLab viewers (target: under 1.5 s each on 2 cores).
 
-A real JupyterLab (etlab's extension, 127.0.0.1, Debian chromium via playwright) over a folder with
-a MobileNetV2 program (etlab.models.make_mobilenet_v2: mnv2.pte, mnv2.etrecord) and a 50-run ETDump
-of it. First paint = double-click in the file browser until the viewer's graph has laid out and
-drawn (`data-state=ready`). Before every open the file's mtime is bumped, so the server reads and
-builds the view afresh (its cache is keyed by the file's version): each sample is a cold read on a
-warm server. Side by side, in the same browser: the same graph as etlab's offline HTML report
-(GraphView.save_html, file:// load until ready), i.e. the same view modules without JupyterLab.
+A real JupyterLab started the way `make lab` starts it (`make lab-server` on the venv as `make
+setup` left it, no path overrides; 127.0.0.1, Debian chromium via playwright) over a folder with a
+MobileNetV2 program (etlab.models.make_mobilenet_v2: mnv2.pte, mnv2.etrecord) and a 50-run ETDump of
+it; the `.pte`, `.etdp` and `.etrecord` viewers are timed. First paint = double-click in the file
+browser until the viewer's graph has laid out and drawn (`data-state=ready`). Before every open the
+file's mtime is bumped, so the server reads and builds the view afresh (its cache is keyed by the
+file's version): each sample is a cold read on a warm server. Side by side, in the same browser: the
+same graph as etlab's offline HTML report (GraphView.save_html, file:// load until ready), i.e. the
+same view modules without JupyterLab.
 Writes the `lab` section of bench/RESULTS.md (medians).
 """
 
@@ -85,7 +87,7 @@ def main(argv=None) -> int:
     from playwright.sync_api import sync_playwright
 
     from etlab.etrecord import parse_etrecord
-    from etlab.jupyter._launch import LabServer
+    from etlab.jupyter._launch import MakeLab
     from etlab.visualizer import GraphView
 
     with tempfile.TemporaryDirectory(prefix="etlab-bench-lab-") as tmp:
@@ -97,28 +99,32 @@ def main(argv=None) -> int:
         print(f"artifacts in {time.perf_counter() - t0:.1f} s", flush=True)
         offline = Path(tmp) / "offline_edge.html"
         GraphView(parse_etrecord(root / "mnv2.etrecord"), graph="edge").save_html(offline)
-        samples: dict[str, list[float]] = {"pte": [], "pte_graph": [], "etdp": [], "etdp_graph": [], "report": []}
-        with LabServer(root=root, base=base, lifetime_s=1800) as lab, sync_playwright() as p:
+        samples: dict[str, list[float]] = {k: [] for k in ("pte", "pte_graph", "etdp", "etdp_graph", "etrecord",
+                                                            "etrecord_graph", "report")}
+        with MakeLab(root=root, base=base, lifetime_s=1800) as lab, sync_playwright() as p:
             _, pte = lab.get_json("etlab/api/view/pte?path=mnv2.pte")
             _, run = lab.get_json("etlab/api/view/etdp?path=mnv2_run.etdp")
             _, run_graphs = lab.get_json("etlab/api/view/etdp?path=mnv2_run.etdp&part=graphs")
+            _, record = lab.get_json("etlab/api/view/etrecord?path=mnv2.etrecord")
             browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
             page = browser.new_page(viewport={"width": 1500, "height": 1000})
             page.goto(lab.url("lab"))
             page.wait_for_selector(".jp-DirListing-item", timeout=120_000)
             first_paint(page, "mnv2.pte", root)  # warm the browser's module cache once
             for _ in range(args.repeat):
-                for kind, name in (("pte", "mnv2.pte"), ("etdp", "mnv2_run.etdp")):
+                for kind, name in (("pte", "mnv2.pte"), ("etdp", "mnv2_run.etdp"), ("etrecord", "mnv2.etrecord")):
                     painted, drawn = first_paint(page, name, root)
                     samples[kind].append(painted)
                     samples[f"{kind}_graph"].append(drawn)
                 samples["report"].append(report_paint(browser, offline))
             browser.close()
-        sizes = {"pte": (root / "mnv2.pte").stat().st_size, "etdp": (root / "mnv2_run.etdp").stat().st_size}
+        sizes = {k: (root / n).stat().st_size for k, n in (("pte", "mnv2.pte"), ("etdp", "mnv2_run.etdp"),
+                                                             ("etrecord", "mnv2.etrecord"))}
     med = {k: median(v) for k, v in samples.items()}
     for k, v in samples.items():
         print(k, " ".join(f"{x:.3f}" for x in v), f"median {med[k]:.3f} s", flush=True)
     graphs = " + ".join(f"{g['title']} {len(g['nodes'])} nodes" for g in run_graphs["graphs"])
+    panes = " + ".join(f"{g['title']} {len(g['nodes'])} nodes" for g in record["graphs"])
     rows = [
         f"| `.pte` viewer: summary, instruction graph ({len(pte['graph']['nodes'])} nodes), memory plan "
         f"({len(pte['memory'])} tensors); {sizes['pte'] / 1e6:.1f} MB | {med['pte']:.2f} s | "
@@ -126,6 +132,10 @@ def main(argv=None) -> int:
         f"| `.etdp` dashboard: {run['runs']} runs, {len(run['rows'])} profile rows, {len(run['spans'])} timeline "
         f"spans; joined with its ETRecord ({graphs}) | {med['etdp']:.2f} s | {med['etdp'] / TARGET_S:.2f} | "
         f"{med['etdp_graph']:.2f} s | {med['etdp_graph'] / med['report']:.2f} |",
+        f"| `.etrecord` viewer: {panes} "
+        f"(compare panes), {len(record['modules'])} module groups; {sizes['etrecord'] / 1e6:.1f} MB | "
+        f"{med['etrecord']:.2f} s | {med['etrecord'] / TARGET_S:.2f} | {med['etrecord_graph']:.2f} s | "
+        f"{med['etrecord_graph'] / med['report']:.2f} |",
         f"| offline HTML report of the Edge graph (same view modules, file://) | – | – | {med['report']:.2f} s "
         "| 1.00 |",
     ]
@@ -133,7 +143,8 @@ def main(argv=None) -> int:
         "## lab",
         "",
         f"`python bench/lab.py` ({datetime.date.today().isoformat()}, {os.cpu_count()} cores, median of "
-        f"{args.repeat}): time to first paint in JupyterLab, from the double-click in the file browser to "
+        f"{args.repeat}): time to first paint in JupyterLab started as `make lab` starts it (`make lab-server`), "
+        "from the double-click in the file browser to "
         "the viewer drawn; the file's mtime is bumped before each open, so every sample is a cold "
         "read on a warm server (imports done). Target: under 1.5 s each.",
         "",

@@ -3,7 +3,8 @@ token, its own root folder, a bounded lifetime (stopped on exit, killed if it do
 
 `LabServer` runs this interpreter's JupyterLab with its own Jupyter dirs (nothing of the user's
 config is read) and the etlab extension linked into them as an installed etlab puts it. Override
-`command()` to start it another way (tests/jupyter starts it as `make lab` does, with no overrides)."""
+`command()` to start it another way: `MakeLab` starts it as `make lab` does, with no overrides (what
+tests/jupyter and bench/lab.py use)."""
 
 from __future__ import annotations
 
@@ -154,6 +155,25 @@ class LabServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+@dataclass
+class MakeLab(LabServer):
+    """JupyterLab started exactly as `make lab` starts it (`make lab-server` in the checkout `repo`, the
+    command `make lab` ends with) on the venv as `make setup` left it: no JUPYTER_PATH or other path
+    overrides, so the extension and the "etlab" kernel are found only where the set-up put them. The
+    folder, port, token and lifetime are passed as a user passes options (LAB_ROOT, LAB_ARGS)."""
+
+    repo: Path = field(default_factory=lambda: Path(__file__).resolve().parents[2])
+
+    def command(self) -> tuple[list[str], dict[str, str]]:
+        if not (self.repo / "Makefile").is_file():
+            raise FileNotFoundError(f"{self.repo}: no Makefile (make lab-server runs in an etlab checkout)")
+        cmd = ["make", "-C", str(self.repo), "--no-print-directory", "lab-server", f"LAB_ROOT={self.root}",
+               "LAB_ARGS=" + " ".join(self.options())]
+        # an outer make's jobserver is not this one's
+        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+        return cmd, env
 
 
 def clean_base(base: Path) -> None:

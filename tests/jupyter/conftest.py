@@ -21,7 +21,7 @@ import torch
 from etlab.compiler import to_edge_transform_and_lower
 from etlab.compiler.backends import DemoPartitioner
 from etlab.devtools import BundledProgram, MethodTestCase, MethodTestSuite, serialize_from_bundled_program_to_flatbuffer
-from etlab.jupyter._launch import LabServer, built_labextension
+from etlab.jupyter._launch import MakeLab, built_labextension
 from etlab.models import make_mlp
 from etlab.runtime import Runtime
 
@@ -80,20 +80,6 @@ def make_lab_files(root: Path, runs: int = 3) -> LabFiles:
     return LabFiles(root, runs)
 
 
-class MakeLab(LabServer):
-    """JupyterLab started exactly as `make lab` starts it (`make lab-server`, the command `make lab` ends
-    with) on the venv as `make setup` left it: no JUPYTER_PATH or other path overrides, so the extension
-    and the "etlab" kernel are found only where the set-up put them. The test's own folder, port, token
-    and lifetime are passed as a user passes options (LAB_ROOT, LAB_ARGS)."""
-
-    def command(self) -> tuple[list[str], dict[str, str]]:
-        cmd = ["make", "-C", str(REPO), "--no-print-directory", "lab-server", f"LAB_ROOT={self.root}",
-               "LAB_ARGS=" + " ".join(self.options())]
-        # an outer make's jobserver is not this one's
-        env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
-        return cmd, env
-
-
 # Package scope: the server lives while tests/jupyter runs, not for the rest of the session.
 @pytest.fixture(scope="package")
 def lab_files(tmp_path_factory) -> LabFiles:
@@ -110,7 +96,7 @@ def lab(lab_files, tmp_path_factory):
         pytest.skip(str(e))
     if not VENV_BIN.joinpath("python").exists():
         pytest.fail(f"{VENV_BIN}/python is missing: `make setup` creates the venv the Makefile's lab starts")
-    with MakeLab(root=lab_files.root, base=tmp_path_factory.mktemp("labbase"), lifetime_s=900) as server:
+    with MakeLab(repo=REPO, root=lab_files.root, base=tmp_path_factory.mktemp("labbase"), lifetime_s=900) as server:
         yield server
         assert server.alive(), "the server went down during the tests"
 
