@@ -21,7 +21,7 @@ from etlab.model_explorer._graphs import to_me_graph
 from etlab.model_explorer._node_data import OVERLAYS, node_data
 from etlab.visualizer import GraphModel, graph_models, resolve_sources
 
-KINDS = ("aten", "edge", "runtime")
+KINDS = ("edge", "aten", "runtime")  # the lowered graph first: what Model Explorer opens on
 
 
 def _is_inspector(obj) -> bool:
