@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab lab-server demo test test-spark lint schemas bench kernel fuzz sanitize corpus corpus-speed clean
+.PHONY: setup browser jdk node labextension lab lab-server demo test test-fast test-spark lint schemas bench kernel fuzz sanitize corpus corpus-speed wheel-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +111,12 @@ lab-server:
 test: setup browser jdk
 	$(PY) -m pytest -n 2 --dist loadgroup -q
 
+# The edit loop's lane: all but the interop (upstream), browser (Chromium), Spark, corpus and slow tests
+# (markers in pyproject.toml; `browser` is set by tests/conftest.py). `make test` still runs everything.
+FAST := not interop and not browser and not spark and not slow and not corpus
+test-fast: setup
+	$(PY) -m pytest -n 2 --dist loadgroup -q -m "$(FAST)"
+
 # The Spark tests alone (they are part of `make test` too).
 test-spark: setup jdk
 	$(PY) -m pytest -q -m spark tests/fleet
@@ -151,6 +157,12 @@ corpus: setup
 # rewrites the `corpus compile speed` section of bench/RESULTS.md.
 corpus-speed: setup
 	$(PY) bench/corpus_speed.py
+
+# etlab as someone without this Makefile installs it: a clean clone of HEAD, `python -m build` (isolated:
+# build requirements from pyproject.toml, the Lab extension built with npm, the native core against
+# torch 2.13.0), the wheel installed in a fresh venv and checked (10-30 min; tests/packaging/clean_clone_wheel.py).
+wheel-check: setup | node
+	$(PY) -m tests.packaging.clean_clone_wheel
 
 clean:
 	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so labextension/node_modules labextension/lib \
