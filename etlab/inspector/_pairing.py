@@ -14,6 +14,7 @@ torch.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,6 +114,7 @@ def _method_for(block: str, methods: list[str]) -> str | None:
     return methods[0] if len(methods) == 1 else None
 
 
+@functools.lru_cache(maxsize=4096)
 def _op_base(name: str) -> str:
     """'convolution' for 'aten.convolution.default', 'aten::convolution.out' or 'convolution.out'."""
     name = name.split("::")[-1]
@@ -126,13 +128,17 @@ def _kernel_disagreement(calls: list[RunCall], methods: dict[str, MethodInfo], r
     of the kernel calls whose instruction has recorded operators), the evidence; else None."""
     names = list(methods)
     compared, wrong = 0, []
+    recorded: dict[tuple, set[str]] = {}  # (method, chain, instruction) -> its operators: once, not per run
     for call in calls:
         method = _method_for(call.block, names)
         if call.kernel is None or method is None:
             continue
-        info = methods[method]
-        ops = {_op_base(op.op_type) for h in info.instruction_debug_handles.get((call.chain, call.instruction), ())
-               for op in info.ops.get(h, ())}
+        key = (method, call.chain, call.instruction)
+        ops = recorded.get(key)
+        if ops is None:
+            info = methods[method]
+            ops = recorded[key] = {_op_base(op.op_type) for h in info.instruction_debug_handles.get(key[1:], ())
+                                   for op in info.ops.get(h, ())}
         if not ops:
             continue
         compared += 1
