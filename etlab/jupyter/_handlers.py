@@ -33,7 +33,8 @@ def view_module(name: str) -> str:
     def text(n: str) -> str:
         return static.joinpath(n).read_text(encoding="utf-8")
 
-    if name == "graph_view.js":
+    if name == "graph_view.js":  # visualizer._html.GRAPH_MODULE_PARTS, not imported (it loads torch and widgets);
+        # tests/test_shared_facts.py holds the two equal
         return "\n".join(text(n) for n in ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js"))
     if name in ("table_view.js", "theme.css"):
         return text(name)
