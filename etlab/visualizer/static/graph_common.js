@@ -174,8 +174,8 @@ const OVERLAYS = {
 };
 
 // --- minimap: the whole drawing small in a pane's corner with the viewport as a frame; a click or a
-// drag on it pans there. Shown only when the drawing does not fit the pane at 1:1.
-const MINIMAP_W = 170, MINIMAP_H = 130, MINIMAP_MIN = 24;
+// drag on it pans there. Shown for big drawings (MINIMAP_ABOVE boxes) while part of them is out of view.
+const MINIMAP_W = 170, MINIMAP_H = 130, MINIMAP_MIN = 24, MINIMAP_ABOVE = 30;
 
 class Minimap {
   constructor(pane) {
@@ -221,6 +221,7 @@ class Minimap {
   // The drawing's boxes, once per layout, into an image the viewport frame is drawn over.
   draw(laid) {
     this.laid = laid;
+    this.boxes = Object.keys(laid.boxes).length;
     const [w, hgt] = laid.size;
     // a tall, narrow graph (a chain of ops) gets a taller map, up to half the pane
     const size = this.viewSize();
@@ -252,10 +253,12 @@ class Minimap {
     this.update();
   }
 
-  // Shown when the drawing is larger than the pane at 1:1; the viewport frame follows pan and zoom.
+  // Shown when a big drawing is not all in view; the viewport frame follows pan and zoom.
   update() {
     const size = this.laid && this.viewSize();
-    const show = !!size && (this.laid.size[0] > size.w || this.laid.size[1] > size.h);
+    const t = this.pane.transform;
+    const show = !!size && this.boxes > MINIMAP_ABOVE && (t.x < 0 || t.y < 0 ||
+      t.x + this.laid.size[0] * t.k > size.w || t.y + this.laid.size[1] * t.k > size.h);
     this.canvas.style.display = show ? "" : "none";
     if (!show) return;
     const ctx = this.canvas.getContext("2d");
@@ -264,7 +267,7 @@ class Minimap {
     ctx.setTransform(1, 0, 0, 1, 0, 0);
     ctx.clearRect(0, 0, this.canvas.width, this.canvas.height);
     ctx.drawImage(this.base, 0, 0);
-    const t = this.pane.transform, k = this.scale * dpr;
+    const k = this.scale * dpr;
     ctx.strokeStyle = getComputedStyle(this.pane.el).getPropertyValue("--etlab-accent").trim() || "#0b62d6";
     ctx.lineWidth = 2 * dpr;
     ctx.strokeRect(this.ox * dpr + (-t.x / t.k) * k, this.oy * dpr + (-t.y / t.k) * k, (size.w / t.k) * k, (size.h / t.k) * k);
