@@ -146,13 +146,16 @@ class FleetDB:
         return self.con.execute(query, params).df()
 
     def op_percentiles(self, by=("device_class",), where: str | None = None) -> pd.DataFrame:
+        """Per op (and `by` columns): n, p50/p90/p99 and mean duration in ns (`op_percentiles_sql`)."""
         return self.sql(op_percentiles_sql(by, where, dialect="duckdb"))
 
     def slowest_ops(self, limit: int = 20, by=(), where: str | None = None) -> pd.DataFrame:
+        """The `limit` ops with the most total time, and their share of all op time (`slowest_ops_sql`)."""
         return self.sql(slowest_ops_sql(limit, by, where))
 
     def run_variance(self, by=("program", "build", "device"), where: str | None = None,
                      min_runs: int = 3) -> pd.DataFrame:
+        """Run-to-run variation of each op's time per run (mean, std, cv), groups of `min_runs` runs or more."""
         return self.sql(run_variance_sql(by, where, min_runs))
 
     def outlier_runs(self, z: float = 5.0, by=("program", "build", "method", "device"),
@@ -163,6 +166,7 @@ class FleetDB:
         return out.merge(paths, on="file_id", how="left")
 
     def close(self) -> None:
+        """Closes the DuckDB connection (the store's files are untouched); `with FleetDB(...)` does it."""
         self.con.close()
 
     def __enter__(self) -> FleetDB:

@@ -150,17 +150,21 @@ class SparkFleet:
             return self.spark.sql(query).toPandas()
 
     def op_percentiles(self, store, by=("device_class",), where: str | None = None) -> pd.DataFrame:
+        """`FleetDB.op_percentiles` computed by Spark (one sort for the three quantiles)."""
         return self.sql(store, _queries.op_percentiles_sql(by, where, dialect="spark"))
 
     def slowest_ops(self, store, limit: int = 20, by=(), where: str | None = None) -> pd.DataFrame:
+        """`FleetDB.slowest_ops` computed by Spark."""
         return self.sql(store, _queries.slowest_ops_sql(limit, by, where))
 
     def run_variance(self, store, by=("program", "build", "device"), where: str | None = None,
                      min_runs: int = 3) -> pd.DataFrame:
+        """`FleetDB.run_variance` computed by Spark."""
         return self.sql(store, _queries.run_variance_sql(by, where, min_runs))
 
     def outlier_runs(self, store, z: float = 5.0, by=("program", "build", "method", "device"),
                      where: str | None = None) -> pd.DataFrame:
+        """`FleetDB.outlier_runs` computed by Spark (without the manifest's paths joined)."""
         return self.sql(store, _queries.outlier_runs_sql(z, by, where))
 
     # -- ingest ----------------------------------------------------------------------------------
@@ -197,6 +201,7 @@ class SparkFleet:
         return summary
 
     def stop(self) -> None:
+        """Stops the Spark session (getOrCreate's, so also anyone else's in this process); `with` does it."""
         self.spark.stop()
 
     def __enter__(self) -> SparkFleet:

@@ -164,6 +164,7 @@ class SyntheticFleet:
     outlier_runs: list[tuple[str, int]]   # (file, run block index) of every planted outlier run
 
     def truth(self) -> dict:
+        """What was planted (the regression, the outlier runs' count, the files), for checking a query's answer."""
         return {"regression": None if self.spec.regression is None else asdict(self.spec.regression),
                 "outlier_runs": len(self.outlier_runs), "files": len(self.files)}
 

@@ -59,6 +59,7 @@ class FileTags:
         return replace(tags, device_class=tags.device_class or tags.device)
 
     def labels_json(self) -> str:
+        """The labels as the store keeps them: compact JSON with sorted keys (equal labels, equal text)."""
         return json.dumps(self.labels, sort_keys=True, separators=(",", ":"))
 
 
