@@ -32,7 +32,11 @@ BOOTSTRAP_CAP = 5_000   # larger samples are subsampled for the interval (which 
 
 
 def parse_selector(text: str) -> dict[str, str]:
-    """`"build=B,device_class=mid"` (the CLI's --base/--head) -> {"build": "B", "device_class": "mid"}."""
+    """The CLI's --base/--head selector as tags; a ValueError names a selector that is not COLUMN=VALUE pairs.
+
+    >>> parse_selector("build=B, device_class=mid")
+    {'build': 'B', 'device_class': 'mid'}
+    """
     out = {}
     for pair in filter(None, (p.strip() for p in text.split(","))):
         key, sep, value = pair.partition("=")
@@ -60,7 +64,11 @@ def _selector_sql(sel: dict[str, str]) -> tuple[str, list[str]]:
 
 
 def holm(p: np.ndarray) -> np.ndarray:
-    """Holm-Bonferroni adjusted p-values (NaN stays NaN and does not count as a test)."""
+    """Holm-Bonferroni adjusted p-values (NaN stays NaN and does not count as a test).
+
+    >>> holm(np.array([0.01, 0.04, np.nan, 0.03]))
+    array([0.03, 0.06,  nan, 0.06])
+    """
     p = np.asarray(p, dtype=np.float64)
     out = np.full_like(p, np.nan)
     ok = np.flatnonzero(~np.isnan(p))

@@ -133,6 +133,12 @@ class PathPattern:
 
     `{name}` matches part of one path segment, `*` any characters within a segment, `**` any
     number of whole segments. Field names are the tag fields or `label.<name>`.
+
+    >>> pattern = PathPattern.compile("{build}/{device_class}/{device}/*.etdp")
+    >>> pattern.match("v2/mid/pixel7/run1.etdp")
+    {'build': 'v2', 'device_class': 'mid', 'device': 'pixel7'}
+    >>> pattern.match("v2/run1.etdp") is None
+    True
     """
 
     text: str

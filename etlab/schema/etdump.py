@@ -28,12 +28,22 @@ KERNEL_EVENT_PREFIX = "native_call_"
 
 
 def kernel_event_name(operator: str) -> str:
-    """The event a kernel call is profiled under: 'native_call_add.out' for 'aten::add.out'."""
+    """The event a kernel call is profiled under.
+
+    >>> kernel_event_name("aten::add.out")
+    'native_call_add.out'
+    """
     return KERNEL_EVENT_PREFIX + operator.split("::", 1)[-1]
 
 
 def kernel_of_event(name: str) -> str | None:
-    """The operator of a kernel event ('add.out' for 'native_call_add.out'); None for any other event."""
+    """The operator of a kernel event; None for any other event.
+
+    >>> kernel_of_event("native_call_add.out")
+    'add.out'
+    >>> kernel_of_event("OPERATOR_CALL") is None
+    True
+    """
     return name[len(KERNEL_EVENT_PREFIX):] if name.startswith(KERNEL_EVENT_PREFIX) and len(name) > len(
         KERNEL_EVENT_PREFIX) else None
 

@@ -33,6 +33,11 @@ def _tables() -> tuple[dict, dict]:
 
 
 def scalar_type_to_dtype(st: int) -> torch.dtype:
+    """The torch dtype of an ExecuTorch file's scalar type; a ValueError names a value without one.
+
+    >>> scalar_type_to_dtype(6)
+    torch.float32
+    """
     try:
         return _tables()[0][ScalarType(st)]
     except (KeyError, ValueError):
@@ -40,6 +45,12 @@ def scalar_type_to_dtype(st: int) -> torch.dtype:
 
 
 def dtype_to_scalar_type(dtype: torch.dtype) -> ScalarType:
+    """The scalar type a file stores `dtype` as; a ValueError names a dtype no ExecuTorch file can hold.
+
+    >>> import torch
+    >>> dtype_to_scalar_type(torch.int8)
+    <ScalarType.CHAR: 1>
+    """
     try:
         return _tables()[1][dtype]
     except KeyError:
