@@ -29,6 +29,7 @@ class NullDelegateContext:
     """The context backends get when tracing is off: every call is a no-op."""
 
     enabled = False
+    logs_values = False  # log_output_delegate keeps nothing: a backend need not compute what it would log
 
     def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
         return None
@@ -61,6 +62,11 @@ class DelegateContext:
         self.events: list[tuple] = []  # the running execute's event list, set by the interpreter
         self.chain = 0
         self.instruction = 0
+
+    @property
+    def logs_values(self) -> bool:
+        """Does log_output_delegate keep values (intermediate outputs are traced)?"""
+        return self._tracer.logs_intermediates
 
     def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
         return (_identifier(name, delegate_debug_id), time.perf_counter_ns())

@@ -164,6 +164,24 @@ def test_conv_graph_matches_torch_and_logs_each_node_in_nchw():
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_convolutions_with_constant_weights_run_prepacked_with_the_clamp_fused():
+    """Weights packed once at init; a run that logs no values takes the fused kernel (clamp inside), a
+    run that logs takes the same packed kernel without it (the op's own result is logged): same outputs."""
+    g, reference = _conv_graph()
+    plan = _init(g.blob(), g.named)
+    packed = {n.kind: n.fast is not None for n in plan.nodes if "Conv" in n.kind}
+    assert packed == {"XNNConv2d": True, "XNNDepthwiseConv2d": True}
+    x = torch.randn(1, 3, 16, 16)
+    expected, _ = reference(x)
+    timing_only = Recorder()
+    timing_only.logs_values = False
+    for context in (timing_only, Recorder(), None):
+        out = torch.empty(1, 8, 4, 4)
+        XNNPACK_BACKEND.execute(plan, [x, out], context)
+        torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert len(timing_only.events) == 7 and not timing_only.outputs
+
+
 def test_constants_after_the_graph_and_inline_buffers_are_read_too():
     """Constants may follow the graph in the blob (offsets) or, in older blobs, sit in inline buffers."""
     g, reference = _conv_graph()
@@ -370,3 +388,20 @@ def test_random_damage_gives_format_errors_only():
         out = torch.empty(tuple(plan.specs[plan.outputs[0]].shape))
         XNNPACK_BACKEND.execute(plan, [torch.randn(plan.specs[plan.inputs[0]].shape), out], None)
     assert failures > 0
+
+
+@pytest.mark.parametrize("pads, clamp", [((1, 1, 1, 1), None), ((0, 1, 0, 1), (0.0, 6.0)), ((2, 0, 1, 3), (-1.0, 1.0))])
+def test_prepacked_convolution_is_the_reference_convolution(pads, clamp):
+    """Symmetric padding is the kernel's, other padding (TensorFlow SAME with stride 2) is applied first."""
+    from etlab.runtime.backends.xnnpack._prepacked import prepacked_conv2d
+
+    torch.manual_seed(1)
+    x = torch.randn(1, 9, 11, 4)  # NHWC
+    w, b = torch.randn(6, 4, 3, 3), torch.randn(6)
+    run = prepacked_conv2d(w, b, pads, (2, 2), (1, 1), 1, clamp, [1, 4, 9, 11])
+    if run is None:
+        pytest.skip("torch without oneDNN: the reference path runs")
+    raw = F.conv2d(F.pad(x.permute(0, 3, 1, 2), pads), w, b, 2).permute(0, 2, 3, 1)
+    torch.testing.assert_close(run(x, False), raw, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(run(x), raw.clamp(*clamp) if clamp else raw, rtol=1e-5, atol=1e-5)
+    assert run(x).is_contiguous()  # NHWC in, NHWC out: no layout copies between nodes

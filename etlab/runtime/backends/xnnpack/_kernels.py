@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from etlab.errors import FormatError
+from etlab.runtime.backends.xnnpack._prepacked import prepacked_conv2d
 from etlab.runtime.backends.xnnpack._values import ValueSpec
 
 # Every torch call the emulation makes (backend-internal: none of them is a program operator).
@@ -48,6 +49,9 @@ class NodeKernel:
     inputs: tuple[int, ...]
     output: int
     fn: Callable[..., torch.Tensor]
+    # For nodes whose weights are constants: (weight, bias or None, fused clamp or None) -> fn(x), the
+    # same computation with the weights prepacked once (oneDNN, `_prepacked`) and the clamp fused.
+    prepack: Callable[..., Callable[[torch.Tensor], torch.Tensor]] | None = None
 
 
 class _Node:
@@ -136,12 +140,17 @@ def _conv(depthwise: bool) -> Callable[[_Node], NodeKernel]:
         if tuple(filter_hw) != kernel:
             raise n.fail(f"kernel is {kernel} but the filter is {list(n.shape(w))}")
 
+        def torch_weight(w):  # depthwise filters are [1, KH, KW, C*M]; dense ones [O, KH, KW, I/groups]
+            return T["permute"](w, (3, 0, 1, 2)) if depthwise else T["permute"](w, (0, 3, 1, 2))
+
         def conv(x, w, b=None):
-            # depthwise filters are [1, KH, KW, C*M]; dense ones [O, KH, KW, I/groups]
-            weight = T["permute"](w, (3, 0, 1, 2)) if depthwise else T["permute"](w, (0, 3, 1, 2))
-            y = T["conv2d"](T["pad"](_nchw(x), pads), weight, b, stride, 0, dilation, groups)
+            y = T["conv2d"](T["pad"](_nchw(x), pads), torch_weight(w), b, stride, 0, dilation, groups)
             return _nhwc(y)
-        return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), conv)
+
+        def prepack(w, b, clamp):
+            in_nchw = [n.shape(x)[0], n.shape(x)[3], n.shape(x)[1], n.shape(x)[2]]
+            return prepacked_conv2d(torch_weight(w), b, pads, stride, dilation, groups, clamp, in_nchw)
+        return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), conv, prepack)
     return build
 
 

@@ -1,0 +1,67 @@
+"""Prepacked kernels: the convolutions of an XNNPACK graph with constant weights, run as oneDNN runs them.
+
+XNNPACK packs a convolution's weights once, when the delegate is initialized, keeps activations in
+NHWC and applies the fused output clamp inside the kernel. The same here, through torch's oneDNN
+(mkldnn) operators: the filter is reordered once at load into oneDNN's blocked layout for the
+node's geometry; at run time the NHWC activation is handed over as the channels-last view of its
+NCHW shape (no copy), the kernel writes a channels-last result, which is the NHWC output again
+(no permute copies between nodes of a partition), and the clamp is oneDNN's post-op. The result is
+the same computation as the reference path (`conv2d` then `clamp`), with its own summation order.
+
+Without oneDNN (a torch built without it) `prepacked_conv2d` returns None and the node runs on
+the reference path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+_ONEDNN = torch.backends.mkldnn.is_available()
+_reorder_conv_weight = torch._C._nn.mkldnn_reorder_conv2d_weight if _ONEDNN else None
+_conv_pointwise = torch.ops.mkldnn._convolution_pointwise.default if _ONEDNN else None
+
+
+def post_op(clamp: tuple[float, float] | None) -> tuple[str, list]:
+    """oneDNN's name and scalars for a fused output clamp."""
+    if clamp is None or clamp == (-math.inf, math.inf):
+        return "none", []
+    if clamp == (0.0, math.inf):
+        return "relu", []
+    return "hardtanh", [clamp[0], clamp[1]]
+
+
+def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tuple[int, int, int, int],
+                     stride: tuple[int, int], dilation: tuple[int, int], groups: int,
+                     clamp: tuple[float, float] | None, input_nchw: list[int],
+                     ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """fn(x NHWC[, fused]) -> clamp(conv2d(x)) NHWC with `weight` (OIHW, float32) packed now; None without oneDNN.
+
+    `pads` is XNNPACK's (left, right, top, bottom): symmetric padding is the kernel's own, other
+    padding is applied to the input first. `input_nchw` is the input's declared shape (the packing
+    is chosen for it; other shapes still run, oneDNN reorders for them).
+    """
+    if not _ONEDNN or weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+        return None
+    left, right, top, bottom = pads
+    symmetric = left == right and top == bottom
+    padding = [top, left] if symmetric else [0, 0]
+    if not symmetric:
+        input_nchw = [input_nchw[0], input_nchw[1], input_nchw[2] + top + bottom, input_nchw[3] + left + right]
+    stride_, dilation_ = list(stride), list(dilation)
+    packed = _reorder_conv_weight(weight.contiguous().to_mkldnn(), padding, stride_, dilation_, groups, input_nchw)
+    bias = None if bias is None else bias.contiguous()
+    attr, scalars = post_op(clamp)
+    conv, pad, permute = _conv_pointwise, torch.nn.functional.pad, torch.permute
+
+    def run(x: torch.Tensor, fused: bool = True) -> torch.Tensor:
+        """fused=False: without the clamp (the op's own result, which a traced run logs)."""
+        nchw = permute(x, (0, 3, 1, 2))  # channels-last strides when x is a contiguous NHWC tensor
+        if not symmetric:
+            nchw = pad(nchw, pads)
+        y = conv(nchw, packed, bias, padding, stride_, dilation_, groups, *((attr, scalars) if fused else ("none", [])),
+                 None)
+        return permute(y, (0, 2, 3, 1))
+    return run
