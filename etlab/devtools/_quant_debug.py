@@ -117,6 +117,56 @@ def _input_dependent(graph: GraphModule) -> set[str]:
     return dep
 
 
+def _writes_first_argument(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    if schema is None or not schema.arguments:
+        return False
+    alias = schema.arguments[0].alias_info
+    return alias is not None and alias.is_write
+
+
+def _is_view(target) -> bool:
+    schema = getattr(target, "_schema", None)
+    return bool(schema is not None and schema.returns and schema.returns[0].alias_info is not None
+                and not schema.returns[0].alias_info.is_write)
+
+
+def mutated_later(graph: GraphModule) -> set[str]:
+    """Names of the nodes whose value an in-place op changes after the node ran (the tensor it writes and
+    the views it was taken from or that are taken of it). torch.export's graphs keep in-place ops
+    (Swin's attention mask: `new_zeros`, then slices filled in place), so the value a capture holds for
+    such a node is the mutated one and a re-run of the node cannot reproduce it."""
+    base_of: dict[str, str] = {}
+    for n in graph.graph.nodes:
+        if n.op == "call_function" and _is_view(n.target) and n.args and isinstance(n.args[0], Node):
+            base_of[n.name] = base_of.get(n.args[0].name, n.args[0].name)
+    written = {base_of.get(n.args[0].name, n.args[0].name) for n in graph.graph.nodes
+               if n.op == "call_function" and _writes_first_argument(n.target) and n.args
+               and isinstance(n.args[0], Node)}
+    if not written:
+        return set()
+    return {n.name for n in graph.graph.nodes if base_of.get(n.name, n.name) in written}
+
+
+def degenerate_reason(reference: torch.Tensor, value: torch.Tensor, floor: float = 1e-6) -> str:
+    """Why an SQNR between `reference` (float) and `value` (quantized) means nothing, or "": the float
+    value is all zero (SQNR is +inf or -inf whatever the error), below `floor` in magnitude (far under any
+    int8 grid step: a randomly initialised model's ~1e-9 outputs), or the quantized value is all zero
+    while the float is not (everything rounded to zero: 0 dB)."""
+    ref = reference.detach()
+    if ref.numel() == 0:
+        return ""
+    finite = ref[torch.isfinite(ref)] if not bool(torch.isfinite(ref).all()) else ref
+    peak = float(finite.abs().max()) if finite.numel() else 0.0
+    if peak == 0.0:
+        return "float value is all zero"
+    if peak < floor:
+        return f"float value is tiny (max |x| {peak:.1e})"
+    if not bool(value.detach().any()):
+        return f"quantized value is all zero (float max |x| {peak:.2g} below the quantization step)"
+    return ""
+
+
 @dataclass
 class LayerJoin:
     """One float layer joined to the quantized node that computes it."""
@@ -295,10 +345,12 @@ def rerun_float(chain: list[Node], feeds: dict[str, Any], f_values: dict[str, An
 
 # --- the report --------------------------------------------------------------------------------
 
-COLUMNS = ["order", "layer", "op", "module", "source", "quantized", "sqnr", "mse", "cosine", "max_abs",
+COLUMNS = ["order", "layer", "op", "module", "source", "quantized", "ranked", "degenerate", "sqnr", "mse", "cosine",
+           "max_abs",
            "local_sqnr", "local_mse", "local_cosine", "local_max_abs", "input_sqnr", "min", "max", "mean", "std",
            "nan", "inf", "float_min", "float_max", "numel", "folded", "quantized_node", "from_runtime",
            "runtime_vs_torch"]
+# what `ranked` and `degenerate` mean: see layer_rows
 
 
 def _tensor(x) -> torch.Tensor | None:
@@ -338,6 +390,7 @@ def layer_rows(float_gm: GraphModule, quant_gm: GraphModule, f_values: dict[str,
     joins = join_layers(float_gm, quant_gm)
     join_of = {j.chain[-1].name: j for j in joins}
     input_dep = _input_dependent(float_gm)
+    mutated = mutated_later(float_gm)
     sqnr_of: dict[tuple[str, int], float] = {}  # (float node, id of the quantized value) -> SQNR: inputs reuse it
     rows = []
     for j in joins:
@@ -346,10 +399,14 @@ def layer_rows(float_gm: GraphModule, quant_gm: GraphModule, f_values: dict[str,
         if ref is None or val is None or ref.shape != val.shape:
             continue
         feeds = local_inputs(j, join_of, f_values, q_values, input_dep)
-        local_ref = _tensor(rerun_float(j.chain, feeds, f_values))
         total = error_metrics(ref, val)
         sqnr_of[(end.name, id(val))] = total.sqnr
-        local = error_metrics(local_ref, val) if local_ref is not None and local_ref.shape == val.shape else None
+        local = None
+        if not any(n.name in mutated for n in j.chain):  # a mutated value: the re-run cannot reproduce it
+            local_ref = _tensor(rerun_float(j.chain, feeds, f_values))
+            local = error_metrics(local_ref, val) if local_ref is not None and local_ref.shape == val.shape else None
+        degenerate = degenerate_reason(ref, val) if j.quantized else ""
+        exact = (local if local is not None else total).sqnr == math.inf  # quantization changed nothing
         inputs = [sqnr_of[(name, id(v))] if (name, id(v)) in sqnr_of else error_metrics(f_values[name], v).sqnr
                   for name, v in feeds.items() if _tensor(v) is not None and _tensor(f_values.get(name)) is not None
                   and f_values[name].shape == v.shape]
@@ -360,6 +417,9 @@ def layer_rows(float_gm: GraphModule, quant_gm: GraphModule, f_values: dict[str,
             "order": len(rows), "layer": first.name, "op": node_op_name(first),
             "module": module_path(first.meta.get("nn_module_stack")),
             "source": source_line(first.meta.get("stack_trace")), "quantized": j.quantized,
+            # ranked: quantization changed this layer's output (it goes through quantize/dequantize and is
+            # not bit-exact) and its SQNR means something; float ops (a mask built with slices) are not ranked
+            "ranked": j.quantized and not exact and not degenerate, "degenerate": degenerate,
             "sqnr": total.sqnr, "mse": total.mse, "cosine": total.cosine, "max_abs": total.max_abs,
             "local_sqnr": local.sqnr if local else math.nan, "local_mse": local.mse if local else math.nan,
             "local_cosine": local.cosine if local else math.nan,
@@ -393,19 +453,27 @@ class QuantReport:
 
     def worst(self, k: int = 5, by: str = "local_sqnr") -> pd.DataFrame:
         """The k layers with the lowest `by` (default: local SQNR, the error a layer introduced;
-        `"sqnr"` ranks where the error accumulated instead). Layers whose local error is exactly
-        zero (ops kept in float) come last."""
+        `"sqnr"` ranks where the error accumulated instead), among the `ranked` layers only: those
+        whose output quantization changed (ops kept in float and bit-exact ones are never ranked) and
+        whose SQNR is not degenerate; -inf (a non-finite mismatch) comes first."""
         if by not in ("local_sqnr", "sqnr"):
             raise ValueError(f"worst: rank by 'local_sqnr' or 'sqnr', got {by!r}")
         if not isinstance(k, int) or k < 0:
             raise ValueError(f"worst: k must be a non-negative int, got {k!r}")
-        df = self.layers.sort_values([by, "local_mse"], ascending=[True, False], na_position="last", kind="stable")
+        layers = self.layers[self.layers["ranked"].astype(bool)] if "ranked" in self.layers else self.layers
+        df = layers.sort_values([by, "local_mse"], ascending=[True, False], na_position="last", kind="stable")
         return df.head(k)
 
     @property
     def output_sqnr(self) -> float:
-        """The lowest SQNR over the program's outputs (dB)."""
-        return min((o["sqnr"] for o in self.output), default=math.nan)
+        """The lowest SQNR over the program's outputs whose SQNR means something (dB; NaN when none does:
+        see `output_degenerate`)."""
+        return min((o["sqnr"] for o in self.output if not o.get("degenerate")), default=math.nan)
+
+    @property
+    def output_degenerate(self) -> list[str]:
+        """Why an output's SQNR means nothing ('output 0: float value is all zero'), one entry per such output."""
+        return [f"output {o['output']}: {o['degenerate']}" for o in self.output if o.get("degenerate")]
 
     def __repr__(self) -> str:
         return f"QuantReport({self.label + ': ' if self.label else ''}{self.summary()})"
@@ -415,7 +483,11 @@ class QuantReport:
 
     def summary(self) -> str:
         """One line: layers, output SQNR, the layer that introduced the most error."""
-        text = f"{len(self.layers)} layers; output SQNR {self.output_sqnr:.2f} dB"
+        meaningful = [o for o in self.output if not o.get("degenerate")]
+        text = f"{len(self.layers)} layers; output SQNR {self.output_sqnr:.2f} dB" if meaningful or not self.output \
+            else f"{len(self.layers)} layers; output SQNR not meaningful ({'; '.join(self.output_degenerate)})"
+        if meaningful and self.output_degenerate:
+            text += f" (not meaningful for {'; '.join(self.output_degenerate)})"
         worst = self.worst(1)
         if len(worst):
             r = worst.iloc[0]
@@ -488,5 +560,5 @@ def quantization_report(float_model, quantized, inputs, *, runtime: bool = False
     outputs = []
     for i, (ref, val) in enumerate(zip(_outputs(f_values, float_gm), _outputs(q_values, quantized))):
         if _tensor(ref) is not None and _tensor(val) is not None and ref.shape == val.shape:
-            outputs.append({"output": i, **vars(error_metrics(ref, val))})
+            outputs.append({"output": i, **vars(error_metrics(ref, val)), "degenerate": degenerate_reason(ref, val)})
     return QuantReport(pd.DataFrame(rows, columns=COLUMNS), outputs, float_gm, quantized, label)
