@@ -144,16 +144,66 @@ def fake_call(target, args, kwargs, fake_mode):
 # -- recording ---------------------------------------------------------------------------------------------
 
 
+def functional_variant(op: OpOverload) -> OpOverload | None:
+    """The out-of-place twin of an in-place op that writes only its first argument (`as_strided_` ->
+    `as_strided`, `add_.Tensor` -> `add.Tensor`), or None."""
+    schema = op._schema
+    if not schema.arguments or not op._opname.endswith("_") or op._opname.startswith("_"):
+        return None
+    first = schema.arguments[0].alias_info
+    if first is None or not first.is_write or any(a.alias_info is not None and a.alias_info.is_write
+                                                  for a in schema.arguments[1:]):
+        return None
+    packet = getattr(op.namespace and getattr(torch.ops, op.namespace), op._opname[:-1], None)
+    twin = getattr(packet, op._overloadname, None) if packet is not None else None
+    return twin if isinstance(twin, OpOverload) and not twin._schema.is_mutable else None
+
+
 class _Recorder(TorchDispatchMode):
-    """Records the edge-op calls a decomposition makes, expanding non-edge ops via the core table."""
+    """Records the edge-op calls a decomposition makes, expanding non-edge ops via the core table.
+
+    A composite that mutates a tensor it made itself (adaptive_avg_pool2d restrides its mean with
+    `as_strided_` when the input is channels-last, as after a permute) is recorded with the op's
+    out-of-place twin, the later uses reading the twin's result: what functionalization makes of it,
+    without re-tracing the whole program. The producer keeps its pre-mutation metadata (`snapshots`).
+    Mutating a tensor that another recorded tensor views, or a graph input, is left to the re-trace."""
 
     def __init__(self, config: EdgeCompileConfig):
         super().__init__()
         self.config = config
         self.calls: list[tuple[OpOverload, tuple, dict, object]] = []
+        self.rebinds: dict[int, torch.Tensor] = {}  # call index -> the made tensor its result stands for
+        self.snapshots: dict[int, torch.Tensor] = {}  # call index -> its output as made (before a mutation)
+        self._made: dict[int, int] = {}  # id(tensor) -> index of the call that made it (or last rebound it)
+        self._storages: dict[int, int] = {}  # storage identity -> how many made tensors share it
+
+    def _functionalize(self, func, args, kwargs):
+        """Records an in-place op on a made tensor as its twin; None when that is not sound here."""
+        twin = functional_variant(func)
+        target = args[0] if args else None
+        if twin is None or not isinstance(target, torch.Tensor) or id(target) not in self._made:
+            return None
+        if self._storages.get(_storage_key(target), 0) > 1:
+            raise NeedsRetrace(f"{func} mutates a tensor its decomposition also views")
+        producer = self._made[id(target)]
+        if producer not in self.rebinds and self.calls[producer][3] is not target:
+            raise NeedsRetrace(f"{func} mutates one of several results of {self.calls[producer][0]}")
+        if producer not in self.snapshots and producer not in self.rebinds:
+            self.snapshots[producer] = torch.empty_strided(target.shape, target.stride(), dtype=target.dtype,
+                                                           device=target.device, requires_grad=target.requires_grad)
+        out = twin(*args, **kwargs)
+        self.calls.append((twin, args, kwargs, out))
+        self.rebinds[len(self.calls) - 1] = target
+        self._made[id(target)] = len(self.calls) - 1
+        func(*args, **kwargs)  # the composite goes on with the tensor it holds, now as the twin's result
+        return target
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func._schema.is_mutable:
+            done = self._functionalize(func, args, kwargs)
+            if done is not None:
+                return done
         if not _keep(func, self.config):
             decomp = core_decompositions().get(func)
             if decomp is not None:
@@ -165,9 +215,21 @@ class _Recorder(TorchDispatchMode):
                 with self:
                     return func.decompose(*args, **kwargs)
         out = func(*args, **kwargs)
-        if any(isinstance(o, torch.Tensor) for o in tree_flatten(out)[0]):
+        made = [o for o in tree_flatten(out)[0] if isinstance(o, torch.Tensor)]
+        if made:
             self.calls.append((func, args, kwargs, out))  # prim.device, sym_size, ...: plain values
+            for o in made:
+                self._made.setdefault(id(o), len(self.calls) - 1)
+                self._storages[_storage_key(o)] = self._storages.get(_storage_key(o), 0) + 1
         return out
+
+
+def _storage_key(t: torch.Tensor):
+    """Identity of a (fake) tensor's storage: views of one tensor share it."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return id(t)
 
 
 @dataclass
@@ -292,7 +354,9 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
 
     calls = []
     for i, (func, cargs, ckwargs, out) in enumerate(recorder.calls):
-        calls.append((func, tree_map(to_ref, cargs), tree_map(to_ref, ckwargs), out))
+        calls.append((func, tree_map(to_ref, cargs), tree_map(to_ref, ckwargs), recorder.snapshots.get(i, out)))
+        if i in recorder.rebinds:
+            refs[id(recorder.rebinds[i])] = _Ref("out", i, -1)
         if isinstance(out, torch.Tensor):
             refs[id(out)] = _Ref("out", i, -1)
         elif isinstance(out, (tuple, list)):
