@@ -19,15 +19,39 @@ graph is checked as JSON (names, expressions, operators) before torch rebuilds i
 
 An upstream edge program recorded before lowering (XNNPACK's) has no delegate calls; the nodes a
 delegate took are marked `node.meta[DELEGATE_PARTITION_META] = (backend, instruction)`.
+
+`read_program_info(path)` gives what the Inspector needs (`parse_etrecord(path).program_info()`)
+without importing torch for an etlab ETRecord; the names that need torch (`ETRecord`,
+`parse_etrecord`, ...) are imported on first use, so `import etlab.etrecord` stays light.
 """
 
+import importlib
+
 from etlab.errors import FormatError
-from etlab.etrecord._etrecord import ETRecord, generate_etrecord
-from etlab.etrecord._info import PARTITION_META as DELEGATE_PARTITION_META
-from etlab.etrecord._parse import parse_etrecord
+from etlab.etrecord._quick import read_program_info
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
+
+_LAZY = {  # name -> (module, attribute): modules that import torch
+    "ETRecord": ("etlab.etrecord._etrecord", "ETRecord"),
+    "generate_etrecord": ("etlab.etrecord._etrecord", "generate_etrecord"),
+    "parse_etrecord": ("etlab.etrecord._parse", "parse_etrecord"),
+    "DELEGATE_PARTITION_META": ("etlab.etrecord._info", "PARTITION_META"),
+}
 
 __all__ = [
     "DELEGATE_PARTITION_META", "DebugHandle", "DelegateInfo", "ETRecord", "FormatError", "MethodInfo", "OpInfo",
-    "ProgramInfo", "generate_etrecord", "parse_etrecord",
+    "ProgramInfo", "generate_etrecord", "parse_etrecord", "read_program_info",
 ]
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY})

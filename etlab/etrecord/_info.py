@@ -23,6 +23,13 @@ from torch.utils import _pytree as pytree
 
 from etlab.errors import FormatError
 from etlab.etrecord._graph_check import check_replay_value, check_replayable
+from etlab.etrecord._maps import handle_list as _handle_list
+from etlab.etrecord._maps import (  # noqa: F401 (the maps' half lives in _maps, torch-free; _etrecord uses them here)
+    method_info,
+    ops_from_json,
+    ops_to_json,
+    unique_handles,
+)
 from etlab.facts.fx import graph_modules, op_name
 from etlab.facts.lowered import (
     DELEGATE_PARTITION_META,
@@ -30,21 +37,8 @@ from etlab.facts.lowered import (
     executorch_call_delegate,
     lowered_modules,
 )
-from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo
+from etlab.facts.program_info import DebugHandle, OpInfo
 from etlab.facts.source import module_hierarchy
-
-MAIN_CHAIN = 0  # etlab's emitter puts a whole method (cond branches inlined) in one chain
-
-
-def unique_handles(handles) -> DebugHandle:
-    """Handles in first-seen order without repeats (a decomposed op's nodes share one handle)."""
-    if isinstance(handles, int):
-        return (handles,)
-    return tuple(dict.fromkeys(int(h) for h in handles))
-
-
-def _handle_list(handle) -> list[int]:
-    return [handle] if isinstance(handle, int) else [int(h) for h in handle]
 
 
 def collect_ops(ep: ExportedProgram) -> dict[int, list[OpInfo]]:
@@ -67,46 +61,6 @@ def _programs_under(ep: ExportedProgram) -> Iterable[ExportedProgram]:
     yield ep
     for _, _, lowered in lowered_modules(ep.graph_module):
         yield from _programs_under(lowered.original_module)
-
-
-def ops_to_json(ops: dict[int, list[OpInfo]]) -> list:
-    return [[h, [[o.name, o.op_type, o.stack_trace,
-                  [[k, p, t] for k, (p, t) in o.module_hierarchy.items()] if o.module_hierarchy is not None else None]
-                 for o in infos]] for h, infos in ops.items()]
-
-
-def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
-
-    ops: dict[int, list[OpInfo]] = {}
-    try:
-        for handle, infos in data:
-            if type(handle) is not int:
-                raise TypeError("handle")
-            for name, kind, trace, hierarchy in infos:
-                if not isinstance(name, str) or not isinstance(kind, str) or not isinstance(trace, (str, type(None))):
-                    raise TypeError("op")
-                mh = None if hierarchy is None else {str(k): (str(p), str(t)) for k, p, t in hierarchy}
-                ops.setdefault(handle, []).append(OpInfo(name, kind, trace, mh))
-    except (TypeError, ValueError):
-        raise FormatError(f"{where}: the ops table is malformed") from None
-    return ops
-
-
-def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_outs: dict | None,
-                ops: dict[int, list[OpInfo]], reference_outputs=None, aot=None) -> MethodInfo:
-    handles = {(MAIN_CHAIN, int(i)): unique_handles(h) for i, h in (debug_handle_map or {}).items()}
-    occurrences = {(MAIN_CHAIN, int(i)): tuple(_handle_list(h)) for i, h in (debug_handle_map or {}).items()}
-    num_outs = {int(i): int(n) for i, n in (num_outs or {}).items()}
-    outputs = {key: num_outs.get(key[1], 1) for key in handles}
-    outputs.update({(MAIN_CHAIN, i): n for i, n in num_outs.items()})
-    delegates = {}
-    for i, entry in (delegate_map or {}).items():
-        dmap = entry.get("delegate_map") or {}
-        delegates[(MAIN_CHAIN, int(i))] = DelegateInfo(str(entry.get("name")),
-                                                       {k: unique_handles(v) for k, v in dmap.items()})
-    return MethodInfo(instruction_debug_handles=handles, instruction_handle_occurrences=occurrences,
-                      instruction_num_outputs=outputs, delegates=delegates,
-                      ops=ops, reference_outputs=reference_outputs, aot_intermediate_outputs=aot)
 
 
 PARTITION_META = DELEGATE_PARTITION_META  # node.meta key: (backend name, delegate-call instruction id)

@@ -10,95 +10,12 @@ from __future__ import annotations
 
 from etlab.errors import FormatError
 from etlab.etrecord import _upstream
-from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, load_json, read_any_archive
+from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, _check_name, load_json, read_any_archive
 from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _Programs
 from etlab.etrecord._graphs import ProgramReader
-from etlab.etrecord._info import mark_partitions, ops_from_json
+from etlab.etrecord._info import mark_partitions
+from etlab.etrecord._maps import debug_handle_map, delegate_map, num_outs_map, ops_from_json, per_method, program_ids
 from etlab.etrecord._values import TensorTable, decode_value
-
-
-def _pairs(data, where: str, what: str) -> list:
-    if not isinstance(data, list) or not all(isinstance(p, list) for p in data):
-        raise FormatError(f"{where}: {what} must be a list of entries")
-    return data
-
-
-def _int_key(value, where: str, what: str) -> int:
-    if type(value) is not int or value < 0:
-        raise FormatError(f"{where}: {what}: instruction id {value!r} is not a non-negative integer")
-    return value
-
-
-def _handles(value, where: str, what: str) -> list[int]:
-    if not isinstance(value, list) or not all(type(h) is int for h in value):
-        raise FormatError(f"{where}: {what}: debug handles must be a list of integers, got {str(value)[:60]}")
-    return value
-
-
-def _methods(manifest: dict, key: str, where: str) -> dict | None:
-    value = manifest.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, dict):
-        raise FormatError(f"{where}: {key!r} must be an object keyed by method")
-    return value
-
-
-def _debug_handle_map(manifest, where):
-    maps = _methods(manifest, "debug_handle_map", where)
-    if maps is None:
-        return None
-    out = {}
-    for method, entries in maps.items():
-        what = f"debug_handle_map[{method!r}]"
-        out[method] = {}
-        for pair in _pairs(entries, where, what):
-            if len(pair) != 2:
-                raise FormatError(f"{where}: {what} has a malformed entry")
-            out[method][_int_key(pair[0], where, what)] = list(_handles(pair[1], where, what))
-    return out
-
-
-def _delegate_map(manifest, where):
-    maps = _methods(manifest, "delegate_map", where)
-    if maps is None:
-        return None
-    out = {}
-    for method, entries in maps.items():
-        what = f"delegate_map[{method!r}]"
-        out[method] = {}
-        for entry in _pairs(entries, where, what):
-            if len(entry) != 3 or not isinstance(entry[1], str):
-                raise FormatError(f"{where}: {what} has a malformed entry")
-            dmap = {}
-            for pair in _pairs(entry[2], where, what):
-                if len(pair) != 2 or not isinstance(pair[0], (int, str)) or isinstance(pair[0], bool):
-                    raise FormatError(f"{where}: {what} has a malformed delegate debug identifier")
-                dmap[pair[0]] = tuple(_handles(pair[1], where, what))
-            out[method][_int_key(entry[0], where, what)] = {"name": entry[1], "delegate_map": dmap}
-    return out
-
-
-def _num_outs(manifest, where):
-    maps = _methods(manifest, "instruction_id_to_num_outs_map", where)
-    if maps is None:
-        return None
-    out = {}
-    for method, entries in maps.items():
-        what = f"instruction_id_to_num_outs_map[{method!r}]"
-        out[method] = {}
-        for pair in _pairs(entries, where, what):
-            if len(pair) != 2 or type(pair[1]) is not int:
-                raise FormatError(f"{where}: {what} has a malformed entry")
-            out[method][_int_key(pair[0], where, what)] = pair[1]
-    return out
-
-
-def _program_ids(manifest, key: str, reader: ProgramReader, where: str) -> dict[str, int]:
-    ids = manifest.get(key) or {}
-    if not isinstance(ids, dict):
-        raise FormatError(f"{where}: {key!r} must map names to program numbers")
-    return {str(name): reader.check_id(index, f"{key}[{name!r}]") for name, index in ids.items()}
 
 
 def parse_etrecord(etrecord_path) -> ETRecord:
@@ -110,8 +27,20 @@ def parse_etrecord(etrecord_path) -> ETRecord:
     torch.save members are read by etlab's own restricted reader, see `_torch_pickle`).
     """
     entries, where, upstream = read_any_archive(etrecord_path, _upstream.is_upstream_entry)
+    return record_from_entries(entries, where, upstream)
+
+
+def record_from_entries(entries: dict[str, bytes], where: str, upstream: bool) -> ETRecord:
+    """The ETRecord of an archive's entries (`read_any_archive`), of either layout. Upstream entry
+    names are checked here too (a reader that took the archive without checking them: `_quick`)."""
     if upstream:
+        for name in entries:
+            _check_name(name, where, _upstream.is_upstream_entry)
         return _parse_upstream(entries, where)
+    return _parse_etlab(entries, where)
+
+
+def _parse_etlab(entries: dict[str, bytes], where: str) -> ETRecord:
     manifest = load_json(entries, MANIFEST, where)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
@@ -121,12 +50,13 @@ def parse_etrecord(etrecord_path) -> ETRecord:
     tensors = TensorTable(manifest.get("tensors", []), bytearray(entries.get(TENSOR_BLOB, b"")), where)
     reader = ProgramReader(manifest.get("programs", []), tensors, where)
 
-    record = ETRecord(_debug_handle_map=_debug_handle_map(manifest, where),
-                      _delegate_map=_delegate_map(manifest, where),
-                      _instruction_id_to_num_outs_map=_num_outs(manifest, where))
-    record._edge = _Programs(loader=reader, ids=_program_ids(manifest, "edge_dialect_program", reader, where))
-    record._aten = _Programs(loader=reader, ids=_program_ids(manifest, "exported_program", reader, where))
-    record._graph_map = _Programs(loader=reader, ids=_program_ids(manifest, "graph_map", reader, where))
+    record = ETRecord(_debug_handle_map=debug_handle_map(manifest, where),
+                      _delegate_map=delegate_map(manifest, where),
+                      _instruction_id_to_num_outs_map=num_outs_map(manifest, where))
+    n = len(reader.docs)
+    record._edge = _Programs(loader=reader, ids=program_ids(manifest, "edge_dialect_program", n, where))
+    record._aten = _Programs(loader=reader, ids=program_ids(manifest, "exported_program", n, where))
+    record._graph_map = _Programs(loader=reader, ids=program_ids(manifest, "graph_map", n, where))
     graph_id = manifest.get("export_graph_id")
     if graph_id is not None and type(graph_id) is not int:
         raise FormatError(f"{where}: export_graph_id is not an integer")
@@ -136,11 +66,11 @@ def parse_etrecord(etrecord_path) -> ETRecord:
         if not isinstance(rep, dict) or "value" not in rep:
             raise FormatError(f"{where}: representative_inputs is malformed")
         record._representative_inputs = decode_value(rep["value"], tensors, "representative inputs")
-    refs = _methods(manifest, "reference_outputs", where)
+    refs = per_method(manifest, "reference_outputs", where)
     if refs is not None:
         record._reference_outputs = {m: decode_value(v, tensors, f"reference outputs of {m!r}")
                                      for m, v in refs.items()}
-    ops = _methods(manifest, "ops", where) or {}
+    ops = per_method(manifest, "ops", where) or {}
     record._ops = {m: ops_from_json(v, f"{where}: ops of {m!r}") for m, v in ops.items()}
     return record
 

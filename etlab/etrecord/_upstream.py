@@ -165,6 +165,8 @@ class DocumentBuilder:
         self.store = TensorStore()
         self.docs: list[dict | None] = []
         self.ops_by_doc: dict[int, dict[int, list[OpInfo]]] = {}
+        self._targets_ok: set[str] = set()
+        self._op_types: dict[tuple[str, str], str] = {}
 
     def add(self, program: dict, state_dict, constants, example_inputs, what: str, depth: int = 0) -> int:
         """Adds one program (and, first after it, its delegates' original programs); returns its index."""
@@ -232,7 +234,9 @@ class DocumentBuilder:
             written = target = node["target"]
             if target.startswith(EDGE_OP_PREFIX):
                 target = node["target"] = "torch.ops." + target[len(EDGE_OP_PREFIX):]
-            check_target(target, f"{where}: node {node['name'][:80]!r}")
+            if target not in self._targets_ok:  # each distinct target checked once (an LSTM repeats a few)
+                check_target(target, f"{where}: node {node['name'][:80]!r}")
+                self._targets_ok.add(target)
             meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
             if target == DELEGATE_TARGET:
                 self._translate_delegate(node, doc, where, depth)
@@ -254,7 +258,10 @@ class DocumentBuilder:
         the node it deserializes (the target's `__name__`): "aten.addmm.default" for an edge op,
         "scalar_tensor.default" for a plain torch op (upstream's edge graphs hold a few), "add" for
         operator.add."""
-        if written.startswith(EDGE_OP_PREFIX):
+        op = self._op_types.get((written, target))
+        if op is not None:
+            pass
+        elif written.startswith(EDGE_OP_PREFIX):
             op = written[len(EDGE_OP_PREFIX):]
         elif target in SCALAR_TARGETS:
             op = target.rpartition(".")[2]
@@ -263,6 +270,7 @@ class DocumentBuilder:
             if found is None:
                 raise FormatError(f"{where}: node {name[:80]!r}: unknown operator {target[:120]!r}")
             op = found.name() if isinstance(found, torch._ops.HigherOrderOperator) else found.__name__
+        self._op_types[(written, target)] = op
         trace = meta.get("stack_trace") if isinstance(meta.get("stack_trace"), str) else None
         return OpInfo(name, op, trace, module_hierarchy(_nn_module_stack(meta.get("nn_module_stack"), where)))
 

@@ -85,7 +85,9 @@ def _percentiles(d: np.ndarray) -> np.ndarray:
     return res
 
 
-def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFrame:
+def frame_from_columns(cols: dict, include_units: bool, unit: str, keyed: bool = False) -> pd.DataFrame:
+    """The frame of `cols`; `keyed`: its stack_traces / module_hierarchy dicts are keyed as upstream's
+    already (`upstream_node_keys`; the Inspector's joins make them once per handle set)."""
     names = stat_columns(include_units, unit)
     stats = cols.pop("stats")
     ordered = {"event_block_name": cols["event_block_name"], "event_name": cols["event_name"], "raw": cols["raw"]}
@@ -93,7 +95,8 @@ def frame_from_columns(cols: dict, include_units: bool, unit: str) -> pd.DataFra
         ordered[n] = stats[i]
     for k in ("op_types", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "is_delegated_op",
               "delegate_backend_name", "debug_data", "start_time"):
-        ordered[k] = [upstream_node_keys(d) for d in cols[k]] if k in ("stack_traces", "module_hierarchy") else cols[k]
+        rekey = not keyed and k in ("stack_traces", "module_hierarchy")
+        ordered[k] = [upstream_node_keys(d) for d in cols[k]] if rekey else cols[k]
     for k in ("delegate_debug_identifier", "delegate_backend_name"):
         # strings and None: kept as objects (pandas 3 would infer a string dtype and turn None into NaN)
         ordered[k] = pd.Series(ordered[k], dtype=object)

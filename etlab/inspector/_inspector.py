@@ -204,14 +204,15 @@ class Inspector:
                 cols["module_hierarchy"] += [{} for _ in range(m)]
                 cols["delegate_backend_name"] += [None] * m
             else:
+                traces, hierarchy = join.frame_dicts()
                 cols["op_types"] += join.op_types
-                cols["stack_traces"] += join.stack_traces
-                cols["module_hierarchy"] += join.module_hierarchy
+                cols["stack_traces"] += traces
+                cols["module_hierarchy"] += hierarchy
                 cols["delegate_backend_name"] += join.backend_names
             if include_delegate_debug_data:
                 metadatas += self._block_metadatas(t)
         cols["stats"] = np.hstack(stats) if stats else np.zeros((6, 0))
-        df = _frames.frame_from_columns(cols, include_units, self._target_time_scale.value)
+        df = _frames.frame_from_columns(cols, include_units, self._target_time_scale.value, keyed=True)
         if include_delegate_debug_data:
             df = _frames.add_delegate_columns(df, metadatas)
         return df

@@ -128,17 +128,17 @@ def _kernel_disagreement(calls: list[RunCall], methods: dict[str, MethodInfo], r
     of the kernel calls whose instruction has recorded operators), the evidence; else None."""
     names = list(methods)
     compared, wrong = 0, []
-    recorded: dict[tuple, set[str]] = {}  # (method, chain, instruction) -> its operators: once, not per run
+    recorded: dict[tuple, set[str]] = {}  # (method, handles) -> their operators: once per handle set
     for call in calls:
         method = _method_for(call.block, names)
         if call.kernel is None or method is None:
             continue
-        key = (method, call.chain, call.instruction)
+        info = methods[method]
+        handles = tuple(info.instruction_debug_handles.get((call.chain, call.instruction), ()))
+        key = (method, handles)
         ops = recorded.get(key)
         if ops is None:
-            info = methods[method]
-            ops = recorded[key] = {_op_base(op.op_type) for h in info.instruction_debug_handles.get(key[1:], ())
-                                   for op in info.ops.get(h, ())}
+            ops = recorded[key] = {_op_base(op.op_type) for h in handles for op in info.ops.get(h, ())}
         if not ops:
             continue
         compared += 1

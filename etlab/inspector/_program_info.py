@@ -7,18 +7,20 @@ ProgramInfo maps those to debug handles, and debug handles to the graph nodes (o
 trace, module hierarchy) they came from.
 
 Accepted as `Inspector(etrecord=...)`: a ProgramInfo; any object with a `program_info()` method
-returning one (the ETRecord class); or a path, read with `etlab.etrecord.parse_etrecord`.
+returning one (the ETRecord class); or a path, read with `etlab.etrecord.read_program_info` (what
+`parse_etrecord(path).program_info()` gives, without importing torch until a graph or tensor is used).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
+from etlab.inspector._frames import upstream_node_keys
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES
 
 __all__ = ["DebugHandle", "DelegateInfo", "JoinedColumns", "MethodInfo", "OpInfo", "ProgramInfo", "in_module",
@@ -37,11 +39,12 @@ def resolve_program_info(etrecord) -> ProgramInfo | None:
         return etrecord
     if isinstance(etrecord, (str, os.PathLike)):
         try:
-            from etlab.etrecord import parse_etrecord
+            from etlab.etrecord import read_program_info
         except ImportError:
             raise RuntimeError(f"{etrecord}: reading ETRecord files needs etlab.etrecord, which this "
                                "installation does not have") from None
-        etrecord = parse_etrecord(etrecord)
+        # parse_etrecord(path).program_info(), but torch is imported only if a graph or tensor is used
+        return read_program_info(etrecord)
     if callable(getattr(etrecord, "program_info", None)):
         info = etrecord.program_info()
         if not _is_program_info(info):
@@ -53,14 +56,92 @@ def resolve_program_info(etrecord) -> ProgramInfo | None:
 
 @dataclass
 class JoinedColumns:
-    """Per event of one block: what the ETRecord says about it."""
+    """Per event of one block: what the ETRecord says about it.
+
+    Events of one instruction (every run's, a kernel's and its OPERATOR_CALL) and instructions of
+    one decomposed op (an LSTM's hundreds of nodes share a handle) say the same: the op types and
+    the stack-trace / module dicts are made once per handle set (`_NodeFacts`) and each event gets
+    its own copy (a C-level list/dict copy, not a rebuild), made when first asked for: the frame
+    wants them keyed as upstream's (`frame_dicts`), the Event objects by graph node name."""
 
     debug_handles: list  # per event: int (a kernel's one handle, as upstream), a tuple, or None
     num_outputs: list[int]
     op_types: list[list[str]]
-    stack_traces: list[dict]
-    module_hierarchy: list[dict]
     backend_names: list
+    # per event: the unique handles its dicts are made from (None: empty dicts)
+    handle_sets: list = field(default_factory=list)
+    facts: _NodeFacts | None = None
+    _plain: tuple[list[dict], list[dict]] | None = None
+
+    def _dicts(self, make) -> tuple[list[dict], list[dict]]:
+        traces, hierarchy = [], []
+        for hs in self.handle_sets:
+            if hs is None:
+                traces.append({})
+                hierarchy.append({})
+            else:
+                pair = make(hs)
+                traces.append(pair[0].copy())
+                hierarchy.append(pair[1].copy())
+        return traces, hierarchy
+
+    def _plain_dicts(self) -> tuple[list[dict], list[dict]]:
+        if self._plain is None:
+            self._plain = self._dicts(self.facts.dicts)
+        return self._plain
+
+    @property
+    def stack_traces(self) -> list[dict]:
+        """Per event: {graph node name: stack trace} of the nodes it ran."""
+        return self._plain_dicts()[0]
+
+    @property
+    def module_hierarchy(self) -> list[dict]:
+        """Per event: {graph node name: nn_module_stack} of the nodes it ran."""
+        return self._plain_dicts()[1]
+
+    def frame_dicts(self) -> tuple[list[dict], list[dict]]:
+        """stack_traces and module_hierarchy per event keyed as upstream's frames key them (graph node
+        name + "_", `_frames.upstream_node_keys`): new dicts at each call."""
+        return self._dicts(self.facts.keyed)
+
+
+class _NodeFacts:
+    """One method's ops, looked up per handle set and cached (see JoinedColumns)."""
+
+    def __init__(self, method: MethodInfo):
+        self.ops = method.ops
+        self._types: dict[tuple, list[str]] = {}
+        self._dicts: dict[tuple, tuple[dict, dict]] = {}
+        self._keyed: dict[tuple, tuple[dict, dict]] = {}
+
+    def op_types(self, occurrences: tuple) -> list[str]:
+        """An op type per node per occurrence of each handle (repeats included, as upstream counts them)."""
+        got = self._types.get(occurrences)
+        if got is None:
+            ops = self.ops
+            got = self._types[occurrences] = [op.op_type for h in occurrences for op in ops.get(h, ())]
+        return got
+
+    def dicts(self, unique: tuple) -> tuple[dict, dict]:
+        """{node name: stack trace}, {node name: module hierarchy}, first node of a name winning."""
+        got = self._dicts.get(unique)
+        if got is None:
+            traces, hierarchy = {}, {}
+            for h in unique:
+                for op in self.ops.get(h, ()):
+                    if op.name not in traces:
+                        traces[op.name] = op.stack_trace
+                        hierarchy[op.name] = op.module_hierarchy
+            got = self._dicts[unique] = (traces, hierarchy)
+        return got
+
+    def keyed(self, unique: tuple) -> tuple[dict, dict]:
+        got = self._keyed.get(unique)
+        if got is None:
+            traces, hierarchy = self.dicts(unique)
+            got = self._keyed[unique] = (upstream_node_keys(traces), upstream_node_keys(hierarchy))
+        return got
 
 
 def _delegate_handles(delegate: DelegateInfo, ident):
@@ -101,20 +182,24 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
     of delegates the ETRecord has no debug map for."""
     m = len(names)
     positional = _positions(names, chain_index, instruction_id, is_delegated, node_calls) if node_calls else {}
-    out = JoinedColumns([None] * m, [1] * m, [[] for _ in range(m)], [{} for _ in range(m)],
-                        [{} for _ in range(m)], [None] * m)
+    facts = _NodeFacts(method)
+    out = JoinedColumns([None] * m, [1] * m, [[] for _ in range(m)], [None] * m, [None] * m, facts)
+    debug_handles = method.instruction_debug_handles
+    num_outputs = method.instruction_num_outputs
+    delegates = method.delegates
+    all_occurrences = getattr(method, "instruction_handle_occurrences", None) or {}
     for j, (nm, ch, ins) in enumerate(zip(names, chain_index.tolist(), instruction_id.tolist())):
         if nm in FRAMEWORK_EVENT_NAMES:
             continue
         key = (ch, ins)
-        handles = method.instruction_debug_handles.get(key)
+        handles = debug_handles.get(key)
         if handles is None:
             continue
-        out.num_outputs[j] = method.instruction_num_outputs.get(key, 1)
-        delegate = method.delegates.get(key)
+        out.num_outputs[j] = num_outputs.get(key, 1)
+        delegate = delegates.get(key)
         if delegate is not None:
             out.backend_names[j] = delegate.backend_name
-        occurrences = getattr(method, "instruction_handle_occurrences", {}).get(key)
+        occurrences = all_occurrences.get(key)
         if is_delegated[j]:
             occurrences = None
             if delegate is None:
@@ -134,12 +219,9 @@ def join_block(method: MethodInfo, names: list[str], chain_index: np.ndarray, in
         # as upstream's Inspector gives them: a kernel's one handle as an int, else the sequence
         kernel = not is_delegated[j] and nm != DELEGATE_CALL
         out.debug_handles[j] = unique[0] if kernel and len(unique) == 1 else unique
-        for h in occurrences or handles:  # repeats included: an op type per occurrence, as upstream counts them
-            for op in method.ops.get(h, ()):
-                if op.name not in out.stack_traces[j]:
-                    out.stack_traces[j][op.name] = op.stack_trace
-                    out.module_hierarchy[j][op.name] = op.module_hierarchy
-                out.op_types[j].append(op.op_type)
+        # repeats included: an op type per occurrence, as upstream counts them
+        out.op_types[j] = list(facts.op_types(tuple(occurrences) if occurrences else handles))
+        out.handle_sets[j] = unique
     return out
 
 

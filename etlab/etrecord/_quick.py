@@ -1,0 +1,148 @@
+"""What the Inspector joins a run with, read from an ETRecord file without importing torch.
+
+`etlab inspect run.etdp --etrecord model.etrecord` needs the debug-handle, delegate and output-count
+maps and the op tables: all JSON in an etlab ETRecord's manifest. Building an `ETRecord` (whose
+module, like the graph and tensor code, imports torch) would cost more than the rest of the command
+together. So `read_program_info` reads and checks the manifest's maps and op tables itself, with the
+same checks and messages as `parse_etrecord`, and builds the `ProgramInfo` from them; whatever
+needs torch is left to the full `parse_etrecord` path, run once, on first use, from the same
+entries (no second read of the file): the recorded graphs (`ProgramInfo.graphs`), the AOT
+intermediate outputs (the numeric gap replays the graph) and the reference outputs (tensors). The
+programs' JSON and the tensor index are checked then, before anything of them is used.
+
+Upstream ExecuTorch's ETRecords keep their op types in torch.export graphs whose operators must
+be resolved, and their values as torch.save members: they take the full path at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+
+from etlab.errors import FormatError
+from etlab.etrecord._archive import MANIFEST, load_json, read_any_archive
+from etlab.etrecord._maps import (
+    debug_handle_map,
+    delegate_map,
+    method_info,
+    num_outs_map,
+    ops_from_json,
+    per_method,
+    program_ids,
+)
+from etlab.facts.program_info import MethodInfo, ProgramInfo
+
+# etlab's manifest format and version: the values of `_etrecord.FORMAT` / `VERSION` (a module that
+# imports torch); tests/etrecord checks that the two agree.
+FORMAT = "etlab.etrecord"
+VERSION = 1
+
+
+class _FullRecord:
+    """The ETRecord of the same entries, parsed (with torch) on first use only."""
+
+    def __init__(self, entries: dict[str, bytes], where: str, upstream: bool):
+        self._args = (entries, where, upstream)
+        self._record = None
+
+    def record(self):
+        if self._record is None:
+            from etlab.etrecord._parse import record_from_entries
+
+            self._record = record_from_entries(*self._args)
+        return self._record
+
+
+class _LazyGraphs(Mapping):
+    """`ProgramInfo.graphs` of the full record, which is parsed when a graph is first looked up."""
+
+    def __init__(self, full: _FullRecord):
+        self._full = full
+        self._graphs = None
+
+    def _get(self) -> Mapping:
+        if self._graphs is None:
+            self._graphs = self._full.record().program_info().graphs
+        return self._graphs
+
+    def __getitem__(self, key):
+        return self._get()[key]
+
+    def __iter__(self) -> Iterator:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+class _LazyOutputs(Sequence):
+    """One method's reference outputs (per bundled input), decoded from the full record when used."""
+
+    def __init__(self, full: _FullRecord, method: str):
+        self._full, self._method = full, method
+
+    def _get(self) -> list:
+        return (self._full.record()._reference_outputs or {}).get(self._method) or []
+
+    def __getitem__(self, index):
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+
+def _main_name(names: list[str]) -> str | None:
+    """The method representative inputs are for: "forward", else the only one (as `ETRecord`)."""
+    if "forward" in names:
+        return "forward"
+    return names[0] if len(names) == 1 else None
+
+
+def _any_name(_name: str) -> bool:
+    return True  # upstream entry names are checked by the full reader, which upstream files go to
+
+
+def read_program_info(source) -> ProgramInfo:
+    """The `ProgramInfo` of an ETRecord (a path, bytes or a binary file), as
+    `parse_etrecord(source).program_info()` gives it, without importing torch for an etlab ETRecord.
+
+    Raises FormatError (naming the file and the defect) for a malformed archive, manifest, map or op
+    table at once; a defect in a recorded program or tensor when that program or tensor is first used.
+    """
+    entries, where, upstream = read_any_archive(source, _any_name)
+    full = _FullRecord(entries, where, upstream)
+    if upstream:
+        return full.record().program_info()
+    manifest = load_json(entries, MANIFEST, where)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
+    if manifest.get("version") != VERSION:
+        raise FormatError(f"{where}: ETRecord version {manifest.get('version')!r} is not supported "
+                          f"(this etlab reads version {VERSION})")
+    programs = manifest.get("programs", [])
+    if not isinstance(programs, list):
+        raise FormatError(f"{where}: 'programs' must be a list")
+    handles, delegates = debug_handle_map(manifest, where) or {}, delegate_map(manifest, where) or {}
+    num_outs = num_outs_map(manifest, where) or {}
+    edge = program_ids(manifest, "edge_dialect_program", len(programs), where)
+    for key in ("exported_program", "graph_map"):
+        program_ids(manifest, key, len(programs), where)
+    if manifest.get("export_graph_id") is not None and type(manifest["export_graph_id"]) is not int:
+        raise FormatError(f"{where}: export_graph_id is not an integer")
+    rep = manifest.get("representative_inputs")
+    if rep is not None and (not isinstance(rep, dict) or "value" not in rep):
+        raise FormatError(f"{where}: representative_inputs is malformed")
+    refs = per_method(manifest, "reference_outputs", where) or {}
+    ops_json = per_method(manifest, "ops", where) or {}
+    ops = {m: ops_from_json(v, f"{where}: ops of {m!r}") for m, v in ops_json.items()}
+    names = list(dict.fromkeys([*edge, *handles]))
+    if any(m in edge and m not in ops for m in names):  # op tables to be collected from the graphs
+        return full.record().program_info()
+    main = _main_name(names)
+    methods: dict[str, MethodInfo] = {}
+    for m in names:
+        doc = programs[edge[m]] if m in edge else None
+        inputs = (rep is not None and m == main) or (isinstance(doc, dict) and doc.get("example_inputs") is not None)
+        aot = (lambda m=m: full.record().intermediate_outputs(m)) if inputs else None
+        outputs = _LazyOutputs(full, m) if refs.get(m) is not None else None
+        methods[m] = method_info(handles.get(m), delegates.get(m), num_outs.get(m), ops.get(m, {}), outputs, aot)
+    return ProgramInfo(methods=methods, graphs=_LazyGraphs(full))
