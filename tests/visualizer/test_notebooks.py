@@ -6,10 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
-from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
-from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).parents[2] / "notebooks").glob("0*.ipynb"))
 
@@ -22,6 +19,10 @@ def test_the_notebooks_are_there():
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, tmp_path):
+    import nbformat  # here, not at collection: importing nbformat and nbclient costs seconds every run
+    from jupyter_client.kernelspec import NATIVE_KERNEL_NAME
+    from nbclient import NotebookClient
+
     nb = nbformat.read(path, as_version=4)
     assert all(not c.get("outputs") and not c.get("execution_count") for c in nb.cells if c.cell_type == "code"), \
         f"{path.name}: outputs must be stripped"
