@@ -10,7 +10,8 @@
   `serialize_from_bundled_program_to_flatbuffer`, `deserialize_from_flatbuffer_to_bundled_program`,
   `method_test_suites_from_schema`.
 - Bundled programs at run time (etlab runtime): `load_bundled_program`, `load_bundled_input`,
-  `verify_method_outputs`, `verify_bundled_program` -> `BundledVerification` reports.
+  `verify_method_outputs`, `verify_bundled_program` -> `BundledVerification` reports (tolerance
+  `DEFAULT_RTOL` 1e-4 / `DEFAULT_ATOL` 1e-6 unless given; `check_tolerance` validates one).
 - Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
   (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`.
 - Upstream's names for the layers below: `Inspector` (etlab.inspector), `ETRecord`, `generate_etrecord`,
@@ -37,6 +38,8 @@ _WHERE = {
     "BundledProgram": "_bundled_program",
     "BundledVerification": "_bundled_runtime",
     "BundledVerificationError": "_bundled_runtime",
+    "DEFAULT_ATOL": "_bundled_runtime",
+    "DEFAULT_RTOL": "_bundled_runtime",
     "ConfigValue": "_bundled_config",
     "DelegationBreakdown": "_delegation_info",
     "DelegationInfo": "_delegation_info",
@@ -48,6 +51,7 @@ _WHERE = {
     "PlannedTensor": "_memory_trace",
     "StateBuffer": "_kv_cache",
     "bundled_test_case_count": "_bundled_runtime",
+    "check_tolerance": "_bundled_runtime",
     "bundled_value": "_bundled_program",
     "check_bundle": "_bundled_program",
     "deserialize_from_flatbuffer_to_bundled_program": "_bundled_program",

@@ -114,12 +114,14 @@ class StatHandler(_Base):
 
 
 class VerifyHandler(_Base):
-    """POST /etlab/api/verify?path=x.bpte: runs the bundled test cases with etlab's runtime."""
+    """POST /etlab/api/verify?path=x.bpte[&rtol=1e-4&atol=1e-6]: runs the bundled test cases with etlab's
+    runtime, checked with that tolerance (default etlab.devtools')."""
 
     @tornado.web.authenticated
     async def post(self):
         path = self.arg("path", "")
-        await self.run_json("verify", path, path, seconds=max(self.pool.budget.seconds, VERIFY_TIMEOUT_S + 30))
+        await self.run_json("verify", path, path, self.arg("rtol"), self.arg("atol"),
+                            seconds=max(self.pool.budget.seconds, VERIFY_TIMEOUT_S + 30))
 
 
 class ArtifactsHandler(_Base):

@@ -94,7 +94,10 @@ def _value_summary(v: B.Value) -> dict:
 
 
 def bpte_view(bundled: B.BundledProgram, *, name: str) -> dict:
-    """The test suites (inputs and expected outputs of each case) and the embedded program's summary."""
+    """The test suites (inputs and expected outputs of each case), the embedded program's summary and the
+    tolerance *Verify* checks with unless the user changes it."""
+    from etlab.devtools import DEFAULT_ATOL, DEFAULT_RTOL
+
     pte = deserialize_pte(bytes(bundled.program or b""), what=f"{name} (embedded program)")
     return {
         "version": bundled.version,
@@ -106,4 +109,5 @@ def bpte_view(bundled: B.BundledProgram, *, name: str) -> dict:
                               for i, c in enumerate(s.test_cases or ())]}
                    for s in bundled.method_test_suites or ()],
         "signature": signature_hash(signature(pte)),
+        "tolerance": {"rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL},
     }

@@ -14,9 +14,11 @@ from pathlib import Path
 from etlab.jupyter._program import instruction_graph
 from etlab.schema.program import PteFile
 
-PROFILE_COLUMNS = [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
-                   ("backend", "backend", False), ("instruction", "instr", True), ("p50", "p50", True),
-                   ("avg", "avg", True), ("min", "min", True), ("max", "max", True), ("runs", "runs", True),
+# The event and its p50 first (a notebook cell or a narrow panel shows them without scrolling), then
+# its share of the run, then the long text columns.
+PROFILE_COLUMNS = [("name", "event", False), ("p50", "p50", True), ("share", "share %", True), ("runs", "runs", True),
+                   ("ops", "ops", False), ("module", "module", False), ("backend", "backend", False),
+                   ("instruction", "instr", True), ("avg", "avg", True), ("min", "min", True), ("max", "max", True),
                    ("source", "source", False)]
 
 
@@ -25,8 +27,14 @@ def _num(v) -> float | None:
 
 
 def profile_rows(timings) -> list[dict]:
-    """The profile table's rows (TableView format); a row with debug handles focuses its graph node."""
+    """The profile table's rows (TableView format); a row with debug handles focuses its graph node.
+    share: the event's p50 as a percentage of the sum of p50 with each instruction counted once (a
+    delegate call, not also its backend's events inside it)."""
+    from etlab.inspector import timings_counted_once
+
+    total = sum(t.p50 for t in timings_counted_once(timings) if math.isfinite(t.p50))
     return [{"name": t.name, "ops": ", ".join(t.op_types), "module": t.module, "backend": t.backend or "",
+             "share": _num(round(100.0 * t.p50 / total, 2)) if total > 0 and math.isfinite(t.p50) else None,
              "instruction": t.instruction_id, "p50": _num(t.p50), "avg": _num(t.avg), "min": _num(t.min),
              "max": _num(t.max), "runs": t.runs, "source": t.source, "handles": list(t.handles),
              "focus": {"name": t.nodes[-1] if t.nodes else None, "handles": list(t.handles),
@@ -35,16 +43,41 @@ def profile_rows(timings) -> list[dict]:
 
 
 def timeline_spans(timings, max_runs: int = 200) -> list[dict]:
-    """Per run, each timed event as a span [start, start + duration] from the run's start."""
+    """Per run, each timed event as a span [start, start + duration] from the run's start. `kind` is what
+    colors it (its op kind, or "<backend> (delegated)"); `depth` 1 marks a backend's per-op event inside
+    its DELEGATE_CALL (depth 0), drawn nested under the call as Perfetto draws a slice in a slice."""
+    from etlab.inspector import DELEGATE_CALL
+    from etlab.visualizer import op_kind
+
+    calls = {(t.block, t.instruction_id) for t in timings if t.name == DELEGATE_CALL}
     spans = []
     for row, t in enumerate(timings):
+        inner = bool(t.is_delegated) and t.name != DELEGATE_CALL and (t.block, t.instruction_id) in calls
+        kind = f"{t.backend or 'delegate'} call" if t.name == DELEGATE_CALL else op_kind(t)
         for r, (start, dur) in enumerate(zip(t.start, t.raw)):
             if r >= max_runs:
                 break
             spans.append({"run": r, "row": row, "start": _num(start), "dur": _num(dur), "name": t.name,
                           "handles": list(t.handles), "instruction": t.instruction_id,
-                          "delegated": bool(t.is_delegated)})
+                          "delegated": bool(t.is_delegated), "kind": kind, "depth": 1 if inner else 0})
     return spans
+
+
+def run_summary(timings, unit: str) -> dict:
+    """What a dashboard says first: how many runs, and each run's length (first event's start to the last
+    one's end, each instruction counted once) as p50 / min / max, in the Inspector's unit (ms)."""
+    from etlab.inspector import timings_counted_once
+
+    ends: dict[int, float] = {}
+    for t in timings_counted_once(timings):
+        for r, (start, dur) in enumerate(zip(t.start, t.raw)):
+            if math.isfinite(start) and math.isfinite(dur):
+                ends[r] = max(ends.get(r, 0.0), start + dur)
+    lengths = sorted(ends.values())
+    if not lengths:
+        return {"runs": 0, "unit": unit, "p50": None, "min": None, "max": None}
+    return {"runs": len(lengths), "unit": unit, "p50": _num(lengths[(len(lengths) - 1) // 2]),
+            "min": _num(lengths[0]), "max": _num(lengths[-1])}
 
 
 def run_blocks(cols) -> list[dict]:
@@ -73,7 +106,8 @@ def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFil
             "columns": [{"key": k, "label": f"{label} ({unit})" if k in ("p50", "avg", "min", "max") else label,
                          "numeric": num} for k, label, num in PROFILE_COLUMNS],
             "rows": profile_rows(timings), "spans": timeline_spans(timings),
-            "runs": max((t.runs for t in timings), default=0), "graphs": [], "paired": program_kind,
+            "runs": max((t.runs for t in timings), default=0), "summary": run_summary(timings, unit),
+            "graphs": [], "paired": program_kind,
             "graphs_pending": program_kind == "etrecord"}
     if pte is not None:
         plans = list(pte.program.execution_plan or ())

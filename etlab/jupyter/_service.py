@@ -30,6 +30,7 @@ from etlab.jupyter._store import (
     file_version,
     find_artifacts,
 )
+from etlab.jupyter._verify import tolerance_arg
 
 VERIFY_TIMEOUT_S = 120
 
@@ -128,13 +129,20 @@ class Service:
         return self._versioned(path, ("bpte",), lambda: self._named(
             path, lambda: bpte_view(self._load(path, "bpte"), name=self.rel(path))))
 
-    def verify(self, rel: str) -> dict:
-        """Runs the bundled test cases in a child process (time-limited) and returns its report."""
+    def verify(self, rel: str, rtol: str | None = None, atol: str | None = None) -> dict:
+        """Runs the bundled test cases in a child process (time-limited) and returns its report; rtol /
+        atol (text, as the request gave them; default etlab.devtools') are the tolerance it checks with."""
         path = confine(self.root, rel, kinds=("bpte",))
+        try:
+            tolerance = [(f"--{k}", str(tolerance_arg(k, v))) for k, v in (("rtol", rtol), ("atol", atol))
+                         if tolerance_arg(k, v) is not None]
+        except ValueError as e:
+            raise PathError(str(e)) from None
         self._load(path, "bpte")  # a corrupt file fails here, with the reader's message
         env = dict(os.environ)
         try:
-            p = subprocess.run([sys.executable, "-m", "etlab.jupyter._verify", str(path), self.rel(path)],
+            p = subprocess.run([sys.executable, "-m", "etlab.jupyter._verify", str(path), self.rel(path),
+                                *(x for pair in tolerance for x in pair)],
                                capture_output=True, text=True, timeout=VERIFY_TIMEOUT_S, env=env, cwd=self.root)
         except subprocess.TimeoutExpired:
             raise FormatError(f"{self.rel(path)}: verification did not finish in {VERIFY_TIMEOUT_S} s") from None

@@ -12,12 +12,23 @@ export interface IArtifact {
   size: number;
   program: string | null;
   error: string | null;
+  mtime: number;
 }
 
 export interface ISidebarActions {
   open(path: string): void;
   dashboard(run: string, program: string | null): void;
   compare(a: string, b: string, program: string | null): void;
+}
+
+function baseName(path: string): string {
+  return path.slice(path.lastIndexOf('/') + 1);
+}
+
+/** A group's title: the name of its program files (model.pte, model.etrecord -> "model"), not its hash. */
+export function programName(files: IArtifact[]): string {
+  const stems = files.filter((f) => f.kind !== 'etdp' && !f.error).map((f) => baseName(f.path).replace(/\.[^.]+$/, ''));
+  return [...new Set(stems)].join(' / ');
 }
 
 export class ArtifactsPanel extends Widget {
@@ -59,8 +70,12 @@ export class ArtifactsPanel extends Widget {
       const runs = files.filter((f) => f.kind === 'etdp');
       const program = files.find((f) => f.kind === 'etrecord') || files.find((f) => f.kind === 'pte') || null;
       const pte = files.find((f) => f.kind === 'pte') || null;
-      const box = h('div', { class: 'jp-etlab-group', 'data-program': g.program || '' },
-        h('div', { class: 'jp-etlab-sub' }, g.program ? `program ${g.program}` : 'runs of no program here / unreadable'));
+      const name = programName(files);
+      const title = g.program
+        ? h('div', { class: 'jp-etlab-sub', 'data-role': 'group-title', title: `program hash ${g.program}` },
+          h('b', {}, name || 'program'), ' ', h('span', { class: 'jp-etlab-count' }, `#${String(g.program).slice(0, 8)}`))
+        : h('div', { class: 'jp-etlab-sub', 'data-role': 'group-title' }, 'runs of no program here / unreadable');
+      const box = h('div', { class: 'jp-etlab-group', 'data-program': g.program || '', 'aria-label': name || 'other files' }, title);
       const picked = new Set<string>();
       for (const f of files) {
         const check = f.kind === 'etdp' ? (h('input', { type: 'checkbox', 'data-role': 'pick-run', title: 'pick for compare' }) as HTMLInputElement) : null;
@@ -70,7 +85,20 @@ export class ArtifactsPanel extends Widget {
       }
       const buttons = h('div', { class: 'jp-etlab-actions' });
       if (runs.length) {
-        buttons.append(h('button', { class: 'jp-mod-styled', 'data-role': 'open-dashboard', onclick: () => this.actions.dashboard(runs[runs.length - 1].path, program ? program.path : null) }, 'open dashboard'));
+        // the newest run (files come sorted by path; the run picked for compare wins when one is ticked)
+        const latest = runs.reduce((a, b) => (b.mtime > a.mtime ? b : a));
+        const which = () => (picked.size === 1 ? [...picked][0] : latest.path);
+        const open = h('button', {
+          class: 'jp-mod-styled', 'data-role': 'open-dashboard', 'data-run': latest.path, style: 'white-space:normal;overflow-wrap:anywhere;text-align:left;max-width:100%',
+          title: `the dashboard of ${latest.path}${program ? ` joined with ${program.path}` : ''} (tick one run to pick another)`,
+          onclick: () => this.actions.dashboard(which(), program ? program.path : null)
+        }, `open dashboard: ${baseName(latest.path)}`);
+        buttons.append(open);
+        box.addEventListener('change', () => {
+          const run = which();
+          open.textContent = `open dashboard: ${baseName(run)}`;
+          open.setAttribute('data-run', run);
+        });
       }
       if (runs.length >= 2) {
         buttons.append(h('button', {

@@ -6,7 +6,8 @@
 import { Widget } from '@lumino/widgets';
 
 import { requestJSON } from './api';
-import { fmtBytes, fmtNum, h, IBlock, IMounted, ISpan, memoryPlan, mountGraph, mountTable, runTimeline, section, table } from './render';
+import { fmtBytes, fmtNum, h, IBlock, IMounted, memoryPlan, mountGraph, mountTable, section, table } from './render';
+import { ITimelineSpan as ISpan, runTimeline } from './timeline';
 
 export type ViewKind = 'pte' | 'etdp' | 'etrecord' | 'bpte' | 'compare';
 
@@ -292,12 +293,19 @@ const etdpPage: Page = async (v, d) => {
   else if (!d.program && (d.candidates || []).length) {
     v.body.append(h('div', { class: 'jp-etlab-note', 'data-role': 'unpaired' }, `none of ${d.candidates.join(', ')} is the program of this run`));
   }
-  v.body.append(section('Run blocks', table(['block', 'events', 'profile events', 'debug events', 'span (ticks)'],
-    d.blocks.map((b: any) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks')));
+  // the summary first (times in ms), then the graph: the blocks as written in the file close the page
+  const sm = d.summary || {};
+  v.body.append(h('div', { class: 'jp-etlab-head', 'data-role': 'run-summary' },
+    sm.runs ? `${sm.runs} run(s) · run length p50 ${fmtNum(sm.p50)} ${sm.unit} (min ${fmtNum(sm.min)}, max ${fmtNum(sm.max)})` : 'no timed runs',
+    ` · ${d.rows.length} timed events`));
   const graphs = d.graphs_pending
     ? requestJSON('api/view/etdp', { path: d.path, program: d.program, part: 'graphs' }).then((g: any) => g.graphs as any[])
     : d.graphs || [];
   await runPanels(v, d, graphs, d.paired === 'pte');
+  const blocks = h('details', { class: 'jp-etlab-section', 'data-role': 'run-blocks' }, h('summary', {}, `Run blocks as written in the file (${d.blocks.length})`),
+    table(['block', 'events', 'profile events', 'debug events', 'span (ticks)'],
+      d.blocks.map((b: any) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks'));
+  v.body.append(blocks);
 };
 
 const etrecordPage: Page = async (v, d) => {
@@ -344,14 +352,25 @@ const bptePage: Page = async (v, d) => {
   v.body.append(section(`Test cases (${rows.length})`, table(['method', 'case', 'inputs', 'expected outputs'], rows, 'cases')));
   const result = h('div', { 'data-role': 'verify-result' });
   const button = h('button', { class: 'jp-mod-styled jp-mod-accept', 'data-role': 'verify' }, "Verify with etlab's runtime") as HTMLButtonElement;
+  // the tolerance: |actual - expected| <= atol + rtol * |expected| per element (defaults: etlab.devtools')
+  const tol = d.tolerance || { rtol: 1e-4, atol: 1e-6 };
+  const field = (name: string, value: number) => h('input', {
+    class: 'jp-mod-styled', 'data-role': name, type: 'text', inputmode: 'decimal', size: 8, value: String(value),
+    'aria-label': `${name} (default ${value})`, title: `${name}, default ${value}`
+  }) as HTMLInputElement;
+  const rtol = field('rtol', tol.rtol);
+  const atol = field('atol', tol.atol);
+  const tolerance = h('span', { class: 'jp-etlab-tolerance' }, ' rtol ', rtol, ' atol ', atol,
+    h('span', { class: 'jp-etlab-note' }, ` (an output passes where |actual − expected| ≤ atol + rtol·|expected|; defaults ${tol.rtol} / ${tol.atol})`));
   button.addEventListener('click', async () => {
     button.disabled = true;
     result.textContent = 'running the test cases on the server …';
     try {
-      const r = await requestJSON('api/verify', { path: d.path }, 'POST');
+      const r = await requestJSON('api/verify', { path: d.path, rtol: rtol.value.trim(), atol: atol.value.trim() }, 'POST');
       result.textContent = '';
       const passed = r.cases.filter((c: any) => c.ok).length;
-      result.append(h('div', { class: r.passed ? 'jp-etlab-ok' : 'jp-etlab-error', 'data-role': 'verdict' }, `${passed} of ${r.cases.length} test case(s) passed`),
+      result.append(h('div', { class: r.passed ? 'jp-etlab-ok' : 'jp-etlab-error', 'data-role': 'verdict' },
+        `${passed} of ${r.cases.length} test case(s) passed at rtol ${r.rtol}, atol ${r.atol}`),
         table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c: any) => [c.method, c.index,
           h('span', { class: c.ok ? 'jp-etlab-pass' : 'jp-etlab-fail' }, c.ok ? 'passed' : 'FAILED'), c.outputs.map((o: any) => o.text).join('; ')]), 'verify-cases'));
     } catch (err: any) {
@@ -360,7 +379,7 @@ const bptePage: Page = async (v, d) => {
     }
     button.disabled = false;
   });
-  v.body.append(section('Verification', button, result));
+  v.body.append(section('Verification', button, tolerance, result));
 };
 
 const comparePage: Page = async (v, d) => {
