@@ -19,42 +19,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from etlab.facts.pte_memory import members, tensor_bytes
 from etlab.schema.program import (
     DelegateCall,
-    IntList,
     JumpFalseCall,
     KernelCall,
     MoveCall,
-    OptionalTensorList,
     Tensor,
     TensorList,
 )
 
-# Element sizes by ScalarType value (upstream's scalar_type.fbs order); unknown types count 1 byte.
-ELEMENT_BYTES = {0: 1, 1: 1, 2: 2, 3: 4, 4: 8, 5: 2, 6: 4, 7: 8, 8: 4, 9: 8, 10: 16, 11: 1, 12: 1, 13: 1,
-                 14: 4, 15: 2, 16: 1, 17: 1, 22: 2, 23: 1, 24: 1, 25: 1, 26: 1, 27: 2, 28: 4, 29: 8}
-
 # A producer: ("input", value index) for a method input, ("step", instruction position) otherwise.
 Source = tuple[str, int]
-
-
-def tensor_bytes(t: Tensor) -> int:
-    """Bytes of a tensor value's storage (its declared sizes, upper bounds when dynamic, times the element size)."""
-    n = 1
-    for s in t.sizes or ():
-        n *= max(int(s), 0)
-    return n * ELEMENT_BYTES.get(int(t.scalar_type), 1)
-
-
-def members(values, idx: int) -> list[int]:
-    """A value and, for a list (tensors, optional tensors, ints: a cat's inputs, a split's outputs, a
-    shape of symbolic sizes), the values it lists; nothing for an index outside the value table."""
-    if not 0 <= idx < len(values):
-        return []
-    v = values[idx].val
-    if isinstance(v, (TensorList, OptionalTensorList, IntList)):
-        return [idx, *(int(i) for i in v.items or () if 0 <= int(i) < len(values))]
-    return [idx]
 
 
 def _expand(values, idxs) -> list[int]:

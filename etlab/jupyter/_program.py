@@ -12,35 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
+from etlab.facts.pte_memory import dtype_name, memory_plan, tensor_bytes
 from etlab.inspector import op_label
 from etlab.inspector import pte_signature as signature
-from etlab.jupyter._dataflow import Source, instruction_flow, members, tensor_bytes
+from etlab.jupyter._dataflow import Source, instruction_flow
 from etlab.schema.program import DelegateCall, JumpFalseCall, KernelCall, PteFile, Tensor
-
-
-@dataclass
-class PlannedBlock:
-    """One planned tensor of the memory plan: where it lives and the instruction steps it is live for."""
-
-    value: int
-    memory_id: int
-    offset: int
-    size: int
-    first: int
-    last: int
-    shape: list[int] = field(default_factory=list)
-    dtype: str = ""
-
-
-def _dtype(t: Tensor) -> str:
-    st = t.scalar_type
-    return getattr(st, "name", str(st)).lower()
-
-
-def _call_args(args) -> list[int]:
-    return [int(a) for a in (args.args or ())] if isinstance(args, (KernelCall, DelegateCall)) else []
 
 
 def signature_hash(sig: dict[str, list[list]]) -> str:
@@ -49,38 +27,10 @@ def signature_hash(sig: dict[str, list[list]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def memory_plan(plan) -> list[PlannedBlock]:
-    """Planned (non-constant) tensors of one method with the first and last instruction step that
-    touches them; method inputs are live from step 0, outputs to the last step."""
-    values = plan.values or ()
-    instructions = [ins for chain in plan.chains or () for ins in chain.instructions or ()]
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    for step, ins in enumerate(instructions):
-        for a in {m for arg in _call_args(ins.instr_args) for m in members(values, arg)}:
-            first.setdefault(a, step)
-            last[a] = step
-    end = max(len(instructions) - 1, 0)
-    for a in plan.inputs or ():
-        first[int(a)] = 0
-    for a in plan.outputs or ():
-        last[int(a)] = end
-    blocks = []
-    for idx, ev in enumerate(values):
-        t = ev.val
-        if not isinstance(t, Tensor) or t.allocation_info is None or idx not in first:
-            continue
-        info = t.allocation_info
-        blocks.append(PlannedBlock(idx, int(info.memory_id), int(info.memory_offset_low) +
-                                   (int(info.memory_offset_high) << 32), tensor_bytes(t), first[idx],
-                                   last.get(idx, first[idx]), [int(s) for s in t.sizes or ()], _dtype(t)))
-    return blocks
-
-
 def _value_label(values, idx: int) -> str:
     v = values[idx].val if 0 <= idx < len(values) else None
     if isinstance(v, Tensor):
-        return f"{_dtype(v)}{list(v.sizes or ())}"
+        return f"{dtype_name(v)}{list(v.sizes or ())}"
     return type(v).__name__ if v is not None else "none"
 
 
