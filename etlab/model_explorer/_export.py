@@ -18,8 +18,8 @@ from pathlib import Path
 from etlab.devtools import get_delegation_info
 from etlab.errors import FormatError
 from etlab.model_explorer._graphs import to_me_graph
-from etlab.model_explorer._node_data import OVERLAYS, node_data
-from etlab.visualizer import GraphModel, graph_models, resolve_sources
+from etlab.model_explorer._node_data import OVERLAYS, node_data, quant_node_data
+from etlab.visualizer import GraphModel, build_graph_model, graph_models, resolve_sources
 
 KINDS = ("edge", "aten", "runtime")  # the lowered graph first: what Model Explorer opens on
 
@@ -128,10 +128,20 @@ def _write_json(path: Path, data) -> None:
         raise
 
 
-def export(source, out_dir, *, kinds=None, method: str | None = None) -> dict[str, Path]:
+def quant_graph(report) -> GraphModel:
+    """The float graph of a QuantReport, the graph its SQNR overlays are keyed to ("quantization (ATen)")."""
+    if report.float_graph is None:
+        raise ValueError("this quantization report has no float graph to draw")
+    return build_graph_model(report.float_graph, "aten", title="float model (quantization error)",
+                             method="quantization")
+
+
+def export(source, out_dir, *, kinds=None, method: str | None = None, quant_report=None) -> dict[str, Path]:
     """Writes `graphs.json` (Model Explorer's graph JSON) and one node-data file per overlay that has
     values (`latency_p50.json`, `latency_p90.json`, `run_share.json`, `numeric_gap.json`,
-    `output_bytes.json`) into `out_dir`, which must exist. Returns {name: path}.
+    `output_bytes.json`) into `out_dir`, which must exist. Returns {name: path}. With `quant_report`
+    (`etlab.devtools.quantization_report(...)`), also its float graph and SQNR overlays
+    (`quant_local_sqnr.json`, `quant_sqnr.json`, `quant_input_sqnr.json`).
 
     Open them with `model-explorer OUT/graphs.json --node_data_paths=OUT/latency_p50.json`, or the
     record itself with `--extensions=etlab.model_explorer` (see `open_command`)."""
@@ -139,6 +149,9 @@ def export(source, out_dir, *, kinds=None, method: str | None = None) -> dict[st
     if not out.is_dir():
         raise FileNotFoundError(f"output folder {out} does not exist (create it first)")
     models = load_graphs(source, kinds=kinds, method=method)
+    quant = quant_graph(quant_report) if quant_report is not None else None
+    if quant is not None:
+        models.append((quant, {}))
     written = {"graphs": out / "graphs.json"}
     _write_json(written["graphs"], {"graphs": [to_me_graph(m, extra) for m, extra in models]})
     for overlay in OVERLAYS:
@@ -146,6 +159,9 @@ def export(source, out_dir, *, kinds=None, method: str | None = None) -> dict[st
         if data:
             written[overlay.key] = out / f"{overlay.key}.json"
             _write_json(written[overlay.key], data)
+    for key, data in (quant_node_data(quant, quant_report) if quant is not None else {}).items():
+        written[key] = out / f"{key}.json"
+        _write_json(written[key], data)
     return written
 
 

@@ -92,3 +92,33 @@ def overlay_named(key: str) -> Overlay:
         if o.key == key:
             return o
     raise ValueError(f"overlay must be one of {', '.join(OVERLAY_KEYS)}, got {key!r}")
+
+
+# Quantization: SQNR in dB per layer of the float graph; low is bad, so the gradient runs dark to light.
+QUANT_OVERLAYS = {"quant_local_sqnr": ("local_sqnr", "quantization: local SQNR (dB), the error a layer introduced"),
+                  "quant_sqnr": ("sqnr", "quantization: SQNR (dB) accumulated up to the layer"),
+                  "quant_input_sqnr": ("input_sqnr", "quantization: worst input's SQNR (dB), the error inherited")}
+
+
+def quant_node_data(model: GraphModel, report) -> dict[str, dict]:
+    """Overlays of a QuantReport (`etlab.devtools.quantization_report`) on its float graph `model`
+    (built from `report.float_graph`): {overlay key: model-level node data}. A layer's value also goes
+    on the ops folded into it; exact layers (+inf) and undefined ones (NaN) have none."""
+    by_name: dict[str, list[GraphNode]] = {}
+    for n in model.nodes:
+        by_name.setdefault(n.name, []).append(n)
+    out = {}
+    for key, (column, title) in QUANT_OVERLAYS.items():
+        results = {}
+        for row in report.layers.to_dict("records"):
+            v = _finite(row.get(column))
+            if v is None:
+                continue
+            for name in [row["layer"], *(row.get("folded") or ())]:
+                for n in by_name.get(name, ()):
+                    results[str(n.id)] = {"value": v}
+        if results:
+            stops = len(WARM) - 1
+            out[key] = {graph_id(model): {"name": title, "results": results, "gradient": [
+                {"stop": i / stops, "bgColor": c} for i, c in enumerate(reversed(WARM))]}}
+    return out

@@ -197,3 +197,32 @@ def test_multi_method_records_give_a_graph_per_method(tmp_path):
     et.get_etrecord().save(tmp_path / "m.etrecord")
     ids = {g["id"] for g in me_graphs(tmp_path / "m.etrecord")["graphs"]}
     assert {"forward (Edge)", "encode (Edge)"} <= ids, ids
+
+
+def test_quantization_overlays_on_the_float_graph(cnn_run, tmp_path):
+    pytest.importorskip("torchao")
+    from torchao.testing.pt2e._xnnpack_quantizer import XNNPACKQuantizer, get_symmetric_quantization_config
+
+    from etlab.devtools import quantization_report
+    from etlab.devtools._quant_debug import float_graph_of
+    from etlab.devtools._quant_debug_fix import quantize_pt2e
+
+    model, inputs = ZOO["cnn"]()
+    float_gm = float_graph_of(model, inputs)
+    quantizer = XNNPACKQuantizer().set_global(get_symmetric_quantization_config(is_per_channel=True))
+    report = quantization_report(model, quantize_pt2e(float_gm, quantizer, [inputs]), inputs)
+    d = cnn_run
+    ins = Inspector(etdump_path=d / "run.etdp", etrecord=d / "model.etrecord")
+    written = export(ins, tmp_path, quant_report=report)
+    graphs = {g["id"]: g for g in json.loads(written["graphs"].read_text())["graphs"]}
+    float_graph = graphs["quantization (ATen)"]
+    local = json.loads(written["quant_local_sqnr"].read_text())["quantization (ATen)"]
+    label_of = {n["id"]: n["label"] for n in float_graph["nodes"]}
+    rows = report.layers.set_index("layer")
+    names = {n["id"]: next(a["value"] for a in n["attrs"] if a["key"] == "name") for n in float_graph["nodes"]}
+    assert any(label_of[i] == "conv2d" for i in local["results"])
+    for nid, r in local["results"].items():
+        name = names[nid]
+        if name in rows.index:
+            assert r["value"] == pytest.approx(rows.loc[name, "local_sqnr"])
+    assert {"quant_sqnr", "quant_input_sqnr"} <= set(written)
