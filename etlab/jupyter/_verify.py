@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from etlab.errors import FormatError
+from etlab.errors import Error
 
 
 def tolerance_arg(name: str, text: str | None) -> float | None:
@@ -57,7 +57,9 @@ def main(argv: list[str]) -> int:
     path, name = args.path, args.name or args.path
     try:
         out = verify(path, name, tolerance_arg("rtol", args.rtol), tolerance_arg("atol", args.atol))
-    except (FormatError, ValueError, RuntimeError, KeyError, IndexError, TypeError) as e:
+    # etlab's own errors (a bad file, a program that cannot load or run) and a ValueError or OSError naming the
+    # input; anything else is a bug: it ends the child with a traceback, whose last line the server reports.
+    except (Error, ValueError, OSError) as e:
         out = {"file": name, "error": f"{type(e).__name__}: {e}".replace(path, name)}
     sys.stdout.write(json.dumps(out, allow_nan=False, default=str))
     return 0
