@@ -70,4 +70,5 @@ def deserialize_bundled_program(data, *, what: str = "bundled program") -> Bundl
 
 
 def serialize_bundled_program(bundled: BundledProgram) -> bytes:
+    """The .bpte bytes of `bundled` (what `deserialize_bundled_program` reads back, and upstream's loader too)."""
     return _CODEC.encode(bundled)

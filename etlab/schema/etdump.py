@@ -200,4 +200,5 @@ def deserialize_etdump(data, *, what: str = "etdump") -> ETDump:
 
 
 def serialize_etdump(etdump: ETDump) -> bytes:
+    """The size-prefixed .etdp bytes of `etdump` (identifier ED00), as upstream's runtime writes them."""
     return _CODEC.encode(etdump, size_prefixed=True)

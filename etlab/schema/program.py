@@ -295,6 +295,7 @@ class PteFile:
     header: ExtendedHeader | None = None
 
     def segment_bytes(self, index: int) -> memoryview | bytes:
+        """The raw bytes of `program.segments[index]` (a zero-copy view when the file was mapped)."""
         return self.segments[index]
 
 
