@@ -226,3 +226,27 @@ def test_quantization_overlays_on_the_float_graph(cnn_run, tmp_path):
         if name in rows.index:
             assert r["value"] == pytest.approx(rows.loc[name, "local_sqnr"])
     assert {"quant_sqnr", "quant_input_sqnr"} <= set(written)
+
+
+def test_show_serves_model_explorer_on_loopback_and_stops(cnn_run):
+    import urllib.request
+
+    from etlab.model_explorer import show
+
+    d = cnn_run
+    ins = Inspector(etdump_path=d / "run.etdp", etrecord=d / "model.etrecord")
+    session = show(ins, overlay="latency_p90", height=500)
+    try:
+        assert session.url.startswith("http://127.0.0.1:")
+        assert "latency_p90.json" in urllib.parse.unquote(session.url)
+        with urllib.request.urlopen(session.url.split("?")[0], timeout=60) as r:
+            assert r.status == 200 and b"Model Explorer" in r.read()
+        html = session._repr_html_()
+        assert "<iframe" in html and 'height:500px' in html
+        workdir = session.workdir
+        assert (workdir / "graphs.json").is_file()
+    finally:
+        session.stop()
+    assert session.process.poll() is not None and not workdir.exists()
+    with pytest.raises(ValueError, match="overlay must be one of"):
+        show(ins, overlay="nope")

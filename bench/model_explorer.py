@@ -1,0 +1,112 @@
+"""A large program in Model Explorer through etlab's adapter: how long until it is on screen.
+
+A chain of Linear+ReLU blocks compiled by etlab (portable, so every op stays a node) into a .pte and
+its .etrecord of ~5,000 Edge nodes. Timed, medians of N rounds:
+- convert: `etlab.model_explorer.me_graphs(record)` in process (parse the record, build the graphs,
+  write Model Explorer's JSON): what the adapter does per open;
+- open: Model Explorer's server (started once, `model-explorer --extensions=etlab.model_explorer`)
+  asked for the record by a fresh headless Chromium page, from `goto` until the graph selector names
+  the graph's node count and the canvas has drawn nodes (the adapter's convert included).
+Writes the `model explorer` section of bench/RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from _common import write_section
+
+CHROMIUM = os.environ.get("ETLAB_CHROMIUM", "/usr/bin/chromium")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--no-first-run", "--disable-sync"]
+
+
+def build(folder: Path, blocks: int) -> tuple[Path, int]:
+    import torch
+
+    from etlab.compiler import to_edge
+
+    model = torch.nn.Sequential(*[m for _ in range(blocks) for m in (torch.nn.Linear(8, 8), torch.nn.ReLU())])
+    et = to_edge(torch.export.export(model, (torch.randn(1, 8),)), generate_etrecord=True).to_executorch()
+    record = folder / "deep.etrecord"
+    et.get_etrecord().save(record)
+    nodes = len(et.exported_program().graph.nodes)
+    return record, nodes
+
+
+def drawn(page) -> bool:
+    """Some non-white pixels in the graph area (left of the side panel, below the toolbar)."""
+    from io import BytesIO
+
+    from PIL import Image
+
+    im = Image.open(BytesIO(page.screenshot())).convert("L")
+    w, h = im.size
+    dark = sum(n for n, v in im.crop((0, 100, int(w * 0.7), h)).getcolors(256) if v < 200)
+    return dark > 500
+
+
+def _row(step: str, xs: list[float]) -> str:
+    return f"| {step} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--blocks", type=int, default=1700, help="Linear+ReLU blocks (~3 Edge nodes each)")
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    from etlab.model_explorer import me_graphs
+    from etlab.model_explorer._show import start
+
+    with tempfile.TemporaryDirectory() as tmp:
+        record, nodes = build(Path(tmp), args.blocks)
+        graphs = me_graphs(record)
+        shown = len(graphs["graphs"][0]["nodes"])
+        convert = []
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            me_graphs(record)
+            convert.append(time.perf_counter() - t0)
+        session = start([str(record)], timeout=300)
+        opens = []
+        try:
+            with sync_playwright() as p:
+                browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+                for _ in range(args.rounds):
+                    page = browser.new_page(viewport={"width": 1400, "height": 900})
+                    t0 = time.perf_counter()
+                    page.goto(session.url, timeout=300_000)
+                    page.get_by_text(re.compile(rf"^\s*({shown}|{shown:,}) nodes")).first.wait_for(timeout=600_000)
+                    while not drawn(page):
+                        time.sleep(0.05)
+                    opens.append(time.perf_counter() - t0)
+                    page.close()
+                browser.close()
+        finally:
+            session.stop()
+    load = os.getloadavg()[0]
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    body = (f"## model explorer\n\n`bench/model_explorer.py` ({datetime.date.today()}, etlab {commit}, load average "
+            f"{load:.1f} on {os.cpu_count()} cores): a chain of {args.blocks} Linear+ReLU blocks compiled by etlab "
+            f"({nodes} Edge graph nodes; the adapter's Edge graph has {shown} nodes) opened from its `.etrecord` "
+            f"through `model-explorer --extensions=etlab.model_explorer`. Median of {args.rounds}.\n\n"
+            "| step | median s | min s | max s |\n|---|---:|---:|---:|\n"
+            + _row("adapter convert (parse record, graphs, JSON)", convert)
+            + _row("open in Chromium until drawn (convert included)", opens))
+    write_section("model explorer", body)
+    print(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
