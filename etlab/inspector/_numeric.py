@@ -71,6 +71,8 @@ def snr(reference, value) -> float:
 
 
 def cosine_similarity(reference, value) -> float:
+    """Cosine of the angle between the two flattened tensors: 1.0 for the same direction (and for two zeros),
+    0.0 when one side alone is zero."""
     import torch
 
     a, b = _pair(reference, value)

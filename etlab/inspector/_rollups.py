@@ -78,6 +78,7 @@ def event_label(event) -> str:
 
 
 def time_unit(inspector) -> str:
+    """The unit the Inspector's times are in ("ms" unless it was built with another target time scale)."""
     blocks = inspector.event_blocks
     return blocks[0].target_time_scale.value if blocks else "ms"
 

@@ -133,6 +133,7 @@ def register_kernel(name: str, fn: Callable[..., Any] | None = None):
 
 
 def unregister_kernel(name: str) -> None:
+    """Removes a kernel `register_kernel` added (programs loaded before keep it); an unknown name is ignored."""
     with _LOCK:
         _CUSTOM.pop(name, None)
 
@@ -168,6 +169,7 @@ def register_backend(name: str, backend: Any) -> None:
 
 
 def unregister_backend(name: str) -> None:
+    """Removes a backend `register_backend` added; an unknown name is ignored."""
     with _LOCK:
         _BACKENDS.pop(name, None)
 
@@ -191,5 +193,6 @@ class BackendRegistry:
             return sorted(_BACKENDS)
 
     def is_available(self, name: str) -> bool:
+        """Whether a backend of that id is registered and says it can run here (its optional is_available())."""
         backend = find_backend(name)
         return backend is not None and backend_available(backend)
