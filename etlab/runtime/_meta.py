@@ -29,6 +29,7 @@ class TensorInfo:
         return self.dynamism != P.TensorShapeDynamism.STATIC
 
     def describe(self) -> str:
+        """'float32 [2, 3]' (sizes of a dynamic tensor are upper bounds: 'float32 <=[8, 3]'), for messages."""
         bound = "<=" if self.is_dynamic else ""
         return f"{str(self.dtype).replace('torch.', '')} {bound}{list(self.sizes)}"
 
@@ -40,6 +41,7 @@ class ScalarInfo:
     kind: str
 
     def describe(self) -> str:
+        """The kind, for messages (as TensorInfo.describe)."""
         return self.kind
 
 
@@ -57,24 +59,31 @@ class MethodMeta:
     backends: tuple[str, ...] = field(default_factory=tuple)
 
     def num_inputs(self) -> int:
+        """How many values `Method.execute` takes (tensors and scalars)."""
         return len(self.inputs)
 
     def num_outputs(self) -> int:
+        """How many values `Method.execute` returns."""
         return len(self.outputs)
 
     def input_tensor_meta(self, index: int) -> TensorInfo:
+        """Input `index` (IndexError out of range; ValueError naming its kind if it is not a tensor)."""
         return _tensor_at(self.inputs, index, "input", self.name)
 
     def output_tensor_meta(self, index: int) -> TensorInfo:
+        """Output `index` (IndexError out of range; ValueError naming its kind if it is not a tensor)."""
         return _tensor_at(self.outputs, index, "output", self.name)
 
     def num_memory_planned_buffers(self) -> int:
+        """How many planned arenas the method needs (memory ids 1.., upstream's count)."""
         return len(self.memory_planned_buffer_sizes)
 
     def memory_planned_buffer_size(self, index: int) -> int:
+        """The size in bytes of planned arena `index` (of `num_memory_planned_buffers()`)."""
         return self.memory_planned_buffer_sizes[index]
 
     def uses_backend(self, name: str) -> bool:
+        """Whether a delegate of the method runs on backend `name`."""
         return name in self.backends
 
 
