@@ -69,6 +69,7 @@ class NodeDelegation:
     debug_handle: int | None = None
 
     def row(self) -> list:
+        """The node's values in NODE_COLUMNS order (one row of the per-node dataframe)."""
         return [getattr(self, c) for c in NODE_COLUMNS]
 
 
@@ -385,4 +386,5 @@ def format_delegated_graph(graph_module) -> str:
 
 
 def print_delegated_graph(graph_module) -> None:
+    """Prints `format_delegated_graph(graph_module)` (upstream's name for it)."""
     print(format_delegated_graph(graph_module), end="")

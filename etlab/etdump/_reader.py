@@ -74,9 +74,11 @@ class TensorColumns:
     has_strides: np.ndarray
 
     def shape(self, i: int) -> list[int]:
+        """The sizes of tensor `i` (a slice of the flat `sizes` column)."""
         return self.sizes[self.sizes_start[i] : self.sizes_start[i + 1]].tolist()
 
     def stride(self, i: int) -> list[int]:
+        """The strides of tensor `i` (a slice of the flat `strides` column)."""
         return self.strides[self.strides_start[i] : self.strides_start[i + 1]].tolist()
 
 
@@ -134,6 +136,7 @@ class ETDumpColumns:
         return np.flatnonzero(self.has_debug)
 
     def string(self, code: int) -> str | None:
+        """The string a name column's code stands for; None for -1 (no name)."""
         return None if code < 0 else self.strings[code]
 
     def metadata(self, i: int) -> bytes | None:
