@@ -197,6 +197,7 @@ class ETRecord:
         return list(dict.fromkeys([*self._edge.names(), *(self._debug_handle_map or {})]))
 
     def edge_program(self, method: str = "forward") -> ExportedProgram:
+        """The recorded edge-dialect program of `method` (a KeyError lists the methods recorded)."""
         if method not in self._edge:
             raise KeyError(f"no edge program for method {method!r}; methods are {self._edge.names()}")
         return self._edge.get(method)
@@ -235,6 +236,7 @@ class ETRecord:
         return out
 
     def add_exported_program(self, exported_program) -> None:
+        """Records the ATen-dialect program(s) (one, or a dict by method); once only, as upstream."""
         if self._aten.names() or self.export_graph_id is not None:
             raise RuntimeError("Exported program already exists in the ETRecord.")
         if exported_program is None:
@@ -244,11 +246,15 @@ class ETRecord:
         self.export_graph_id = id(main.graph) if main is not None else None
 
     def add_edge_dialect_program(self, edge_dialect_program) -> None:
+        """Records the edge program(s): an EdgeProgramManager, an ExportedProgram or a dict by method; once only."""
         if self._edge.names():
             raise RuntimeError("Edge dialect program already exists in the ETRecord.")
         self.edge_dialect_program = _edge_methods(edge_dialect_program)
 
     def add_executorch_program(self, executorch_program) -> None:
+        """Records the emitter's maps (debug handles, delegates, outputs per instruction) of an
+        ExecutorchProgramManager, or of a BundledProgram's program with its test cases' inputs and
+        expected outputs; once only."""
         if any(v is not None for v in (self._debug_handle_map, self._delegate_map,
                                        self._instruction_id_to_num_outs_map, self._reference_outputs,
                                        self._representative_inputs)):
@@ -267,6 +273,7 @@ class ETRecord:
         self._instruction_id_to_num_outs_map = dict(program.instruction_id_to_num_outs_map)
 
     def add_extra_export_modules(self, extra_recorded_export_modules: dict) -> None:
+        """Records more programs by name (`graph_map["<name>/<method>"]`); reserved names are refused."""
         for name, module in extra_recorded_export_modules.items():
             if not isinstance(name, str) or any(r in name for r in RESERVED_NAMES):
                 raise RuntimeError(f"The name {name!r} provided in the extra_recorded_export_modules dict is a "
