@@ -27,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--etrecord", help="the run's ETRecord (required with an .etdp)")
     p.add_argument("--debug-buffer", help="the run's debug buffer (.bin), for the numeric gap overlay")
     p.add_argument("-o", "--output", required=True,
-                   help="output folder (created if its parent exists; files in it are replaced)")
+                   help="output folder, which must exist (graphs.json and the overlays in it are replaced)")
     p.add_argument("--graph", action="append", choices=("aten", "edge", "runtime"),
                    help="graph kinds to write (repeatable; default: every kind the record holds)")
     p.add_argument("--method", help="one method (default: all)")
@@ -61,16 +61,13 @@ def _source(args):
 
 
 def _output(path: str) -> Path:
+    """The output folder: it must exist (no etlab command creates folders)."""
     out = Path(path)
     if out.is_dir():
         return out
     if out.exists():
         raise NotADirectoryError(f"-o {path}: is a file, not a folder")
-    if not out.parent.is_dir():
-        raise FileNotFoundError(f"-o {path}: its parent folder {out.parent} does not exist")
-    out.mkdir()
-    print(f"created {out}", file=sys.stderr)
-    return out
+    raise FileNotFoundError(f"-o {path}: no such folder (create it first)")
 
 
 def export_me_main(argv: list[str] | None = None) -> int:

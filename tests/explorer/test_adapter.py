@@ -162,6 +162,10 @@ def test_overlays_are_keyed_to_graph_nodes_and_equal_the_views(cnn_run, tmp_path
 def test_export_me_through_the_command_line(cnn_run, tmp_path):
     d = cnn_run
     out = tmp_path / "me"
+    nofolder = subprocess.run([ETLAB, "export-me", str(d / "model.etrecord"), "-o", str(out)], capture_output=True,
+                              text=True, timeout=600)
+    assert nofolder.returncode == 2 and "no such folder" in nofolder.stderr and not out.exists()
+    out.mkdir()
     cmd = [ETLAB, "export-me", str(d / "run.etdp"), "--etrecord", str(d / "model.etrecord"),
            "-o", str(out)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
