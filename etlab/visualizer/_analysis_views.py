@@ -368,12 +368,15 @@ class ProfileView(widgets.VBox):
         self.timings = execute_timings(op_timings(inspector, handles))
         self.kind_colors = kind_colors(timings_counted_once(self.timings))
         u = self.unit
+        total = sum(t.p50 for t in timings_counted_once(self.timings) if math.isfinite(t.p50))
+        # the event and its p50 first: a notebook cell shows them without scrolling past the long text columns
         self.table = TableView(
-            [("name", "event", False), ("ops", "ops", False), ("module", "module", False),
-             ("backend", "backend", False), ("p50", f"p50 ({u})", True), ("avg", f"avg ({u})", True),
-             ("min", f"min ({u})", True), ("max", f"max ({u})", True), ("runs", "runs", True),
-             ("source", "source", False)],
+            [("name", "event", False), ("p50", f"p50 ({u})", True), ("share", "share %", True),
+             ("runs", "runs", True), ("ops", "ops", False), ("module", "module", False),
+             ("backend", "backend", False), ("avg", f"avg ({u})", True), ("min", f"min ({u})", True),
+             ("max", f"max ({u})", True), ("source", "source", False)],
             [{"name": t.name, "ops": ", ".join(t.op_types), "module": t.module, "backend": t.backend or "",
+              "share": round(100.0 * t.p50 / total, 2) if total > 0 and math.isfinite(t.p50) else None,
               "p50": t.p50, "avg": t.avg, "min": t.min, "max": t.max, "runs": t.runs, "source": t.source,
               "focus": {"name": t.nodes[-1] if t.nodes else None, "handles": list(t.handles)} if t.handles else None}
              for t in self.timings], title="Operators", height=300)
