@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 # Modules whose public entry points carry examples; each must keep at least one.
-MODULES = ["etlab.errors", "etlab.schema.etdump", "etlab.schema.scalar_type", "etlab.fleet._diff", "etlab.fleet._tags"]
+MODULES = ["etlab.errors", "etlab.schema.etdump", "etlab.schema.scalar_type", "etlab.fleet._diff", "etlab.fleet._tags",
+           "etlab.compiler._tensor_spec"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -220,6 +220,7 @@ class MemoryPlanningPass:
         return self.call(graph_module)
 
     def call(self, graph_module: GraphModule):
+        """Plans `graph_module` (the pass interface; `run` with the graph signature given at construction)."""
         return self.run(graph_module, self._graph_signature)
 
     def run(self, graph_module: GraphModule, graph_signature: ExportGraphSignature | None = None) -> MemoryPlan:

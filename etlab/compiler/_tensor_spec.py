@@ -13,6 +13,11 @@ ALIGNMENT = 16  # every planned tensor starts on a 16-byte boundary
 
 
 def align(n: int, alignment: int = ALIGNMENT) -> int:
+    """`n` rounded up to a multiple of `alignment` (the planner's and emitter's byte alignment).
+
+    >>> align(1), align(16), align(17, 8)
+    (16, 16, 24)
+    """
     return (n + alignment - 1) // alignment * alignment
 
 
@@ -52,6 +57,7 @@ class TensorSpec:
         return align(self.nbytes)
 
     def root(self) -> TensorSpec:
+        """The spec that owns the storage this one views (itself when it owns its own)."""
         spec = self
         while spec.storage is not None:
             spec = spec.storage

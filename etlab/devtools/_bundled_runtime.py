@@ -74,6 +74,7 @@ def _test_case(method: Method, index: int) -> B.BundledMethodTestCase:
 
 
 def bundled_test_case_count(method: Method) -> int:
+    """How many test cases the method's .bpte bundles for it (0 for a program not loaded from a .bpte)."""
     bundled = getattr(method.program, "bundled", None)
     suites = [s for s in (bundled.method_test_suites if bundled else None) or [] if s.method_name == method.name]
     return len(suites[0].test_cases or []) if suites else 0
@@ -104,6 +105,7 @@ class OutputCheck:
     problem: str | None = None  # shape, dtype, kind or count mismatch
 
     def describe(self) -> str:
+        """One line: 'output 0: ok, max abs diff 1.2e-07, 0/10 elements outside tolerance', or the problem."""
         if self.problem is not None:
             return f"output {self.index}: {self.problem}"
         status = "ok" if self.ok else "MISMATCH"
@@ -135,6 +137,7 @@ class BundledVerification:
         return "\n".join([head, *("  " + o.describe() for o in self.outputs)])
 
     def raise_if_failed(self) -> None:
+        """Raises BundledVerificationError (an AssertionError and an etlab.Error) naming what differed."""
         if not self.ok:
             raise BundledVerificationError(str(self))
 

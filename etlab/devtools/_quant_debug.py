@@ -479,6 +479,7 @@ class QuantReport:
         return f"QuantReport({self.label + ': ' if self.label else ''}{self.summary()})"
 
     def to_dataframe(self) -> pd.DataFrame:
+        """The per-layer table (a copy: editing it leaves the report as it is)."""
         return self.layers.copy()
 
     def summary(self) -> str:

@@ -16,6 +16,7 @@ class MethodAsForward(torch.nn.Module):
         self.module, self.method = module, method
 
     def forward(self, *args):
+        """Calls the wrapped method."""
         return getattr(self.module, self.method)(*args)
 
 
