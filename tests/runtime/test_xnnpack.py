@@ -405,3 +405,70 @@ def test_prepacked_convolution_is_the_reference_convolution(pads, clamp):
     torch.testing.assert_close(run(x, False), raw, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(run(x), raw.clamp(*clamp) if clamp else raw, rtol=1e-5, atol=1e-5)
     assert run(x).is_contiguous()  # NHWC in, NHWC out: no layout copies between nodes
+
+
+def _quantized_conv_graph():
+    """float NCHW -> qint8 -> NHWC -> conv 3x3 (int8 per-channel) -> clamp [0, 6] -> depthwise 3x3 -> NCHW -> float."""
+    torch.manual_seed(3)
+    g = GraphBuilder()
+    qint8, x_q = XNNDatatype.xnn_datatype_qint8, M["PerTensorQuant"](scale=0.03, zero_point=2)
+
+    def q_value(shape, scale, zp):
+        return g.value(shape, quant=M["PerTensorQuant"](scale=scale, zero_point=zp), datatype=qint8)
+
+    def conv_weights(w, in_scale, channel_dim):
+        scales = w.abs().amax((1, 2, 3)) / 127
+        wq = torch.round(w / scales.view(-1, 1, 1, 1)).to(torch.int8)
+        stored = wq.permute(1, 2, 3, 0) if channel_dim == 3 else wq.permute(0, 2, 3, 1)  # 1HWO / OHWI
+        wv = g.value(tuple(stored.shape), data=stored, datatype=XNNDatatype.xnn_datatype_qcint8,
+                     quant=M["PerChannelQuant"](scale=scales.tolist(), channel_dim=channel_dim))
+        b = torch.round(torch.randn(w.shape[0]) / (in_scale * scales)).to(torch.int32)
+        bv = g.value((w.shape[0],), data=b, datatype=XNNDatatype.xnn_datatype_qcint32,
+                     quant=M["PerChannelQuant"](scale=(in_scale * scales).tolist(), channel_dim=0))
+        return wv, bv
+
+    x = g.value((1, 3, 8, 8), role="input")
+    xq = g.value((1, 3, 8, 8), quant=x_q, datatype=qint8)
+    g.node("XNNConvert", M["_XNNNode1x1"](input_id=x, output_id=xq), 1)
+    xh = g.value((1, 8, 8, 3), quant=x_q, datatype=qint8)
+    g.node("XNNStaticTranspose", M["XNNStaticTranspose"](num_dims=4, perm=[0, 2, 3, 1], input_id=xq, output_id=xh), 2)
+    geometry = dict(padding_top=1, padding_right=1, padding_bottom=1, padding_left=1, kernel_height=3,
+                    kernel_width=3, subsampling_height=1, subsampling_width=1, dilation_height=1, dilation_width=1)
+    wv, bv = conv_weights(torch.randn(6, 3, 3, 3), 0.03, 0)
+    c1 = q_value((1, 8, 8, 6), 0.05, -4)
+    g.node("XNNConv2d", M["_XNNNodeConv"](**geometry, group_input_channels=3, group_output_channels=6, groups=1,
+                                          input1_id=xh, filter_id=wv, bias_id=bv, output_id=c1), 3)
+    r1 = q_value((1, 8, 8, 6), 0.05, -4)
+    g.node("XNNClamp", M["_XNNNode1x1"](input_id=c1, output_id=r1), 4, clamp=(0.0, 6.0))
+    wd, bd = conv_weights(torch.randn(6, 1, 3, 3), 0.05, 3)
+    c2 = q_value((1, 8, 8, 6), 0.04, 7)
+    g.node("XNNDepthwiseConv2d", M["_XNNNodeConv"](**geometry, group_input_channels=1, group_output_channels=1,
+                                                   groups=6, input1_id=r1, filter_id=wd, bias_id=bd, output_id=c2), 5)
+    cn = q_value((1, 6, 8, 8), 0.04, 7)
+    g.node("XNNStaticTranspose", M["XNNStaticTranspose"](num_dims=4, perm=[0, 3, 1, 2], input_id=c2, output_id=cn), 6)
+    y = g.value((1, 6, 8, 8), role="output")
+    g.node("XNNConvert", M["_XNNNode1x1"](input_id=cn, output_id=y), 7)
+    return g
+
+
+def test_int8_convolutions_run_on_integers_within_one_step_of_the_levels_path():
+    g = _quantized_conv_graph()
+    plan = _init(g.blob(), g.named)
+    on_integers = {n.kind for n in plan.nodes if n.int_fn is not None or n.passes_ints}
+    assert on_integers == {"XNNConv2d", "XNNClamp", "XNNDepthwiseConv2d", "XNNStaticTranspose"}
+    levels_plan = _init(g.blob(), g.named)
+    for node in levels_plan.nodes:
+        node.int_fn, node.passes_ints = None, False
+    x = torch.randn(1, 3, 8, 8)
+    outs, recorder = {}, Recorder()
+    for name, p, context in (("int", plan, None), ("levels", levels_plan, None), ("logged", plan, recorder)):
+        outs[name] = torch.empty(1, 6, 8, 8)
+        XNNPACK_BACKEND.execute(p, [x, outs[name]], context)
+    step = 0.04
+    assert (outs["int"] - outs["levels"]).abs().max().item() <= step * 1.001
+    assert (outs["logged"] - outs["int"]).abs().max().item() <= step * 1.001
+    grid = outs["int"] / step - 7
+    torch.testing.assert_close(grid, grid.round(), rtol=0, atol=1e-3)  # on the output's grid
+    conv_levels = recorder.outputs[3] / 0.05 + 4  # a value held as integers is logged as its levels (NCHW)
+    assert recorder.outputs[3].shape == (1, 6, 8, 8)
+    torch.testing.assert_close(conv_levels, conv_levels.round(), rtol=0, atol=1e-3)

@@ -7,7 +7,10 @@ whole graph on meta tensors) that each node's declared output shape is what its 
 
 `run_plan` executes node by node. Values are float32 tensors; a quantized value holds exactly
 its dequantized levels, so XNNPACK's integer arithmetic is emulated as dequantize -> float op
--> requantize (within one quantization step of XNNPACK's fixed-point requantization).
+-> requantize (within one quantization step of XNNPACK's fixed-point requantization). Faster
+paths give the same values: convolutions with constant weights run prepacked (`_prepacked`), and
+int8 convolutions, clamps and layout moves between them on integers (`_int8`: such a value is then
+held as a uint8 tensor, turned into levels where another node or the trace needs them).
 Each node reports a profiling event and its output under its debug handle (the handle of the
 node it was lowered from, the identifier the AOT debug-handle map uses), or under the name
 "<kind> #<n>" for nodes lowering added (no debug handle).
@@ -23,6 +26,8 @@ import torch
 
 from etlab.errors import FormatError
 from etlab.runtime._errors import ExecutionError, check_delegate_args
+from etlab.runtime.backends.xnnpack._int8 import INT_DTYPE, int_kernel, layout_passes_integers, offset, to_levels
+from etlab.runtime.backends.xnnpack._int8 import to_integers as int_from_levels
 from etlab.runtime.backends.xnnpack._kernels import TORCH_CALLS as T
 from etlab.runtime.backends.xnnpack._kernels import build_kernel
 from etlab.runtime.backends.xnnpack._values import ConstantSource, Quant, ValueSpec, decode_values, external_order
@@ -58,6 +63,9 @@ class PlannedNode:
     logs_stored: bool                     # the debug event holds the stored value (see _logged)
     logs_output: bool = True              # False for all but the last node sharing a debug handle
     fast: Callable[..., torch.Tensor] | None = None  # fn(x[, fused]): weights prepacked, clamp fused
+    int_fn: Callable[[torch.Tensor], torch.Tensor] | None = None  # integers in, integers out (`_int8`)
+    passes_ints: bool = False             # a layout node that moves its input's integers unchanged
+    int_inputs: tuple[int, ...] = ()      # positions of inputs that may be held as integers
 
 
 @dataclass
@@ -177,9 +185,12 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
         if kernel.prepack is not None and all(v in constants for v in kernel.inputs[1:]):
             weights = [constants[v] for v in kernel.inputs[1:]]
             fast = kernel.prepack(weights[0], weights[1] if len(weights) > 1 else None, clamp)
+        int_fn = int_kernel(kind, kernel.inputs, out, specs, constants, clamp, kernel.geometry)
+        passes = bool(kernel.inputs) and layout_passes_integers(kind, specs[kernel.inputs[0]].quant, spec.quant)
+        int_inputs = tuple(k for k, v in enumerate(kernel.inputs) if offset(specs[v].quant) is not None)
         nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
                                  -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored,
-                                 fast=fast))
+                                 fast=fast, int_fn=int_fn, passes_ints=passes, int_inputs=int_inputs))
     # An op lowered to several nodes (matmul -> reshape, reshape, batch matmul, reshape) gives them
     # all its handle: only the last one logs an output, the value that handle ends with.
     last = {node.debug_id: index for index, node in enumerate(nodes) if node.debug_id >= 0}
@@ -216,6 +227,8 @@ def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
 
 
 def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> None:
+    if levels.dtype is INT_DTYPE:
+        levels = to_levels(levels, spec.quant)
     if spec.quant is not None and spec.quant.kind == "tensor":
         levels = to_integers(levels, spec.quant, out.dtype)
     if out.shape != levels.shape:
@@ -234,21 +247,34 @@ def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
     values = _bind_arguments(plan, args)
     tracing = context is not None and getattr(context, "enabled", True)
     logging = tracing and getattr(context, "logs_values", True)  # results before a fused clamp are needed
+    specs = plan.specs
     for node in plan.nodes:
         token = context.start_profiling_delegate(name=node.name, delegate_debug_id=node.debug_id) if tracing else None
-        if node.fast is not None and not logging:
-            result = stored = node.fast(values[node.inputs[0]])
+        first = values[node.inputs[0]] if node.inputs else None
+        if node.int_fn is not None and (node.clamp is None or not logging):  # integers in and out
+            q = first if first.dtype is INT_DTYPE else int_from_levels(first, specs[node.inputs[0]].quant)
+            result = stored = node.int_fn(q)
+        elif node.passes_ints and first.dtype is INT_DTYPE:
+            result = stored = node.fn(first)
         else:
-            result = stored = (node.fn(*(values[v] for v in node.inputs)) if node.fast is None
-                               else node.fast(values[node.inputs[0]], False))
-            if node.clamp is not None:
-                stored = T["clamp"](stored, *node.clamp)
-        if node.quant is not None:
-            stored = fake_quantize(stored, node.quant)
+            operands = [values[v] for v in node.inputs]
+            for k in node.int_inputs:  # kernels on levels: a value held as integers is given as its levels
+                if operands[k].dtype is INT_DTYPE:
+                    operands[k] = to_levels(operands[k], specs[node.inputs[k]].quant)
+            if node.fast is not None and not logging:
+                result = stored = node.fast(operands[0])
+            else:
+                result = stored = node.fn(*operands) if node.fast is None else node.fast(operands[0], False)
+                if node.clamp is not None:
+                    stored = T["clamp"](stored, *node.clamp)
+            if node.quant is not None:
+                stored = fake_quantize(stored, node.quant)
         values[node.output] = stored
         if tracing:
             context.end_profiling_delegate(token, metadata=node.metadata)
             if logging and node.logs_output:  # a context that keeps no values is not made to copy them
+                if stored.dtype is INT_DTYPE:
+                    result = stored = to_levels(stored, node.quant)
                 context.log_output_delegate(node.name, node.debug_id, _logged(node, result, stored))
     for position, vid in enumerate(plan.outputs):
         _store_output(plan.specs[vid], values[vid], args[len(plan.inputs) + position])

@@ -52,6 +52,7 @@ class NodeKernel:
     # For nodes whose weights are constants: (weight, bias or None, fused clamp or None) -> fn(x), the
     # same computation with the weights prepacked once (oneDNN, `_prepacked`) and the clamp fused.
     prepack: Callable[..., Callable[[torch.Tensor], torch.Tensor]] | None = None
+    geometry: tuple | None = None  # a convolution's (pads, stride, dilation, groups), for `_int8`
 
 
 class _Node:
@@ -150,7 +151,8 @@ def _conv(depthwise: bool) -> Callable[[_Node], NodeKernel]:
         def prepack(w, b, clamp):
             in_nchw = [n.shape(x)[0], n.shape(x)[3], n.shape(x)[1], n.shape(x)[2]]
             return prepacked_conv2d(torch_weight(w), b, pads, stride, dilation, groups, clamp, in_nchw)
-        return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), conv, prepack)
+        return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), conv, prepack,
+                          (pads, stride, dilation, groups))
     return build
 
 

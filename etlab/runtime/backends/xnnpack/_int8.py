@@ -1,0 +1,114 @@
+"""Integer kernels for XNNPACK's int8 graphs: quantized values kept as integers, convolutions run by
+torch's x86 quantized kernels (oneDNN) with weights prepacked once at init.
+
+The reference path carries a quantized value as float32 holding its levels and emulates every node
+as dequantize -> float op -> requantize. For the nodes that dominate an int8 CNN that costs more
+than the op itself; here a per-tensor int8 (or uint8) value may instead be held as the uint8
+tensor `q + offset` (offset 128 for int8: oneDNN takes unsigned activations; the zero point moves
+by the same offset), and:
+
+- a convolution with per-channel int8 weights and per-tensor input and output runs as oneDNN's
+  int8 convolution (int32 accumulation, float bias and rescale, rounded to the output's levels:
+  within one quantization step of XNNPACK's fixed-point requantization);
+- a clamp whose output has its input's quantization clamps the integers (exact);
+- transposes and reshapes between values of one quantization move the integers (exact).
+
+Every other node gets levels (`to_levels`) and integers are made from levels where a kernel takes
+them (`to_integers`), both exact for values on their grid. `int_kernel` says which nodes qualify.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+
+from etlab.runtime.backends.xnnpack._values import Quant, ValueSpec
+
+_ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops, "onednn")
+_LAYOUT_KINDS = {"XNNStaticTranspose", "XNNStaticReshape"}
+_CONV_KINDS = {"XNNConv2d", "XNNDepthwiseConv2d"}
+INT_DTYPE = torch.uint8  # the dtype of a value held as integers (levels are float32)
+
+
+def offset(quant: Quant | None) -> int | None:
+    """What shifts a per-tensor 8-bit value's integers into uint8, or None if it has no 8-bit form."""
+    if quant is None or quant.kind != "tensor" or quant.qmax - quant.qmin != 255 or quant.qmin not in (-128, 0):
+        return None
+    return -quant.qmin
+
+
+def to_levels(q: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """The float levels of a value held as integers."""
+    return q.to(torch.float32).sub_(quant.zero_point + offset(quant)).mul_(quant.scale)
+
+
+def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """The integers of a value held as levels (exact: levels lie on the value's grid)."""
+    off = offset(quant)
+    q = torch.mul(levels, 1.0 / quant.scale).round_().add_(quant.zero_point + off)
+    return q.clamp_(quant.qmin + off, quant.qmax + off).to(INT_DTYPE)
+
+
+def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int, ValueSpec],
+               constants: dict[int, torch.Tensor], clamp: tuple[float, float] | None, geometry
+               ) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """fn(integers of the first input) -> integers of the output, or None when the node does not
+    qualify (then it runs on levels). `geometry`: a convolution's (pads, stride, dilation, groups)."""
+    qin, qout = specs[inputs[0]].quant, specs[output].quant
+    if offset(qin) is None or offset(qout) is None:
+        return None
+    if kind in _CONV_KINDS and _ONEDNN and geometry is not None:
+        return _int_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
+    same = (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin)
+    if kind == "XNNClamp" and same:
+        off = offset(qout)
+        lo, hi = clamp if clamp is not None else (-math.inf, math.inf)
+        qlo = qout.qmin if lo == -math.inf else min(max(round(lo / qout.scale) + qout.zero_point, qout.qmin), qout.qmax)
+        qhi = qout.qmax if hi == math.inf else min(max(round(hi / qout.scale) + qout.zero_point, qout.qmin), qout.qmax)
+        bounds = (qlo + off, qhi + off)
+        return lambda q: torch.clamp(q, *bounds)
+    return None
+
+
+def _int_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
+    if len(inputs) < 2 or any(v not in constants for v in inputs[1:]):
+        return None
+    wspec = specs[inputs[1]]
+    wq = wspec.quant
+    if wq is None or wq.kind != "channel" or wq.qmin != -128 or clamp not in (None, (0.0, math.inf)):
+        return None
+    pads, stride, dilation, groups = geometry
+    left, right, top, bottom = pads
+    if left != right or top != bottom:
+        return None
+    # OHWI (dense) or 1HWO (depthwise) -> OIHW; the per-channel axis becomes 0 either way
+    levels = constants[inputs[1]]
+    weight = levels.permute(3, 0, 1, 2) if kind == "XNNDepthwiseConv2d" else levels.permute(0, 3, 1, 2)
+    if wq.axis != (3 if kind == "XNNDepthwiseConv2d" else 0):
+        return None
+    scales = wq.scales.to(torch.float32)
+    qweight = torch.round(weight / scales.view(-1, 1, 1, 1)).clamp_(-128, 127).to(torch.int8).contiguous()
+    bias = constants[inputs[2]].contiguous() if len(inputs) > 2 else None
+    x_zp, y_zp = qin.zero_point + offset(qin), qout.zero_point + offset(qout)
+    shape = specs[inputs[0]].shape  # NHWC
+    padding, stride_, dilation_ = [top, left], list(stride), list(dilation)
+    packed = torch.ops.onednn.qconv_prepack(qweight, scales, qin.scale, x_zp, stride_, padding, dilation_, groups,
+                                            [shape[0], shape[3], shape[1], shape[2]])
+    w_zp = torch.zeros(scales.numel(), dtype=torch.int32)
+    attr = "relu" if clamp is not None else "none"
+    conv, permute = torch.ops.onednn.qconv2d_pointwise.default, torch.permute
+    x_scale, y_scale = qin.scale, qout.scale
+
+    def run(q: torch.Tensor) -> torch.Tensor:
+        y = conv(permute(q, (0, 3, 1, 2)), x_scale, x_zp, packed, scales, w_zp, bias, stride_, padding, dilation_,
+                 groups, y_scale, y_zp, INT_DTYPE, attr, [], "")
+        return permute(y, (0, 2, 3, 1))
+    return run
+
+
+def layout_passes_integers(kind: str, qin: Quant | None, qout: Quant | None) -> bool:
+    """Do this node's integers pass through unchanged (a transpose or reshape within one quantization)?"""
+    return (kind in _LAYOUT_KINDS and offset(qin) is not None and offset(qout) is not None
+            and (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin))
