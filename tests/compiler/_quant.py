@@ -42,8 +42,13 @@ def quantized_zoo(name: str, mode: str = "static"):
     """(converted GraphModule, inputs, eager outputs of the converted model, .pte bytes, output steps)."""
     model, inputs = ZOO[name]()
     gm = quantize(model, inputs, MODES[mode]())
-    with torch.no_grad():
-        eager = [t.detach() for t in as_list(gm(*inputs))]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the runtime's default: the same thread count, the same summation order (bits)
+    try:
+        with torch.no_grad():
+            eager = [t.detach() for t in as_list(gm(*inputs))]
+    finally:
+        torch.set_num_threads(threads)
     et = to_edge(torch.export.export(gm, inputs)).to_executorch()
     return gm, inputs, eager, et.buffer, output_steps(gm)
 
