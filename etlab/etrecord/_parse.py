@@ -11,11 +11,13 @@ from __future__ import annotations
 from etlab.errors import FormatError
 from etlab.etrecord import _upstream
 from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, _check_name, load_json, read_any_archive
-from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _Programs
+from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _main_name, _Programs
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._info import mark_partitions
 from etlab.etrecord._maps import debug_handle_map, delegate_map, num_outs_map, ops_from_json, per_method, program_ids
+from etlab.etrecord._quick import lazy_program_info
 from etlab.etrecord._values import TensorTable, decode_value
+from etlab.facts.program_info import ProgramInfo
 
 
 def parse_etrecord(etrecord_path) -> ETRecord:
@@ -86,11 +88,27 @@ def _split_program(base: str) -> tuple[str, str]:
     return "graph_map", base if "/" in base else f"{base}/forward"
 
 
-def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
-    """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`.
+def upstream_program_info(entries: dict[str, bytes], where: str, full) -> ProgramInfo:
+    """`_parse_upstream(entries, where).program_info()` with the values (torch.save members) and graphs
+    left to `full` (`_quick._FullRecord` of the same entries), read when first used."""
+    for name in entries:
+        _check_name(name, where, _upstream.is_upstream_entry)
+    ids = _upstream_ids(entries, where)
+    maps = (_upstream.debug_handle_map(entries, where) or {}, _upstream.delegate_map(entries, where) or {},
+            _upstream.num_outs_map(entries, where) or {})
+    _upstream.export_graph_id(entries, where)  # checked now, as the full reader does
+    names = list(dict.fromkeys([*ids["edge"], *maps[0]]))
+    main = _main_name(names)
+    with_inputs = {m for m in names if ("representative_inputs" in entries and m == main) or (
+        m in ids["edge"] and entries.get(ids["edge"][m] + "_example_inputs"))}
+    ops = {m: _upstream.program_ops(entries, base, where) for m, base in ids["edge"].items()}
+    return lazy_program_info(full, names, maps, ops, with_inputs,
+                             set(names) if "reference_outputs" in entries else set())
 
-    Read now: the maps, representative inputs, reference outputs and the edge programs' op tables;
-    each program's tensors and graph when it is first used (each checked before it is used)."""
+
+def _upstream_ids(entries: dict[str, bytes], where: str) -> dict[str, dict[str, str]]:
+    """Base names of an upstream ETRecord's programs by kind ("aten", "edge", "graph_map") and key,
+    checked: every part present, nothing recorded twice, an edge program there."""
     ids: dict[str, dict[str, str]] = {"aten": {}, "edge": {}, "graph_map": {}}
     bases = sorted(_upstream.program_bases(entries))
     for name in entries:
@@ -107,6 +125,15 @@ def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
         ids[kind][key] = base
     if not ids["edge"]:
         raise FormatError(f"{where}: an upstream ExecuTorch ETRecord without an edge dialect program")
+    return ids
+
+
+def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
+    """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`.
+
+    Read now: the maps, representative inputs, reference outputs and the edge programs' op tables;
+    each program's tensors and graph when it is first used (each checked before it is used)."""
+    ids = _upstream_ids(entries, where)
     loader = _upstream.UpstreamLoader(entries, where)
     record = ETRecord(_debug_handle_map=_upstream.debug_handle_map(entries, where),
                       _delegate_map=_upstream.delegate_map(entries, where),

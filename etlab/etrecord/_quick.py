@@ -10,8 +10,9 @@ entries (no second read of the file): the recorded graphs (`ProgramInfo.graphs`)
 intermediate outputs (the numeric gap replays the graph) and the reference outputs (tensors). The
 programs' JSON and the tensor index are checked then, before anything of them is used.
 
-Upstream ExecuTorch's ETRecords keep their op types in torch.export graphs whose operators must
-be resolved, and their values as torch.save members: they take the full path at once.
+Upstream ExecuTorch's ETRecords keep their op types in torch.export graphs whose operators are
+resolved through torch (`_parse.upstream_program_info`); their values (torch.save members) and
+graphs are read on first use too.
 """
 
 from __future__ import annotations
@@ -111,7 +112,9 @@ def read_program_info(source) -> ProgramInfo:
     entries, where, upstream = read_any_archive(source, _any_name)
     full = _FullRecord(entries, where, upstream)
     if upstream:
-        return full.record().program_info()
+        from etlab.etrecord._parse import upstream_program_info  # resolves the graphs' operators: torch
+
+        return upstream_program_info(entries, where, full)
     manifest = load_json(entries, MANIFEST, where)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
@@ -138,11 +141,21 @@ def read_program_info(source) -> ProgramInfo:
     if any(m in edge and m not in ops for m in names):  # op tables to be collected from the graphs
         return full.record().program_info()
     main = _main_name(names)
+    with_inputs = {m for m in names if (rep is not None and m == main) or (
+        m in edge and isinstance(programs[edge[m]], dict) and programs[edge[m]].get("example_inputs") is not None)}
+    return lazy_program_info(full, names, (handles, delegates, num_outs), ops, with_inputs,
+                             {m for m in names if refs.get(m) is not None})
+
+
+def lazy_program_info(full: _FullRecord, names: list[str], maps: tuple[dict, dict, dict], ops: dict,
+                      with_inputs: set[str], with_outputs: set[str]) -> ProgramInfo:
+    """The ProgramInfo of methods `names` from their maps (debug handles, delegates, output counts) and
+    op tables; the AOT replay (methods `with_inputs`), reference outputs (`with_outputs`) and graphs
+    come from the full record, parsed when first used."""
+    handles, delegates, num_outs = maps
     methods: dict[str, MethodInfo] = {}
     for m in names:
-        doc = programs[edge[m]] if m in edge else None
-        inputs = (rep is not None and m == main) or (isinstance(doc, dict) and doc.get("example_inputs") is not None)
-        aot = (lambda m=m: full.record().intermediate_outputs(m)) if inputs else None
-        outputs = _LazyOutputs(full, m) if refs.get(m) is not None else None
+        aot = (lambda m=m: full.record().intermediate_outputs(m)) if m in with_inputs else None
+        outputs = _LazyOutputs(full, m) if m in with_outputs else None
         methods[m] = method_info(handles.get(m), delegates.get(m), num_outs.get(m), ops.get(m, {}), outputs, aot)
     return ProgramInfo(methods=methods, graphs=_LazyGraphs(full))

@@ -167,6 +167,7 @@ class DocumentBuilder:
         self.ops_by_doc: dict[int, dict[int, list[OpInfo]]] = {}
         self._targets_ok: set[str] = set()
         self._op_types: dict[tuple[str, str], str] = {}
+        self._hierarchies: dict[str, dict] = {}
 
     def add(self, program: dict, state_dict, constants, example_inputs, what: str, depth: int = 0) -> int:
         """Adds one program (and, first after it, its delegates' original programs); returns its index."""
@@ -272,7 +273,13 @@ class DocumentBuilder:
             op = found.name() if isinstance(found, torch._ops.HigherOrderOperator) else found.__name__
         self._op_types[(written, target)] = op
         trace = meta.get("stack_trace") if isinstance(meta.get("stack_trace"), str) else None
-        return OpInfo(name, op, trace, module_hierarchy(_nn_module_stack(meta.get("nn_module_stack"), where)))
+        text = meta.get("nn_module_stack")
+        hierarchy = self._hierarchies.get(text) if isinstance(text, str) else None
+        if hierarchy is None:  # nodes of one module share their stack text: parsed once per text
+            hierarchy = module_hierarchy(_nn_module_stack(text, where))
+            if isinstance(text, str) and hierarchy is not None:
+                self._hierarchies[text] = hierarchy
+        return OpInfo(name, op, trace, dict(hierarchy) if hierarchy is not None else None)
 
     def _translate_delegate(self, node: dict, doc: dict, where: str, depth: int) -> None:
         """Upstream inlines the lowered module as a JSON string argument; etlab's document keeps it

@@ -73,3 +73,21 @@ def test_a_malformed_map_fails_at_once_a_malformed_program_when_used():
     assert info.methods["forward"].ops
     with pytest.raises(FormatError):
         info.graphs["edge_dialect_exported_program"]
+
+
+@pytest.mark.parametrize("name,delegated", [("mlp", False), ("cnn", True)])
+def test_upstream_layout_same_program_info_as_the_full_reader(name, delegated):
+    """Upstream's layout (written by etlab's upstream writer): op tables resolved now, values and graphs later."""
+    buf = io.BytesIO()
+    c = compiled(name, delegated)
+    record = ETRecord.from_sources(c.executorch.get_etrecord(), representative_inputs=list(c.inputs))
+    record.save(buf, format="upstream")
+    quick, full = read_program_info(buf.getvalue()), parse_etrecord(buf.getvalue()).program_info()
+    assert list(quick.methods) == list(full.methods)
+    for m in full.methods:
+        for f in _FIELDS:
+            assert getattr(quick.methods[m], f) == getattr(full.methods[m], f), (m, f)
+        assert (quick.methods[m].aot_intermediate_outputs is None) == (full.methods[m].aot_intermediate_outputs is None)
+    assert sorted(quick.graphs) == sorted(full.graphs)
+    aot = quick.methods["forward"].aot_intermediate_outputs()
+    assert aot.keys() == full.methods["forward"].aot_intermediate_outputs().keys()
