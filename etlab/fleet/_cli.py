@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 from etlab.errors import FormatError
 
@@ -55,7 +56,7 @@ def _ingest(args) -> int:
         from etlab.fleet._ingest import ingest
 
         summary = ingest(args.sources, args.store, pattern=args.pattern, tags=tags, workers=args.workers,
-                         progress=not args.no_progress)
+                         progress=not args.no_progress and sys.stderr.isatty())
     print(summary.format())
     if summary.files_ingested == 0 and summary.files_already_stored == 0:
         why = "no .etdp file found" if summary.files_found == 0 else "every file was bad (listed above)"
@@ -137,34 +138,38 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
 
     def engine(sp):
-        sp.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb")
+        sp.add_argument("--engine", choices=("duckdb", "spark"), default="duckdb",
+                        help="duckdb (default: in this process) or spark (Apache Spark; needs a JDK)")
         sp.add_argument("--master", default="local[2]", help="Spark master URL (with --engine spark)")
 
     def output(sp):
-        sp.add_argument("--format", choices=("table", "csv", "json"), default="table")
+        sp.add_argument("--format", choices=("table", "csv", "json"), default="table",
+                        help="table (default), or every row as CSV or JSON on stdout")
 
     ing = sub.add_parser("ingest", help="add .etdp files (directories are walked) to a store")
-    ing.add_argument("sources", nargs="+")
-    ing.add_argument("--store", required=True)
+    ing.add_argument("sources", nargs="+", metavar="DIR|FILE", help=".etdp files, or folders to walk for them")
+    ing.add_argument("--store", required=True, help="the store folder (created if missing; its parent must exist)")
     ing.add_argument("--pattern", help="relative path pattern with tags, e.g. '{build}/{device}/*.etdp'")
     ing.add_argument("--tag", action="append", help="default tag KEY=VALUE (program, method, device, "
                                                      "device_class, build, label.NAME); repeatable")
     ing.add_argument("--workers", type=int, default=None, help="processes (default: all cores)")
-    ing.add_argument("--no-progress", action="store_true")
+    ing.add_argument("--no-progress", action="store_true",
+                     help="no progress bar (there is one only when stderr is a terminal)")
     ing.add_argument("--strict", action="store_true", help="exit 1 if any file was bad")
     engine(ing)
     ing.set_defaults(run=_ingest)
 
     q = sub.add_parser("query", help="run SQL over the views `events` and `files`")
-    q.add_argument("store")
-    q.add_argument("sql")
+    q.add_argument("store", help="the store folder")
+    q.add_argument("sql", help="the query, over the views `events` and `files` (quote it)")
     engine(q)
     output(q)
     q.set_defaults(run=_query)
 
     st = sub.add_parser("stats", help="a ready-made query")
-    st.add_argument("store")
-    st.add_argument("query", choices=("percentiles", "slowest", "variance", "outliers"))
+    st.add_argument("store", help="the store folder")
+    st.add_argument("query", choices=("percentiles", "slowest", "variance", "outliers"),
+                    help="percentiles (p50/p90/p99 per op), slowest ops, variance per op, or outlier runs")
     st.add_argument("--by", help="grouping columns, comma separated")
     st.add_argument("--where", help="extra SQL condition on events")
     st.add_argument("--z", type=float, default=5.0, help="outliers: robust z-score threshold")
@@ -174,7 +179,7 @@ def _parser() -> argparse.ArgumentParser:
     st.set_defaults(run=_stats)
 
     d = sub.add_parser("diff", help="compare two slices per op; exit 1 on a regression")
-    d.add_argument("store")
+    d.add_argument("store", help="the store folder")
     d.add_argument("--base", required=True, help="COLUMN=VALUE[,...], e.g. build=A")
     d.add_argument("--head", required=True, help="COLUMN=VALUE[,...], e.g. build=B")
     d.add_argument("--key", default="op", help="what an op is: op, or op,debug_handle")
@@ -185,31 +190,50 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--threshold", type=float, default=0.05, help="smallest p50 change flagged (0.05 = 5%%)")
     d.add_argument("--alpha", type=float, default=0.05, help="significance after Holm correction")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the interval")
-    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
     d.add_argument("--all", action="store_true", help="print every op, not only flagged ones")
-    d.add_argument("--html", help="also write the view as an offline HTML file")
+    d.add_argument("--html", metavar="OUT.html", help="also write the view as an offline HTML file")
     output(d)
     d.set_defaults(run=_diff)
 
     g = sub.add_parser("generate", help="write a synthetic fleet (with a planted regression)")
-    g.add_argument("out")
-    g.add_argument("--devices-per-class", type=int, default=2)
-    g.add_argument("--sessions", type=int, default=2)
-    g.add_argument("--runs", type=int, default=8)
-    g.add_argument("--regression", default="convolution.out=1.25", help="OP=FACTOR, or none")
-    g.add_argument("--regression-build", default="B")
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--workers", type=int, default=1)
+    g.add_argument("out", help="the folder to write (created; its parent must exist)")
+    g.add_argument("--devices-per-class", type=int, default=2, help="devices of each device class (default 2)")
+    g.add_argument("--sessions", type=int, default=2, help="ETDump files per device and build (default 2)")
+    g.add_argument("--runs", type=int, default=8, help="runs (Execute blocks) per file (default 8)")
+    g.add_argument("--regression", default="convolution.out=1.25",
+                   help="the planted regression, OP=FACTOR (default convolution.out=1.25), or none")
+    g.add_argument("--regression-build", default="B", help="the build the regression is planted in (default B)")
+    g.add_argument("--seed", type=int, default=0, help="random seed (default 0): the same seed, the same files")
+    g.add_argument("--workers", type=int, default=1, help="processes writing files (default 1)")
     g.set_defaults(run=_generate)
     return p
+
+
+def _check_paths(args) -> None:
+    """The folders a command creates and the files it writes: their parents must exist (a mistyped
+    path is an error, not a new tree), and what must be a folder is not a file."""
+    from etlab.inspector import output_file
+
+    for flag, path in (("--store", getattr(args, "store", None) if args.command == "ingest" else None),
+                       ("OUT", getattr(args, "out", None))):
+        if path is not None:
+            if Path(path).exists() and not Path(path).is_dir():
+                raise NotADirectoryError(f"{flag} {path}: is a file, not a folder")
+            if not Path(path).is_dir():
+                output_file(flag, path)
+    output_file("--html", getattr(args, "html", None))
 
 
 def fleet_main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
+        _check_paths(args)
         return args.run(args)
-    except (FormatError, FileNotFoundError, ValueError) as e:
-        print(f"etlab fleet: error: {e}", file=sys.stderr)
+    except (FormatError, ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError) as e:
+        from etlab.inspector import error_line
+
+        print(f"etlab fleet: error: {error_line(e)}", file=sys.stderr)
         return 2
     except Exception as e:  # SQL errors from DuckDB/Spark: one line, not a traceback
         if any(m in type(e).__module__ for m in ("duckdb", "pyspark", "py4j")):

@@ -20,10 +20,23 @@
 - a run and its program: `run_mismatch` (why a run is not of a program: the Inspector warns with it, or
   raises `PairingError` with `strict=True`), `program_signature` / `pte_signature`, `run_calls`
 - `python -m etlab.inspector --etdump_path P [--etrecord_path R] [--debug_buffer_path B]`
-- `inspect_main(argv)` / `compare_main(argv)`: `etlab inspect` / `etlab compare` (the CLI calls them)
+- `inspect_main(argv)` / `compare_main(argv)`: `etlab inspect` / `etlab compare` (the CLI calls them); what
+  every etlab command shares: `input_file` / `output_file` (file arguments checked before any work),
+  `error_line`, `Progress` (stages on stderr), `stdout_closed` (a reader that went away: no traceback),
+  `terminal_width`
 """
 
-from etlab.inspector._cli import compare_main, inspect_main, warnings_as_lines
+from etlab.inspector._cli import (
+    PROGRESS_HELP,
+    Progress,
+    compare_main,
+    error_line,
+    input_file,
+    inspect_main,
+    output_file,
+    stdout_closed,
+    warnings_as_lines,
+)
 from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
@@ -52,6 +65,7 @@ from etlab.inspector._rollups import (
     time_unit,
     timings_counted_once,
 )
+from etlab.inspector._terminal import terminal_width
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
@@ -60,6 +74,7 @@ __all__ = [
     "FRAMEWORK_EVENT_NAMES",
     "KERNEL",
     "OPERATOR_CALL",
+    "PROGRESS_HELP",
     "CompareRow",
     "CompareSummary",
     "Comparison",
@@ -75,6 +90,7 @@ __all__ = [
     "PairingError",
     "PerfData",
     "ProgramInfo",
+    "Progress",
     "RunCall",
     "TimeScale",
     "block_methods",
@@ -82,8 +98,10 @@ __all__ = [
     "compare_main",
     "compare_results",
     "cosine_similarity",
+    "error_line",
     "event_label",
     "execute_timings",
+    "input_file",
     "inspect_main",
     "l1",
     "mse",
@@ -91,6 +109,7 @@ __all__ = [
     "op_label",
     "op_timings",
     "ops_without_outputs",
+    "output_file",
     "phase_of",
     "phase_runs",
     "phases",
@@ -99,6 +118,8 @@ __all__ = [
     "run_calls",
     "run_mismatch",
     "snr",
+    "stdout_closed",
+    "terminal_width",
     "time_unit",
     "timings_counted_once",
     "warnings_as_lines",

@@ -11,7 +11,11 @@ import argparse
 import contextlib
 import json
 import math
+import os
+import shutil
 import sys
+import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,27 +41,138 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(message)
 
 
-def _fail(prog: str, err: BaseException) -> int:
+def error_line(err: BaseException) -> str:
+    """An error as the one line a command prints: an OSError as "PATH: reason", not "[Errno 2] ...: 'PATH'"."""
     msg = str(err).splitlines()[0] if str(err) else type(err).__name__
     if isinstance(err, OSError) and err.filename is not None and err.strerror:
-        msg = f"{err.filename}: {err.strerror}"  # not "[Errno 2] No such file or directory: '...'"
-    print(f"{prog}: error: {msg}", file=sys.stderr)
+        msg = f"{err.filename}: {err.strerror}"
+    return msg
+
+
+def _fail(prog: str, err: BaseException) -> int:
+    print(f"{prog}: error: {error_line(err)}", file=sys.stderr)
     return 2
 
 
+# -- what every etlab command shares: file arguments checked before any work, progress, a closed pipe -----
+
+
+def input_file(flag: str, path) -> Path | None:
+    """A file argument that must name an existing file (None passes): checked before the command reads
+    anything, so a typo is one line naming the argument, not a raw [Errno] or a traceback seconds later."""
+    if path is None:
+        return None
+    p, named = Path(path), f"{flag} {path}" if flag else str(path)  # flag "": a positional argument
+    if p.is_dir():
+        raise IsADirectoryError(f"{named}: is a directory, not a file")
+    if not p.exists():
+        raise FileNotFoundError(f"{named}: no such file")
+    return p
+
+
+def output_file(flag: str, path) -> Path | None:
+    """A file argument the command writes (None passes): its folder must exist (commands never create
+    folders: a mistyped folder is an error, not a new tree) and it must not be a folder itself."""
+    if path is None:
+        return None
+    p = Path(path)
+    if p.is_dir():
+        raise IsADirectoryError(f"{flag} {path}: is a directory; give the file to write")
+    if not p.parent.is_dir():
+        what = "is not a directory" if p.parent.exists() else "does not exist"
+        raise FileNotFoundError(f"{flag} {path}: the folder {p.parent} {what} (etlab does not create folders)")
+    return p
+
+
+def stdout_closed() -> int:
+    """What a command does when its reader has gone (`etlab inspect run.etdp | head`): nothing more
+    reaches stdout (Python would otherwise fail again flushing it at exit), no traceback; the exit
+    status of a process ended by SIGPIPE, as other tools in a pipeline report it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + 13
+
+
+class Progress:
+    """The stage a slow command is at, on stderr only (stdout may be piped JSON or CSV): on a terminal,
+    one line rewritten in place once the command has run a second, erased at the end; with `forced`
+    (--progress), one line per stage, terminal or not. Otherwise silent."""
+
+    DELAY = 1.0
+
+    def __init__(self, prog: str, forced: bool = False, stream=None):
+        self.prog, self.stream = prog, stream or sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.forced = forced
+        self.t0 = time.monotonic()
+        self.stage = ""
+        self.shown = False
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = None
+        if self.tty and not forced:
+            self._thread = threading.Thread(target=self._tick, daemon=True)
+            self._thread.start()
+
+    def __call__(self, stage: str) -> None:
+        with self._lock:
+            self.stage = stage
+            if self.forced:
+                print(f"{self.prog}: {stage} ({time.monotonic() - self.t0:.1f} s)", file=self.stream, flush=True)
+            elif self.shown:
+                self._draw()
+
+    def _draw(self) -> None:
+        line = f"{self.prog}: {self.stage} ({time.monotonic() - self.t0:.0f} s)"
+        self.stream.write("\r\033[K" + line[: max(20, shutil.get_terminal_size().columns - 1)])
+        self.stream.flush()
+        self.shown = True
+
+    def _tick(self) -> None:
+        while not self._stop.wait(0.25):
+            with self._lock:
+                if self.stage and time.monotonic() - self.t0 >= self.DELAY:
+                    self._draw()
+
+    def clear(self) -> None:
+        """Erases the progress line (before another line goes to stderr); the next tick draws it again."""
+        with self._lock:
+            if self.shown:
+                self.stream.write("\r\033[K")
+                self.stream.flush()
+                self.shown = False
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.clear()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
 @contextlib.contextmanager
-def warnings_as_lines(prog: str):
+def warnings_as_lines(prog: str, progress: Progress | None = None):
     """Warnings raised inside (a run that is not of its ETRecord's program, dropped debug values)
-    printed as one `prog: warning: ...` line each on stderr, instead of Python's two-line form."""
+    printed as one `prog: warning: ...` line each on stderr, instead of Python's two-line form (below
+    the progress line, if one is shown)."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
             yield
         finally:
+            if caught and progress is not None:
+                progress.clear()
             for w in caught:
                 print(f"{prog}: warning: {w.message}", file=sys.stderr)
 
 
+PROGRESS_HELP = ("say on stderr what the command is doing, one line per stage (on a terminal the stage is "
+                 "shown in place anyway once it takes over a second; never on stdout)")
 _STRICT_HELP = "refuse (exit 2) a run that is not of the ETRecord's program; by default a warning with the evidence"
 
 
@@ -87,6 +202,9 @@ def module_main(argv: list[str] | None = None) -> int:
     prog = "etlab.inspector"
     try:
         a = _module_parser().parse_args(argv)
+        input_file("--etrecord_path", a.etrecord_path)
+        input_file("--debug_buffer_path", a.debug_buffer_path)
+        output_file("--tsv_path", a.tsv_path)
         with warnings_as_lines(prog):
             ins = Inspector(etdump_path=a.etdump_path, etrecord=a.etrecord_path,
                             debug_buffer_path=a.debug_buffer_path, source_time_scale=a.source_time_scale,
@@ -99,6 +217,9 @@ def module_main(argv: list[str] | None = None) -> int:
                 if block.name == "Execute" and block.reference_output is not None:
                     for metric, values in compare_results(block.reference_output, block.run_output).items():
                         print(f"{metric}: " + ", ".join("-" if v is None else f"{v:.6g}" for v in values))
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_closed()
     except (_UsageError, *_BAD_INPUT) as e:
         return _fail(prog, e)
     return 0
@@ -139,6 +260,10 @@ def inspect_main(argv: list[str] | None = None) -> int:
     prog = "etlab inspect"
     try:
         a = _inspect_parser().parse_args(argv)
+        for flag in ("etrecord", "debug_buffer", "pte"):
+            input_file("--" + flag.replace("_", "-"), getattr(a, flag))
+        output_file("-o", a.output)
+        output_file("--chrome-trace", a.chrome_trace)
         with warnings_as_lines(prog):
             ins = Inspector(etdump_path=a.etdump, etrecord=a.etrecord, debug_buffer_path=a.debug_buffer,
                             source_time_scale=a.source_time_scale, target_time_scale=a.target_time_scale,
@@ -159,6 +284,9 @@ def inspect_main(argv: list[str] | None = None) -> int:
                 sys.stdout.write(text)
         if a.chrome_trace:
             ins.to_chrome_trace(a.chrome_trace)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_closed()
     except (_UsageError, *_BAD_INPUT) as e:
         return _fail(prog, e)
     return 0
@@ -318,6 +446,7 @@ def _compare_parser(prog: str) -> _Parser:
     p.add_argument("--html", metavar="OUT.html", help="write a self-contained HTML report (table, chart, graph)")
     p.add_argument("--target-time-scale", choices=_SCALES, default="ms", help="unit of the printed times (ms)")
     p.add_argument("--strict", action="store_true", help=_STRICT_HELP)
+    p.add_argument("--progress", action="store_true", help=PROGRESS_HELP)
     return p
 
 
@@ -357,7 +486,7 @@ def _csv_text(comparison) -> str:
     return df.map(lambda v: " ".join(map(str, v)) if isinstance(v, (list, tuple)) else v).to_csv(index=False)
 
 
-def _record(files: RunFiles, prog: str):
+def _record(files: RunFiles, prog: str, progress: Progress | None = None):
     """The side's ETRecord: a named one must load; one found beside the run that does not (an
     upstream ETRecord, say) is left out with a warning, and the run is compared without it."""
     if files.etrecord is None or not files.found_etrecord:
@@ -367,34 +496,51 @@ def _record(files: RunFiles, prog: str):
     try:
         return parse_etrecord(files.etrecord)
     except (FormatError, ValueError, OSError) as e:
+        if progress is not None:
+            progress.clear()
         print(f"{prog}: warning: {str(e).splitlines()[0]}; comparing {files.etdump.name} without it", file=sys.stderr)
         return None
 
 
 def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> int:
     """`etlab compare A B [--etrecord-a R] [--debug-buffer-a B] [... -b] [--by ...] [--top N]
-    [--csv OUT] [--json OUT] [--html OUT]`; returns the exit status."""
+    [--csv OUT] [--json OUT] [--html OUT] [--progress]`; returns the exit status."""
     from etlab.inspector._inspector import Inspector
 
     try:
         a = _compare_parser(prog).parse_args(argv)
         if a.top < 0:
             raise ValueError(f"--top must be >= 0, got {a.top}")
+        for side in ("a", "b"):
+            for flag in ("etrecord", "debug_buffer", "pte"):
+                input_file(f"--{flag.replace('_', '-')}-{side}", getattr(a, f"{flag}_{side}"))
+        for flag in ("csv", "json", "parquet", "html"):
+            output_file(f"--{flag}", getattr(a, flag))
         sides = [run_files(a.a, a.etrecord_a, a.debug_buffer_a, "A", a.pte_a),
                  run_files(a.b, a.etrecord_b, a.debug_buffer_b, "B", a.pte_b)]
-        with warnings_as_lines(prog):
-            ins = [Inspector(etdump_path=f.etdump, etrecord=_record(f, prog), debug_buffer_path=f.debug_buffer,
-                             target_time_scale=a.target_time_scale, strict=a.strict, pte=f.pte) for f in sides]
-        comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
+        with Progress(prog, a.progress) as step:
+            ins = []
+            with warnings_as_lines(prog, step):
+                for name, f in zip("AB", sides):
+                    step(f"reading {name}: {f.etdump}" + (f" with {f.etrecord.name}" if f.etrecord else ""))
+                    record = _record(f, prog, step)
+                    ins.append(Inspector(etdump_path=f.etdump, etrecord=record, debug_buffer_path=f.debug_buffer,
+                                         target_time_scale=a.target_time_scale, strict=a.strict, pte=f.pte))
+            step(f"joining A and B by {a.by}")
+            comparison = ins[0].compare(ins[1], by=a.by, name_a=str(sides[0].etdump), name_b=str(sides[1].etdump))
+            outputs = [(a.csv, lambda p: write_atomic(p, _csv_text(comparison).encode())),
+                       (a.json, lambda p: write_atomic(p, (json.dumps(comparison.to_dict(), indent=1, allow_nan=False)
+                                                           + "\n").encode())),
+                       (a.parquet, lambda p: write_atomic(p, parquet_bytes(comparison.to_dataframe()))),
+                       (a.html, comparison.save_html)]
+            for path, write in outputs:
+                if path:
+                    step(f"writing {path}")
+                    write(path)
         sys.stdout.write(compare_table(comparison, a.top))
-        if a.csv:
-            write_atomic(a.csv, _csv_text(comparison).encode())
-        if a.json:
-            write_atomic(a.json, (json.dumps(comparison.to_dict(), indent=1, allow_nan=False) + "\n").encode())
-        if a.parquet:
-            write_atomic(a.parquet, parquet_bytes(comparison.to_dataframe()))
-        if a.html:
-            comparison.save_html(a.html)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_closed()
     except (_UsageError, *_BAD_INPUT) as e:
         return _fail(prog, e)
     return 0

@@ -73,12 +73,14 @@ def _missing_html(missing: dict[str, str]) -> str:
 
 class Dashboard(widgets.Tab):
     """Tabs: Summary, Graph (compare mode when several graphs are known; the first two shown), Memory, Delegation,
-    Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`)."""
+    Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`). `memory_plan`: the Memory
+    tab's table when the program manager is not at hand (`_memory_view.pte_plan_frame` of the .pte)."""
 
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
-    def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, **kwargs):
+    def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, memory_plan=None,
+                 **kwargs):
         try:
             sources = resolve_sources(program if program is not None else inspector, method, inspector)
         except FormatError:  # a defective record (a program member that does not decode): said, not hidden
@@ -99,7 +101,7 @@ class Dashboard(widgets.Tab):
                                             method=method, overlay="latency", shown=kinds[:2])
         else:
             self.missing["graph"] = "no graph: give the Inspector an ETRecord (or pass the program)"
-        memory = _memory_source(sources)
+        memory = memory_plan if memory_plan is not None else _memory_source(sources)  # a plan table (a .pte's)
         try:
             if memory is None:
                 raise ValueError("no planned program: pass the ExecutorchProgramManager, as in "

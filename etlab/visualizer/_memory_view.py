@@ -30,6 +30,59 @@ def _plan_frame(program_manager, method: str) -> pd.DataFrame:
     return memory_plan_dataframe(program_manager, method)
 
 
+def pte_plan_frame(pte, method: str = "forward") -> pd.DataFrame:
+    """The memory plan of a `.pte`'s method (a path or a PteFile) as a memory_plan_dataframe() table, from
+    the file alone (etlab.facts.pte_memory): tensors named by value index ("v12"), the producing op the
+    instruction that first names a tensor runs (its kernel, or the delegate's backend), no module or
+    source line (a .pte keeps none). Tensors at one offset whose steps overlap are one storage (a view
+    and its base), counted once by the live-bytes curve."""
+    from etlab.errors import FormatError
+    from etlab.facts.pte_memory import instructions, memory_plan
+    from etlab.schema import load_file
+    from etlab.schema.program import DelegateCall, KernelCall, PteFile
+
+    if not isinstance(pte, PteFile):
+        loaded = load_file(pte)
+        if not isinstance(loaded, PteFile):
+            raise FormatError(f"{pte}: not a .pte (a {type(loaded).__name__})")
+        pte = loaded
+    plans = {str(p.name): p for p in pte.program.execution_plan or ()}
+    if method not in plans:
+        raise ValueError(f"the .pte has no method {method!r}; methods are {sorted(plans)}")
+    plan = plans[method]
+    ops = [f"{o.name}.{o.overload}" if o.overload else str(o.name) for o in plan.operators or ()]
+    backends = [str(d.id) for d in plan.delegates or ()]
+
+    def runs(ins) -> str:
+        a = ins.instr_args
+        if isinstance(a, KernelCall) and 0 <= a.op_index < len(ops):
+            return ops[a.op_index]
+        if isinstance(a, DelegateCall) and 0 <= a.delegate_index < len(backends):
+            return f"delegate {backends[a.delegate_index]}"
+        return type(a).__name__
+
+    steps = [runs(ins) for ins in instructions(plan)]
+    inputs = {int(i) for i in plan.inputs or ()}
+    rows, storage_end = [], {}
+    for b in sorted(memory_plan(plan), key=lambda b: (b.memory_id, b.offset, b.first, b.value)):
+        name = f"v{b.value}"
+        key = (b.memory_id, b.offset)
+        owner, end = storage_end.get(key, (None, -1))
+        storage = owner if owner is not None and b.first <= end else name
+        storage_end[key] = (storage, max(end, b.last) if storage == owner else b.last)
+        producing = "placeholder" if b.value in inputs else (steps[b.first] if b.first < len(steps) else "")
+        rows.append({"tensor": name, "mem_id": b.memory_id, "offset": b.offset, "size": b.size,
+                     "first_step": b.first, "last_step": b.last, "producing_op": producing, "debug_handle": None,
+                     "dtype": b.dtype, "shape": tuple(b.shape), "storage": storage, "module": "", "source": ""})
+    df = pd.DataFrame(rows, columns=["tensor", "mem_id", "offset", "size", "first_step", "last_step", "producing_op",
+                                     "debug_handle", "dtype", "shape", "storage", "module", "source"])
+    df = df.astype({"mem_id": "int64", "offset": "int64", "size": "int64", "first_step": "int64",
+                    "last_step": "int64", "debug_handle": "Int64"})
+    df.attrs.update(method=method, num_steps=len(steps), instructions=steps,
+                    buffer_sizes=[int(n) for n in plan.non_const_buffer_sizes or ()])
+    return df
+
+
 def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
     from etlab.devtools import live_bytes_per_step
 

@@ -126,7 +126,7 @@ def test_missing_or_directory_etrecord_is_one_plain_line(delegate_runs, tmp_path
     from etlab.inspector._cli import inspect_main
 
     etdp = delegate_runs["mlp"] / "run.etdp"
-    for record, why in ((tmp_path / "missing.etrecord", "No such file or directory"), (tmp_path, "Is a directory")):
+    for record, why in ((tmp_path / "missing.etrecord", "no such file"), (tmp_path, "is a directory, not a file")):
         assert inspect_main([str(etdp), "--etrecord", str(record)]) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert err == [f"etlab inspect: error: {record}: {why}"]
+        assert err == [f"etlab inspect: error: --etrecord {record}: {why}"]
