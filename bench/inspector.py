@@ -1,7 +1,7 @@
 """Inspector benchmark: load + to_dataframe, etlab vs upstream ExecuTorch's Inspector on the same
 files in one run, and etlab on a 1e6-event ETDump.
 
-    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m] [--etrecord-only]
+    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m] [--etrecord-only] [--corpus [NAME ...]]
 
 Upstream-written dumps (zoo models exported and run by upstream 1.5.1 through
 ../shared/reference/et_ref.py) and the synthetic 1e6-event dump are cached under
@@ -12,6 +12,12 @@ inspect`, imports excluded). Medians. Writes the `## inspector` section of bench
 With upstream's .etrecord: the same, plus `etrecord=` the upstream-written `model.etrecord` (read by
 etlab's pickle-free reader; upstream's Inspector deserializes its programs); its lines sit between
 ETRECORD_BEGIN/END in the section, and `--etrecord-only` re-measures just those.
+
+`--corpus`: the same with upstream's `.etrecord`, over every model of etlab.models.corpus (not the zoo
+alone): etlab exports each model and saves the ExportedProgram; upstream (bench/_ref_inspector_corpus.py,
+reference python) compiles it with its ETRecord, runs it twice with ETDump and debug buffer and times its
+own Inspector warm in its process; etlab then times its Inspector on upstream's files warm in this
+process. Cached per model under ~/.cache/etlab/bench; its lines sit between CORPUS_BEGIN/END.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from _common import ET_REF, REPO, RESULTS, median, reference_python, run_ref, write_section
+from _common import ET_REF, REPO, RESULTS, median, ref_env, reference_python, run_ref, write_section
 
 from etlab.etdump import read_etdump
 from etlab.etrecord import parse_etrecord
@@ -40,6 +46,10 @@ ZOO = REPO / "etlab" / "models" / "zoo.py"
 SYNTH_RUNS, SYNTH_OPS = 1000, 498   # 1000 runs x (2 * 498 ops + 3 delegate events + Method::execute) = 1e6
 ETRECORD_CASES = [("mlp", 2, True), ("cnn", 2, True), ("transformer", 2, True)]
 ETRECORD_BEGIN, ETRECORD_END = "<!-- etrecord -->", "<!-- /etrecord -->"
+CORPUS_BEGIN, CORPUS_END = "<!-- corpus -->", "<!-- /corpus -->"
+REF_CORPUS = Path(__file__).resolve().parent / "_ref_inspector_corpus.py"
+CORPUS_MARKER = "upstream_inspector.json"
+CORPUS_RECIPE = "inspector-corpus-v1: to_edge(generate_etrecord) + 2 runs with ETDump and debug buffer"
 UPSTREAM_CASES = [  # (model, iterations, with debug buffer)
     ("mlp", 2, True), ("cnn", 2, True), ("transformer", 2, True),
     ("cnn", 100, False), ("transformer", 100, False),
@@ -137,16 +147,156 @@ def _timed(fn, *args) -> float:
     return time.perf_counter() - t
 
 
-def replace_etrecord_lines(lines: list[str]) -> None:
-    """Puts `lines` in place of the marked block of the inspector section (or at its end)."""
+def corpus_dir(name: str) -> tuple[Path, dict | None]:
+    """Where upstream's files for corpus model `name` are cached, and the finished job's result (or None).
+    The key hashes what shapes the model (bench/_corpus_upstream.compile_key) and CORPUS_RECIPE (bump it
+    when bench/_ref_inspector_corpus.py makes its files differently)."""
+    import _corpus_upstream as up
+
+    from etlab.models.corpus import CORPUS
+
+    entry = CORPUS[name]
+    key = hashlib.sha256((up.compile_key(name, Path(sys.modules[entry.factory.__module__].__file__))
+                          ).encode() + CORPUS_RECIPE.encode()).hexdigest()[:16]
+    d = CACHE / f"corpus-{name}-{key}"
+    marker = d / CORPUS_MARKER
+    return d, (json.loads(marker.read_text()) if marker.is_file() else None)
+
+
+def _export_error(name: str) -> Path:
+    """Where the last failure of etlab's side to build or export corpus model `name` is noted."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    return CACHE / f"corpus-{name}.export-error"
+
+
+def prepare_corpus(ref: str, names: list[str]) -> None:
+    """Exports the models whose upstream files are missing and has the reference python make them."""
+    import torch
+
+    from etlab.models.corpus import CORPUS, SHARED_STATE
+
+    jobs = []
+    for name in names:
+        d, done = corpus_dir(name)
+        if done is not None:
+            continue
+        entry = CORPUS[name]
+        print(f"[bench] exporting {name} for upstream ...", file=sys.stderr, flush=True)
+        try:
+            built = entry.build()
+            programs = entry.export(built)
+        except Exception as e:  # a model etlab's side cannot export is reported in the table
+            print(f"[bench] {name}: export failed: {e}", file=sys.stderr, flush=True)
+            _export_error(name).write_text(f"{type(e).__name__}: {e}".splitlines()[0][:300])
+            continue
+        _export_error(name).unlink(missing_ok=True)
+        d.mkdir(parents=True, exist_ok=True)
+        for m, ep in programs.items():
+            torch.export.save(ep, d / f"{m}.pt2")
+            torch.save(list(built[1][m]), d / f"{m}.inputs.pt")
+        methods = list(programs)
+        jobs.append({"dir": str(d), "methods": methods, "run": "forward" if "forward" in methods else methods[0],
+                     "share_mutable_buffers": SHARED_STATE in entry.tags})
+    if not jobs:
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_text(json.dumps(jobs))
+        print(f"[bench] upstream compiles, runs and inspects {len(jobs)} corpus models ...", file=sys.stderr,
+              flush=True)
+        subprocess.run([ref, str(REF_CORPUS), str(spec)], env=ref_env(), check=False, timeout=4 * 3600)
+
+
+def _time_ours_cpu(etdp: Path, buf: Path, record: Path, repeats: int) -> tuple[float, float, int]:
+    """etlab's Inspector on one model's files: one untimed load, then median wall and CPU seconds."""
+    Inspector(etdump_path=etdp, etrecord=record, debug_buffer_path=buf).to_dataframe()
+    wall, cpu, rows = [], [], 0
+    for _ in range(repeats):
+        t, c = time.perf_counter(), time.process_time()
+        rows = len(Inspector(etdump_path=etdp, etrecord=record, debug_buffer_path=buf).to_dataframe())
+        wall.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
+    return median(wall), median(cpu), rows
+
+
+def _upstream_timings(ref: str, dirs: list[Path], repeats: int) -> None:
+    """Upstream's Inspector timed again on the files made before (D/upstream_timing.json), in one sitting."""
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "jobs.json"
+        spec.write_text(json.dumps([{"dir": str(d)} for d in dirs]))
+        subprocess.run([ref, str(REF_CORPUS), str(spec), "--time-only", "--repeats", str(repeats)], env=ref_env(),
+                       check=False, timeout=3600, stdout=subprocess.DEVNULL)
+
+
+def corpus_lines(ref: str, names: list[str], repeats: int, retime_upstream: bool = True) -> list[str]:
+    """Per corpus model: etlab's Inspector vs upstream's on upstream's files with upstream's .etrecord.
+    `retime_upstream=False` keeps upstream's timings of the last run (D/upstream_timing.json)."""
+    prepare_corpus(ref, names)
+    made = {n: corpus_dir(n) for n in names}
+    ready = {n: d for n, (d, done) in made.items() if done is not None and done.get("ok")}
+    when = "in an earlier sitting (--keep-upstream-timings), under a like load"
+    if retime_upstream or not all((d / "upstream_timing.json").is_file() for d in ready.values()):
+        print(f"[bench] timing upstream's Inspector on {len(ready)} models ...", file=sys.stderr, flush=True)
+        _upstream_timings(ref, list(ready.values()), 5)
+        when = "just before etlab's"
+    lines = [CORPUS_BEGIN, "", "Every model of the corpus (etlab.models.corpus) that upstream compiles and runs: "
+             "upstream-written `.pte`, `.etrecord`, 2-iteration `.etdp` and debug buffer; "
+             "`Inspector(etdump_path, etrecord=..., debug_buffer_path)` then `.to_dataframe()`, warm, in process "
+             f"on both sides (one untimed load, then the median of {repeats} for etlab and of 5 for upstream, "
+             f"bench/_ref_inspector_corpus.py), upstream's timings taken {when}. The speed-up is "
+             "of process CPU time: on this shared machine (load average "
+             f"{os.getloadavg()[0]:.0f} on {os.cpu_count()} cores) wall times are mostly waiting; they are given too.",
+             "", "| model | rows | etlab CPU (ms) | upstream CPU (ms) | speed-up (CPU) | etlab wall (ms) "
+             "| upstream wall (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
+    ratios, skipped = {}, []
+    for name in names:
+        d, done = made[name]
+        timing = d / "upstream_timing.json"
+        if name not in ready or not timing.is_file() or not json.loads(timing.read_text()).get("ok"):
+            if done is None:
+                err = _export_error(name)
+                why = "not exported here: " + (err.read_text() if err.is_file() else "not made")
+            else:
+                why = "upstream: " + (done.get("error") or "not timed")
+            skipped.append(f"{name} ({why.splitlines()[0][:120]})")
+            continue
+        theirs = json.loads(timing.read_text())
+        wall, cpu, rows = _time_ours_cpu(d / "run.etdp", d / "run.bin", d / "model.etrecord", repeats)
+        if rows != theirs["rows"]:
+            raise RuntimeError(f"{d}: etlab shows {rows} rows, upstream {theirs['rows']}")
+        up_cpu, up_wall = median(theirs["cpu_seconds"]), median(theirs["seconds"])
+        ratios[name] = up_cpu / cpu
+        lines.append(f"| {name} | {rows} | {cpu * 1e3:.1f} | {up_cpu * 1e3:.0f} | {ratios[name]:.0f}x "
+                     f"| {wall * 1e3:.1f} | {up_wall * 1e3:.0f} |")
+        print(lines[-1], file=sys.stderr, flush=True)
+    below = [n for n, r in ratios.items() if r < 20]
+    if ratios:
+        lines += ["", f"Speed-up (CPU time) over {len(ratios)} corpus models: median {median(ratios.values()):.0f}x, "
+                  f"min {min(ratios.values()):.0f}x ({min(ratios, key=ratios.get)}); below the 20x target: "
+                  f"{', '.join(below) or 'none'}."]
+    if skipped:
+        lines += ["", f"Not measured: {'; '.join(skipped)}."]
+    return [*lines, "", CORPUS_END]
+
+
+def _kept_corpus_block() -> list[str]:
+    """The corpus lines of the current section (measured by `--corpus`, kept by a full run)."""
+    text = RESULTS.read_text() if RESULTS.is_file() else ""
+    if CORPUS_BEGIN not in text:
+        return []
+    return [*(CORPUS_BEGIN + text.split(CORPUS_BEGIN, 1)[1].split(CORPUS_END, 1)[0] + CORPUS_END).splitlines(), ""]
+
+
+def replace_etrecord_lines(lines: list[str], begin: str = ETRECORD_BEGIN, end: str = ETRECORD_END) -> None:
+    """Puts `lines` in place of the marked block (`begin`..`end`) of the inspector section (or at its end)."""
     text = RESULTS.read_text()
     start = text.index("## inspector")
     nxt = text.find("\n## ", start + 1)
     section = text[start:] if nxt < 0 else text[start:nxt + 1]
     block = "\n".join(lines)
-    if ETRECORD_BEGIN in section:
-        head, rest = section.split(ETRECORD_BEGIN, 1)
-        section = head + block + rest.split(ETRECORD_END, 1)[1]
+    if begin in section:
+        head, rest = section.split(begin, 1)
+        section = head + block + rest.split(end, 1)[1]
     else:
         section = section.rstrip("\n") + "\n\n" + block + "\n"
     write_section("inspector", section)
@@ -157,12 +307,27 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=15, help="timed repetitions per case for etlab (upstream: 3)")
     ap.add_argument("--upstream-1m", action="store_true", help="also time upstream on the 1e6-event dump (slow)")
     ap.add_argument("--etrecord-only", action="store_true", help="only the with-.etrecord lines")
+    ap.add_argument("--corpus", nargs="*", metavar="NAME", default=None,
+                    help="only the corpus lines (upstream's files and .etrecord), for NAMEs or every corpus model")
+    ap.add_argument("--prepare-only", action="store_true", help="with --corpus: only make upstream's files")
+    ap.add_argument("--keep-upstream-timings", action="store_true",
+                    help="with --corpus: reuse upstream's Inspector timings of the last run (not re-timed)")
     a = ap.parse_args(argv)
     ref = reference_python()
     if ref is None:
         sys.exit("bench/inspector.py: the upstream reference python (../shared/reference/setup.sh) is unavailable")
     if a.etrecord_only:
         replace_etrecord_lines(etrecord_lines(ref, a.repeats))
+        return 0
+    if a.corpus is not None:
+        from etlab.models.corpus import CORPUS
+
+        names = a.corpus or list(CORPUS)
+        if a.prepare_only:
+            prepare_corpus(ref, names)
+            return 0
+        replace_etrecord_lines(corpus_lines(ref, names, a.repeats, not a.keep_upstream_timings), CORPUS_BEGIN,
+                               CORPUS_END)
         return 0
     lines = ["| upstream-written file | events | rows | etlab (ms) | upstream (ms) | speed-up |",
              "|---|---:|---:|---:|---:|---:|"]
@@ -222,6 +387,7 @@ def main(argv=None) -> int:
         "",
         *etrecord_lines(ref, a.repeats),
         "",
+        *_kept_corpus_block(),
     ])
     write_section("inspector", text)
     print(text)
