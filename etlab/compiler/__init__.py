@@ -8,7 +8,9 @@ Names mirror upstream ExecuTorch's `executorch.exir`, so its docs translate by c
 
 Backend authors: `Partitioner`, `PartitionResult`, `DelegationSpec`, `BackendDetails`,
 `PreprocessResult`, `CompileSpec`, `to_backend`, `DelegateMappingBuilder`, `LoweredBackendModule`,
-`executorch_call_delegate` (upstream's `executorch.exir.backend.*`), all importable from here.
+`executorch_call_delegate` (upstream's `executorch.exir.backend.*`), all importable from here;
+`NamedDataStore` for the keyed data a backend's payload refers to (`PreprocessResult.data_store_output`),
+and `delegate_external_constants_pass_unlifted` to send a delegate's weights to a .ptd.
 """
 
 from etlab.compiler._config import EdgeCompileConfig, ExecutorchBackendConfig
@@ -26,6 +28,7 @@ from etlab.compiler._delegation import (
 )
 from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler._errors import CompileError
+from etlab.compiler._external_constants import delegate_external_constants_pass_unlifted
 from etlab.compiler._manager import (
     EdgeProgramManager,
     ETRecordSources,
@@ -34,6 +37,7 @@ from etlab.compiler._manager import (
     to_edge_transform_and_lower,
 )
 from etlab.compiler._memory_planning import MemoryPlan, MemoryPlanningPass, linearize, live_bytes, specs_of
+from etlab.compiler._named_data import DataEntry, NamedDataStore, NamedDataStoreOutput
 from etlab.compiler._shapes import dim_order_of
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
@@ -57,6 +61,7 @@ __all__ = [
     "BackendDetails",
     "CompileError",
     "CompileSpec",
+    "DataEntry",
     "DelegateMappingBuilder",
     "DelegationError",
     "DelegationSpec",
@@ -69,11 +74,14 @@ __all__ = [
     "LoweredBackendModule",
     "MemoryPlan",
     "MemoryPlanningPass",
+    "NamedDataStore",
+    "NamedDataStoreOutput",
     "PartitionResult",
     "Partitioner",
     "PreprocessResult",
     "TensorSpec",
     "align",
+    "delegate_external_constants_pass_unlifted",
     "dim_order_of",
     "executorch_call_delegate",
     "get_backend",

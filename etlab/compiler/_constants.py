@@ -82,16 +82,6 @@ class ConstantStore:
             out[off : off + data.nbytes] = data
         return bytes(out), offsets
 
-    def ptd(self) -> bytes | None:
-        """The .ptd file holding external constants, or None when there are none."""
-        if not self.external_data:
-            return None
-        named = [FT.NamedData(key=name, segment_index=i, tensor_layout=layout)
-                 for i, (name, (_, layout)) in enumerate(self.external_data.items())]
-        segments = [bytes(data) for data, _ in self.external_data.values()]
-        return FT.serialize_ptd(FT.FlatTensor(version=0, named_data=named), segments,
-                                segment_alignment=max(self.alignment, 16))
-
 
 @dataclass
 class DelegateStore:

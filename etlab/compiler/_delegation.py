@@ -35,6 +35,7 @@ from etlab.compiler._delegation_lowering import (
     program_with_shared_state,
     splice_delegate,
 )
+from etlab.compiler._named_data import NamedDataStoreOutput
 from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, LoweredBackendModule
 
 __all__ = [
@@ -114,11 +115,14 @@ class Partitioner(ABC):
 
 @dataclass
 class PreprocessResult:
-    """A backend's compiled partition: opaque bytes for its runtime half, plus the map from the
-    backend's debug identifiers (int or str) to the original nodes' debug handles."""
+    """A backend's compiled partition: opaque bytes for its runtime half, the map from the backend's
+    debug identifiers (int or str) to the original nodes' debug handles, and the named data the
+    bytes refer to by key (a `NamedDataStore`'s output; upstream's field name), which `to_executorch`
+    writes into the .pte or the .ptd files its entries are tagged for."""
 
     processed_bytes: bytes = b""
     debug_handle_map: dict[int | str, tuple[int, ...]] | None = None
+    data_store_output: NamedDataStoreOutput | None = None
 
 
 class BackendDetails(ABC):
@@ -239,8 +243,12 @@ def _preprocess(backend_id: str, program: ExportedProgram, compile_specs: list[C
     if not isinstance(result.processed_bytes, (bytes, bytearray, memoryview)):
         raise DelegationError(f"{backend_id}.preprocess returned processed_bytes of type "
                               f"{type(result.processed_bytes).__name__}; expected bytes")
+    store = result.data_store_output
+    if store is not None and not isinstance(store, NamedDataStoreOutput):
+        raise DelegationError(f"{backend_id}.preprocess returned data_store_output of type {type(store).__name__}; "
+                              "expected a NamedDataStoreOutput (NamedDataStore().get_named_data_store_output())")
     return LoweredBackendModule(backend_id, bytes(result.processed_bytes), specs, program,
-                                dict(result.debug_handle_map or {}))
+                                dict(result.debug_handle_map or {}), store if store else None)
 
 
 @overload

@@ -11,7 +11,6 @@ from torch.export import ExportedProgram
 from torch.fx import GraphModule
 
 from etlab.compiler._config import EdgeCompileConfig, ExecutorchBackendConfig
-from etlab.compiler._constants import DEFAULT_EXTERNAL_FILE
 from etlab.compiler._edge import to_edge_program
 from etlab.compiler._errors import CompileError
 from etlab.compiler._gc import with_young_heap_gc, young_heap_gc
@@ -168,7 +167,8 @@ class ExecutorchProgramManager:
     def buffer(self) -> bytes:
         if self._buffer is None:
             # Delegate blobs are whole segments: a stricter delegate alignment raises the segment alignment.
-            alignment = max(self.config.segment_alignment, self.config.delegate_alignment or 0)
+            alignment = max(self.config.segment_alignment, self.config.delegate_alignment or 0,
+                            self._compiled.named_alignment)
             with young_heap_gc():
                 self._buffer = serialize_pte(self._compiled.program, self._compiled.segments,
                                              segment_alignment=alignment)
@@ -208,8 +208,9 @@ class ExecutorchProgramManager:
 
     @property
     def data_files(self) -> dict[str, bytes]:
-        """External data files by name (without extension): {'_default_external_constant': ptd bytes}."""
-        return {DEFAULT_EXTERNAL_FILE: self._compiled.ptd} if self._compiled.ptd is not None else {}
+        """External data files by name (without extension): {'_default_external_constant': ptd bytes} for
+        constants stored outside the .pte, plus one file per tag of delegates' external named data."""
+        return dict(self._compiled.data_files)
 
     def write_tensor_data_to_file(self, outdir) -> list[Path]:
         """Writes each external data file to `outdir/<name>.ptd` (atomically); returns the paths."""

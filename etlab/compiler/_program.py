@@ -13,6 +13,7 @@ from etlab.compiler._constants import ConstantStore, DelegateStore
 from etlab.compiler._emit import EmittedMethod, emit_method
 from etlab.compiler._et_graph import build_et_graph
 from etlab.compiler._memory_planning import MemoryPlan
+from etlab.compiler._named_data import collect_named_data, place_named_data, ptd_files
 from etlab.schema import program as P
 
 
@@ -23,8 +24,9 @@ class CompiledProgram:
     methods: dict[str, EmittedMethod]
     et_programs: dict[str, ExportedProgram]
     memory_plans: dict[str, MemoryPlan]
-    ptd: bytes | None = None
+    data_files: dict[str, bytes] = field(default_factory=dict)  # .ptd name (without extension) -> bytes
     constant_methods: dict = field(default_factory=dict)
+    named_alignment: int = 1  # the alignment the program's named-data segments need
 
 
 def _et_program(name: str, edge: ExportedProgram,
@@ -108,6 +110,8 @@ def compile_program(edge_programs: dict[str, ExportedProgram], constant_methods:
                 d.processed.index += first
     else:
         program.backend_delegate_data = [P.BackendDelegateInlineData(data=b) for b in delegates.blobs]
-    return CompiledProgram(program, segments, methods, et_programs, plans, constants.ptd(),
-                           dict(constant_methods or {}))
+    named = collect_named_data(edge_programs[name] for name in sorted(edge_programs))
+    named_alignment = place_named_data(program, segments, named)
+    return CompiledProgram(program, segments, methods, et_programs, plans, ptd_files(constants, named),
+                           dict(constant_methods or {}), named_alignment)
 

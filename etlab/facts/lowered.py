@@ -57,17 +57,21 @@ class LoweredBackendModule(torch.nn.Module):
 
     `original_module` (the partition as an ExportedProgram) keeps the delegated graph runnable in
     eager mode and inspectable by the devtools; `debug_handle_map` maps the backend's own
-    identifiers to the debug handles of the original nodes they came from.
+    identifiers to the debug handles of the original nodes they came from; `named_data_store_output`
+    (upstream's name) holds the keyed blobs the payload refers to (XNNPACK's weights), which
+    `to_executorch` stores in the .pte's named data or in .ptd files.
     """
 
     def __init__(self, backend_id: str, processed_bytes: bytes, compile_specs: list[CompileSpec],
-                 original_module: torch.export.ExportedProgram, debug_handle_map: dict | None = None):
+                 original_module: torch.export.ExportedProgram, debug_handle_map: dict | None = None,
+                 named_data_store_output=None):
         super().__init__()
         self.backend_id = backend_id
         self.processed_bytes = bytes(processed_bytes)
         self.compile_specs = list(compile_specs)
         self.original_module = original_module
         self.debug_handle_map = debug_handle_map or {}
+        self.named_data_store_output = named_data_store_output
 
     def forward(self, *args):
         return executorch_call_delegate(self, *args)

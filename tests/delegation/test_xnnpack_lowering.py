@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import hashlib
 
 import pytest
 import torch
@@ -16,7 +17,7 @@ from etlab.compiler.backends.xnnpack import why_unsupported
 from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, DelegationRefusal, lowered_modules
 from etlab.models import zoo
 from etlab.runtime import Runtime
-from etlab.schema.xnnpack import HEADER_MAGIC, deserialize_xnnpack, node_kind
+from etlab.schema.xnnpack import HEADER_MAGIC, UINT64_MAX, deserialize_xnnpack, node_kind
 
 NO_HANDLE = 65535
 
@@ -174,8 +175,14 @@ def test_payload_is_upstreams_format_with_edge_debug_handles(lowered):
         for xnode in graph.xnodes:
             assert xnode.debug_handle in handles or (xnode.debug_handle == NO_HANDLE
                                                       and node_kind(xnode) == "XNNStaticTranspose")
-        offsets = graph.constant_data
-        assert offsets[0].size == 0 and all(c.offset % 16 == 0 and not c.named_key for c in offsets)
+        offsets = graph.constant_data  # as upstream 1.5.1: every constant is named data, keyed by its SHA-256
+        assert offsets[0].size == 0 and len(blob.constant_data) == 0
+        store = module.named_data_store_output
+        assert (store is None) == (len(offsets) == 1)
+        for c in offsets[1:]:
+            assert c.offset == UINT64_MAX and c.named_key in store.pte_data
+            data = store.buffers[store.pte_data[c.named_key].buffer_index]
+            assert len(data) == c.size and hashlib.sha256(data).hexdigest() == c.named_key.removeprefix("scale_")
         assert graph.num_externs == len(graph.input_ids) + len(graph.output_ids)
         assert module.debug_handle_map == {}  # as upstream: handles live in the nodes
 

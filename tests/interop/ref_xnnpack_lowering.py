@@ -8,8 +8,11 @@ Run ONLY with the reference python (upstream ExecuTorch 1.5.1); etlab never impo
       tensors in DIR/NAME_inputs.pt and saves the outputs to DIR/NAME_upstream.pt (torch.save of
       a list). With --etdump, also writes upstream's ETDump of that run to DIR/NAME.etdp (one
       profiling event per XNNPACK operator, keyed by the node's debug handle). One process for
-      all models: importing upstream takes most of a run's time. --count (the same process) also
-      does `count`.
+      all models: importing upstream takes most of a run's time. When DIR/NAME.ptd exists, it is
+      given as the program's data file (weights etlab stored outside the .pte). --count (the same
+      process) also does `count`; --keys NAME ... lowers DIR/NAME.pt2 (torch.export.save'd by
+      etlab) with upstream's XnnpackPartitioner and prints one JSON line {"keys": NAME, "named":
+      sorted keys of the .pte's named data}.
 
   $REF tests/interop/ref_xnnpack_lowering.py quantize ET_REF.py ZOO.py DIR NAME [NAME ...] [--dynamic NAME ...]
       For each NAME: make_NAME() of ZOO.py quantized with upstream's XNNPACKQuantizer (et_ref's
@@ -48,6 +51,8 @@ def cmd_run(a):
             data = f.read()
         inputs = torch.load(base + "_inputs.pt", weights_only=True)
         kwargs = {"enable_etdump": True, "debug_buffer_size": 0} if a.etdump else {}
+        if os.path.exists(base + ".ptd"):
+            kwargs["data_path"] = base + ".ptd"
         try:
             program = runtime.load_program(data, **kwargs)
             outputs = program.load_method("forward").execute(list(inputs))
@@ -58,9 +63,22 @@ def cmd_run(a):
         if a.etdump:
             program.write_etdump_result_to_file(base + ".etdp", os.devnull)
         print(json.dumps({"model": name, "outputs": len(outputs)}), flush=True)
+    for name in a.keys or ():
+        print(json.dumps({"keys": name, "named": _named_keys(os.path.join(a.dir, name + ".pt2"))}), flush=True)
     if a.count:
         a.zoo, a.names = a.count[0], a.count[1:]
         cmd_count(a)
+
+
+def _named_keys(path):
+    import torch
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import to_edge_transform_and_lower
+    from executorch.exir._serialize import _deserialize_pte_binary
+
+    edge = to_edge_transform_and_lower(torch.export.load(path), partitioner=[XnnpackPartitioner()])
+    named = _deserialize_pte_binary(edge.to_executorch().buffer).named_data
+    return sorted(named.pte_data) if named is not None else []
 
 
 def cmd_count(a):
@@ -142,6 +160,7 @@ def main():
     r.add_argument("names", nargs="+")
     r.add_argument("--etdump", action="store_true")
     r.add_argument("--count", nargs="+", metavar="ZOO_OR_NAME")
+    r.add_argument("--keys", nargs="+", metavar="NAME")
     q = sub.add_parser("quantize")
     q.add_argument("et_ref")
     q.add_argument("zoo")

@@ -8,7 +8,11 @@ process (importing upstream is most of its time):
 - the mlp quantized by upstream's XNNPACKQuantizer (static int8, and dynamic int8), compiled by
   etlab from the very graph upstream compiles, gives upstream's own XNNPACK program's outputs
   within one quantization step of the output;
-- etlab's partitioner delegates at least as many Edge nodes as upstream's on the same export (mlp).
+- etlab's partitioner delegates at least as many Edge nodes as upstream's on the same export (mlp);
+- constants are named data as upstream writes them: the mlp's .pte holds exactly the keys upstream's
+  own lowering of the same export writes (SHA-256 of each weight's bytes), and with its weights
+  tagged by `delegate_external_constants_pass_unlifted` they go to a .ptd, which upstream's runtime
+  takes as the program's data file and matches eager with.
 """
 
 from __future__ import annotations
@@ -18,10 +22,11 @@ import json
 import pytest
 import torch
 
-from etlab.compiler import to_edge_transform_and_lower
+from etlab.compiler import delegate_external_constants_pass_unlifted, to_edge_transform_and_lower
 from etlab.compiler.backends import XnnpackPartitioner
 from etlab.facts.lowered import lowered_modules
 from etlab.models import zoo
+from etlab.schema import deserialize_pte
 from tests.delegation.test_xnnpack_lowering import Conv1ds, Convs, Pools
 from tests.interop.conftest import ET_REF, HERE, ZOO, run_ref
 
@@ -46,6 +51,7 @@ def _pools():
 FACTORIES = {"mlp": zoo.make_mlp, "cnn": zoo.make_cnn, "convs": _convs, "conv1ds": _conv1ds, "pools": _pools}
 COUNTED = ("mlp",)
 QUANTIZED = ("static_mlp", "dynamic_mlp")  # upstream's XNNPACKQuantizer, static and dynamic
+EXTERNAL = ("external_mlp",)  # weights tagged for a .ptd
 
 
 def _seeded(make):
@@ -73,9 +79,37 @@ def upstream_runs(ref_python, tmp_path_factory):
             "partitions": len(modules),
             "nodes": sum(1 for _, _, m in modules for n in m.original_module.graph.nodes if n.op == "call_function"),
         }
-    done = run_ref(ref_python, REF_SCRIPT, "run", out, *FACTORIES, *QUANTIZED, "--count", ZOO, *COUNTED)
+    compiled.update(_external_weights(out))
+    done = run_ref(ref_python, REF_SCRIPT, "run", out, *FACTORIES, *QUANTIZED, *EXTERNAL, "--count", ZOO,
+                   *COUNTED, "--keys", "mlp")
     upstream_counts.update(_json_lines(done.stdout))
+    for line in done.stdout.splitlines():
+        if line.startswith('{"keys"'):
+            row = json.loads(line)
+            upstream_counts[f"keys_{row['keys']}"] = row["named"]
     return out, compiled, upstream_counts
+
+
+def _external_weights(out) -> dict:
+    """The mlp with every weight tagged for model.ptd (upstream's flow: export, tag the unlifted module,
+    export again), written as external_mlp.pte + external_mlp.ptd; and the mlp's plain export
+    (mlp.pt2) with the named keys of etlab's program of it."""
+    model, inputs = _seeded(zoo.make_mlp)
+    ep = torch.export.export(model, inputs)
+    torch.export.save(ep, out / "mlp.pt2")
+    plain = deserialize_pte(to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()]).to_executorch().buffer)
+    tagged = ep.module()
+    delegate_external_constants_pass_unlifted(tagged, gen_tag_fn=lambda node: "model")
+    et = to_edge_transform_and_lower(torch.export.export(tagged, inputs),
+                                     partitioner=[XnnpackPartitioner()]).to_executorch()
+    assert set(et.data_files) == {"model"}
+    (out / "external_mlp.pte").write_bytes(et.buffer)
+    (out / "external_mlp.ptd").write_bytes(et.data_files["model"])
+    torch.save(list(inputs), out / "external_mlp_inputs.pt")
+    with torch.no_grad():
+        want = model(*inputs)
+    return {"external_mlp": {"eager": [want], "pte": deserialize_pte(et.buffer)},
+            "keys_mlp": sorted(n.key for n in plain.program.named_data or ())}
 
 
 def _json_lines(stdout: str) -> dict:
@@ -98,7 +132,7 @@ def _compile_quantized(out, name: str) -> dict:
             "nodes": sum(1 for _, _, m in modules for n in m.original_module.graph.nodes if n.op == "call_function")}
 
 
-@pytest.mark.parametrize("name", sorted(FACTORIES))
+@pytest.mark.parametrize("name", sorted(FACTORIES) + list(EXTERNAL))
 def test_upstream_runtime_runs_etlab_xnnpack_program_like_eager(upstream_runs, name):
     out, compiled, _ = upstream_runs
     got = torch.load(out / f"{name}_upstream.pt", weights_only=True)
@@ -126,3 +160,13 @@ def test_etlab_delegates_at_least_what_upstream_does(upstream_runs, name):
     _, compiled, upstream = upstream_runs
     assert compiled[name]["nodes"] >= upstream[name]["nodes"] > 0
     assert compiled[name]["partitions"] <= upstream[name]["partitions"]
+
+
+def test_named_data_keys_are_upstreams(upstream_runs):
+    _, compiled, upstream = upstream_runs
+    assert compiled["keys_mlp"] == upstream["keys_mlp"] and len(compiled["keys_mlp"]) == 6
+
+
+def test_tagged_weights_leave_the_pte(upstream_runs):
+    _, compiled, _ = upstream_runs
+    assert compiled["external_mlp"]["pte"].program.named_data is None

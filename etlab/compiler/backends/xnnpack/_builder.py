@@ -1,23 +1,29 @@
 """Assembling an XNNGraph (upstream's public schema, `etlab.schema.xnnpack`): values, constants, nodes.
 
-Value ids are positions in `xvalues`, as upstream's serializer numbers them. Constant data goes
-after the FlatBuffer in the blob (each tensor 16-byte aligned, addressed by offset); entry 0 of
-`constant_data` is the empty sentinel, since `constant_buffer_idx == 0` means "not a constant".
+Value ids are positions in `xvalues`, as upstream's serializer numbers them. Constant data (weights,
+and the scales of per-channel quantized values) goes where upstream 1.5.1 puts it: in the program's
+named data, keyed by the SHA-256 of its bytes (`scale_<sha256>` for scales), so equal weights are
+stored once across partitions and methods; `constant_data` entries name their key (offset
+UINT64_MAX), and a constant whose source weights carry an external tag goes to that .ptd. Entry 0
+of `constant_data` is the empty sentinel, since `constant_buffer_idx == 0` means "not a constant".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 from dataclasses import dataclass, field
 
 import torch
 
+from etlab.compiler._named_data import NamedDataStore
 from etlab.schema.xnnpack import (
     FLAG_EXTERNAL_INPUT,
     FLAG_EXTERNAL_OUTPUT,
     INVALID_VALUE_ID,
     MODELS,
     NODE_KINDS,
+    UINT64_MAX,
     XNNDatatype,
     serialize_xnnpack,
 )
@@ -65,21 +71,24 @@ class GraphBuilder:
     input_ids: list[int] = field(default_factory=list)
     output_ids: list[tuple[int, int]] = field(default_factory=list)  # (external id, value id)
     constant_offsets: list = field(default_factory=lambda: [MODELS["ConstantDataOffset"](offset=0, size=0)])
-    constant_bytes: bytearray = field(default_factory=bytearray)
+    named: NamedDataStore = field(default_factory=NamedDataStore)
     num_externs: int = 0
     datatypes: list = field(default_factory=list)  # value id -> datatype
+    _constant_index: dict[str, int] = field(default_factory=dict)  # named key -> constant_data index
 
     def value(self, shape, *, datatype: XNNDatatype | None = None, external_id: int | None = None,
-              flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None) -> int:
+              flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None,
+              external_tag: str | None = None) -> int:
         """Defines a tensor value; returns its id. `data` (already in the value's layout and
-        storage dtype) makes it a constant."""
+        storage dtype) makes it a constant, stored in the .ptd named `external_tag` if given."""
         if not all(isinstance(d, int) for d in shape):  # int() of a SymInt would specialize the export
             raise TypeError(f"XNNPACK value dims must be ints (upper bounds), got {list(shape)}")
         dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
         datatype = datatype if datatype is not None else quant.datatype if quant is not None else FLOAT32
         vid = len(self.xvalues)
         self.datatypes.append(datatype)
-        buffer_index = self._constant(data) if data is not None else 0
+        buffer_index = self._constant(data.detach().contiguous().numpy().tobytes(), "", external_tag) \
+            if data is not None else 0
         tensor = MODELS["XNNTensorValue"](
             datatype=datatype, num_dims=len(dims), dims=dims, constant_buffer_idx=buffer_index,
             external_id=INVALID_VALUE_ID if external_id is None else external_id, flags=flags, id_out=vid)
@@ -87,21 +96,32 @@ class GraphBuilder:
             self.xvalues.append(MODELS["XValue"](xvalue_union=tensor))
         else:
             self.xvalues.append(MODELS["XValue"](xvalue_union=MODELS["XNNQuantizedTensorValue"](
-                tensor_value=tensor, quant_params=_quant_params(quant))))
+                tensor_value=tensor, quant_params=self._quant_params(quant, external_tag))))
         if flags & FLAG_EXTERNAL_INPUT:
             self.input_ids.append(vid)
         if flags & FLAG_EXTERNAL_OUTPUT:
             self.output_ids.append((external_id, vid))
         return vid
 
-    def _constant(self, data: torch.Tensor) -> int:
-        raw = data.detach().contiguous().numpy().tobytes()
-        pad = -len(self.constant_bytes) % CONSTANT_ALIGNMENT
-        self.constant_bytes.extend(b"\0" * pad)
-        offset = len(self.constant_bytes)
-        self.constant_bytes.extend(raw)
-        self.constant_offsets.append(MODELS["ConstantDataOffset"](offset=offset, size=len(raw)))
-        return len(self.constant_offsets) - 1
+    def _constant(self, raw: bytes, prefix: str, external_tag: str | None) -> int:
+        """The constant_data index of `raw`, added to the named data under `<prefix><sha256>` once."""
+        key = prefix + hashlib.sha256(raw).hexdigest()
+        index = self._constant_index.get(key)
+        if index is None:
+            self.named.add_named_data(key, raw, CONSTANT_ALIGNMENT, external_tag)
+            self.constant_offsets.append(MODELS["ConstantDataOffset"](offset=UINT64_MAX, size=len(raw),
+                                                                       named_key=key))
+            index = self._constant_index[key] = len(self.constant_offsets) - 1
+        return index
+
+    def _quant_params(self, quant: QuantSpec, external_tag: str | None):
+        if quant.datatype == XNNDatatype.xnn_datatype_qdint8:
+            return MODELS["PerTokenDynamicQuant"](num_nonbatch_dims=quant.nonbatch_dims)
+        if quant.scales:
+            raw = torch.tensor(quant.scales, dtype=torch.float32).numpy().tobytes()
+            return MODELS["PerChannelQuant"](scale=[], channel_dim=quant.axis, num_scales=len(quant.scales),
+                                             scale_buffer_idx=self._constant(raw, "scale_", external_tag))
+        return MODELS["PerTensorQuant"](scale=float(quant.scale), zero_point=int(quant.zero_point))
 
     def node(self, kind: str, debug_handle: int | None, clamp: tuple[float, float] | None = None, **attrs) -> None:
         """Appends a node of `kind` (`XNNConv2d`, ...); attrs are its table's fields (flags default 0)."""
@@ -136,13 +156,4 @@ class GraphBuilder:
             version="0", xnodes=self.xnodes, xvalues=self.xvalues, num_externs=self.num_externs,
             input_ids=list(self.input_ids), output_ids=[vid for _, vid in sorted(self.output_ids)],
             constant_data=self.constant_offsets)
-        return serialize_xnnpack(graph, bytes(self.constant_bytes))
-
-
-def _quant_params(quant: QuantSpec):
-    if quant.datatype == XNNDatatype.xnn_datatype_qdint8:
-        return MODELS["PerTokenDynamicQuant"](num_nonbatch_dims=quant.nonbatch_dims)
-    if quant.scales:
-        return MODELS["PerChannelQuant"](scale=list(quant.scales), channel_dim=quant.axis,
-                                         num_scales=len(quant.scales))
-    return MODELS["PerTensorQuant"](scale=float(quant.scale), zero_point=int(quant.zero_point))
+        return serialize_xnnpack(graph)

@@ -4,7 +4,8 @@ What happens on the way, in one walk over the partition's nodes:
 
 - Constants: parameters, buffers and every op computed only from them (the weight's permute of
   a linear, a dequantized weight) are evaluated here once and stored in the layout the consuming
-  node wants (OHWI filters, [out, in] fully-connected weights, NHWC broadcast operands).
+  node wants (OHWI filters, [out, in] fully-connected weights, NHWC broadcast operands), as named
+  data (`_builder`), in the .ptd its weights' external tag names if they carry one.
 - Layout: XNNPACK's convolutions, pooling and resizes work on NHWC. Each Edge value may exist in
   the graph as its own (NCHW / contiguous) layout, as NHWC, or both; a transpose is written only
   when a consumer needs the layout a value does not have yet, once per value. Layout-agnostic ops
@@ -27,6 +28,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 
 from etlab.compiler._delegation_lowering import DelegationError
+from etlab.compiler._external_constants import DELEGATE_CONSTANT_TAG
+from etlab.compiler._named_data import NamedDataStoreOutput
 from etlab.compiler.backends.xnnpack import _fusion
 from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
 from etlab.compiler.backends.xnnpack._checks import Context, dim_upper, op_key
@@ -94,7 +97,7 @@ class Lowering:
 
     # --- driver ---------------------------------------------------------------------------------
 
-    def run(self) -> tuple[bytes, dict[int, tuple[int, ...]]]:
+    def run(self) -> tuple[bytes, dict[int, tuple[int, ...]], NamedDataStoreOutput]:
         sig = self.ep.graph_signature
         targets = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
         user_inputs = []
@@ -144,7 +147,7 @@ class Lowering:
         for node in outputs:
             self._finish_output(node)
         debug_map = {h: tuple(sorted(hs)) for h, hs in self.debug_map.items()}
-        return self.b.serialize(), debug_map
+        return self.b.serialize(), debug_map, self.b.named.get_named_data_store_output()
 
     def _int8_only_views(self, calls: list[Node]) -> set[Node]:
         """Views / permutes of dequantized values read only by ops running quantized: no float copy."""
@@ -276,8 +279,24 @@ class Lowering:
             kwargs = {"datatype": datatype} if datatype is not None else {}
             stored = data if data.dtype != torch.float32 or datatype is not None else data.float()
             self.constant_ids[cache] = self.b.value(tuple(data.shape), data=stored.contiguous(), quant=quant,
-                                                    **kwargs)
+                                                    external_tag=self.external_tag(node), **kwargs)
         return self.constant_ids[cache]
+
+    def external_tag(self, node: Node) -> str | None:
+        """The .ptd a constant read or computed by `node` goes to: the external tag
+        (`meta["custom"]["delegate_constant_tag"]`, upstream's) of the first tagged weight it comes from."""
+        seen, stack = set(), [node]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            if current.op == "placeholder":
+                tag = (current.meta.get("custom") or {}).get(DELEGATE_CONSTANT_TAG)
+                if tag:
+                    return str(tag)
+            stack.extend(n for n in reversed(current.all_input_nodes) if n in self.constants)
+        return None
 
     def value(self, node, layout: str = NCHW) -> int:
         """The id of `node`'s value in `layout`, transposing (once) or storing a constant as needed."""

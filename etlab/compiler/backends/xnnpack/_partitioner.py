@@ -7,8 +7,9 @@
 The partitioner tags maximal convex groups of nodes the rules in `_support` accept; every node it
 considers and leaves out gets `node.meta[DELEGATION_REFUSAL_META]`, a `DelegationRefusal` saying
 why (the delegation explainer reads it). `XnnpackBackend.preprocess` writes each partition as
-upstream's payload (XH00 header, XNNGraph FlatBuffer, constant data), which upstream's runtime
-and etlab's host emulation both run.
+upstream's payload (XH00 header, XNNGraph FlatBuffer) whose constants are named data (in the .pte,
+or in the .ptd of the external tag its weights carry: `delegate_external_constants_pass_unlifted`),
+which upstream's runtime and etlab's host emulation both run.
 """
 
 from __future__ import annotations
@@ -214,5 +215,5 @@ class XnnpackBackend(BackendDetails):
                 raise DelegationError(f"XnnpackBackend: unknown compile spec {spec.key}={spec.value!r} (it takes "
                                       f"{DEBUG_MAP_KEY!r} = b'fused' or b'none')")
             fused_map = spec.value == b"fused"
-        payload, debug_map = Lowering(edge_program, HANDLERS).run()
-        return PreprocessResult(payload, debug_map if fused_map else {})
+        payload, debug_map, named = Lowering(edge_program, HANDLERS).run()
+        return PreprocessResult(payload, debug_map if fused_map else {}, named)
