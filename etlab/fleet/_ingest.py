@@ -89,17 +89,17 @@ class IngestSummary:
     def format(self, max_bad: int = 20) -> str:
         """The human summary printed by `etlab fleet ingest`."""
         lines = [
-            f"store {self.store}: {self.files_found} file(s) found, {self.files_ingested} ingested, "
+            f"store {self.store}:",
+            f"  {self.files_found} file(s) found, {self.files_ingested} ingested, "
             f"{self.files_already_stored} already stored (not read again), {self.files_bad} bad (skipped)",
-            f"  {self.events} events from {self.runs} run block(s) in {self.seconds:.1f} s; "
-            f"{self.dropped_events} profile event(s) dropped (end before start), "
+            f"  {self.events} events from {self.runs} run block(s) in {self.seconds:.1f} s",
+            f"  {self.dropped_events} profile event(s) dropped (end before start), "
             f"{self.not_profile_events} debug/allocation event(s) not stored",
         ]
         if self.program_from:
-            counts = sorted(self.program_from.items(), key=lambda kv: -kv[1])
-            sources = ", ".join(f"{n} from {src}" for src, n in counts)
-            lines.append(f"  no 'program' tag: program inferred for {sum(self.program_from.values())} file(s): "
-                         f"{sources} (label {PROGRAM_FROM}; tag the runs to name it)")
+            lines.append(f"  no 'program' tag: program inferred for {sum(self.program_from.values())} file(s) "
+                         f"(label {PROGRAM_FROM}; tag the runs to name it):")
+            lines += [f"    {n} from {src}" for src, n in sorted(self.program_from.items(), key=lambda kv: -kv[1])]
         if self.unknown_build:
             lines.append(f"  no 'build' tag: {self.unknown_build} file(s) stored as build={UNKNOWN_BUILD}")
         if self.leftovers_removed:

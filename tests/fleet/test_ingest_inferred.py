@@ -52,7 +52,9 @@ def test_plain_runs_are_stored_under_their_structure(fleet, tmp_path):
     out = _etlab("fleet", "ingest", tmp_path / "device", "--store", tmp_path / "s", "--workers", "1", "--no-progress")
     assert out.returncode == 0, out.stderr
     assert "4 ingested" in out.stdout and "0 bad" in out.stdout
-    assert "program inferred for 4 file(s): 4 from the run's structure" in out.stdout, out.stdout
+    assert "program inferred for 4 file(s)" in out.stdout, out.stdout
+    assert "\n    4 from the run's structure" in out.stdout, out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 120
     assert "4 file(s) stored as build=unknown" in out.stdout
     rows = _manifest(tmp_path / "s")
     programs = {rows[r.name]["program"] for r in runs}
@@ -77,7 +79,9 @@ def test_program_from_the_pte_else_the_etrecord_beside_the_run(fleet, tmp_path):
     out = _etlab("fleet", "ingest", tmp_path / "a", tmp_path / "b", "--store", tmp_path / "s", "--tag", "build=v1",
                  "--workers", "1", "--no-progress")
     assert out.returncode == 0, out.stderr
-    assert "program inferred for 3 file(s): 2 from model.pte, 1 from model.etrecord" in out.stdout, out.stdout
+    assert "program inferred for 3 file(s)" in out.stdout, out.stdout
+    assert "\n    2 from model.pte\n    1 from model.etrecord" in out.stdout, out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 120
     assert "build=unknown" not in out.stdout
     rows = read_manifest(tmp_path / "s").to_pylist()
     by_dir = {(Path(r["path"]).parent.name, r["program"], r["build"]) for r in rows}
