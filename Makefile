@@ -7,7 +7,7 @@ TORCH  := torch==2.13.0
 # The prebuilt JupyterLab extension (built from labextension/ by the labextension target below).
 LABEXT := etlab/jupyter/labextension/package.json
 
-.PHONY: setup browser jdk node labextension lab lab-server demo test test-fast test-spark lint schemas bench kernel fuzz sanitize corpus corpus-speed clean
+.PHONY: setup browser jdk node labextension lab lab-server demo test test-fast test-spark lint schemas bench kernel fuzz sanitize corpus corpus-speed wheel-check clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -157,6 +157,12 @@ corpus: setup
 # rewrites the `corpus compile speed` section of bench/RESULTS.md.
 corpus-speed: setup
 	$(PY) bench/corpus_speed.py
+
+# etlab as someone without this Makefile installs it: a clean clone of HEAD, `python -m build` (isolated:
+# build requirements from pyproject.toml, the Lab extension built with npm, the native core against
+# torch 2.13.0), the wheel installed in a fresh venv and checked (10-30 min; tests/wheelcheck/clean_clone_wheel.py).
+wheel-check: setup | node
+	$(PY) -m tests.wheelcheck.clean_clone_wheel
 
 clean:
 	rm -rf $(VENV) build *.egg-info etlab/runtime/_native/*.so labextension/node_modules labextension/lib \

@@ -153,22 +153,28 @@ def test_set_up_venv_lists_the_extensions_enabled(lab):
 
 @pytest.mark.slow
 def test_wheel_ships_the_prebuilt_extension(lab, tmp_path):
-    """A wheel of etlab carries the built extension and the server config where pip installs them."""
+    """A wheel of etlab carries the built extension and the server config where pip installs them.
+
+    The wheel's Python half only (ETLAB_NO_NATIVE=1): compiling the native core again takes minutes on a
+    busy machine and proves nothing here; `make wheel-check` builds and installs the whole wheel from a
+    clean clone with an isolated build (tests/wheelcheck/clean_clone_wheel.py)."""
     from etlab.jupyter._launch import built_labextension
 
     built_labextension()
     out = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                          str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=300)
+                          str(tmp_path), str(REPO)], capture_output=True, text=True, timeout=3600,
+                         env={**os.environ, "ETLAB_NO_NATIVE": "1"})
     assert out.returncode == 0, out.stderr[-2000:]
     wheel = next(tmp_path.glob("etlab-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
+    assert "etlab/cli.py" in names and "etlab/jupyter/labextension/package.json" in names
     data = [n for n in names if ".data/data/" in n]
     assert any(n.endswith("share/jupyter/labextensions/etlab-labextension/package.json") for n in data)
     assert any("share/jupyter/labextensions/etlab-labextension/static/remoteEntry." in n for n in data)
     assert any(n.endswith("etc/jupyter/jupyter_server_config.d/etlab.json") for n in data)
     prefix = tmp_path / "prefix"
     out = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--ignore-installed", "-q",
-                          "--prefix", str(prefix), str(wheel)], capture_output=True, text=True, timeout=300)
+                          "--prefix", str(prefix), str(wheel)], capture_output=True, text=True, timeout=3600)
     assert out.returncode == 0, out.stderr[-2000:]
     env = {**os.environ, "JUPYTER_PATH": str(prefix / "share" / "jupyter"),
            "JUPYTER_CONFIG_PATH": str(prefix / "etc" / "jupyter"), "JUPYTER_CONFIG_DIR": str(tmp_path / "cfg"),
