@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import ClassVar
 
 from setuptools import Command, Extension, setup
 from setuptools.command.build_py import build_py
@@ -67,7 +68,7 @@ class BuildLabextension(Command):
     """npm ci, tsc and JupyterLab's builder: labextension/ -> etlab/jupyter/labextension (+ install.json)."""
 
     description = "build the JupyterLab extension when it is missing or older than its sources"
-    user_options = []
+    user_options: ClassVar[list] = []
 
     def initialize_options(self):
         pass
@@ -95,8 +96,9 @@ class BuildLabextension(Command):
         src = HERE / LABEXT_SRC
         print(f"etlab: building the JupyterLab extension from {LABEXT_SRC}/ (npm ci, tsc, jupyterlab builder)",
               file=sys.stderr)
-        for cmd in ([npm, "ci", "--no-audit", "--no-fund"], ["npx", "tsc"],
-                    [node, "node_modules/@jupyterlab/builder/lib/build-labextension.js", "--core-path", str(core), "."]):
+        builder = "node_modules/@jupyterlab/builder/lib/build-labextension.js"
+        steps = [[npm, "ci", "--no-audit", "--no-fund"], ["npx", "tsc"], [node, builder, "--core-path", str(core), "."]]
+        for cmd in steps:
             if subprocess.run(cmd, cwd=src).returncode != 0:
                 raise BuildError(f"building the JupyterLab extension failed at `{' '.join(cmd)}` (in {src})")
         shutil.copyfile(src / "install.json", HERE / LABEXT_OUT / "install.json")  # the builder empties its output
@@ -134,16 +136,10 @@ class Sdist(sdist):
 
 
 def _no_torch(reason: str):
-    class NoTorch(Command):
+    from setuptools.command.build_ext import build_ext
+
+    class NoTorch(build_ext):
         """build_ext without torch: stop, saying why, instead of a package without its core."""
-
-        user_options = []
-
-        def initialize_options(self):
-            pass
-
-        def finalize_options(self):
-            pass
 
         def run(self):
             raise BuildError(
@@ -151,12 +147,6 @@ def _no_torch(reason: str):
                 "An isolated build installs torch==2.13.0 (a build requirement); with --no-build-isolation install "
                 "torch==2.13.0, setuptools, pybind11 and ninja first (as `make setup` does), or set "
                 "ETLAB_NO_NATIVE=1 to leave the core out")
-
-        def get_outputs(self):
-            return []
-
-        def get_source_files(self):
-            return list(NATIVE_SOURCES)
 
     return NoTorch
 
