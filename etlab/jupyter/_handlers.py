@@ -38,6 +38,10 @@ def view_module(name: str) -> str:
         return "\n".join(text(n) for n in ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js"))
     if name in ("table_view.js", "theme.css"):
         return text(name)
+    if name == "plotly.js":  # the notebook charts load it from here once per page, not from a busy kernel
+        from plotly.offline import get_plotlyjs
+
+        return get_plotlyjs()
     raise KeyError(name)
 
 
@@ -145,7 +149,8 @@ class CompareHandler(_Base):
 
 
 class ModuleHandler(_Base):
-    """GET /etlab/modules/{graph_view,table_view}.js, theme.css: the shared view modules and their colors."""
+    """GET /etlab/modules/{graph_view,table_view}.js, theme.css: the shared view modules and their colors;
+    plotly.js: the library the notebook's charts load once per page (static/shared_lib.js)."""
 
     @tornado.web.authenticated
     def get(self, name: str):
@@ -171,7 +176,7 @@ def setup_handlers(web_app, root_dir: str) -> None:
         (url_path_join(base, "api/verify"), VerifyHandler),
         (url_path_join(base, "api/artifacts"), ArtifactsHandler),
         (url_path_join(base, "api/compare"), CompareHandler),
-        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js|theme\.css)"), ModuleHandler),
+        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js|theme\.css|plotly\.js)"), ModuleHandler),
     ])
 
 

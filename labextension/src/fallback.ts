@@ -19,6 +19,20 @@ function isEtlabOutput(model: any): boolean {
   return typeof html === 'string' && html.includes("data-role='widget-fallback'");
 }
 
+/** The copy's note says to install the widget front end: here it is installed (this renderer wraps
+ *  it), only the kernel that made the view is gone, so the note says that instead. */
+export const KERNEL_GONE = "This view's kernel is gone (the notebook was reopened or its kernel restarted): this is " +
+  'the copy saved with it (tables, charts and the graph as images). Run the cell again for the interactive view.';
+
+function retitle(node: HTMLElement): void {
+  const notes = [...node.querySelectorAll('p')].filter((p) => p.getAttribute('data-role') === 'widget-fallback' || (p.textContent || '').includes('pip install anywidget'));
+  for (const p of notes) {
+    p.textContent = KERNEL_GONE;
+    p.setAttribute('data-role', 'widget-fallback');
+    p.setAttribute('data-reason', 'kernel-gone');
+  }
+}
+
 /** The widget manager's renderer, with the output's static copy shown while it has no model. */
 class FallbackRenderer extends Panel {
   private observer: MutationObserver | null = null;
@@ -50,7 +64,7 @@ class FallbackRenderer extends Panel {
       const copy = this.rendermime.createRenderer('text/html');
       this.copy = copy;
       this.addWidget(copy);
-      void copy.renderModel(model);
+      void Promise.resolve(copy.renderModel(model)).then(() => retitle(copy.node));
     }
     if (this.copy) {
       this.copy.setHidden(!noModel);

@@ -3,9 +3,9 @@
 
 let plotlyModule = null;
 
-function loadPlotly(model) {
+function loadPlotly(model, onWait) {
   if (!plotlyModule) {
-    plotlyModule = sharedLibrary(model, "plotly").then((source) => {
+    plotlyModule = sharedLibrary(model, "plotly", onWait).then((source) => {
       if (globalThis.Plotly) return globalThis.Plotly; // an offline page defines it once for all charts
       const module = { exports: {} };
       // its UMD wrapper fills module.exports (define and a global Plotly are left alone)
@@ -23,12 +23,17 @@ async function render({ model, el }) {
   div.setAttribute("data-etlab-view", "plot");
   div.style.width = "100%";
   div.textContent = "loading plotly.js…";
+  div.setAttribute("data-state", "loading");
   el.appendChild(div);
   let Plotly;
   try {
-    Plotly = await loadPlotly(model);
+    Plotly = await loadPlotly(model, (text) => {
+      // every chart of the page waiting for the same library says so
+      document.querySelectorAll(".etlab-plot[data-state=loading]").forEach((d) => { d.textContent = text; });
+    });
   } catch (err) {
     div.textContent = String(err.message || err);
+    div.setAttribute("data-state", "error");
     return;
   }
   div.textContent = "";
