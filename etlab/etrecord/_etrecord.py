@@ -354,6 +354,12 @@ class ETRecord:
         format="etlab" (the default): etlab's zip of JSON and raw tensors, which loads without pickle.
         format="upstream": upstream ExecuTorch's layout (torch.export JSON and torch.save members),
         which upstream's `parse_etrecord` / Inspector read, and etlab too."""
+        from etlab.etrecord._serde_speed import fast_serialization
+
+        with fast_serialization():
+            self._save(path, format)
+
+    def _save(self, path, format: str) -> None:
         if format not in ("etlab", "upstream"):
             raise ValueError(f"ETRecord.save: format must be 'etlab' or 'upstream', got {format!r}")
         if not (self._edge.names() and self._debug_handle_map):
