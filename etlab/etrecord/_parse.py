@@ -15,9 +15,7 @@ from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _main_name, _Pro
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._info import mark_partitions
 from etlab.etrecord._maps import debug_handle_map, delegate_map, num_outs_map, ops_from_json, per_method, program_ids
-from etlab.etrecord._quick import lazy_program_info
 from etlab.etrecord._values import TensorTable, decode_value
-from etlab.facts.program_info import ProgramInfo
 
 
 def parse_etrecord(etrecord_path) -> ETRecord:
@@ -88,9 +86,11 @@ def _split_program(base: str) -> tuple[str, str]:
     return "graph_map", base if "/" in base else f"{base}/forward"
 
 
-def upstream_program_info(entries: dict[str, bytes], where: str, full) -> ProgramInfo:
-    """`_parse_upstream(entries, where).program_info()` with the values (torch.save members) and graphs
-    left to `full` (`_quick._FullRecord` of the same entries), read when first used."""
+def upstream_program_facts(entries: dict[str, bytes], where: str) -> tuple:
+    """What `_parse_upstream(entries, where).program_info()` is made of, without reading the values
+    (torch.save members) or graphs: (method names, (debug-handle, delegate, output-count maps), op
+    tables, methods with inputs to replay, methods with reference outputs); `_quick` builds the
+    ProgramInfo, leaving values and graphs to the full record."""
     for name in entries:
         _check_name(name, where, _upstream.is_upstream_entry)
     ids = _upstream_ids(entries, where)
@@ -102,8 +102,7 @@ def upstream_program_info(entries: dict[str, bytes], where: str, full) -> Progra
     with_inputs = {m for m in names if ("representative_inputs" in entries and m == main) or (
         m in ids["edge"] and entries.get(ids["edge"][m] + "_example_inputs"))}
     ops = {m: _upstream.program_ops(entries, base, where) for m, base in ids["edge"].items()}
-    return lazy_program_info(full, names, maps, ops, with_inputs,
-                             set(names) if "reference_outputs" in entries else set())
+    return names, maps, ops, with_inputs, set(names) if "reference_outputs" in entries else set()
 
 
 def _upstream_ids(entries: dict[str, bytes], where: str) -> dict[str, dict[str, str]]:

@@ -11,7 +11,7 @@ intermediate outputs (the numeric gap replays the graph) and the reference outpu
 programs' JSON and the tensor index are checked then, before anything of them is used.
 
 Upstream ExecuTorch's ETRecords keep their op types in torch.export graphs whose operators are
-resolved through torch (`_parse.upstream_program_info`); their values (torch.save members) and
+resolved through torch (`_parse.upstream_program_facts`); their values (torch.save members) and
 graphs are read on first use too.
 """
 
@@ -112,9 +112,9 @@ def read_program_info(source) -> ProgramInfo:
     entries, where, upstream = read_any_archive(source, _any_name)
     full = _FullRecord(entries, where, upstream)
     if upstream:
-        from etlab.etrecord._parse import upstream_program_info  # resolves the graphs' operators: torch
+        from etlab.etrecord._parse import upstream_program_facts  # resolves the graphs' operators: torch
 
-        return upstream_program_info(entries, where, full)
+        return lazy_program_info(full, *upstream_program_facts(entries, where))
     manifest = load_json(entries, MANIFEST, where)
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
