@@ -414,7 +414,16 @@ def zygote(root: str, memory_mb: int, fd: int) -> int:
     import etlab.etrecord
     import etlab.inspector
     import etlab.visualizer  # noqa: F401  (before the fork: every worker needs them; torch.export's take seconds)
+    from etlab.jupyter._records import warm_up_readers
     from etlab.jupyter._service import Service
+
+    try:  # torch's first-use set-up, paid once here rather than in each worker's first view
+        warm_up_readers()
+    except Exception:  # a slower first view, not a server that does not start
+        log.warning("etlab: warming up the readers failed", exc_info=True)
+    import gc
+
+    gc.freeze()  # the imports' objects: never collected again, never copied into a worker by a collection
 
     server = socket.socket(fileno=fd)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped as they end

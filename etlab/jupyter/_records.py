@@ -111,3 +111,31 @@ def bpte_view(bundled: B.BundledProgram, *, name: str) -> dict:
         "signature": signature_hash(signature(pte)),
         "tolerance": {"rtol": DEFAULT_RTOL, "atol": DEFAULT_ATOL},
     }
+
+
+def warm_up_readers() -> None:
+    """Builds the .etrecord viewer's data once for a tiny program (exported here, saved and read back as
+    a record would be): the first view in a process pays for torch's lazy set-up (fake tensors, operator
+    lookups, code generation) — over a second of CPU — so the Lab server's reader processes pay it once,
+    before they fork, not on the first file the user opens."""
+    import tempfile
+
+    import torch
+
+    from etlab.etrecord import ETRecord, parse_etrecord
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.bn, self.fc = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = torch.nn.functional.relu6(self.bn(self.conv(x))) + x[:, :1, 1:-1, 1:-1]
+            return self.fc(torch.nn.functional.adaptive_avg_pool2d(y, 1).flatten(1))
+
+    ep = torch.export.export(Tiny().eval(), (torch.randn(1, 3, 8, 8),))
+    record = ETRecord(exported_program=ep, edge_dialect_program=ep, _debug_handle_map={"forward": {}},
+                      _delegate_map={"forward": {}})
+    with tempfile.TemporaryDirectory(prefix="etlab-warm-") as tmp:
+        record.save(f"{tmp}/tiny.etrecord")
+        etrecord_view(parse_etrecord(f"{tmp}/tiny.etrecord"))
