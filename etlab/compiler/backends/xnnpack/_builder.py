@@ -30,9 +30,11 @@ from etlab.schema.xnnpack import (
 
 _BINARY = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum", "XNNMaximum"}
 _PER_TENSOR_INT8 = {XNNDatatype.xnn_datatype_qint8, XNNDatatype.xnn_datatype_quint8}
+FLOAT16 = XNNDatatype.xnn_datatype_fp16
 NO_DEBUG_HANDLE = 65535  # what upstream writes for nodes lowering added (layout transposes)
 CONSTANT_ALIGNMENT = 16
 FLOAT32 = XNNDatatype.xnn_datatype_fp32
+_FLOATS = {FLOAT32, XNNDatatype.xnn_datatype_fp16}
 
 # Tables shared by several node kinds (`XNNAdd: _XNNNode2x1`), in the order they are tried: a
 # node's attributes pick the first whose fields hold them all.
@@ -75,6 +77,7 @@ class GraphBuilder:
     num_externs: int = 0
     datatypes: list = field(default_factory=list)  # value id -> datatype
     _constant_index: dict[str, int] = field(default_factory=dict)  # named key -> constant_data index
+    float_datatype: XNNDatatype = FLOAT32  # the float type of values defined without one (the node being lowered's)
 
     def value(self, shape, *, datatype: XNNDatatype | None = None, external_id: int | None = None,
               flags: int = 0, data: torch.Tensor | None = None, quant: QuantSpec | None = None,
@@ -84,7 +87,7 @@ class GraphBuilder:
         if not all(isinstance(d, int) for d in shape):  # int() of a SymInt would specialize the export
             raise TypeError(f"XNNPACK value dims must be ints (upper bounds), got {list(shape)}")
         dims = [int(d) for d in shape] or [1]  # XNNPACK has no rank-0 tensors
-        datatype = datatype if datatype is not None else quant.datatype if quant is not None else FLOAT32
+        datatype = datatype if datatype is not None else quant.datatype if quant is not None else self.float_datatype
         vid = len(self.xvalues)
         self.datatypes.append(datatype)
         buffer_index = self._constant(data.detach().contiguous().numpy().tobytes(), "", external_tag) \
@@ -143,12 +146,13 @@ class GraphBuilder:
 
         if kind in _BINARY:
             found = types("input1_id", "input2_id", "output_id")
-            if len({t in _PER_TENSOR_INT8 for t in found}) != 1 or (found[0] == FLOAT32) != (found[2] == FLOAT32):
+            if len({t in _PER_TENSOR_INT8 for t in found}) != 1 or (found[0] in _FLOATS) != (found[2] in _FLOATS) \
+                    or len({t for t in found if t in _FLOATS}) > 1:
                 raise ValueError(f"{kind} would mix datatypes {[t.name for t in found]}")
         elif kind in ("XNNConv2d", "XNNDepthwiseConv2d", "XNNConvTranspose2d", "XNNFullyConnected"):
             x, w, y = types("input1_id", "filter_id", "output_id")
             dynamic = x == XNNDatatype.xnn_datatype_qdint8
-            if (x == FLOAT32) != (w == FLOAT32) or (not dynamic and (x == FLOAT32) != (y == FLOAT32)):
+            if (x in _FLOATS) != (w in _FLOATS) or (not dynamic and (x in _FLOATS) != (y in _FLOATS)):
                 raise ValueError(f"{kind} would mix datatypes (input {x.name}, filter {w.name}, output {y.name})")
 
     def serialize(self) -> bytes:

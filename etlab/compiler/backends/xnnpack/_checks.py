@@ -91,7 +91,7 @@ def is_bounded(t: torch.Tensor) -> bool:
     return all(dim_upper(d) is not None for d in t.shape)
 
 
-def value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationRefusal | None:
+def value_refusal(node: Node, what: str, dtypes=(torch.float32, torch.float16)) -> DelegationRefusal | None:
     t = tensor_of(node)
     if t is None:
         return refusal("other", f"{what} {node.name!r} is not a single tensor (no tensor meta['val'])",
@@ -100,7 +100,8 @@ def value_refusal(node: Node, what: str, dtypes=(torch.float32,)) -> DelegationR
         names = "/".join(str(d).removeprefix("torch.") for d in dtypes)
         return refusal("dtype", f"{what} {node.name!r} is {str(t.dtype).removeprefix('torch.')}; XNNPACK's "
                        f"float path takes {names}",
-                       "cast to float32 before this op, or quantize the model (q/dq int8) for XNNPACK's int8 path")
+                       "cast to float32 (or float16) before this op, or quantize the model (q/dq int8) for XNNPACK's "
+                       "int8 path")
     if not is_bounded(t):
         dims = [str(d) for d in t.shape]
         return refusal("dynamic_shape", f"{what} {node.name!r} has the shape [{', '.join(dims)}] with an unbounded "
@@ -123,8 +124,11 @@ def static_only(node: Node, tensors: list, why: str) -> DelegationRefusal | None
     return None
 
 
-def check_values(node: Node, tensor_args: list, dtypes=(torch.float32,)) -> DelegationRefusal | None:
-    """The node's output and its tensor operands: float32, static, non-empty."""
+FLOAT_DTYPES = (torch.float32, torch.float16)  # XNNPACK's float path: fp32, and fp16 as upstream lowers fp16 models
+
+
+def check_values(node: Node, tensor_args: list, dtypes=FLOAT_DTYPES) -> DelegationRefusal | None:
+    """The node's output and its tensor operands: float32 or float16 (one of them for all), static, non-empty."""
     found = value_refusal(node, "the result of", dtypes)
     if found is not None:
         return found
@@ -133,6 +137,11 @@ def check_values(node: Node, tensor_args: list, dtypes=(torch.float32,)) -> Dele
             found = value_refusal(arg, "operand", dtypes)
             if found is not None:
                 return found
+    floats = {t.dtype for t in (tensor_of(a) for a in [node, *tensor_args] if isinstance(a, Node))
+              if t is not None and t.dtype in FLOAT_DTYPES}
+    if len(floats) > 1:
+        return refusal("dtype", f"{node.name!r} mixes {'/'.join(sorted(str(d).removeprefix('torch.') for d in floats))}"
+                       " values; an XNNPACK node computes in one float type", "cast its operands to one dtype first")
     return None
 
 

@@ -31,7 +31,7 @@ from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler._external_constants import DELEGATE_CONSTANT_TAG
 from etlab.compiler._named_data import NamedDataStoreOutput
 from etlab.compiler.backends.xnnpack import _fusion
-from etlab.compiler.backends.xnnpack._builder import GraphBuilder, QuantSpec
+from etlab.compiler.backends.xnnpack._builder import FLOAT16, FLOAT32, GraphBuilder, QuantSpec
 from etlab.compiler.backends.xnnpack._checks import Context, dim_upper, op_key
 from etlab.compiler.backends.xnnpack._quant import (
     CHOOSE_QPARAMS,
@@ -125,7 +125,7 @@ class Lowering:
                 raise DelegationError(f"XnnpackBackend: input {node.name!r} is not a tensor")
             quant = self._input_quant(node) if is_quantized_source(node) else None
             vid = self.b.value(self.out_shape(node, NCHW), external_id=position, flags=FLAG_EXTERNAL_INPUT,
-                               quant=quant)
+                               quant=quant, datatype=None if quant is not None else self.float_datatype(node))
             self.values[node] = {NCHW: vid}
             if quant is not None:
                 self.quant[vid] = quant
@@ -274,10 +274,12 @@ class Lowering:
     def constant(self, node: Node, data: torch.Tensor, key: str, quant: QuantSpec | None = None,
                  datatype=None) -> int:
         """A constant value holding `data` (already transformed), stored once per (node, key)."""
-        cache = (node, key)
+        cache = (node, key, self.b.float_datatype)
         if cache not in self.constant_ids:
             kwargs = {"datatype": datatype} if datatype is not None else {}
-            stored = data if data.dtype != torch.float32 or datatype is not None else data.float()
+            stored = data
+            if datatype is None and quant is None and data.is_floating_point():  # the float type of its reader
+                stored = data.half() if self.b.float_datatype == FLOAT16 else data.float()
             self.constant_ids[cache] = self.b.value(tuple(data.shape), data=stored.contiguous(), quant=quant,
                                                     external_tag=self.external_tag(node), **kwargs)
         return self.constant_ids[cache]
@@ -383,8 +385,15 @@ class Lowering:
             handles |= self.absorbed.get(source, set()) if source in self.constants else set()
         return handle
 
+    def float_datatype(self, node: Node):
+        """XNNPACK's float type for the values a node defines: fp16 for a float16 node (upstream lowers
+        float16 models in fp16), fp32 otherwise."""
+        t = self.tensor(node)
+        return FLOAT16 if isinstance(t, torch.Tensor) and t.dtype == torch.float16 else FLOAT32
+
     def _finish_output(self, node: Node) -> None:
         target = self.resolve(node)
+        self.b.float_datatype = self.float_datatype(node)
         if target in self.constants:  # a partition output computed from constants alone
             out = self.define(node, self.out_shape(node, NCHW) or [1], NCHW)
             self.b.node("XNNCopy", self.handle(node), input_id=self.value(target), output_id=out)
@@ -398,6 +407,7 @@ class Lowering:
         handler = self.handlers.get(op_key(node))
         if handler is None:
             raise DelegationError.at(node, f"XnnpackBackend has no lowering for {op_key(node)} ({node.name!r})")
+        self.b.float_datatype = self.float_datatype(node)
         try:
             handler(self, node)
         except ValueError as err:  # the builder's datatype check: a graph XNNPACK would refuse

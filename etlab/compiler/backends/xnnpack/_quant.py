@@ -175,7 +175,7 @@ def _dynamic_rule(node: Node, ctx: Context) -> DelegationRefusal | None:
                        "int8 weights; XNNPACK quantizes at run time only the inputs of fully connected nodes",
                        "use the dynamic quantization config for linear layers only")
     x = node.args[0] if key != DQ_DYNAMIC else node.args[0].args[0]
-    return check_values(x, [])
+    return check_values(x, [], dtypes=(torch.float32,))
 
 
 def is_dynamic_q(node) -> bool:

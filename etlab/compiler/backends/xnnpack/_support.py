@@ -80,6 +80,9 @@ def _gelu(node: Node, ctx: Context) -> DelegationRefusal | None:
     if approximate != "none":
         return refusal("argument", f"gelu approximate={approximate!r}; XNNPACK's GELU is the exact (erf) one",
                        "use approximate='none'")
+    if tensor_of(node) is not None and tensor_of(node).dtype == torch.float16:
+        return refusal("dtype", "a float16 GELU; XNNPACK has no fp16 GELU (upstream refuses it too)",
+                       "run the GELU in float32 (cast around it)")
     return check_values(node, node.args[:1])
 
 
