@@ -76,7 +76,19 @@ $(VENV)/.model-explorer-installed: $(VENV)/.torch-installed
 	$(PIP) $(ME_REQS) $(TORCH)
 	@touch $@
 
-setup: $(VENV)/.etlab-installed $(VENV)/.lab-enabled $(VENV)/.model-explorer-installed
+# The model corpus's libraries (etlab.models.corpus, make corpus): torchvision, torchaudio and timm with
+# --no-deps, because their wheels pin or pull another torch; their real requirements come after (pillow
+# for torchvision; timm's pyyaml, huggingface_hub and safetensors arrive with transformers, the corpus
+# extra). torchvision 0.28 is the release for torch 2.13; torchaudio 2.11 is the newest the registry
+# has. Their compiled extensions are CUDA builds that do not load here: see
+# etlab/models/corpus/_library_imports.py for how their model code is imported anyway.
+CORPUS_LIBS := torchvision==0.28.0 torchaudio==2.11.0 timm==1.0.31
+$(VENV)/.corpus-libs-installed: $(VENV)/.etlab-installed
+	$(PIP) --no-deps $(CORPUS_LIBS)
+	$(PIP) 'pillow>=9' pyyaml huggingface_hub safetensors $(TORCH)
+	@touch $@
+
+setup: $(VENV)/.etlab-installed $(VENV)/.lab-enabled $(VENV)/.model-explorer-installed $(VENV)/.corpus-libs-installed
 
 # Headless Chromium for the browser tests (Debian's package; playwright only drives it).
 browser:
