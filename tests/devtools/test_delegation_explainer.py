@@ -201,6 +201,7 @@ def _assert_grouped(out: str) -> None:
     assert "PLANT dtype" in out and "float64" in out and "dynamic dimension" in out
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(planted_files):
     p = _run_cli("info", planted_files / "model.pte")
     assert p.returncode == 0, p.stderr
@@ -208,6 +209,7 @@ def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(planted_files):
     _assert_grouped(p.stdout)
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_etlab_info_on_an_etrecord_and_with_etrecord_option(planted_files, tmp_path):
     p = _run_cli("info", planted_files / "model.etrecord")
     assert p.returncode == 0, p.stderr
@@ -221,6 +223,7 @@ def test_etlab_info_on_an_etrecord_and_with_etrecord_option(planted_files, tmp_p
     _assert_grouped(p.stdout)
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_etlab_info_refuses_an_etrecord_of_another_program(planted_files, tmp_path):
     other = to_edge_transform_and_lower(torch.export.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),)),
                                         partitioner=[DemoPartitioner()], generate_etrecord=True).to_executorch()

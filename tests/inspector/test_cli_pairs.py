@@ -79,6 +79,7 @@ def test_right_etrecord_is_silent(delegate_runs):
                              strict=True).pairing_mismatch is None
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_report_and_compare_check_the_pair_too(delegate_runs, tmp_path):
     cnn, mlp = delegate_runs["cnn"], delegate_runs["mlp"]
     report = _etlab("report", cnn / "run.etdp", "--etrecord", mlp / "model.etrecord",  # positional, as inspect

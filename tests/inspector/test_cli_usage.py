@@ -81,6 +81,7 @@ def _bad_inputs(d: Path, missing: Path, folder: Path) -> list[tuple[list, str]]:
     return cases
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_missing_or_directory_file_arguments_are_one_line_naming_the_argument(delegate_runs, tmp_path):
     missing, folder = tmp_path / "missing.bin", tmp_path / "folder"
     folder.mkdir()
@@ -96,6 +97,7 @@ def test_missing_or_directory_file_arguments_are_one_line_naming_the_argument(de
     assert out.returncode == 2 and out.stderr.strip() == f"etlab: error: {missing}: no such file"
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_files_to_write_need_an_existing_folder(delegate_runs, tmp_path):
     d = delegate_runs["mlp"]
     nowhere = tmp_path / "no" / "such" / "folder"
@@ -126,6 +128,7 @@ def test_files_to_write_need_an_existing_folder(delegate_runs, tmp_path):
     assert out.returncode == 2 and "is a file, not a folder" in out.stderr and "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_progress_goes_to_stderr_only_when_asked_or_on_a_terminal(delegate_runs, tmp_path):
     d = delegate_runs["mlp"]
     quiet = _etlab("compare", d, d, "--json", tmp_path / "c.json")
@@ -164,6 +167,7 @@ def test_progress_on_a_terminal_is_one_line_erased_at_the_end():
     assert silent.getvalue() == ""
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_report_takes_the_pte_for_the_memory_tab(delegate_runs, tmp_path):
     from etlab.devtools import memory_lower_bound
     from etlab.visualizer._memory_view import pte_plan_frame
@@ -186,6 +190,7 @@ def test_report_takes_the_pte_for_the_memory_tab(delegate_runs, tmp_path):
     assert wrong.returncode == 2 and "does not match" in wrong.stderr and not (tmp_path / "s.html").exists()
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_run_threads_are_recorded_in_the_etdump(delegate_runs, tmp_path):
     from etlab.schema import load_file
 
@@ -202,6 +207,7 @@ def test_run_threads_are_recorded_in_the_etdump(delegate_runs, tmp_path):
     assert _etlab("run", pte, "--threads", "-1").returncode == 2
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_every_option_has_help_and_every_command_its_usage():
     import argparse
 

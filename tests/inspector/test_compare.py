@@ -183,6 +183,7 @@ def _cli(*args, module: str = "etlab.cli") -> subprocess.CompletedProcess:
                           timeout=300, env=env)
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_cli_table_json_csv_and_html(builds, tmp_path):
     a, b = builds["delegated"].folder, builds["planted"].folder  # folders holding one run each
     out = _cli("compare", a, b, "--top", "5", "--json", tmp_path / "c.json", "--csv", tmp_path / "c.csv",

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pytest
 import torch
 
 from etlab.inspector import Inspector
@@ -46,6 +47,7 @@ def _etlab(*args) -> subprocess.CompletedProcess:
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_cli_writes_parquet_for_inspect_and_compare(delegate_runs, tmp_path):
     d = delegate_runs["mlp"]
     out = _etlab("inspect", d / "run.etdp", "--etrecord", d / "model.etrecord", "--debug-buffer", d / "run.bin",

@@ -137,6 +137,7 @@ def _venv_jupyter(*args: str) -> str:
     return _plain(out)
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_set_up_venv_lists_the_extensions_enabled(lab):
     """`make setup` left both halves enabled in the venv itself: no JUPYTER_PATH, no config of the test's."""
     labext = _venv_jupyter("labextension", "list")

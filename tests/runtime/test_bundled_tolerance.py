@@ -57,6 +57,7 @@ def _verify_cli(path, *args) -> dict:
     return json.loads(out.stdout)
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_command_line_takes_the_tolerance(tmp_path):
     data, _ = make_bpte(expected_shift=1e-3)
     path = tmp_path / "m.bpte"

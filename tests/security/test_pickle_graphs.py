@@ -108,6 +108,7 @@ def test_etlab_report_on_a_shared_graph_etrecord_ends_with_a_clear_error(run_dir
     assert not (tmp_path / "r.html").exists()
 
 
+@pytest.mark.slow  # over 5 s of CPU: left out of make test-fast
 @pytest.mark.parametrize("member, program", [
     ("edge_dialect_exported_program/forward_example_inputs", "edge_dialect_program"),
     ("exported_program_state_dict", "exported_program"),

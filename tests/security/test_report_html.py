@@ -70,6 +70,7 @@ def report(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
 def test_no_inline_script_holds_a_comment_opener_or_an_end_tag(report):
     html = report.read_text(encoding="utf-8")
     assert HOSTILE not in html.replace("&#x27;", "'")  # the hostile string appears only escaped
