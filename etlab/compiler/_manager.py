@@ -80,6 +80,7 @@ class EdgeProgramManager:
         return set(self._edge_programs)
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
+        """The edge-dialect program of a method (a KeyError lists the methods)."""
         if method_name not in self._edge_programs:
             raise KeyError(f"no method {method_name!r}; methods are {sorted(self._edge_programs)}")
         return self._edge_programs[method_name]
@@ -134,6 +135,8 @@ class EdgeProgramManager:
 
     @with_young_heap_gc
     def to_executorch(self, config: ExecutorchBackendConfig | None = None) -> ExecutorchProgramManager:
+        """Plans memory and emits every method: the ExecutorchProgramManager whose `.buffer` is the .pte
+        (`config` as upstream's ExecutorchBackendConfig: memory planning, mutable buffers, ...)."""
         config = config or ExecutorchBackendConfig()
         if not isinstance(config, ExecutorchBackendConfig):
             raise TypeError(f"config must be an ExecutorchBackendConfig, got {type(config).__name__}")

@@ -14,6 +14,8 @@ from etlab.facts import display
 
 
 class TimeScale(enum.Enum):
+    """A unit of event times: the run's (source) and the Inspector's tables (target); CYCLES converts only to CYCLES."""
+
     NS = "ns"
     US = "us"
     MS = "ms"

@@ -47,4 +47,5 @@ class OperatorRegistry:
         return registered_kernel_names() | set(BUILTIN_KERNELS) | ops.runtime_torch_op_names()
 
     def has(self, name: str) -> bool:
+        """Whether a program calling operator `name` ("aten::add.out") finds a kernel at load."""
         return find_kernel(name) is not None
