@@ -34,7 +34,7 @@ def test_corpus_has_forty_architectures_covering_the_issue():
     assert len(CORPUS) >= 40
     assert REQUIRED <= set(CORPUS), REQUIRED - set(CORPUS)
     assert set(FAST) <= set(CORPUS)
-    assert {e.source for e in CORPUS.values()} == {"torch.nn", "transformers"}
+    assert {e.source for e in CORPUS.values()} == {"torch.nn", "transformers", "torchvision", "timm", "torchaudio"}
     assert any(e.dynamic_shapes for e in CORPUS.values())
     assert set(CORPUS["llama_kv"].build()[1]) == {"prefill", "decode"}
     assert set(CORPUS["llama_static_kv"].build()[1]) == {"prefill", "decode"}  # its KV cache: mutable buffers

@@ -33,7 +33,7 @@ class CorpusEntry:
     within `atol` + `rtol`·|eager|."""
 
     name: str
-    source: str  # "torch.nn" or "transformers"
+    source: str  # "torch.nn", "transformers", "torchvision", "timm" or "torchaudio"
     what: str  # the architecture feature the entry covers, one line
     factory: Callable[[], Built]
     dynamic_shapes: Callable[[], dict[str, Any]] | None = None

@@ -29,6 +29,14 @@ class _Outputs(nn.Module):
 
 
 def _tf():
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        # transformers imports torchvision when it is installed; the registry's CUDA build needs its
+        # operator schemas declared first (see _library_imports)
+        from etlab.models.corpus._library_imports import import_torchvision
+
+        import_torchvision()
     import transformers
 
     return transformers
