@@ -99,6 +99,7 @@ def main(argv=None) -> int:
         print(f"artifacts in {time.perf_counter() - t0:.1f} s", flush=True)
         offline = Path(tmp) / "offline_edge.html"
         GraphView(parse_etrecord(root / "mnv2.etrecord"), graph="edge").save_html(offline)
+        load_start = os.getloadavg()[0]
         samples: dict[str, list[float]] = {k: [] for k in ("pte", "pte_graph", "etdp", "etdp_graph", "etrecord",
                                                             "etrecord_graph", "report")}
         with MakeLab(root=root, base=base, lifetime_s=1800) as lab, sync_playwright() as p:
@@ -120,6 +121,7 @@ def main(argv=None) -> int:
             browser.close()
         sizes = {k: (root / n).stat().st_size for k, n in (("pte", "mnv2.pte"), ("etdp", "mnv2_run.etdp"),
                                                              ("etrecord", "mnv2.etrecord"))}
+    load_end = os.getloadavg()[0]
     med = {k: median(v) for k, v in samples.items()}
     for k, v in samples.items():
         print(k, " ".join(f"{x:.3f}" for x in v), f"median {med[k]:.3f} s", flush=True)
@@ -146,7 +148,8 @@ def main(argv=None) -> int:
         f"{args.repeat}): time to first paint in JupyterLab started as `make lab` starts it (`make lab-server`), "
         "from the double-click in the file browser to "
         "the viewer drawn; the file's mtime is bumped before each open, so every sample is a cold "
-        "read on a warm server (imports done). Target: under 1.5 s each.",
+        "read on a warm server (imports done). Target: under 1.5 s each. Load average (1 min) "
+        f"{load_start:.1f} at the start, {load_end:.1f} at the end: absolute times scale with it.",
         "",
         "First paint: the viewer's content drawn (summary, tables, timeline; the graph mounted). Graph drawn: "
         "its layout done and drawn (the ETRecord's graphs are rebuilt on the server after the table is sent).",

@@ -59,7 +59,8 @@ def timeline_spans(timings, max_runs: int = 200) -> list[dict]:
                 break
             spans.append({"run": r, "row": row, "start": _num(start), "dur": _num(dur), "name": t.name,
                           "handles": list(t.handles), "instruction": t.instruction_id,
-                          "delegated": bool(t.is_delegated), "kind": kind, "depth": 1 if inner else 0})
+                          "delegated": bool(t.is_delegated) or t.name == DELEGATE_CALL, "kind": kind,
+                          "depth": 1 if inner else 0})
     return spans
 
 
