@@ -9,12 +9,14 @@
   and upstream portable; the decoder is compiled by etlab);
 - ETDump tracing overhead (timings, no logged values) of the native core on every zoo model.
 
-Medians of alternating rounds (etlab and eager in-process; upstream via et_ref.py run), each batch
-after one untimed call (steady state, see `interleaved`). torch
-runs single-threaded by default (--threads), as upstream's portable kernels do; XNNPACK uses
-upstream's default threadpool. In-process contenders are timed by default in the thread's CPU
-time (`--clock cpu`): on a shared machine the wall clock also counts the time other processes
-hold the cores, which swamps differences of a few percent; `--clock wall` times them by wall clock.
+Every contender runs in the same alternating rounds (etlab and eager in-process; upstream in a
+long-lived worker, bench/_ref_runtime.py, asked for each of its batches in turn), each batch after
+one untimed call, on the same clock and the same thread settings: --threads (default 1, as
+upstream's portable runtime) for torch, etlab (`load_program(threads=N)`) and upstream's XNNPACK
+threadpool. The clock is the thread's CPU time by default (`--clock cpu`): on a shared machine the
+wall clock also counts the time other processes hold the cores, which swamps differences of a few
+percent; `--clock wall` times by wall clock. Load averages before and after and each contender's
+spread (interquartile range of its rounds, relative to its median) are recorded.
 
     .venv/bin/python bench/runtime.py [--models cnn transformer] [--rounds 30] [--no-upstream]
 """
@@ -24,18 +26,18 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from statistics import median
+from statistics import median, quantiles
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ET_REF, REPO, reference_python, run_ref, write_section
-from _common import interleaved as _common_interleaved
+from _common import ET_REF, REPO, ref_env, reference_python, run_ref, write_section
 
 from etlab.models import ZOO
 from etlab.runtime import DebugLevel, Runtime
@@ -46,7 +48,7 @@ REF_EXPORT = REPO / "tests" / "interop" / "ref_export_runtime.py"
 MODELS = ["cnn", "mobilenet_v2", "transformer", "kv_cache_decoder"]
 ETLAB_COMPILED = {"kv_cache_decoder"}  # stateful: compiled by etlab, no upstream columns
 CHAIN = 500
-TARGET_NS_PER_INSTR = 350
+TARGET_NS_PER_INSTR = 150  # issue #27: toward upstream portable's 73 ns
 TARGET_NS_INTERPRETER = 50
 TARGET_TRACE_OVERHEAD = 0.01
 TARGET_SPEEDUP = 1.5  # native core vs Python core, transformer and KV-cache decoder
@@ -56,32 +58,97 @@ CAPTURE_RUNS = 10
 
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 _clock = CLOCKS["cpu"]
+_clock_name = "cpu"
+_threads = 1
+SPREAD = "~"  # result key suffix: a contender's interquartile range over its rounds / its median
+
+
+def local(fn):
+    """An in-process contender: `calls` timed calls after one untimed one, seconds per call on the clock."""
+    def batch(calls: int) -> float:
+        fn()
+        start = _clock()
+        for _ in range(calls):
+            fn()
+        return (_clock() - start) / calls
+    return batch
 
 
 def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
-    """_common.interleaved on the clock chosen with --clock, each batch after one untimed call (steady
-    state: the contenders' working sets evict each other; a 500-add chain run right after eager's
-    500 fresh tensors took twice as long)."""
-    return _common_interleaved(contenders, rounds, per_round, warmup, clock=_clock, warm_each=True)
+    """Median seconds per call of each contender, in alternating rounds with the order rotated each round
+    (each follows each other equally often), each batch after one untimed call (steady state: the
+    contenders' working sets evict each other; a 500-add chain run right after eager's 500 fresh
+    tensors took twice as long). Plain callables run in process (`local`); an `Upstream.contender`
+    times its batch in the worker on the same clock. Also `<name>~`: the spread of its rounds."""
+    batches = {k: fn if getattr(fn, "is_batch", False) else local(fn) for k, fn in contenders.items()}
+    for batch in batches.values():
+        batch(warmup)
+    samples: dict[str, list[float]] = {k: [] for k in batches}
+    order = list(batches.items())
+    for r in range(rounds):
+        for name, batch in order[r % len(order):] + order[: r % len(order)]:
+            samples[name].append(batch(per_round))
+    result = {k: median(v) for k, v in samples.items()}
+    for k, v in samples.items():
+        q1, _, q3 = quantiles(v, n=4) if len(v) > 1 else (v[0], v[0], v[0])
+        result[k + SPREAD] = (q3 - q1) / result[k] if result[k] else 0.0
+    return result
 
 
-def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool) -> dict[str, Path]:
+def timings(result: dict) -> dict[str, float]:
+    """The medians of an `interleaved` result (without the spreads)."""
+    return {k: v for k, v in result.items() if not k.endswith(SPREAD)}
+
+
+class Upstream:
+    """Upstream's runtime in a long-lived worker (bench/_ref_runtime.py), same threads and clock as etlab."""
+
+    def __init__(self, ref: str, threads: int):
+        self.proc = subprocess.Popen([ref, str(Path(__file__).parent / "_ref_runtime.py"), "--threads", str(threads),
+                                      "--ref-dir", str(ET_REF.parent)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env())
+
+    def _ask(self, **req) -> dict:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        answer = json.loads(line) if line else {"error": "the upstream worker exited"}
+        if "error" in answer:
+            raise RuntimeError(f"upstream worker, {req}: {answer['error']}")
+        return answer
+
+    def contender(self, label: str, d: Path, pte: str = "model.pte"):
+        """A contender running `d/pte` on upstream's runtime (loaded now)."""
+        self._ask(cmd="load", label=label, pte=str(d / pte), inputs=str(d / "inputs.pt"))
+
+        def batch(calls: int) -> float:
+            return self._ask(cmd="time", label=label, calls=calls, clock=_clock_name)["seconds"]
+        batch.is_batch = True
+        return batch
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(60)
+
+
+def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool, portable: bool = True) -> dict[str, Path]:
     dirs = {}
-    run_ref(ref, REF_EXPORT, "add-chain", CHAIN, "--out", out / "add_chain")
-    dirs["add_chain"] = out / "add_chain"
+    if portable:
+        run_ref(ref, REF_EXPORT, "add-chain", CHAIN, "--out", out / "add_chain")
+        dirs["add_chain"] = out / "add_chain"
     for m in models:
         if m in ETLAB_COMPILED:
             continue
-        for kind, extra in (("portable", []), ("xnnpack", ["--xnnpack"]))[: 2 if xnnpack else 1]:
+        kinds = [("portable", [])] if portable else []
+        if xnnpack:
+            kinds.append(("xnnpack", ["--xnnpack"]))
+            if m in XNNPACK_MODELS:
+                kinds.append(("xnnpack-int8", ["--xnnpack", "--quantize"]))
+        for kind, extra in kinds:
             d = out / kind / m
             run_ref(ref, ET_REF, "export", f"{ZOO_PY}:make_{m}", "--out", d, *extra)
             dirs[f"{kind}:{m}"] = d
     return dirs
-
-
-def upstream_ms(ref: str, d: Path, iters: int) -> float:
-    out = run_ref(ref, ET_REF, "run", d / "model.pte", "--inputs", d / "inputs.pt", "--iters", iters)
-    return json.loads(out.strip().splitlines()[-1])["median_ms"]
 
 
 def etlab_program(out: Path, name: str) -> Path:
@@ -98,7 +165,7 @@ def etlab_program(out: Path, name: str) -> Path:
 
 
 def _method(d: Path, core: str, **trace):
-    return Runtime.get(core=core).load_program(d / "model.pte", **trace).load_method("forward")
+    return Runtime.get(core=core).load_program(d / "model.pte", threads=_threads, **trace).load_method("forward")
 
 
 def _bare_calls(method) -> tuple[list, list, list, object]:
@@ -114,7 +181,7 @@ def _bare_calls(method) -> tuple[list, list, list, object]:
     return outs, lhs, rhs, alpha
 
 
-def time_chain(d: Path, rounds: int) -> dict[str, float]:
+def time_chain(d: Path, rounds: int, upstream: Upstream | None) -> dict[str, float]:
     inputs = torch.load(d / "inputs.pt", weights_only=True)
     native = _method(d, "native")
     python = _method(d, "python")
@@ -132,10 +199,12 @@ def time_chain(d: Path, rounds: int) -> dict[str, float]:
             x = x + w
         return x
 
+    contenders = {"native": lambda: native.execute(inputs), "loop": loop, "bare": bare,
+                  "python": lambda: python.execute(inputs), "traced": lambda: traced.execute(inputs), "eager": eager}
+    if upstream is not None:
+        contenders["upstream"] = upstream.contender("add_chain", d)
     with torch.no_grad():
-        return interleaved({"native": lambda: native.execute(inputs), "loop": loop, "bare": bare,
-                            "python": lambda: python.execute(inputs), "traced": lambda: traced.execute(inputs),
-                            "eager": eager}, rounds=rounds, per_round=3)
+        return interleaved(contenders, rounds=rounds, per_round=3)
 
 
 def capture_ms(d: Path, inputs: list) -> float:
@@ -151,7 +220,8 @@ def capture_ms(d: Path, inputs: list) -> float:
     return sorted(samples)[len(samples) // 2] * 1e3
 
 
-def time_model(name: str, d: Path, rounds: int) -> dict[str, float]:
+def time_model(name: str, d: Path, rounds: int, upstream_dirs: dict[str, Path], upstream: Upstream | None
+               ) -> dict[str, float]:
     model, _ = ZOO[name]()
     inputs = torch.load(d / "inputs.pt", weights_only=True)
     native, python = _method(d, "native"), _method(d, "python")
@@ -165,9 +235,13 @@ def time_model(name: str, d: Path, rounds: int) -> dict[str, float]:
             return model(*inputs)
 
     per_round = 1 if name == "mobilenet_v2" else 5
-    result = interleaved({"eager": eager, "python": lambda: python.execute(inputs),
-                          "native": lambda: native.execute(inputs), "traced": lambda: traced.execute(inputs)},
-                         rounds=rounds, per_round=per_round)
+    contenders = {"eager": eager, "python": lambda: python.execute(inputs),
+                  "native": lambda: native.execute(inputs), "traced": lambda: traced.execute(inputs)}
+    if upstream is not None:
+        for kind in ("portable", "xnnpack"):
+            if f"{kind}:{name}" in upstream_dirs:
+                contenders[f"upstream {kind}"] = upstream.contender(f"{kind}:{name}", upstream_dirs[f"{kind}:{name}"])
+    result = interleaved(contenders, rounds=rounds, per_round=per_round)
     result["capture"] = capture_ms(d, inputs) / 1e3
     return result
 
@@ -240,84 +314,121 @@ def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
             "aa": separate["native_b"] / separate["native"] - 1}
 
 
-XNNPACK_MODEL = "cnn"
+XNNPACK_MODELS = ["cnn", "mobilenet_v2"]
+TARGET_XNNPACK = {"xnnpack": 1.5, "xnnpack-int8": 2.0}  # etlab / upstream on upstream's XNNPACK .pte
 
 
-def xnnpack_section(d: Path, rounds: int, upstream_xnnpack_ms: float | None, clock: str) -> str:
-    """`## runtime-xnnpack`: upstream's XNNPACK-lowered .pte on etlab's host emulation of the
-    XnnpackBackend (torch kernels per XNNPACK node), next to torch eager and upstream's real XNNPACK."""
-    model, _ = ZOO[XNNPACK_MODEL]()
-    inputs = torch.load(d / "inputs.pt", weights_only=True)
-    emulated = _method(d, "native")
-    torch.testing.assert_close(emulated.execute(inputs)[0], model(*inputs), rtol=1e-4, atol=1e-4)
+def time_xnnpack(name: str, dirs: dict[str, Path], rounds: int, upstream: Upstream) -> dict[str, float]:
+    """Upstream's XNNPACK programs of `name` (float and int8) on etlab's host backend and on upstream's
+    runtime, with torch eager, in the same rounds; outputs checked against upstream's first."""
+    model, _ = ZOO[name]()
+    eager_inputs = torch.load(dirs[f"xnnpack:{name}"] / "inputs.pt", weights_only=True)
 
     def eager():
         with torch.no_grad():
-            return model(*inputs)
+            return model(*eager_inputs)
+    contenders = {"eager": eager}
+    for kind in ("xnnpack", "xnnpack-int8"):
+        d = dirs.get(f"{kind}:{name}")
+        if d is None:
+            continue
+        inputs = torch.load(d / "inputs.pt", weights_only=True)
+        method = _method(d, "native")
+        expected = torch.load(d / "eager_outputs.pt", weights_only=True)[0]
+        got = method.execute(inputs)[0]
+        tol = 1e-4 if kind == "xnnpack" else 0.1 * float(expected.abs().max())  # int8: the quantization error
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=tol)
+        contenders[f"etlab {kind}"] = lambda method=method, inputs=inputs: method.execute(inputs)
+        contenders[f"upstream {kind}"] = upstream.contender(f"{kind}:{name}:x", d)
+    return interleaved(contenders, rounds=rounds, per_round=1 if name == "mobilenet_v2" else 5)
 
-    r = interleaved({"eager": eager, "emulated": lambda: emulated.execute(inputs)}, rounds=rounds)
-    up, ratio = "n/a", ""
-    if upstream_xnnpack_ms:
-        up = f"{upstream_xnnpack_ms:.3f}"
-        ratio = f" ({r['emulated'] * 1e3 / upstream_xnnpack_ms:.1f}x upstream XNNPACK's time)"
-    return "\n".join([
+
+def xnnpack_section(results: dict[str, dict], clock: str, threads: int, loads: tuple[float, float]) -> str:
+    """`## runtime-xnnpack`: upstream's XNNPACK-lowered programs on etlab's host backend and on upstream."""
+    lines = [
         "## runtime-xnnpack", "",
-        f"Upstream's XNNPACK-lowered `{XNNPACK_MODEL}` (`et_ref.py export --xnnpack`), medians of alternating rounds "
-        f"({'thread CPU time' if clock == 'cpu' else 'wall time'}; upstream wall time per `execute`, measured "
-        "under load). etlab does not link XNNPACK: its `XnnpackBackend` emulates each XNNPACK node with torch "
-        "kernels (it exists to run and inspect delegated programs on the host, not for speed).", "",
-        "| model | torch eager ms | etlab XNNPACK emulation (native core) ms | emulation vs eager | "
-        "upstream XNNPACK ms |", "|---|---:|---:|---:|---:|",
-        f"| {XNNPACK_MODEL} | {r['eager'] * 1e3:.3f} | {r['emulated'] * 1e3:.3f}{ratio} | "
-        f"{r['emulated'] / r['eager']:.2f}x | {up} |", ""])
+        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
+        f"before / {loads[1]:.1f} after. Upstream's XNNPACK-lowered programs (`et_ref.py export --xnnpack`, int8: "
+        "`--quantize`, upstream's XNNPACKQuantizer) run on etlab's host `XnnpackBackend` (no XNNPACK linked: "
+        "convolutions prepacked through oneDNN, int8 convolutions on integers through torch's x86 int8 kernels, "
+        "other nodes with torch kernels) and on upstream's runtime with XNNPACK, in the same alternating rounds, "
+        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} on both sides, {threads} thread(s) on both sides "
+        "(torch, etlab and upstream's XNNPACK threadpool). Medians; in brackets the interquartile range of the "
+        "rounds relative to the median.", "",
+        "| model | program | torch eager ms | etlab ms | upstream ms | etlab / upstream | target |",
+        "|---|---|---:|---:|---:|---:|---|"]
+    verdicts = []
+    for name, r in results.items():
+        for kind in ("xnnpack", "xnnpack-int8"):
+            if f"etlab {kind}" not in r:
+                continue
+            e, u = r[f"etlab {kind}"], r[f"upstream {kind}"]
+            ratio, target = e / u, TARGET_XNNPACK[kind]
+            lines.append(f"| {name} | {kind} | {r['eager'] * 1e3:.3f} | {e * 1e3:.3f} [{r[f'etlab {kind}~']:.0%}] | "
+                         f"{u * 1e3:.3f} [{r[f'upstream {kind}~']:.0%}] | {ratio:.2f}x | <= {target}: "
+                         f"{_met(ratio <= target)} |")
+        if "etlab xnnpack-int8" in r and "etlab xnnpack" in r:
+            faster = r["etlab xnnpack-int8"] < r["etlab xnnpack"]
+            verdicts.append(f"{name}: int8 faster than float on etlab: {_met(faster)} "
+                            f"({r['etlab xnnpack-int8'] / r['etlab xnnpack']:.2f}x its time)")
+    if verdicts:
+        lines += ["", "Targets: " + "; ".join(verdicts) + "."]
+    return "\n".join([*lines, ""])
 
 
 def _met(ok: bool) -> str:
     return "met" if ok else "MISSED"
 
 
-def render(chain: dict, chain_up: float | None, models: dict, upstream: dict, tracing: dict, threads: int,
-           clock: str) -> str:
+def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, loads: tuple[float, float]) -> str:
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
     share = (chain["loop"] - chain["bare"]) / CHAIN * 1e9
-    load = os.getloadavg()[0]
+    load = max(loads)
+    chain_up = chain.get("upstream")
     lines = [
         "## runtime", "",
-        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {load:.1f} at the "
-        f"end{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
-        "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); etlab "
-        "and eager timed in "
-        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`); torch threads = {threads}; "
-        "upstream = ExecuTorch 1.5.1 pybindings (`et_ref.py run`, per `execute` call, wall time), XNNPACK with its "
-        "default threadpool. The same upstream-exported `.pte` runs on etlab and on upstream portable (the KV-cache "
-        "decoder is compiled by etlab). "
+        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
+        f"before / {loads[1]:.1f} after"
+        f"{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
+        "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); every "
+        "contender (etlab, eager, upstream in a long-lived worker asked for each of its batches in turn) timed in "
+        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`), {threads} thread(s) on every "
+        "side (torch, etlab's `load_program(threads=...)`, upstream's XNNPACK threadpool); upstream = ExecuTorch "
+        "1.5.1 pybindings. The same upstream-exported `.pte` runs on etlab and on upstream (the KV-cache decoder "
+        "is compiled by etlab). Spread: interquartile range of the rounds relative to the median. "
         "`native` is the C++ core (`etlab/runtime/_native`, the default), `python` the reference loop "
         "(`Runtime.get(core=\"python\")`).", "",
         f"**Per-instruction tax** ({CHAIN}-add chain, (4, 4) float, `Method.execute`): native "
         f"{per_instr:.0f} ns/instruction (target <= {TARGET_NS_PER_INSTR}: {_met(per_instr <= TARGET_NS_PER_INSTR)}); "
         f"Python core {chain['python'] / CHAIN * 1e9:.0f} ns; native with ETDump timings "
         f"{chain['traced'] / CHAIN * 1e9:.0f} ns; eager `x + w` {chain['eager'] / CHAIN * 1e9:.0f} ns/op"
-        + (f"; upstream portable {chain_up * 1e6 / CHAIN:.0f} ns/instruction" if chain_up else "") + ".", "",
+        + (f"; upstream portable {chain_up * 1e9 / CHAIN:.0f} ns/instruction "
+           f"(etlab / upstream {chain['native'] / chain_up:.1f}x)" if chain_up else "")
+        + f"; spread native {chain.get('native~', 0):.0%}"
+        + (f", upstream {chain['upstream~']:.0%}" if chain_up else "") + ".", "",
         f"**Interpreter's own share**: the native loop alone takes {chain['loop'] / CHAIN * 1e9:.0f} ns/instruction, "
         f"a bare C++ loop making the same `add.out` calls {bare:.0f} ns/call: {share:.0f} ns/instruction is the "
         f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {_met(share <= TARGET_NS_INTERPRETER)}); the rest is "
         "ATen's own cost of a (4, 4) add. The bare loop calls `at::add_out` (through the dispatcher); the core "
-        "redispatches straight to the CPU kernel with key sets resolved at load, so its share can come out "
-        "below zero.", "",
+        "computes add/sub/mul/div out-variants on small (<= 256 elements) contiguous float tensors itself, bit "
+        "for bit as ATen's CPU kernel, and redispatches other kernels straight to the CPU kernel with key sets "
+        "resolved at load, so its share comes out below zero.", "",
         "| model | eager ms | python core ms | native core ms | native vs python | native traced ms "
         "| traced vs native (separate methods) | capturing intermediates ms | upstream portable ms "
-        "| upstream XNNPACK ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| upstream XNNPACK ms | spread native / upstream portable |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, r in models.items():
-        port, xnn = upstream.get(f"portable:{name}"), upstream.get(f"xnnpack:{name}")
+        port, xnn = r.get("upstream portable"), r.get("upstream xnnpack")
+        port_spread = f"{r['upstream portable~']:.0%}" if port else "n/a"
         lines.append(
             f"| {name} | {r['eager'] * 1e3:.3f} | {r['python'] * 1e3:.3f} | {r['native'] * 1e3:.3f} | "
             f"{r['python'] / r['native']:.2f}x | {r['traced'] * 1e3:.3f} | "
             f"{(r['traced'] / r['native'] - 1) * 100:+.1f}% | "
             f"{r['capture'] * 1e3:.3f} ({(r['capture'] / r['native'] - 1) * 100:+.0f}%) | "
-            f"{f'{port:.3f}' if port else 'n/a'} | {f'{xnn:.3f}' if xnn else 'n/a'} |")
+            f"{f'{port * 1e3:.3f}' if port else 'n/a'} | {f'{xnn * 1e3:.3f}' if xnn else 'n/a'} | "
+            f"{r['native~']:.0%} / {port_spread} |")
     lines += ["", "**ETDump tracing overhead, native core, every zoo model** (timings only, no logged values). "
               "`paired` is the verdict: a loaded traced method, each round a batch of about 2 ms with its "
               f"timing log on and one with it off (order alternating, each after one untimed call); per load the "
@@ -355,62 +466,65 @@ def main() -> None:
     ap.add_argument("--models", nargs="+", default=MODELS, choices=MODELS)
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--upstream-iters", type=int, default=50)
     ap.add_argument("--no-upstream", action="store_true")
     ap.add_argument("--no-xnnpack", action="store_true")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--xnnpack-only", action="store_true", help="only the runtime-xnnpack section")
     a = ap.parse_args()
-    global _clock
-    _clock = CLOCKS[a.clock]
+    global _clock, _clock_name, _threads
+    _clock, _clock_name, _threads = CLOCKS[a.clock], a.clock, a.threads
     if native_core is None:
         sys.exit("bench/runtime.py needs the native runtime core: pip install --no-build-isolation -e .")
     torch.set_num_threads(a.threads)
+    load_before = os.getloadavg()[0]
     ref = None if a.no_upstream else reference_python()
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        upstream: dict[str, float] = {}
-        chain_up = None
-        if ref and a.xnnpack_only:
-            d = out / "xnnpack" / XNNPACK_MODEL
-            run_ref(ref, ET_REF, "export", f"{ZOO_PY}:make_{XNNPACK_MODEL}", "--out", d, "--xnnpack")
-            write_section("runtime-xnnpack", xnnpack_section(d, a.rounds, upstream_ms(ref, d, a.upstream_iters),
-                                                             a.clock))
-            return
-        if ref:
-            dirs = export_upstream(ref, out, a.models, xnnpack=not a.no_xnnpack)
-        else:
-            print("no reference python: etlab-compiled programs, no upstream columns", flush=True)
-            dirs = {}
-        exported = {key for key in dirs if ":" in key}
-        zoo_dirs = {m: etlab_program(out, m) for m in ZOO}
-        for m in a.models:
-            dirs.setdefault(f"portable:{m}", zoo_dirs[m])
-        chain = None
-        if "add_chain" in dirs:
-            chain = time_chain(dirs["add_chain"], a.rounds)
-            print(f"add chain: {chain['native'] / CHAIN * 1e9:.0f} ns/instruction", flush=True)
-        models = {}
-        for m in a.models:
-            models[m] = time_model(m, dirs[f"portable:{m}"], a.rounds)
-            print(f"{m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in models[m].items()), flush=True)
-        tracing = {}
-        for m, d in zoo_dirs.items():
-            tracing[m] = time_tracing(d, a.rounds * 0.5, a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
-            print(f"tracing {m}: paired {tracing[m]['paired'] * 100:+.2f}%, separate "
-                  f"{tracing[m]['separate'] * 100:+.2f}%, A/A {tracing[m]['aa'] * 100:+.2f}%", flush=True)
-        if ref:
-            chain_up = upstream_ms(ref, dirs["add_chain"], a.upstream_iters)
-            for key, d in dirs.items():
-                if key in exported:
-                    upstream[key] = upstream_ms(ref, d, a.upstream_iters if "mobilenet" not in key else 10)
-                    print(f"upstream {key}: {upstream[key]:.3f} ms", flush=True)
-            key = f"xnnpack:{XNNPACK_MODEL}"
-            if key in dirs:
-                write_section("runtime-xnnpack", xnnpack_section(dirs[key], a.rounds, upstream.get(key), a.clock))
+    upstream = Upstream(ref, a.threads) if ref else None
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp)
+            models_ = a.models if not a.xnnpack_only else XNNPACK_MODELS
+            if ref:
+                dirs = export_upstream(ref, out, models_, xnnpack=not a.no_xnnpack, portable=not a.xnnpack_only)
+            else:
+                print("no reference python: etlab-compiled programs, no upstream columns", flush=True)
+                dirs = {}
+            xnnpack = {}
+            if upstream is not None:
+                for m in XNNPACK_MODELS:
+                    if f"xnnpack:{m}" in dirs:
+                        xnnpack[m] = time_xnnpack(m, dirs, a.rounds, upstream)
+                        print(f"xnnpack {m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms"
+                                                           for k, v in timings(xnnpack[m]).items()), flush=True)
+                if xnnpack:
+                    write_section("runtime-xnnpack", xnnpack_section(xnnpack, a.clock, a.threads,
+                                                                     (load_before, os.getloadavg()[0])))
+            if a.xnnpack_only:
+                return
+            zoo_dirs = {m: etlab_program(out, m) for m in ZOO}
+            upstream_dirs = {k: d for k, d in dirs.items() if ":" in k}
+            for m in a.models:
+                dirs.setdefault(f"portable:{m}", zoo_dirs[m])
+            chain = None
+            if "add_chain" in dirs:
+                chain = time_chain(dirs["add_chain"], a.rounds, upstream)
+                print(f"add chain: {chain['native'] / CHAIN * 1e9:.0f} ns/instruction", flush=True)
+            models = {}
+            for m in a.models:
+                models[m] = time_model(m, dirs[f"portable:{m}"], a.rounds, upstream_dirs, upstream)
+                print(f"{m}: " + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in timings(models[m]).items()),
+                      flush=True)
+            tracing = {}
+            for m, d in zoo_dirs.items():
+                tracing[m] = time_tracing(d, a.rounds * 0.5,
+                                          a.rounds if m != "mobilenet_v2" else max(a.rounds // 3, 5))
+                print(f"tracing {m}: paired {tracing[m]['paired'] * 100:+.2f}%, separate "
+                      f"{tracing[m]['separate'] * 100:+.2f}%, A/A {tracing[m]['aa'] * 100:+.2f}%", flush=True)
+    finally:
+        if upstream is not None:
+            upstream.close()
     if chain is None:
         chain = dict.fromkeys(("native", "loop", "bare", "python", "traced", "eager"), float("nan"))
-    body = render(chain, chain_up, models, upstream, tracing, a.threads, a.clock)
+    body = render(chain, models, tracing, a.threads, a.clock, (load_before, os.getloadavg()[0]))
     write_section("runtime", body)
     print(body)
 
