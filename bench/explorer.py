@@ -97,7 +97,7 @@ def main() -> None:
             session.stop()
     load = os.getloadavg()[0]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    body = (f"## model explorer\n\n`bench/model_explorer.py` ({datetime.date.today()}, etlab {commit}, load average "
+    body = (f"## model explorer\n\n`bench/explorer.py` ({datetime.date.today()}, etlab {commit}, load average "
             f"{load:.1f} on {os.cpu_count()} cores): a chain of {args.blocks} Linear+ReLU blocks compiled by etlab "
             f"({nodes} Edge graph nodes; the adapter's Edge graph has {shown} nodes) opened from its `.etrecord` "
             f"through `model-explorer --extensions=etlab.model_explorer`. Median of {args.rounds}.\n\n"
