@@ -54,9 +54,11 @@ export function runTimeline(spans: ITimelineSpan[], unit: string, onPick: (span:
   const runs = Math.max(0, ...spans.map((x) => x.run + 1));
   const ends = new Array(runs).fill(0);
   for (const sp of spans) if (sp.start !== null && sp.dur !== null) ends[sp.run] = Math.max(ends[sp.run], sp.start + sp.dur);
-  // the x range fits a typical run (the 90th percentile); a slower run's bars are clipped at the edge
+  // the x range fits a typical run (the median run, and a fifth more); a slower run (warm-up, a busy
+  // machine) runs off the right edge, its length in its label
   const sorted = [...ends].sort((a, b) => a - b);
-  const end = Math.max(1e-9, sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * 0.9))] : 1);
+  const typical = sorted.length ? sorted[Math.floor((sorted.length - 1) / 2)] : 1;
+  const end = Math.max(1e-9, Math.min(sorted.length ? sorted[sorted.length - 1] : 1, typical * 1.2));
   const nested = spans.some((x) => (x.depth || 0) > 0);
   const row = runs > 30 ? 6 : 14;
   const lane = row * (nested ? 2 : 1) + 2;
@@ -75,8 +77,9 @@ export function runTimeline(spans: ITimelineSpan[], unit: string, onPick: (span:
   for (let t = 0; t <= end * 1.0001; t += step) {
     const x = left + (t / end) * width;
     axis.append(s('line', { x1: x, x2: x, y1: top - 4, y2: height - 8, class: 'grid', stroke: 'var(--jp-border-color2, #ccc)', 'stroke-width': 0.5 }));
-    const label = s('text', { x, y: top - 8, 'text-anchor': t === 0 ? 'start' : 'middle', class: 'lbl tick' });
-    label.textContent = `${fmtNum(Number(t.toPrecision(6)))} ${unit}`;
+    const anchor = t === 0 ? 'start' : x > left + width - 40 ? 'end' : 'middle';
+    const label = s('text', { x, y: top - 8, 'text-anchor': anchor, class: 'lbl tick' });
+    label.textContent = `${String(Number(t.toPrecision(6)))} ${unit}`; // 0.05, not 0.05000
     axis.append(label);
   }
   svg.append(axis);
@@ -88,17 +91,19 @@ export function runTimeline(spans: ITimelineSpan[], unit: string, onPick: (span:
     }
   }
   for (const sp of spans) {
-    if (sp.start === null || sp.dur === null || sp.start > end) continue;
+    if (sp.start === null || sp.dur === null) continue;
+    // a span past the right edge (a slow run) stays drawn, as a sliver at the edge: still linked and clickable
+    const off = sp.start >= end;
     const depth = sp.depth || 0;
     const kind = sp.kind || sp.name;
     const rect = s('rect', {
-      x: left + (sp.start / end) * width,
+      x: off ? left + width - 2 : left + (sp.start / end) * width,
       y: top + sp.run * lane + depth * row + 1,
-      width: Math.max(0.5, (Math.min(sp.dur, end - sp.start) / end) * width),
+      width: off ? 2 : Math.max(0.5, (Math.min(sp.dur, end - sp.start) / end) * width),
       height: row - 1,
       fill: colors.get(kind) || KIND_COLORS[0],
       'fill-opacity': sp.delegated && depth === 0 && nested ? 0.45 : 1,
-      class: 'span' + (sp.delegated ? ' delegated' : ''),
+      class: 'span' + (sp.delegated ? ' delegated' : '') + (off ? ' off-edge' : ''),
       'data-instruction': sp.instruction ?? '',
       'data-handles': sp.handles.join(','),
       'data-depth': depth
@@ -114,7 +119,9 @@ export function runTimeline(spans: ITimelineSpan[], unit: string, onPick: (span:
     legend.append(h('span', { class: 'jp-etlab-key', 'data-kind': kind }, h('span', { class: 'jp-etlab-swatch', style: `display:inline-block;width:10px;height:10px;margin-right:4px;border-radius:2px;background:${color}` }), kind));
   }
   if (nested) legend.append(h('span', { class: 'jp-etlab-note' }, 'a delegate call (light) holds its backend\'s per-op events (the row under it)'));
-  const note = h('div', { class: 'jp-etlab-note' }, `time from each run's start (${unit}); the axis fits 90% of the runs`);
+  const slow = ends.filter((e) => e > end).length;
+  const note = h('div', { class: 'jp-etlab-note' }, `time from each run's start (${unit}); the axis fits the median run` +
+    (slow ? `: ${slow} slower run(s) run off the right edge (their length is in the label)` : ''));
   const box = h('div', { class: 'jp-etlab-scroll' });
   box.append(svg);
   return h('div', { class: 'jp-etlab-timeline-box' }, legend, box, note);

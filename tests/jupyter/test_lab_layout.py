@@ -52,6 +52,8 @@ def test_dashboard_opens_on_summary_and_graph(small_screen, lab, lab_files, them
         ticks = v.locator("[data-role=time-axis] text.tick").all_text_contents()
         assert len(ticks) >= 3 and all(t.endswith(" ms") for t in ticks), ticks
         lab_page.shot(f"issue25-dashboard-1280-{'light' if light else 'dark'}")
+        v.locator("[data-role=timeline]").scroll_into_view_if_needed()
+        lab_page.shot(f"issue25-timeline-{'light' if light else 'dark'}")
     finally:
         if not light:
             lab_page.command("apputils:change-theme", {"theme": "JupyterLab Light"})
