@@ -161,6 +161,10 @@ void set_direct_keys(Instr& in, const c10::impl::LocalDispatchKeySet& tls) {
     }
   }
   in.keys = (keys | tls.included_) - tls.excluded_;
+  // torch 2.13 keeps BackendSelect in the thread's included keys; it only has kernels for operators
+  // that take no tensor to dispatch on (factories), and falls through for the rest, as here.
+  if (!in.handle->hasKernelForDispatchKey(c10::DispatchKey::BackendSelect))
+    in.keys = in.keys.remove(c10::DispatchKey::BackendSelect);
   in.direct = !keys.empty() && in.keys.highestPriorityTypeId() == c10::DispatchKey::CPU;
 }
 
@@ -171,6 +175,80 @@ c10::impl::LocalDispatchKeySet below_autograd_tls() {
 
 bool same_tls(const c10::impl::LocalDispatchKeySet& a, const c10::impl::LocalDispatchKeySet& b) {
   return a.included_ == b.included_ && a.excluded_ == b.excluded_;
+}
+
+// The operators `run_small` may compute: the out-variants of add/sub (alpha) and mul/div.
+Small small_kind(const std::string& name, const std::string& overload, Fast fast) {
+  if (overload != "out") return Small::None;
+  if (fast == Fast::TTS) return name == "aten::add" ? Small::Add : name == "aten::sub" ? Small::Sub : Small::None;
+  if (fast == Fast::TT) return name == "aten::mul" ? Small::Mul : name == "aten::div" ? Small::Div : Small::None;
+  return Small::None;
+}
+
+// At most this many elements: above it ATen's vectorized (and, with threads, parallel) loop wins.
+constexpr int64_t kSmallElements = 256;
+
+// A dense contiguous float32 CPU tensor of `out`'s shape: no lazy negation, no subclass or
+// functionalization (whose keys would take the call elsewhere).
+bool small_operand(const at::Tensor& t, const at::Tensor& out) {
+  static const c10::DispatchKeySet elsewhere({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
+                                             c10::DispatchKey::Functionalize, c10::DispatchKey::Negative,
+                                             c10::DispatchKey::Conjugate, c10::DispatchKey::ZeroTensor});
+  return t.layout() == at::kStrided && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
+         t.sizes().equals(out.sizes()) && t.is_contiguous() && !t.key_set().has_any(elsewhere) &&
+         t.has_storage();
+}
+
+// `t` is `out` itself or lies apart from it (a partial overlap is left to ATen, which refuses it).
+bool same_or_apart(const at::Tensor& t, const at::Tensor& out, size_t bytes) {
+  const auto a = reinterpret_cast<uintptr_t>(t.const_data_ptr());
+  const auto o = reinterpret_cast<uintptr_t>(out.const_data_ptr());
+  return a == o || a + bytes <= o || o + bytes <= a;
+}
+
+// Computes an add/sub (alpha 1)/mul/div out-variant on small same-shape float tensors as ATen's CPU
+// kernel would, bit for bit (one IEEE operation per element); false (nothing done) for anything else.
+bool run_small(const Instr& in) {
+  const auto& a = in.args;
+  const at::Tensor& out = a[in.fast == Fast::TTS ? 3 : 2].toTensor();
+  const int64_t n = out.numel();
+  if (n > kSmallElements || !small_operand(out, out)) return false;
+  const at::Tensor& x = a[0].toTensor();
+  const at::Tensor& y = a[1].toTensor();
+  if (!small_operand(x, out) || !small_operand(y, out)) return false;
+  const size_t bytes = static_cast<size_t>(n) * sizeof(float);
+  if (!same_or_apart(x, out, bytes) || !same_or_apart(y, out, bytes)) return false;
+  // alpha must be exactly 1 (ATen's vectorized x + alpha * y may fuse the multiply-add)
+  if (in.fast == Fast::TTS && !(in.s0.isIntegral(false) ? in.s0.toLong() == 1
+                                                        : in.s0.isFloatingPoint() && in.s0.toDouble() == 1.0))
+    return false;
+  const float* p = x.const_data_ptr<float>();
+  const float* q = y.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  // ivdep: the output is an input or lies apart from both (checked above), so each element is read
+  // before it is written and the loops may be vectorized
+  switch (in.small) {
+    case Small::Add:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = p[i] + q[i];
+      break;
+    case Small::Sub:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = p[i] - q[i];
+      break;
+    case Small::Mul:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = p[i] * q[i];
+      break;
+    case Small::Div:
+#pragma GCC ivdep
+      for (int64_t i = 0; i < n; ++i) o[i] = p[i] / q[i];
+      break;
+    case Small::None:
+      return false;
+  }
+  out.unsafeGetTensorImpl()->bump_version();  // as ATen's out-variant does
+  return true;
 }
 
 }  // namespace
@@ -223,6 +301,7 @@ Instr NativePlan::make_kernel(const std::string& name, const std::string& overlo
       if (!arg.isTensor()) scalars.push_back(arg.toScalar());
     if (!scalars.empty()) in.s0 = scalars[0];
     if (scalars.size() > 1) in.s1 = scalars[1];
+    in.small = small_kind(name, overload, in.fast);
   }
   return in;
 }
@@ -338,6 +417,8 @@ void NativePlan::call_kernel(Instr& in) {
   // 3, TT: 2, TTTSST: 6), tensors where it reads tensors (to_ivalue made them from TensorType
   // parameters; toTensor() would throw otherwise).
   auto& a = in.args;
+  // computed here when no dispatch mode or profiler watches this run (else they see the call)
+  if (direct_ && in.small != Small::None && run_small(in)) return;
   if (direct_ && in.direct) {  // straight to the CPU kernel: the key set is known
     const c10::DispatchKeySet ks = in.keys;
     switch (in.fast) {

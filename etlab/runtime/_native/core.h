@@ -83,6 +83,9 @@ using SigT = at::Tensor&(const at::Tensor&, at::Tensor&);
 using SigTTTSS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Scalar&,
                              const at::Scalar&, at::Tensor&);
 enum class Fast : uint8_t { None, TTS, TT, T, TTTSS };
+// Elementwise out-variants the core computes itself on small float tensors (`run_small`): for a
+// (4, 4) add, ATen's own dispatch and TensorIterator set-up cost ~20x the arithmetic.
+enum class Small : uint8_t { None, Add, Sub, Mul, Div };
 
 // A value an intermediate-output trace logs after a step.
 struct LogItem {
@@ -95,6 +98,7 @@ struct Instr {
   // Hot fields first: a step of the common kinds touches only the start of its Instr.
   Op op;
   Fast fast = Fast::None;
+  Small small = Small::None;
   bool has_result = false;  // a functional operator: its fresh result is pointed into `a`
   int32_t events = 0;       // ETDump events of a timed step (what the tracer counts against its limit)
   std::vector<c10::IValue> args;  // Kernel: the argument stack, built at load time
