@@ -4,7 +4,9 @@
   weights and bias; its `getitem(bn, 0)` then stands for the convolution's value;
 - `getitem(max_pool2d_with_indices, 0)` stands for the pooling's value;
 - relu, relu6/hardtanh and clamp after a convolution, a fully connected node or an add (whose
-  result only the activation reads) become that node's output_min/max.
+  result only the activation reads) become that node's output_min/max;
+- hardswish as Edge decomposes it, x * clamp(x + 3, 0, 6) / 6, is one XNNHardswish of x (as
+  upstream, which keeps hardswish whole): its add, clamps and mul stand for the div.
 
 A node standing for another is an *alias*; its debug handle joins the other's in the delegate's
 debug-handle map, so profiling events of the fused XNNPACK node cover both Edge nodes.
@@ -35,6 +37,7 @@ class FusionPlan:
     batch_norm: dict[Node, Node] = field(default_factory=dict)  # convolution -> batch norm folded into it
     # linear on N-D input (view -> addmm/mm -> view in Edge): the matmul -> the view giving its shape
     unflatten: dict[Node, Node] = field(default_factory=dict)
+    hardswish: dict[Node, Node] = field(default_factory=dict)  # the div ending a decomposed hardswish -> x
 
     def absorbed_handles(self, node: Node) -> set[int]:
         handles = set()
@@ -83,9 +86,11 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
     for node in calls:
         if op_key(node) in ("aten.addmm.default", "aten.mm.default"):
             _plan_linear_nd(p, node, constants, outputs)
+        elif op_key(node) == "aten.div.Tensor":
+            _plan_hardswish(p, node, constants, outputs)
     for node in calls:
         bounds = activation_bounds(node)
-        if bounds is None:
+        if bounds is None or node in p.alias:
             continue
         producer = p.alias.get(node.args[0], node.args[0])
         if (not isinstance(producer, Node) or producer.op != "call_function" or producer in constants
@@ -113,6 +118,50 @@ def _plan_linear_nd(p: FusionPlan, mm: Node, constants: dict, outputs: set[Node]
     p.alias[flat] = x
     p.alias[back] = mm
     p.unflatten[mm] = back
+
+
+def _is_number(node, constants: dict, value: float) -> bool:
+    t = constants.get(node) if isinstance(node, Node) else None
+    return t is not None and t.numel() == 1 and float(t.reshape(-1)[0]) == value
+
+
+def _plan_hardswish(p: FusionPlan, div: Node, constants: dict, outputs: set[Node]) -> None:
+    """div(mul(x, clamp(add(x, 3), 0, 6)), 6), every intermediate read only by the next: XNNHardswish(x)."""
+    mul = div.args[0]
+    if (not _is_number(div.args[1], constants, 6.0) or div.kwargs.get("rounding_mode") is not None
+            or not isinstance(mul, Node) or op_key(mul) != "aten.mul.Tensor" or set(mul.users) != {div}):
+        return
+    for x, clamped in ((mul.args[0], mul.args[1]), (mul.args[1], mul.args[0])):
+        chain = _relu6_of_add3(clamped, x, mul, constants)
+        if chain is not None and isinstance(x, Node) and x not in constants:
+            break
+    else:
+        return
+    if any(n in outputs or n in p.alias for n in [*chain, mul]):
+        return
+    p.hardswish[div] = x
+    for n in [*chain, mul]:
+        p.alias[n] = div
+
+
+def _relu6_of_add3(node, x: Node, reader: Node, constants: dict) -> list[Node] | None:
+    """The nodes of clamp(x + 3, 0, 6) ending at `node` (clamps/hardtanh/relu over an add of 3), or None."""
+    chain, low, high = [], float("-inf"), float("inf")
+    while isinstance(node, Node) and activation_bounds(node) is not None:
+        if set(node.users) != {reader}:
+            return None
+        b_low, b_high = activation_bounds(node)
+        low, high = max(low, b_low), min(high, b_high)
+        chain.append(node)
+        reader, node = node, node.args[0]
+    if not isinstance(node, Node) or op_key(node) != "aten.add.Tensor" or set(node.users) != {reader}:
+        return None
+    if node.kwargs.get("alpha", 1) != 1 or (low, high) != (0.0, 6.0):
+        return None
+    a, b = node.args[:2]
+    if not ((a is x and _is_number(b, constants, 3.0)) or (b is x and _is_number(a, constants, 3.0))):
+        return None
+    return [node, *chain]
 
 
 def _plan_batch_norm(p: FusionPlan, bn: Node, constants: dict, outputs: set[Node]) -> None:

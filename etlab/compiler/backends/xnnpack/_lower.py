@@ -409,9 +409,19 @@ class Lowering:
             raise DelegationError.at(node, f"XnnpackBackend has no lowering for {op_key(node)} ({node.name!r})")
         self.b.float_datatype = self.float_datatype(node)
         try:
-            handler(self, node)
+            if node in self.plan.hardswish:
+                self._hardswish(node, self.plan.hardswish[node])
+            else:
+                handler(self, node)
         except ValueError as err:  # the builder's datatype check: a graph XNNPACK would refuse
             raise DelegationError.at(node, f"XnnpackBackend cannot lower node {node.name!r}: {err}") from err
+
+    def _hardswish(self, div: Node, x: Node) -> None:
+        """x * clamp(x + 3, 0, 6) / 6, planned by `_fusion`: one XNNHardswish of x written as the div's value."""
+        layout = self.preferred_layout(x)
+        xid = self.operand(x, layout, False)
+        out = self.result(div, self.out_shape(div, layout), layout)
+        self.b.node("XNNHardswish", self.handle(div), self.clamp_of(div), input_id=xid, output_id=out)
 
     def clamp_of(self, node: Node) -> tuple[float, float] | None:
         return self.plan.clamp.get(node)
