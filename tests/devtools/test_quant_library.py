@@ -49,6 +49,7 @@ def _quantized(model, inputs):
     return float_gm, quantize_pt2e(float_gm, quantizer, [inputs])
 
 
+@pytest.mark.slow
 def test_float_mask_ops_are_not_ranked_and_both_paths_agree():
     torch.manual_seed(0)
     model, inputs = _MaskedAttention().eval(), (torch.randn(2, 8, 16),)

@@ -100,6 +100,7 @@ def test_hostile_parameter_path_in_a_record_is_refused(tmp_path):
 
 
 @pytest.mark.interop
+@pytest.mark.slow
 def test_inspector_reads_upstreams_record_of_a_dashed_model(tmp_path, ref_python):  # noqa: F811
     from etlab.inspector import Inspector
     from etlab.runtime import DebugLevel, Runtime
