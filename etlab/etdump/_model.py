@@ -70,6 +70,6 @@ def columns_to_model(c: ETDumpColumns) -> s.ETDump:
         runs.append(s.RunData(
             name=r.name, bundled_input_index=r.bundled_input_index,
             allocators=None if r.allocator_names is None else [s.Allocator(n) for n in r.allocator_names],
-            events=events if r.has_events else None,
+            events=events if r.has_events else None, threads=r.threads,
         ))
     return s.ETDump(version=c.version, run_data=runs if c.has_run_data else None, debug_buffer=c.debug_buffer_digest)

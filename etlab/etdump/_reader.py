@@ -58,6 +58,7 @@ class RunInfo:
     first_event: int   # events of this run are rows [first_event, first_event + num_events)
     num_events: int
     has_events: bool   # False when the `events` vector is absent (as opposed to empty)
+    threads: int = 0   # etlab only: intra-op threads the block ran with (0: not recorded)
 
 
 @dataclass
@@ -171,8 +172,9 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     digest = _read_digest(fb, digest_pos) if digest_pos[0] >= 0 else None
     run_pos, _ = fb.offset_vectors(run_data, "ETDump.run_data")
     runs_t = fb.tables(run_pos, _NS, "RunData")
-    run_name_pos, bundled, alloc_vec, events_vec = runs_t.read(
-        ("name", None, None), ("bundled_input_index", "<i4", -1), ("allocators", None, None), ("events", None, None))
+    run_name_pos, bundled, alloc_vec, events_vec, threads = runs_t.read(
+        ("name", None, None), ("bundled_input_index", "<i4", -1), ("allocators", None, None), ("events", None, None),
+        ("threads", "<u4", 0))
     run_names, run_strings = fb.strings(run_name_pos, "RunData.name")
     has_alloc_vec = alloc_vec >= 0
     if has_alloc_vec.any():
@@ -182,14 +184,14 @@ def read_etdump(source, *, what: str | None = None) -> ETDumpColumns:
     event_pos, event_start = fb.offset_vectors(events_vec, "RunData.events")
     runs = []
     starts = event_start.tolist()
-    for r, (nm, bi, ha, he) in enumerate(zip(run_names.tolist(), bundled.tolist(), has_alloc_vec.tolist(),
-                                              (events_vec >= 0).tolist())):
+    for r, (nm, bi, ha, he, th) in enumerate(zip(run_names.tolist(), bundled.tolist(), has_alloc_vec.tolist(),
+                                                  (events_vec >= 0).tolist(), threads.tolist())):
         names = None
         if ha:
             names = [None if c < 0 else alloc_strings[c] for c in alloc_names[alloc_start[r] : alloc_start[r + 1]]]
         runs.append(RunInfo(
             name=None if nm < 0 else run_strings[nm], bundled_input_index=bi, allocator_names=names,
-            first_event=starts[r], num_events=starts[r + 1] - starts[r], has_events=he,
+            first_event=starts[r], num_events=starts[r + 1] - starts[r], has_events=he, threads=int(th),
         ))
     n = len(event_pos)
     run_of_event = np.repeat(np.arange(len(runs), dtype=np.int32), np.diff(event_start))
