@@ -205,7 +205,8 @@ def _assert_grouped(out: str) -> None:
 def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(planted_files):
     p = _run_cli("info", planted_files / "model.pte")
     assert p.returncode == 0, p.stderr
-    assert "delegation of 'forward' (from " in p.stdout and "DemoBackend 2 partition(s) 2 node(s)" in p.stdout
+    text = " ".join(p.stdout.split())  # info wraps its lines to the terminal (120 columns when piped)
+    assert "delegation of 'forward' (from " in text and "DemoBackend 2 partition(s) 2 node(s)" in text
     _assert_grouped(p.stdout)
 
 
