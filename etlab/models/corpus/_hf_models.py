@@ -31,12 +31,15 @@ class _Outputs(nn.Module):
 def _tf():
     import importlib.util
 
-    if importlib.util.find_spec("torchvision") is not None:
-        # transformers imports torchvision when it is installed; the registry's CUDA build needs its
-        # operator schemas declared first (see _library_imports)
-        from etlab.models.corpus._library_imports import import_torchvision
+    # transformers imports torchvision and torchaudio when they are installed; the registry's CUDA builds
+    # need torchvision's operator schemas declared first, and torchaudio without its extension-loading
+    # `__init__` (see _library_imports; transformers uses torchaudio only for audio feature extraction)
+    from etlab.models.corpus._library_imports import import_torchaudio_models, import_torchvision
 
+    if importlib.util.find_spec("torchvision") is not None:
         import_torchvision()
+    if importlib.util.find_spec("torchaudio") is not None:
+        import_torchaudio_models()
     import transformers
 
     return transformers
