@@ -44,6 +44,7 @@ def near(c: tuple[int, int, int], ref: tuple[int, int, int], tol: int = 12) -> b
 def test_model_explorer_draws_upstream_xnnpack_record_with_latency(xnnpack, tmp_path):  # noqa: F811
     etlab = str(Path(sys.executable).with_name("etlab"))
     out = tmp_path / "me"
+    out.mkdir()
     r = subprocess.run([etlab, "export-me", str(xnnpack / "run.etdp"), "--etrecord", str(xnnpack / "model.etrecord"),
                         "-o", str(out)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
