@@ -33,6 +33,13 @@ def _record_methods(record) -> list[str]:
     return methods or ["forward"]
 
 
+def _methods_of(obj) -> list[str]:
+    """The methods of an ETRecord, or of an Inspector's program (its record's), "forward" when unknown."""
+    if _is_inspector(obj):
+        return _record_methods(obj.program_info) if obj.program_info is not None else ["forward"]
+    return _record_methods(obj)
+
+
 def _explainer_rows(edge_program) -> dict[str, dict[str, str]]:
     """Node name -> attribute rows for a node left out of delegation (category, reason, hint)."""
     try:
@@ -64,11 +71,8 @@ def _extras(model: GraphModel, sources) -> dict[int, dict[str, str]]:
 def recorded_graphs(obj, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:
     """(GraphModel, extra attribute rows per node id) for an Inspector or an ETRecord, per method and
     kind (every kind it records unless `kinds` is given)."""
-    methods = [method] if method else (_record_methods(obj.program_info) if _is_inspector(obj)
-                                       and obj.program_info is not None else
-                                       ["forward"] if _is_inspector(obj) else _record_methods(obj))
     out = []
-    for m in methods:
+    for m in [method] if method else _methods_of(obj):
         sources = resolve_sources(obj, m)
         wanted = [k for k in (kinds or KINDS) if k in sources.available()]
         if kinds and len(wanted) < len(kinds):
