@@ -22,6 +22,8 @@ from etlab.errors import FormatError
 from etlab.schema import write_atomic
 
 MANIFEST = "etrecord.json"  # everything but the tensor bytes: maps, programs, tensor index
+FORMAT = "etlab.etrecord"  # the manifest's "format" and "version": what etlab writes and reads
+VERSION = 1
 TENSOR_BLOB = "tensors.bin"
 UPSTREAM_IDENTIFIER = "ETRECORD_V0"
 
@@ -147,3 +149,14 @@ def load_json(entries: dict[str, bytes], name: str, where: str):
 
 def dump_json(obj) -> bytes:
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
+
+
+def etlab_manifest(entries: dict[str, bytes], where: str) -> dict:
+    """The manifest of an etlab ETRecord, checked to be of etlab's format and of the version read here."""
+    manifest = load_json(entries, MANIFEST, where)
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
+    if manifest.get("version") != VERSION:
+        raise FormatError(f"{where}: ETRecord version {manifest.get('version')!r} is not supported "
+                          f"(this etlab reads version {VERSION})")
+    return manifest

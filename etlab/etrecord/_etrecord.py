@@ -21,13 +21,11 @@ from collections.abc import Mapping
 from torch.export import ExportedProgram
 
 from etlab.etrecord import _info
-from etlab.etrecord._archive import dump_json, write_archive
+from etlab.etrecord._archive import FORMAT, VERSION, dump_json, write_archive
 from etlab.etrecord._graphs import ProgramWriter
 from etlab.etrecord._values import TensorStore, encode_value
 from etlab.facts.program_info import DebugHandle, MethodInfo, OpInfo, ProgramInfo
 
-FORMAT = "etlab.etrecord"
-VERSION = 1
 EDGE_GRAPH = "edge_dialect_exported_program"
 ATEN_GRAPH = "exported_program"
 # Names extra recorded modules may not contain (upstream's reserved ETRecord names).

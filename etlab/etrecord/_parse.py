@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from etlab.errors import FormatError
 from etlab.etrecord import _upstream
-from etlab.etrecord._archive import MANIFEST, TENSOR_BLOB, _check_name, load_json, read_any_archive
-from etlab.etrecord._etrecord import FORMAT, VERSION, ETRecord, _main_name, _Programs
+from etlab.etrecord._archive import TENSOR_BLOB, _check_name, etlab_manifest, read_any_archive
+from etlab.etrecord._etrecord import ETRecord, _main_name, _Programs
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._info import mark_partitions
 from etlab.etrecord._maps import debug_handle_map, delegate_map, num_outs_map, ops_from_json, per_method, program_ids
@@ -41,12 +41,7 @@ def record_from_entries(entries: dict[str, bytes], where: str, upstream: bool) -
 
 
 def _parse_etlab(entries: dict[str, bytes], where: str) -> ETRecord:
-    manifest = load_json(entries, MANIFEST, where)
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
-    if manifest.get("version") != VERSION:
-        raise FormatError(f"{where}: ETRecord version {manifest.get('version')!r} is not supported "
-                          f"(this etlab reads version {VERSION})")
+    manifest = etlab_manifest(entries, where)
     tensors = TensorTable(manifest.get("tensors", []), bytearray(entries.get(TENSOR_BLOB, b"")), where)
     reader = ProgramReader(manifest.get("programs", []), tensors, where)
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 
 from etlab.errors import FormatError
-from etlab.etrecord._archive import MANIFEST, load_json, read_any_archive
+from etlab.etrecord._archive import etlab_manifest, read_any_archive
 from etlab.etrecord._maps import (
     debug_handle_map,
     delegate_map,
@@ -31,11 +31,6 @@ from etlab.etrecord._maps import (
     program_ids,
 )
 from etlab.facts.program_info import MethodInfo, ProgramInfo
-
-# etlab's manifest format and version: the values of `_etrecord.FORMAT` / `VERSION` (a module that
-# imports torch); tests/etrecord checks that the two agree.
-FORMAT = "etlab.etrecord"
-VERSION = 1
 
 
 class _FullRecord:
@@ -115,12 +110,7 @@ def read_program_info(source) -> ProgramInfo:
         from etlab.etrecord._parse import upstream_program_facts  # resolves the graphs' operators: torch
 
         return lazy_program_info(full, *upstream_program_facts(entries, where))
-    manifest = load_json(entries, MANIFEST, where)
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise FormatError(f"{where}: not an etlab ETRecord ({MANIFEST} does not say format {FORMAT!r})")
-    if manifest.get("version") != VERSION:
-        raise FormatError(f"{where}: ETRecord version {manifest.get('version')!r} is not supported "
-                          f"(this etlab reads version {VERSION})")
+    manifest = etlab_manifest(entries, where)
     programs = manifest.get("programs", [])
     if not isinstance(programs, list):
         raise FormatError(f"{where}: 'programs' must be a list")

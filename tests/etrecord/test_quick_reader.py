@@ -58,9 +58,9 @@ def test_reading_an_etlab_record_imports_no_torch(tmp_path):
 
 
 def test_format_constants_agree_with_the_writer():
-    from etlab.etrecord import _etrecord, _quick
+    from etlab.etrecord import _archive, _etrecord
 
-    assert (_quick.FORMAT, _quick.VERSION) == (_etrecord.FORMAT, _etrecord.VERSION)
+    assert (_archive.FORMAT, _archive.VERSION) == (_etrecord.FORMAT, _etrecord.VERSION)
 
 
 def test_a_malformed_map_fails_at_once_a_malformed_program_when_used():
