@@ -16,6 +16,8 @@ and `etc/jupyter/jupyter_server_config.d/etlab.json` enables this server extensi
 
 from __future__ import annotations
 
+from etlab.jupyter._launch import free_port as free_port  # a port on 127.0.0.1 (also for other local servers)
+
 
 def instruction_graph(plan):
     """A .pte method's instruction graph (an `etlab.visualizer.GraphModel`: instructions as nodes, values

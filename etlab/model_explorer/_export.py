@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 
 from etlab.devtools import get_delegation_info
 from etlab.errors import FormatError
 from etlab.model_explorer._graphs import to_me_graph
 from etlab.model_explorer._node_data import OVERLAYS, node_data, quant_node_data
+from etlab.schema import write_atomic
 from etlab.visualizer import GraphModel, build_graph_model, graph_models, resolve_sources
 
 KINDS = ("edge", "aten", "runtime")  # the lowered graph first: what Model Explorer opens on
@@ -121,15 +121,7 @@ def me_graphs(source, *, kinds=None, method: str | None = None) -> dict:
 
 
 def _write_json(path: Path, data) -> None:
-    """Atomically (a temporary file in the same folder, then a rename)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, allow_nan=False)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, json.dumps(data, allow_nan=False).encode())
 
 
 def quant_graph(report) -> GraphModel:

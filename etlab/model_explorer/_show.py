@@ -13,7 +13,6 @@ import html
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,16 +21,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from etlab.jupyter import free_port
 from etlab.model_explorer._node_data import OVERLAY_KEYS
 
 INSTALL_HINT = "Model Explorer is not installed: pip install 'etlab[model-explorer]' (or `make setup`)"
 ADAPTER_MODULE = "etlab.model_explorer"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def me_command() -> list[str]:
@@ -77,7 +71,7 @@ def start(paths: list[str], node_data_paths: list[str] = (), *, port: int | None
           extensions: list[str] = (ADAPTER_MODULE,)) -> ModelExplorerSession:
     """Starts `model-explorer` on 127.0.0.1 for `paths` with overlays; returns once it serves.
     Raises RuntimeError with its output if it exits or does not answer within `timeout` seconds."""
-    port = port or _free_port()
+    port = port or free_port()
     cmd = [*me_command(), *map(str, paths), "--host", "127.0.0.1", "--port", str(port), "--no_open_in_browser"]
     if node_data_paths:
         cmd.append("--node_data_paths=" + ",".join(map(str, node_data_paths)))
