@@ -43,7 +43,8 @@ from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
 
 # PT2E quantization (imports torchao): loaded on first use, so `import etlab.compiler` stays light.
-_QUANTIZER = ("EtlabQuantizer", "int8_dynamic_config", "int8_static_config")
+_QUANTIZER = ("EtlabQuantizer", "int8_dynamic_config", "int8_static_config", "ACTIVATION_DTYPES",
+              "ACTIVATION_OBSERVERS", "PercentileObserver", "activation_observer", "weight_spec")
 
 
 def __getattr__(name: str):
@@ -57,6 +58,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ACTIVATION_DTYPES",
+    "ACTIVATION_OBSERVERS",
     "ALIGNMENT",
     "BackendDetails",
     "CompileError",
@@ -78,8 +81,10 @@ __all__ = [
     "NamedDataStoreOutput",
     "PartitionResult",
     "Partitioner",
+    "PercentileObserver",
     "PreprocessResult",
     "TensorSpec",
+    "activation_observer",
     "align",
     "delegate_external_constants_pass_unlifted",
     "dim_order_of",
@@ -95,4 +100,5 @@ __all__ = [
     "to_backend",
     "to_edge",
     "to_edge_transform_and_lower",
+    "weight_spec",
 ]

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 from torch.fx import GraphModule, Node
 from torchao.quantization.pt2e import (
+    HistogramObserver,
     MinMaxObserver,
     PerChannelMinMaxObserver,
     PlaceholderObserver,
@@ -53,6 +54,64 @@ def int8_static_config(*, per_channel: bool = True, activation_observer: Callabl
     act = QuantizationSpec(dtype=torch.int8, quant_min=-128, quant_max=127, qscheme=torch.per_tensor_affine,
                            observer_or_fake_quant_ctr=activation_observer.with_args(eps=_EPS))
     return QuantizationConfig(act, act, _weight_spec(per_channel), None)
+
+
+class PercentileObserver(MinMaxObserver):
+    """Min-max calibration on each batch's `percentile` and `100 - percentile` instead of its extremes,
+    averaged over the batches: a few outliers (a rare spike in one channel) no longer stretch the int8
+    grid for everything else; they saturate instead. Quantile estimates use at most 2**18 evenly
+    strided elements per batch (torch.quantile's input limit is 2**24, and the tail of a strided
+    subsample is close enough for a clipping range). convert_pt2e reads min_val/max_val as from
+    MinMaxObserver, so programs need nothing new at run time."""
+
+    _MAX_SAMPLE = 2**18
+
+    def __init__(self, *args, percentile: float = 99.99, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not 50.0 < float(percentile) <= 100.0:
+            raise ValueError(f"PercentileObserver: percentile must be in (50, 100], got {percentile!r}")
+        self.percentile = float(percentile)
+        self.register_buffer("batches", torch.tensor(0, dtype=torch.int64))
+
+    def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        if x_orig.numel() == 0:
+            return x_orig
+        x = x_orig.detach().to(self.min_val.dtype if self.min_val.numel() else torch.float32).reshape(-1)
+        x = x[torch.isfinite(x)]
+        if x.numel() == 0:
+            return x_orig
+        if x.numel() > self._MAX_SAMPLE:
+            x = x[:: -(-x.numel() // self._MAX_SAMPLE)]
+        q = torch.tensor([1.0 - self.percentile / 100.0, self.percentile / 100.0], dtype=x.dtype)
+        lo, hi = torch.quantile(x, q)
+        n = int(self.batches)
+        if n == 0:
+            self.min_val, self.max_val = lo.reshape(()), hi.reshape(())
+        else:  # running mean of the batches' percentiles
+            self.min_val = (self.min_val * n + lo) / (n + 1)
+            self.max_val = (self.max_val * n + hi) / (n + 1)
+        self.batches += 1
+        return x_orig
+
+
+# name -> observer class for a per-tensor activation; what auto_mixed_precision chooses from per value
+ACTIVATION_OBSERVERS: dict[str, type] = {"minmax": MinMaxObserver, "histogram": HistogramObserver,
+                                         "percentile": PercentileObserver}
+# integer activation dtypes by bit width: (dtype, quant_min, quant_max)
+ACTIVATION_DTYPES: dict[int, tuple[torch.dtype, int, int]] = {8: (torch.int8, -128, 127),
+                                                               16: (torch.int16, -(2**15), 2**15 - 1)}
+
+
+def activation_observer(name: str) -> Callable:
+    """The observer constructor for ACTIVATION_OBSERVERS[name], with etlab's smallest scale."""
+    if name not in ACTIVATION_OBSERVERS:
+        raise ValueError(f"activation observer must be one of {', '.join(ACTIVATION_OBSERVERS)}, got {name!r}")
+    return ACTIVATION_OBSERVERS[name].with_args(eps=_EPS)
+
+
+def weight_spec(per_channel: bool) -> QuantizationSpec:
+    """int8 symmetric weights ([-127, 127]), per output channel (axis 0) or per tensor."""
+    return _weight_spec(per_channel)
 
 
 def int8_dynamic_config(*, per_channel: bool = True) -> QuantizationConfig:
@@ -188,4 +247,5 @@ class EtlabQuantizer(Quantizer):
                                      "which it does not read")
 
 
-__all__ = ["EtlabQuantizer", "int8_dynamic_config", "int8_static_config"]
+__all__ = ["ACTIVATION_DTYPES", "ACTIVATION_OBSERVERS", "EtlabQuantizer", "PercentileObserver", "activation_observer",
+           "int8_dynamic_config", "int8_static_config", "weight_spec"]
