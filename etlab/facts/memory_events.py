@@ -33,6 +33,11 @@ allocated). That event is an instruction's (its `native_call_<op>` / `OPERATOR_C
 "Default" holds every load), or `Method::execute` (the run as a whole: its RSS deltas).
 `owner_positions` applies the rule to a block's event kinds.
 
+Which allocator: upstream's ETDumpGen numbers a block's allocators from 1 (`track_allocator` returns the
+length of the block's list after adding the name: checked on 1.5.1's libexecutorch_etdump), so
+allocator_id k names `allocators[k - 1]`; `allocator_base` / `allocator_name` read either numbering
+(a block with an id 0 was written counting from 0, as etlab did before).
+
 Where: load-time events in the block named "Default" (upstream's load block), per-run events in
 each "Execute" block; each block lists only the allocators its events use.
 """
@@ -140,3 +145,19 @@ def owner_positions(kinds: Sequence[str]) -> list[int]:
                 owners[w] = i
             waiting.clear()
     return owners
+
+
+FIRST_ALLOCATOR_ID = 1  # upstream's first allocator of a block (see the module docstring)
+
+
+def allocator_base(ids: Sequence[int]) -> int:
+    """The id of the first allocator in a block whose allocation events use `ids`: 1 (upstream's numbering),
+    or 0 when an event uses id 0 (a block written counting from 0)."""
+    return 0 if any(int(i) == 0 for i in ids) else FIRST_ALLOCATOR_ID
+
+
+def allocator_name(names: Sequence[str | None] | None, allocator_id: int, base: int = FIRST_ALLOCATOR_ID
+                   ) -> str | None:
+    """The name allocator_id stands for in a block listing `names` (None when it names none)."""
+    i = int(allocator_id) - base
+    return names[i] if names is not None and 0 <= i < len(names) else None
