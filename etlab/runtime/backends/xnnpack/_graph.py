@@ -31,7 +31,7 @@ from etlab.runtime.backends.xnnpack._int8 import to_integers as int_from_levels
 from etlab.runtime.backends.xnnpack._kernels import TORCH_CALLS as T
 from etlab.runtime.backends.xnnpack._kernels import build_kernel
 from etlab.runtime.backends.xnnpack._values import ConstantSource, Quant, ValueSpec, decode_values, external_order
-from etlab.schema.xnnpack import XnnpackBlob, node_kind
+from etlab.schema.xnnpack import XNNDatatype, XnnpackBlob, node_kind
 
 BACKEND_ID = "XnnpackBackend"
 NO_DEBUG_HANDLE = 65535  # what upstream's preprocess writes for nodes without a debug handle
@@ -46,6 +46,8 @@ _KEEPS_LAYOUT = {"XNNAdd", "XNNSubtract", "XNNMultiply", "XNNDiv", "XNNMinimum",
                  "XNNStaticConstantPad", "XNNStaticSlice", "XNNConcatenate2", "XNNConcatenate3",
                  "XNNConcatenate4", "XNNConcatenate5"}
 _TO_NHWC, _TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
+# Float values stored narrower than float32: carried as float32, rounded to their type after each node
+NARROW_FLOATS = {XNNDatatype.xnn_datatype_fp16: torch.float16, XNNDatatype.xnn_datatype_bf16: torch.bfloat16}
 
 
 @dataclass
@@ -66,6 +68,7 @@ class PlannedNode:
     int_fn: Callable[[torch.Tensor], torch.Tensor] | None = None  # integers in, integers out (`_int8`)
     passes_ints: bool = False             # a layout node that moves its input's integers unchanged
     int_inputs: tuple[int, ...] = ()      # positions of inputs that may be held as integers
+    narrow: torch.dtype | None = None     # fp16/bf16 output: computed in float32, rounded to this type
 
 
 @dataclass
@@ -190,7 +193,8 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
         int_inputs = tuple(k for k, v in enumerate(kernel.inputs) if offset(specs[v].quant) is not None)
         nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
                                  -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored,
-                                 fast=fast, int_fn=int_fn, passes_ints=passes, int_inputs=int_inputs))
+                                 fast=fast, int_fn=int_fn, passes_ints=passes, int_inputs=int_inputs,
+                                 narrow=NARROW_FLOATS.get(spec.datatype)))
     # An op lowered to several nodes (matmul -> reshape, reshape, batch matmul, reshape) gives them
     # all its handle: only the last one logs an output, the value that handle ends with.
     last = {node.debug_id: index for index, node in enumerate(nodes) if node.debug_id >= 0}
@@ -219,10 +223,11 @@ def _bind_arguments(plan: XnnpackPlan, args: list) -> dict[int, torch.Tensor]:
             arg = arg.reshape(shape)
             if spec.quant is not None and spec.quant.kind == "tensor":
                 values[vid] = (arg.to(torch.float32) - spec.quant.zero_point) * spec.quant.scale
-            elif arg.dtype != torch.float32:
-                raise ExecutionError(f"{BACKEND_ID}: input {position} must be float32, got {arg.dtype}")
+            elif arg.dtype != NARROW_FLOATS.get(spec.datatype, torch.float32):
+                raise ExecutionError(f"{BACKEND_ID}: input {position} must be "
+                                     f"{NARROW_FLOATS.get(spec.datatype, torch.float32)}, got {arg.dtype}")
             else:
-                values[vid] = arg
+                values[vid] = arg.to(torch.float32)  # fp16/bf16 values are computed in float32
     return values
 
 
@@ -269,6 +274,8 @@ def run_plan(plan: XnnpackPlan, args: list, context=None) -> None:
                     stored = T["clamp"](stored, *node.clamp)
             if node.quant is not None:
                 stored = fake_quantize(stored, node.quant)
+            elif node.narrow is not None:  # XNNPACK's f16 kernels on x86 compute in float32, store fp16
+                stored = stored.to(node.narrow).to(torch.float32)
         values[node.output] = stored
         if tracing:
             context.end_profiling_delegate(token, metadata=node.metadata)
