@@ -13,7 +13,9 @@
   `verify_method_outputs`, `verify_bundled_program` -> `BundledVerification` reports (tolerance
   `DEFAULT_RTOL` 1e-4 / `DEFAULT_ATOL` 1e-6 unless given; `check_tolerance` validates one).
 - Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
-  (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`.
+  (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`;
+  `auto_mixed_precision(model, dataset, budget="top1>=0.99")` -> `MixedPrecisionResult` (the fewest
+  float layers that meet an `AccuracyBudget`, explained), `greedy_float_baseline`.
 - Upstream's names for the layers below: `Inspector` (etlab.inspector), `ETRecord`, `generate_etrecord`,
   `parse_etrecord` (etlab.etrecord), the `inspector` module; and its module layout for bundled programs:
   `etlab.devtools.bundled_program.config` / `.core` / `.serialize`.
@@ -32,6 +34,7 @@ import importlib
 # public name -> the module that defines it; loaded on first use, so that importing one analysis
 # (e.g. DelegationInfo for the views) does not import the compiler and runtime that profile() needs.
 _WHERE = {
+    "AccuracyBudget": "_amp_budget",
     "BackendBreakdown": "_delegation_info",
     "OCCURRENCES_IN_DELEGATED_GRAPHS": "_delegation_info",
     "OCCURRENCES_IN_NON_DELEGATED_GRAPHS": "_delegation_info",
@@ -60,6 +63,9 @@ _WHERE = {
     "get_delegation_info": "_delegation_info",
     "kv_cache_bytes": "_kv_cache",
     "kv_cache_dataframe": "_kv_cache",
+    "auto_mixed_precision": "_auto_mixed_precision",
+    "greedy_float_baseline": "_auto_mixed_precision",
+    "MixedPrecisionResult": "_auto_mixed_precision",
     "live_bytes_per_step": "_memory_trace",
     "load_bundled_input": "_bundled_runtime",
     "load_bundled_program": "_bundled_runtime",

@@ -1,0 +1,532 @@
+"""`auto_mixed_precision`: the quantization that meets an accuracy budget over a dataset with the fewest
+layers left in float, found by search, measured on etlab's runtime, with every choice explained.
+
+    from etlab.devtools import auto_mixed_precision
+    result = auto_mixed_precision(model, dataset, budget="top1>=0.99", backend="xnnpack")
+    result.steps          # the search's path: what was tried, the metric, whether it was kept and why
+    result.layers         # per layer: float / int16 activations / int8, weights per channel or tensor, observer
+    result.program        # the compiled ExecutorchProgramManager (result.program.buffer: the .pte)
+    result.quantizer()    # a fresh PT2E quantizer with the chosen configuration (prepare_pt2e(gm, it))
+
+What it can change (`_amp_config`): per activation value the observer (min-max, histogram or
+percentile, chosen from the data by the error of each one's grid on that value); per layer
+per-channel instead of per-tensor weights, 16-bit activations (portable backend only: etlab's
+quantize/dequantize kernels take int16, XNNPACK's activations are int8 or uint8, so an int16 value
+would leave the delegate), or float.
+
+The search, each configuration measured by quantizing (prepare, calibrate, convert) and running the
+converted model on the dataset:
+1. all int8 as the quantizer says; met: done.
+2. observers chosen per value from the data (zero cost at run time); kept when the metric improves.
+3. sensitivity: every candidate layer (the `max_candidates` that introduce the most error over the
+   dataset, by `quantization_report`'s local SQNR) kept in float alone; ranked by the metric that buys.
+4. the shortest prefix of that ranking that meets the budget (doubling, then bisection).
+5. pruning: each float layer, least useful first, quantized again if the budget still holds; then the
+   cheaper fixes for the rest: per-channel weights, 16-bit output activations, before float.
+6. the result compiled for `backend`, run on etlab's runtime on the whole dataset (the budget checked
+   there), its .pte size and latency measured next to the all-int8 and float programs.
+
+The greedy baseline (`greedy_float_baseline`) is the manual loop `sensitivity_table` tabulates: rank
+layers by local SQNR on one input, keep the worst k in float, k = 0, 1, 2, ... until met.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+import pandas as pd
+import torch
+from torch.fx import GraphModule
+
+from etlab.devtools._amp_budget import AccuracyBudget, as_budget, dataset_sqnr
+from etlab.devtools._amp_config import (
+    Layer,
+    PrecisionConfig,
+    Probe,
+    choose_observers,
+    configured_quantizer,
+    layer_of_node,
+    probe,
+)
+from etlab.devtools._quant_debug import _as_inputs, float_graph_of, quantization_report
+from etlab.devtools._quant_debug_fix import quantize_pt2e
+
+BACKENDS = ("xnnpack", "portable")
+OBSERVERS = ("minmax", "histogram", "percentile")
+STEP_COLUMNS = ["step", "phase", "change", "layers", "metric", "sqnr_db", "met", "float_layers", "kept", "why"]
+LAYER_COLUMNS = ["layer", "op", "module", "precision", "weights", "activation", "observer", "alone_in_float",
+                 "why"]
+
+
+@dataclass
+class MixedPrecisionResult:
+    """What `auto_mixed_precision` chose and why. `met`: the budget holds on etlab's runtime over the
+    dataset (`metric`); `metric_torch`: the converted model's in torch; `float_layers`: layers kept in
+    float (anchor node names); `config`: JSON-able choices; `steps` / `layers`: the explanation;
+    `cost`: .pte bytes and median latency (ms) of this program, all-int8 and float on the runtime."""
+
+    budget: AccuracyBudget
+    backend: str
+    met: bool
+    metric: float
+    metric_torch: float
+    int8_metric: float
+    float_layers: list[str]
+    config: PrecisionConfig
+    steps: pd.DataFrame
+    layers: pd.DataFrame
+    converted: GraphModule
+    program: object  # ExecutorchProgramManager
+    cost: dict = field(default_factory=dict)
+    evaluations: int = 0
+    _make_quantizer: Callable[[], object] | None = None
+
+    def quantizer(self):
+        """A fresh PT2E quantizer with the chosen configuration (its observers, not fixed ranges: it
+        calibrates again on whatever data prepare_pt2e's model sees)."""
+        return self._make_quantizer()
+
+    def summary(self) -> str:
+        status = "met" if self.met else "NOT met"
+        text = (f"budget {self.budget} {status} on etlab's {self.backend} runtime: {self.budget.name} "
+                f"{self.metric:.4g} (all int8: {self.int8_metric:.4g}); {len(self.float_layers)} layer(s) in float")
+        if self.float_layers:
+            text += f" ({', '.join(self.float_layers)})"
+        extras = [f"{len(self.config.int16)} value(s) with 16-bit activations" if self.config.int16 else "",
+                  f"{len(self.config.per_channel)} layer(s) with per-channel weights" if self.config.per_channel
+                  else ""]
+        text += "".join(f"; {e}" for e in extras if e)
+        c = self.cost
+        if c.get("pte_bytes"):
+            text += (f"; .pte {c['pte_bytes'] / 1024:.1f} KB (int8 {c['int8_pte_bytes'] / 1024:.1f}, float "
+                     f"{c['float_pte_bytes'] / 1024:.1f})")
+        if c.get("latency_ms"):
+            text += (f"; latency {c['latency_ms']:.3f} ms (int8 {c['int8_latency_ms']:.3f}, float "
+                     f"{c['float_latency_ms']:.3f})")
+        return text
+
+    def explain(self) -> str:
+        """The summary, the search's steps and the per-layer choices as text."""
+        with pd.option_context("display.max_colwidth", 80, "display.width", 200):
+            return "\n\n".join([self.summary(), self.steps.to_string(index=False),
+                                self.layers[self.layers["precision"] != "int8"].to_string(index=False)])
+
+    def __repr__(self) -> str:
+        return f"MixedPrecisionResult({self.summary()})"
+
+    def _repr_html_(self) -> str:
+        return (f"<p>{self.summary()}</p><h4>Search</h4>{self.steps.to_html(index=False)}"
+                f"<h4>Layers not plain int8</h4>{self.layers[self.layers['precision'] != 'int8'].to_html(index=False)}")
+
+
+# --- inputs ---------------------------------------------------------------------------------------
+
+
+def _samples(dataset, what: str, limit: int | None = None) -> list[tuple]:
+    if isinstance(dataset, torch.Tensor) or dataset is None or isinstance(dataset, (str, bytes)):
+        raise TypeError(f"{what} must be an iterable of model inputs (tensors or tuples of tensors), "
+                        f"got {type(dataset).__name__}")
+    try:
+        iterator = iter(dataset)
+    except TypeError:
+        raise TypeError(f"{what} must be an iterable of model inputs, got {type(dataset).__name__}") from None
+    out = []
+    for i, sample in enumerate(iterator):
+        if limit is not None and i >= limit:
+            break
+        try:
+            args = _as_inputs(sample)
+        except TypeError as e:
+            raise TypeError(f"{what}[{i}]: {e}") from None
+        if not all(isinstance(a, torch.Tensor) for a in args):
+            raise TypeError(f"{what}[{i}]: every input must be a tensor, got "
+                            f"{', '.join(type(a).__name__ for a in args)}")
+        out.append(args)
+    if not out:
+        raise ValueError(f"{what} is empty; give at least one input")
+    shapes = [tuple(a.shape for a in s) for s in out]
+    if any(len(s) != len(shapes[0]) for s in shapes):
+        raise ValueError(f"{what}: samples have different numbers of inputs")
+    return out
+
+
+# --- the evaluator --------------------------------------------------------------------------------
+
+
+@dataclass
+class _Eval:
+    config: PrecisionConfig
+    metric: float
+    sqnr: float
+    met: bool
+    converted: GraphModule
+
+
+class _Search:
+    """Evaluates configurations (cached), records the steps."""
+
+    def __init__(self, float_gm, probe_: Probe, factory, budget: AccuracyBudget, samples, calibration, ranges,
+                 progress):
+        self.float_gm, self.probe, self.factory, self.budget = float_gm, probe_, factory, budget
+        self.samples, self.calibration, self.ranges, self.progress = samples, calibration, ranges, progress
+        with torch.no_grad():
+            self.reference = [float_gm(*s) for s in samples]
+        self.cache: dict[PrecisionConfig, _Eval] = {}
+        self.steps: list[dict] = []
+        self.recorded: set = set()
+        self.int8: _Eval | None = None  # the all-int8 evaluation
+        self.alone: dict[str, _Eval] = {}  # layer -> its evaluation alone in float
+
+    def quantize(self, config: PrecisionConfig, ranges=True) -> GraphModule:
+        quantizer = configured_quantizer(self.factory(), config, self.probe.layers, self.ranges if ranges else None)
+        return quantize_pt2e(self.float_gm, quantizer, self.calibration)
+
+    def evaluate(self, config: PrecisionConfig) -> _Eval:
+        if config not in self.cache:
+            converted = self.quantize(config)
+            with torch.no_grad():
+                outputs = [converted(*s) for s in self.samples]
+            metric = self.budget.measure(self.reference, outputs)
+            self.cache[config] = _Eval(config, metric, dataset_sqnr(self.reference, outputs), self.budget.met(metric),
+                                       converted)
+        return self.cache[config]
+
+    def better(self, a: _Eval, b: _Eval) -> bool:
+        """a is closer to (or further within) the budget than b; SQNR breaks ties (top-1 is a step)."""
+        ma, mb = self.budget.margin(a.metric), self.budget.margin(b.metric)
+        return ma > mb or (ma == mb and a.sqnr > b.sqnr)
+
+    def step(self, phase: str, change: str, layers: Iterable[str], ev: _Eval, kept: bool, why: str) -> None:
+        """Records one step of the path (a trial repeated by a later round of pruning is recorded once)."""
+        layers = list(layers)
+        key = (phase, change, tuple(layers), ev.config)
+        if key in self.recorded:
+            return
+        self.recorded.add(key)
+        row = {"step": len(self.steps), "phase": phase, "change": change, "layers": ", ".join(layers),
+               "metric": ev.metric, "sqnr_db": ev.sqnr, "met": ev.met, "float_layers": len(ev.config.float_layers),
+               "kept": kept, "why": why}
+        self.steps.append(row)
+        if self.progress is not None:
+            self.progress(f"[{row['step']}] {phase}: {change} {row['layers']} -> {self.budget.name} "
+                          f"{ev.metric:.4g} ({'met' if ev.met else 'missed'}){' kept' if kept else ''}")
+
+
+def _fmt(budget: AccuracyBudget, v: float) -> str:
+    return f"{budget.name} {v:.4g}"
+
+
+# --- ranking ----------------------------------------------------------------------------------------
+
+
+def _report_ranking(float_gm, converted, samples, layers: Sequence[Layer], k: int) -> list[str]:
+    """Layers ordered by the error they introduce, averaged over up to `k` samples (local SQNR, dB)."""
+    owner = layer_of_node(layers)
+    total: dict[str, list[float]] = {}
+    for s in samples[:k]:
+        report = quantization_report(float_gm, converted, s)
+        for _, row in report.layers.iterrows():
+            name = owner.get(row["layer"])
+            value = row["local_sqnr"]
+            if name is not None and bool(row["ranked"]) and not (isinstance(value, float) and math.isnan(value)):
+                total.setdefault(name, []).append(max(float(value), -1e9))
+    mean = {n: sum(v) / len(v) for n, v in total.items()}
+    ranked = sorted(mean, key=lambda n: mean[n])
+    return ranked + [layer.name for layer in layers if layer.name not in mean]
+
+
+# --- the search -------------------------------------------------------------------------------------
+
+
+def auto_mixed_precision(float_model, dataset, *, budget, quantizer_factory: Callable[[], object] | None = None,
+                         backend: str = "xnnpack", calibration=None, max_calibration: int = 32,
+                         observers: Sequence[str] = OBSERVERS, max_candidates: int = 24,
+                         allow_int16: bool | None = None,
+                         latency_runs: int = 10, measure_cost: bool = True,
+                         progress: bool | Callable[[str], None] = False) -> MixedPrecisionResult:
+    """Quantizes `float_model` (an nn.Module, ExportedProgram or the exported GraphModule) so that the
+    program meets `budget` over `dataset` with the fewest layers left in float (see the module docstring).
+
+    dataset: an iterable of inputs (a tensor or a tuple per sample), read once into memory; the budget
+    is measured on all of it. budget: 'top1>=0.99', 'cosine>=0.999', 'sqnr>=30dB', ... or a `AccuracyBudget`.
+    quantizer_factory: makes a fresh PT2E quantizer (default EtlabQuantizer). backend: 'xnnpack'
+    (the program lowered with XnnpackPartitioner) or 'portable'. calibration: samples for the observers
+    (default: the first `max_calibration` of the dataset). allow_int16: 16-bit activations as a fix
+    (default: on for portable; XNNPACK has no int16 activations, so True there is an error).
+    progress: True prints each step to stderr; a callable receives each line."""
+    if backend not in BACKENDS:
+        raise ValueError(f"auto_mixed_precision: backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if allow_int16 is None:
+        allow_int16 = backend == "portable"
+    if allow_int16 and backend == "xnnpack":
+        raise ValueError("auto_mixed_precision: XNNPACK's quantized activations are int8 or uint8; 16-bit "
+                         "activations would leave the delegate. Use backend='portable' or allow_int16=False")
+    unknown = [o for o in observers if o not in OBSERVERS]
+    if unknown or not observers:
+        raise ValueError(f"auto_mixed_precision: observers must be a non-empty subset of {', '.join(OBSERVERS)}, "
+                         f"got {list(observers)!r}")
+    if not isinstance(max_candidates, int) or max_candidates < 1:
+        raise ValueError(f"auto_mixed_precision: max_candidates must be a positive int, got {max_candidates!r}")
+    budget = as_budget(budget)
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if progress is True else (progress or None)
+    samples = _samples(dataset, "dataset")
+    calib = _samples(calibration, "calibration") if calibration is not None else samples[:max_calibration]
+    if quantizer_factory is None:
+        from etlab.compiler import EtlabQuantizer
+
+        quantizer_factory = EtlabQuantizer
+    if not callable(quantizer_factory):
+        raise TypeError("auto_mixed_precision: quantizer_factory must be a callable returning a fresh PT2E quantizer "
+                        f"(e.g. EtlabQuantizer), got {type(quantizer_factory).__name__}")
+    float_gm = float_graph_of(float_model, samples[0])
+    probe_ = probe(float_gm, quantizer_factory())
+    chosen, mse, ranges = choose_observers(probe_, calib, list(observers), say)
+    search = _Search(float_gm, probe_, quantizer_factory, budget, samples, calib, ranges, say)
+    best = _run_search(search, chosen, mse, allow_int16, max_candidates)
+    return _finish(search, best, backend, latency_runs, measure_cost, list(observers))
+
+
+def _run_search(search: _Search, chosen: dict, mse: dict, allow_int16: bool, max_candidates: int) -> _Eval:
+    budget, layers = search.budget, search.probe.layers
+    base = search.evaluate(PrecisionConfig())
+    search.step("int8", "all layers int8", [], base, True,
+                "the quantizer's own configuration" + (": budget met, nothing to change" if base.met else
+                                                       f": misses {budget}"))
+    search.int8 = base
+    if base.met:
+        return base
+    current = base
+    changed = {v: o for v, o in chosen.items() if o != "minmax"}
+    if changed:
+        ev = search.evaluate(current.config.with_(observers=chosen))
+        keep = search.better(ev, current)
+        detail = ", ".join(f"{o}: {sum(1 for x in changed.values() if x == o)}" for o in sorted(set(changed.values())))
+        search.step("observers", "observer per value from the data", sorted(changed), ev, keep,
+                    f"lowest grid MSE per activation ({detail} values; the rest min-max); "
+                    + ("improves the metric at no run-time cost" if keep else "did not improve the metric: reverted"))
+        if keep:
+            current = ev
+        if current.met:
+            return current
+    # sensitivity of each candidate layer kept in float alone
+    ranking = _report_ranking(search.float_gm, current.converted, search.samples, layers, k=4)
+    candidates = ranking[:max_candidates]
+    alone: dict[str, _Eval] = {}
+    for name in candidates:
+        alone[name] = search.evaluate(current.config.with_(float_layers={name}))
+    search.alone = alone
+    order = sorted(candidates, key=lambda n: (-budget.margin(alone[n].metric), -alone[n].sqnr, ranking.index(n)))
+    order += [n for n in ranking if n not in order]
+    top = order[0]
+    search.step("sensitivity", "each candidate alone in float", [], alone[top], False,
+                f"{len(candidates)} candidates (of {len(layers)} layers, by local SQNR over the dataset); best alone: "
+                f"{top} -> {_fmt(budget, alone[top].metric)}")
+    # shortest prefix that meets the budget: doubling, then bisection
+    def prefix(k: int) -> _Eval:
+        return search.evaluate(current.config.with_(float_layers=order[:k]))
+
+    hi = 1
+    while hi < len(order) and not prefix(hi).met:
+        hi *= 2
+    hi = min(hi, len(order))
+    found = prefix(hi)
+    if not found.met:
+        search.step("prefix", "every layer in float", order, found, True,
+                    f"the budget is not met even with all {len(order)} layers in float (the float model's own "
+                    "outputs differ from its graph's?)" if len(order) == len(layers) else "not met")
+        return found
+    lo = hi // 2  # prefix(lo) missed (or lo == 0)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if prefix(mid).met:
+            hi = mid
+        else:
+            lo = mid
+    current = prefix(hi)
+    search.step("prefix", f"the {hi} most useful layers in float", order[:hi], current, True,
+                f"shortest prefix of the sensitivity ranking that meets {budget}")
+    # pruning (least useful first) and cheaper fixes for what stays float, until nothing changes: a
+    # cheaper fix for one layer can make another float layer unnecessary
+    for _ in range(len(layers)):
+        before = current.config
+        current = _prune(search, current, order)
+        current = _cheaper_fixes(search, current, order, allow_int16)
+        if current.config == before:
+            break
+    return current
+
+
+def _prune(search: _Search, current: _Eval, order: list[str]) -> _Eval:
+    """Each float layer, least useful first, quantized again where the budget still holds."""
+    for name in sorted(current.config.float_layers, key=order.index, reverse=True):
+        trial = search.evaluate(current.config.with_(float_layers=current.config.float_layers - {name}))
+        search.step("prune", "quantize again", [name], trial, trial.met,
+                    "the budget holds without it in float" if trial.met else "needed: the budget breaks without it")
+        if trial.met:
+            current = trial
+    return current
+
+
+def _cheaper_fixes(search: _Search, current: _Eval, order: list[str], allow_int16: bool) -> _Eval:
+    """For each float layer, the cheapest fix that meets the budget with it quantized: per-channel
+    weights (when the quantizer gave per-tensor), 16-bit output activations (portable), or both."""
+    by_name = {layer.name: layer for layer in search.probe.layers}
+    for name in sorted(current.config.float_layers, key=order.index):
+        layer, cfg = by_name[name], current.config
+        rungs = []
+        if layer.per_channel is False:
+            rungs.append(("per-channel weights", {"per_channel": cfg.per_channel | {name}}))
+        if allow_int16 and layer.output is not None:
+            rungs.append(("16-bit output activations", {"int16": cfg.int16 | {layer.output}}))
+            if layer.per_channel is False:
+                rungs.append(("per-channel weights and 16-bit output activations",
+                              {"per_channel": cfg.per_channel | {name}, "int16": cfg.int16 | {layer.output}}))
+        for label, changes in rungs:
+            trial = search.evaluate(cfg.with_(float_layers=cfg.float_layers - {name}, **changes))
+            search.step("cheaper fix", label + " instead of float", [name], trial, trial.met,
+                        "meets the budget with the layer quantized" if trial.met else "not enough: stays float")
+            if trial.met:
+                current = trial
+                break
+    return current
+
+
+# --- compiling and measuring on the runtime ------------------------------------------------------------
+
+
+def compile_program(converted: GraphModule, example: tuple, backend: str):
+    """The converted model compiled by etlab (XNNPACK-lowered or portable): an ExecutorchProgramManager."""
+    from etlab.compiler import to_edge, to_edge_transform_and_lower
+
+    exported = torch.export.export(converted, example)
+    if backend == "xnnpack":
+        from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+
+        return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
+    return to_edge(exported).to_executorch()
+
+
+def runtime_outputs(buffer: bytes, samples: Sequence[tuple]) -> list:
+    """Each sample run through the .pte on etlab's runtime."""
+    from etlab.runtime import Runtime
+
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    return [[t.clone() if isinstance(t, torch.Tensor) else t for t in method.execute(list(s))] for s in samples]
+
+
+def runtime_latency_ms(buffer: bytes, sample: tuple, runs: int) -> float:
+    """Median wall time of one `execute` on etlab's runtime (after a warm-up run), ms."""
+    from etlab.runtime import Runtime
+
+    method = Runtime.get().load_program(buffer).load_method("forward")
+    args = list(sample)
+    method.execute(args)
+    times = []
+    for _ in range(max(1, runs)):
+        t = time.perf_counter()
+        method.execute(args)
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e3
+
+
+def _finish(search: _Search, best: _Eval, backend: str, latency_runs: int, measure_cost: bool,
+            observers: list[str]) -> MixedPrecisionResult:
+    budget, samples = search.budget, search.samples
+    program = compile_program(best.converted, samples[0], backend)
+    outputs = runtime_outputs(program.buffer, samples)
+    metric = budget.measure(search.reference, outputs)
+    met = budget.met(metric)
+    cost: dict = {"pte_bytes": len(program.buffer)}
+    if measure_cost:
+        int8 = compile_program(search.int8.converted, samples[0], backend)
+        flt = compile_program(search.float_gm, samples[0], backend)
+        cost.update(int8_pte_bytes=len(int8.buffer), float_pte_bytes=len(flt.buffer))
+        if latency_runs > 0:
+            cost.update(latency_ms=runtime_latency_ms(program.buffer, samples[0], latency_runs),
+                        int8_latency_ms=runtime_latency_ms(int8.buffer, samples[0], latency_runs),
+                        float_latency_ms=runtime_latency_ms(flt.buffer, samples[0], latency_runs))
+    search.step("runtime", f"compiled for {backend}, run on etlab's runtime", [],
+                _Eval(best.config, metric, dataset_sqnr(search.reference, outputs), met, best.converted), True,
+                f"{len(samples)} samples through the .pte ({len(program.buffer) / 1024:.1f} KB): "
+                + ("budget met" if met else f"budget MISSED on the runtime (torch: {best.metric:.4g})"))
+    config = best.config
+    factory, layers = search.factory, search.probe.layers
+    result = MixedPrecisionResult(
+        budget=budget, backend=backend, met=met, metric=metric, metric_torch=best.metric,
+        int8_metric=search.int8.metric, float_layers=sorted(config.float_layers), config=config,
+        steps=pd.DataFrame(search.steps, columns=STEP_COLUMNS), layers=_layer_table(search, config, observers),
+        converted=best.converted, program=program, cost=cost, evaluations=len(search.cache),
+        _make_quantizer=lambda: configured_quantizer(factory(), config, layers))
+    return result
+
+
+def _layer_table(search: _Search, config: PrecisionConfig, observers: list[str]) -> pd.DataFrame:
+    alone = search.alone
+    chosen = config.observer_of
+    rows = []
+    for layer in search.probe.layers:
+        is_float = layer.name in config.float_layers
+        int16 = layer.output in config.int16
+        if is_float:
+            precision, why = "float", "the budget is not met with it quantized (pruning kept it)"
+        elif int16:
+            precision, why = "int16 activations", "16-bit output activations meet the budget where int8 did not"
+        elif layer.name in config.per_channel:
+            precision, why = "int8", "per-channel weights meet the budget where per-tensor did not"
+        else:
+            precision, why = "int8", ""
+        if layer.weight is None:
+            weights = "none"
+        elif is_float:
+            weights = "float"
+        elif layer.name in config.per_tensor or not (layer.per_channel or layer.name in config.per_channel):
+            weights = "per-tensor int8"
+        else:
+            weights = "per-channel int8"
+        activation = "float" if is_float else ("int16" if int16 else "int8" if layer.output else "shared")
+        observer = "" if is_float or not layer.output else ("minmax" if int16 else chosen.get(layer.output, "minmax"))
+        a = alone.get(layer.name)
+        rows.append({"layer": layer.name, "op": layer.op, "module": layer.module, "precision": precision,
+                     "weights": weights, "activation": activation, "observer": observer,
+                     "alone_in_float": a.metric if a is not None else math.nan, "why": why})
+    return pd.DataFrame(rows, columns=LAYER_COLUMNS)
+
+
+# --- the greedy baseline -------------------------------------------------------------------------------
+
+
+def greedy_float_baseline(float_model, dataset, *, budget, quantizer_factory: Callable[[], object] | None = None,
+                          calibration=None, max_calibration: int = 32, max_layers: int | None = None) -> pd.DataFrame:
+    """The manual fix loop as `sensitivity_table` does it: layers ranked by local SQNR on the first input
+    (`quantization_report(...).worst()`), the worst k kept in float for k = 0, 1, 2, ... until the budget
+    holds over the dataset (measured like the search's). One row per k: float layers, metric, met."""
+    budget = as_budget(budget)
+    samples = _samples(dataset, "dataset")
+    calib = _samples(calibration, "calibration") if calibration is not None else samples[:max_calibration]
+    if quantizer_factory is None:
+        from etlab.compiler import EtlabQuantizer
+
+        quantizer_factory = EtlabQuantizer
+    float_gm = float_graph_of(float_model, samples[0])
+    probe_ = probe(float_gm, quantizer_factory())
+    search = _Search(float_gm, probe_, quantizer_factory, budget, samples, calib, None, None)
+    base = search.evaluate(PrecisionConfig())
+    report = quantization_report(float_gm, base.converted, samples[0])
+    owner = layer_of_node(probe_.layers)
+    ranked = list(dict.fromkeys(owner[n] for n in report.worst(len(report.layers))["layer"] if n in owner))
+    rows = []
+    limit = len(ranked) if max_layers is None else min(max_layers, len(ranked))
+    for k in range(limit + 1):
+        ev = base if k == 0 else search.evaluate(PrecisionConfig().with_(float_layers=ranked[:k]))
+        rows.append({"k": k, "float_layers": ranked[:k], "metric": ev.metric, "sqnr_db": ev.sqnr, "met": ev.met})
+        if ev.met:
+            break
+    return pd.DataFrame(rows)
+
+
+__all__ = ["AccuracyBudget", "MixedPrecisionResult", "auto_mixed_precision", "greedy_float_baseline"]
