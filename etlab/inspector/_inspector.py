@@ -291,17 +291,28 @@ class Inspector:
     @property
     def allocations(self) -> pd.DataFrame:
         """Memory allocation events: run index, run name, allocator (id and name), size in bytes."""
-        c = self._columns
-        rows = np.flatnonzero(c.has_allocation)
-        runs = c.run[rows]
-        names = []
-        for r, a in zip(runs.tolist(), c.allocator_id[rows].tolist()):
-            alloc = c.runs[r].allocator_names or []
-            names.append(alloc[a] if 0 <= a < len(alloc) else None)
-        return pd.DataFrame({
-            "run": runs, "run_name": [c.runs[r].name for r in runs.tolist()], "allocator_id": c.allocator_id[rows],
-            "allocator_name": names, "allocation_size": c.allocation_size[rows],
-        })
+        f = self.memory_dataframe()
+        return pd.DataFrame({"run": f["block"].astype(np.int32), "run_name": f["block_name"],
+                             "allocator_id": f["allocator_id"].astype(np.int32), "allocator_name": f["allocator"],
+                             "allocation_size": f["size"].astype(np.uint64)})
+
+    def memory_dataframe(self) -> pd.DataFrame:
+        """One row per allocation event (allocator x instruction x run): load or run, the allocator and its
+        owner, the instruction it belongs to, its signed bytes (etlab.inspector._memory.memory_frame)."""
+        from etlab.inspector._memory import memory_frame
+
+        return memory_frame(self._columns)
+
+    def memory_summary(self, pte=None, method: str | None = None):
+        """Peak bytes by owner (planned arenas, method allocator, temporaries, each delegate, unplanned), load
+        against run, tracked bytes per instruction and run, RSS growth; with the program's plan (`pte`: a
+        path, bytes, PteFile or program manager, else the Inspector's own `pte=`) planned against observed.
+        A `MemorySummary`."""
+        from etlab.inspector._delegate_nodes import read_pte
+        from etlab.inspector._memory import memory_summary
+
+        plan = read_pte(getattr(pte, "buffer", pte)) if pte is not None else self._pte  # a program manager: its bytes
+        return memory_summary(self._columns, plan, method)
 
     # -- timeline and numerics -----------------------------------------------------------------
 
