@@ -13,12 +13,15 @@ class EdgeCompileConfig:
     _check_ir_validity: verify every op is core ATen (or allowed below) with runtime-supported dtypes.
     _core_aten_ops_exception_list: non-core aten ops accepted as-is (the runtime must have kernels).
     _preserve_ops: ops kept undecomposed even when a core decomposition exists.
+    _preserve_node: None, or a predicate node -> bool (a partitioner's `ops_to_not_decompose` filter):
+    a node of a `_preserve_ops` op is then kept whole only where it holds and decomposed elsewhere.
     _skip_dim_order: keep aten.clone/_to_copy instead of the dim_order_ops variants.
     """
 
     _check_ir_validity: bool = True
     _core_aten_ops_exception_list: list[Any] = field(default_factory=list)
     _preserve_ops: list[Any] = field(default_factory=list)
+    _preserve_node: Any = None
     _skip_dim_order: bool = False
 
 

@@ -14,6 +14,7 @@ creates a tensor out of nowhere) `NeedsRetrace` is raised and the caller falls b
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import operator
 from dataclasses import dataclass
@@ -67,6 +68,24 @@ def is_edge_op(op, config: EdgeCompileConfig) -> bool:
 
 def _keep(op, config: EdgeCompileConfig) -> bool:
     return is_edge_op(op, config) or op in config._preserve_ops
+
+
+def _declined(node: Node, config: EdgeCompileConfig) -> bool:
+    """A node of a preserved op that the config's node filter does not keep whole."""
+    return (config._preserve_node is not None and node.target in config._preserve_ops
+            and not config._preserve_node(node))
+
+
+def _without_preserved(config: EdgeCompileConfig) -> EdgeCompileConfig:
+    """The config a declined node decomposes under: its op is no edge op there."""
+    kept = set(config._preserve_ops)
+    return dataclasses.replace(config, _preserve_ops=[], _preserve_node=None, _core_aten_ops_exception_list=[
+        op for op in config._core_aten_ops_exception_list if op not in kept])
+
+
+def _config_key(config: EdgeCompileConfig) -> tuple:
+    """What of the config a recording depends on (which ops it leaves whole)."""
+    return frozenset(config._core_aten_ops_exception_list), frozenset(config._preserve_ops)
 
 
 # -- hand-written rules: faster than recording, and they pick the ops the runtime kernels expect -----------
@@ -447,6 +466,7 @@ def decompose_node(node: Node, fake_mode, config: EdgeCompileConfig) -> None:
         # Re-running the op would mint new data-dependent symbols; let torch re-trace instead.
         raise NeedsRetrace(f"{node.target} produces a data-dependent size")
     sig = _signature(node)
+    sig = (sig, _config_key(config)) if sig is not None else None
     cached = _CACHE.get(sig) if sig is not None else None
     if cached is not None:
         rec = cached
@@ -474,7 +494,11 @@ def decompose(gm: GraphModule, fake_mode, config: EdgeCompileConfig) -> None:
     for node in list(gm.graph.nodes):
         if node.op != "call_function" or isinstance(node.target, HigherOrderOperator):
             continue
-        if isinstance(node.target, OpOverload) and not _keep(node.target, config):
+        if not isinstance(node.target, OpOverload):
+            continue
+        if _declined(node, config):
+            decompose_node(node, fake_mode, _without_preserved(config))
+        elif not _keep(node.target, config):
             decompose_node(node, fake_mode, config)
 
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, overload
 
 import torch
 from torch.export import ExportedProgram
 
+from etlab.compiler._config import EdgeCompileConfig
+from etlab.compiler._decompose import is_edge_op
 from etlab.compiler._delegation_lowering import (
     DelegationError,
     WorkingProgram,
@@ -35,6 +37,7 @@ from etlab.compiler._delegation_lowering import (
     program_with_shared_state,
     splice_delegate,
 )
+from etlab.compiler._errors import CompileError
 from etlab.compiler._named_data import NamedDataStoreOutput
 from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, LoweredBackendModule
 
@@ -111,6 +114,55 @@ class Partitioner(ABC):
         """Ops the backend wants kept whole by `to_edge_transform_and_lower`, plus an optional
         node filter `fn(node) -> bool` choosing which of their nodes stay whole. Default: none."""
         return [], None
+
+
+def keep_whole_config(config: EdgeCompileConfig, partitioners: Sequence[Partitioner],
+                      ep: ExportedProgram) -> EdgeCompileConfig:
+    """The EdgeCompileConfig one method is lowered with under `to_edge_transform_and_lower`: the ops the
+    partitioners' `ops_to_not_decompose(ep)` name are edge ops, kept whole where a partitioner's filter
+    accepts the node (no filter: every node of the op), decomposed where none does."""
+    wanted: dict = {}  # op -> the filters of the partitioners naming it (None: every node)
+    for p in partitioners:
+        ops, node_filter = p.ops_to_not_decompose(ep)
+        for op in ops:
+            if not isinstance(op, torch._ops.OpOverload):
+                raise DelegationError(f"{type(p).__name__}.ops_to_not_decompose returned {op!r}; expected "
+                                      "torch OpOverloads (torch.ops.aten.linear.default)")
+            wanted.setdefault(op, []).append(node_filter)
+    if not wanted:
+        return config
+
+    def keep(node: torch.fx.Node) -> bool:
+        return any(f is None or f(node) for f in wanted.get(node.target, ()))
+
+    new = [op for op in wanted if op not in config._preserve_ops]
+    listed = config._core_aten_ops_exception_list
+    return replace(config, _preserve_ops=[*config._preserve_ops, *new], _preserve_node=keep,
+                   _core_aten_ops_exception_list=[*listed, *(op for op in new if op not in listed)])
+
+
+def edge_config_after_keep_whole(config: EdgeCompileConfig, configs) -> EdgeCompileConfig:
+    """The EdgeProgramManager's config after lowering with `keep_whole_config`s: their ops stay edge ops
+    (a later `transform` re-lowers the graph and must not decompose them), as upstream merges them."""
+    extra = [op for c in configs for op in c._core_aten_ops_exception_list
+             if op not in config._core_aten_ops_exception_list]
+    return replace(config, _core_aten_ops_exception_list=[*config._core_aten_ops_exception_list,
+                                                          *dict.fromkeys(extra)]) if extra else config
+
+
+def check_kept_whole_delegated(ep: ExportedProgram, base: EdgeCompileConfig, kept: EdgeCompileConfig,
+                               method: str) -> None:
+    """A node kept whole for a backend (no portable kernel is expected for `linear`) and then left
+    undelegated is a CompileError naming it, its op, source line and the partitioner's refusal."""
+    extra = set(kept._preserve_ops) - set(base._preserve_ops)
+    for node in ep.graph_module.graph.nodes:
+        if node.op != "call_function" or node.target not in extra or is_edge_op(node.target, base):
+            continue
+        refusal = node.meta.get(DELEGATION_REFUSAL_META)
+        why = f": {refusal.reason}" if refusal is not None else ""
+        raise CompileError.at(node, f"method {method!r}: node {node.name} was kept whole for a partitioner "
+                              f"(ops_to_not_decompose) but not delegated{why}; the portable program has no "
+                              "kernel for it")
 
 
 @dataclass

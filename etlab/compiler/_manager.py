@@ -262,12 +262,33 @@ def to_edge_transform_and_lower(programs, transform_passes=None, partitioner=Non
                                 constant_methods: dict | None = None,
                                 compile_config: EdgeCompileConfig | None = None,
                                 generate_etrecord: bool = False) -> EdgeProgramManager:
-    """to_edge, then the transform passes, then delegation to the partitioner(s)' backends."""
-    edge = to_edge(programs, constant_methods, compile_config, generate_etrecord)
+    """to_edge, then the transform passes, then delegation to the partitioner(s)' backends.
+
+    As upstream's: the ops each partitioner's `ops_to_not_decompose` names stay whole in the Edge
+    graph where its filter accepts the node (an XNNPACK `linear` is one node, not permute + addmm),
+    and one of them left undelegated afterwards is a CompileError."""
+    from etlab.compiler._delegation import (
+        check_kept_whole_delegated,
+        edge_config_after_keep_whole,
+        keep_whole_config,
+    )
+
+    if not partitioner:
+        edge = to_edge(programs, constant_methods, compile_config, generate_etrecord)
+        return edge.transform(transform_passes) if transform_passes else edge
+    methods = _as_methods(programs)
+    config = compile_config or EdgeCompileConfig()
+    per = _per_method(partitioner, sorted(methods), "partitioner")
+    configs = {name: keep_whole_config(config, per.get(name, []), ep) for name, ep in methods.items()}
+    edge = EdgeProgramManager({name: to_edge_program(ep, configs[name]) for name, ep in methods.items()},
+                              constant_methods, edge_config_after_keep_whole(config, configs.values()),
+                              aten_programs=methods if generate_etrecord else None,
+                              generate_etrecord=generate_etrecord)
     if transform_passes:
         edge = edge.transform(transform_passes)
-    if partitioner:
-        edge = edge.to_backend(partitioner)
+    edge = edge.to_backend(partitioner)
+    for name in edge.methods:
+        check_kept_whole_delegated(edge.exported_program(name), config, configs[name], name)
     return edge
 
 

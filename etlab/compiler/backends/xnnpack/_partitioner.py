@@ -40,6 +40,11 @@ from etlab.facts.lowered import DELEGATION_REFUSAL_META, CompileSpec, Delegation
 from etlab.facts.source import module_hierarchy
 
 TAG_PREFIX = "xnnpack_"
+# Upstream's XNNPACK configs that name an original ATen op (get_original_aten) and that etlab lowers:
+# linear, max_pool2d, upsample_bilinear2d.vec, hardswish (its ELU config is disabled in 1.5.1, and
+# elu is a core op anyway; etlab has no PReLU lowering, so prelu decomposes).
+KEPT_WHOLE = (torch.ops.aten.linear.default, torch.ops.aten.max_pool2d.default,
+              torch.ops.aten.upsample_bilinear2d.vec, torch.ops.aten.hardswish.default)
 
 
 class _Support(OperatorSupportBase):
@@ -95,6 +100,19 @@ class XnnpackPartitioner(Partitioner):
         tags = tag_groups(groups, order, self.delegation_spec, TAG_PREFIX,  # constants alone fold into their users
                           lambda nodes: constants_only if all(ctx.is_constant(n) for n in nodes) else None)
         return PartitionResult(exported_program, tags)
+
+    def ops_to_not_decompose(self, ep: ExportedProgram) -> tuple[list[torch._ops.OpOverload], object]:
+        """The ops XNNPACK runs as one node that Edge would decompose, kept whole (as upstream 1.5.1's
+        partitioner keeps them) where this partitioner would delegate the node: a linear stays one
+        fully connected node instead of permute + addmm, a hardswish one XNNHardswish, a max_pool2d
+        needs no getitem of its indices. Nodes it would refuse decompose as usual."""
+        ctx = Context(ep)
+
+        def keep(node: Node) -> bool:
+            return (node.op == "call_function" and node.target in KEPT_WHOLE and self._excluded(node) is None
+                    and why_unsupported(node, ctx=ctx) is None and self._precision_refusal(node) is None)
+
+        return list(KEPT_WHOLE), keep
 
     def _accept_folded_constants(self, calls: list[Node], accepted: set[Node], ctx: Context) -> None:
         """An op XNNPACK cannot run, computed from constants only and read only by delegated nodes (a
