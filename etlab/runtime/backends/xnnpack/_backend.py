@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from etlab.runtime._delegate import BackendInitContext
 from etlab.runtime._registry import register_backend  # not `etlab.runtime`: it imports the backends
 from etlab.runtime.backends.xnnpack._graph import BACKEND_ID, XnnpackPlan, build_plan, run_plan
@@ -13,6 +15,8 @@ class XnnpackBackendRuntime:
     execute: run the plan. A plan holds no per-call state, so one may run on several threads."""
 
     takes_init_context = True  # init receives a BackendInitContext (the program's named data)
+    # trace_allocations: what init keeps (packed filters, constants) and what a call takes (its values)
+    memory_names: ClassVar[dict[str, str]] = {"init": "packed_weights", "execute": "workspace"}
 
     def init(self, processed: memoryview, compile_specs: list[tuple[str, bytes]],
              context: BackendInitContext | None = None) -> XnnpackPlan:
