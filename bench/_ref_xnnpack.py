@@ -114,7 +114,9 @@ def _latency(req):
                 m.execute(inputs)
             samples[label].append((time.perf_counter() - t) / per_round)
     torch.set_num_threads(1)
-    return {"median_ms": {k: statistics.median(v) * 1e3 for k, v in samples.items()}, "threads": threads}
+    quartiles = {k: statistics.quantiles(v, n=4) if len(v) > 1 else [v[0]] * 3 for k, v in samples.items()}
+    return {"median_ms": {k: statistics.median(v) * 1e3 for k, v in samples.items()},
+            "iqr_ms": {k: [q[0] * 1e3, q[2] * 1e3] for k, q in quartiles.items()}, "threads": threads}
 
 
 def _outputs(req):

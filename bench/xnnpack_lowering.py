@@ -25,6 +25,7 @@ ratios. Writes the `## xnnpack lowering` section of bench/RESULTS.md unless --no
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -81,6 +82,8 @@ class Result:
     etlab_cpu: list[float] = field(default_factory=list)
     upstream_cpu: list[float] = field(default_factory=list)
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # threads label -> {etlab, upstream} ms
+    latency_iqr: dict[str, dict[str, list[float]]] = field(default_factory=dict)  # label -> side -> [q1, q3] ms
+    load: list[float] = field(default_factory=list)  # 1-minute load average when the model started and ended
     threads_default: int | None = None
     err_etlab_on_upstream: float | None = None
     err_upstream: float | None = None
@@ -101,6 +104,18 @@ class Result:
     def latency_ratio(self, threads: str) -> float | None:
         t = self.latency.get(threads)
         return t["etlab"] / t["upstream"] if t and t.get("upstream") else None
+
+    def compile_spread(self, side: str) -> float | None:
+        """(max - min) / median of one side's compile samples: how much load moved them."""
+        s = self.etlab_s if side == "etlab" else self.upstream_s
+        return (max(s) - min(s)) / statistics.median(s) if len(s) > 1 else None
+
+    def latency_spread(self, threads: str) -> float | None:
+        """The wider of the two sides' interquartile ranges, relative to its median."""
+        iqr, med = self.latency_iqr.get(threads), self.latency.get(threads)
+        if not iqr or not med:
+            return None
+        return max((q3 - q1) / med[k] for k, (q1, q3) in iqr.items() if med.get(k))
 
     def note(self, text: str) -> None:
         text = text.splitlines()[0][:200].replace("|", "/") if text else ""
@@ -262,11 +277,25 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
             t = upstream.ask(cmd="latency", ptes={"etlab": str(d / "etlab.pte"), "upstream": str(d / "upstream.pte")},
                              inputs=str(d / "inputs.pt"), threads=threads, rounds=latency_rounds, per_round=5)
             res.latency[label] = t["median_ms"]
+            res.latency_iqr[label] = t.get("iqr_ms", {})
             if threads == 0:
                 res.threads_default = t["threads"]
         except RuntimeError as e:
             res.note(f"latency ({label} thread): {e}")
     return res
+
+
+def load_results(paths: list[Path]) -> tuple[list[Result], tuple[float, float]]:
+    """Results saved by --json (the last line per model wins), and the load at the first and last model."""
+    by_name: dict[str, Result] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                by_name[row["name"]] = Result(**row)
+    results = list(by_name.values())
+    loads = [r.load for r in results if r.load]
+    return results, ((loads[0][0], loads[-1][-1]) if loads else (float("nan"), float("nan")))
 
 
 def _commit() -> str:
@@ -304,9 +333,12 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
         f"process, alternating rounds ({latency_rounds} rounds of 5 `execute` calls each, one untimed call before "
         f"each batch), with 1 thread and with the threadpool's default ({threads or '?'} threads); ratio = etlab's "
         "program / upstream's. Max error = max |output - eager| (upstream's runtime on each side's `.pte`; "
-        "etlab's runtime on etlab's). Node counts are each side's own edge graph (etlab keeps `linear` as "
-        f"permute + addmm, upstream keeps it whole). etlab at commit {_commit()}. Measured under load (load average "
-        f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work).", "",
+        "etlab's runtime on etlab's). Node counts are each side's own edge graph (both keep the ops their "
+        "partitioner's `ops_to_not_decompose` names whole: linear, max_pool2d, upsample_bilinear2d, hardswish). "
+        f"etlab at commit {_commit()}. Measured under load (load average {load[0]:.1f} at the start, "
+        f"{load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work; per model the load when it "
+        "started -> ended). Spread: compile = (max - min) / median of each side's samples, the larger side; "
+        "latency = the wider interquartile range of the two sides' rounds / its median (1 thread).", "",
     ]
     if both and speedups:
         lines += [
@@ -326,8 +358,9 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
     lines += [
         "| model | nodes etlab / upstream | partitions etlab / upstream | compile etlab ms | compile upstream s "
         "| speed-up (CPU) | latency ms 1T etlab / upstream (ratio) | latency ms default (ratio) "
-        "| max err etlab pte (upstream rt / etlab rt) | max err upstream pte | note |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| max err etlab pte (upstream rt / etlab rt) | max err upstream pte | load | spread compile / latency "
+        "| note |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         def lat_cell(k: str, r=r) -> str:
@@ -342,8 +375,17 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
             f"| {_fmt(r.speedup, '.1f')}{'x' if r.speedup else ''} ({_fmt(r.cpu_speedup, '.1f')}"
             f"{'x' if r.cpu_speedup else ''}) | {lat_cell('1')} | {lat_cell('default')} "
             f"| {_fmt(r.err_etlab_on_upstream, '.2g')} / {_fmt(r.err_etlab_on_etlab, '.2g')} "
-            f"| {_fmt(r.err_upstream, '.2g')} | {r.error} |")
+            f"| {_fmt(r.err_upstream, '.2g')} | {_load_cell(r)} | {_spread_cell(r)} | {r.error} |")
     return "\n".join(lines) + "\n"
+
+
+def _load_cell(r: Result) -> str:
+    return f"{r.load[0]:.1f} -> {r.load[1]:.1f}" if r.load else "n/a"
+
+
+def _spread_cell(r: Result) -> str:
+    compiles = [x for x in (r.compile_spread("etlab"), r.compile_spread("upstream")) if x is not None]
+    return f"{_fmt(max(compiles) if compiles else None, '.0%')} / {_fmt(r.latency_spread('1'), '.0%')}"
 
 
 def default_models() -> list[str]:
@@ -357,7 +399,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="upstream compile samples per model after the first")
     p.add_argument("--latency-rounds", type=int, default=15)
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--write", action="store_true", help="write the RESULTS.md section even with --models")
+    p.add_argument("--json", type=Path, default=None, help="append each model's result as a JSON line here")
+    p.add_argument("--from-json", type=Path, nargs="*", default=None,
+                   help="render (and write) the section from saved JSON lines instead of measuring")
     a = p.parse_args(argv)
+    if a.from_json is not None:
+        results, loads = load_results(a.from_json)
+        text = render(results, a.rounds, a.latency_rounds, loads)
+        print(text)
+        if not a.no_write:
+            write_section(SECTION, text)
+        return 0
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     names = a.models or default_models()
@@ -376,8 +429,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         with tempfile.TemporaryDirectory() as scratch:
             for name, kind in models:
+                before = os.getloadavg()[0]
                 r = bench_model(name, kind, upstream, partitioner_cls, why, Path(scratch), a.rounds, a.latency_rounds)
+                r.load = [before, os.getloadavg()[0]]
                 results.append(r)
+                if a.json is not None:
+                    with open(a.json, "a") as f:
+                        f.write(json.dumps(dataclasses.asdict(r)) + "\n")
                 print(f"[xnnpack] {name}: nodes {r.etlab_nodes}/{r.upstream_nodes} partitions "
                       f"{r.etlab_partitions}/{r.upstream_partitions} speed-up {_fmt(r.speedup, '.1f')} latency "
                       f"1T {_fmt(r.latency_ratio('1'), '.3f')} default {_fmt(r.latency_ratio('default'), '.3f')} "
@@ -386,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         upstream.close()
     text = render(results, a.rounds, a.latency_rounds, (load_start, os.getloadavg()[0]))
     print(text)
-    if not a.no_write and not a.models:
+    if not a.no_write and (a.write or not a.models):
         write_section(SECTION, text)
     return 0
 
