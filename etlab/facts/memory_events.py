@@ -12,19 +12,25 @@ Allocator names (`parse_allocator` reads them back):
 - `planned:<mem_id>`: a method's planned arena of that memory id (its declared size), at load;
 - `shared:<mem_id>`: the program's shared state (`share_mutable_buffers`), one arena whichever
   method names it: recorded by the first load that allocates it only;
-- `method`: the method allocator at load: tensor memory the load took and kept besides the planned
-  arenas and what delegates declare (the value table's own tensors, the bound plan's);
-- `delegate:<backend_id>:<what>`: memory a delegate declares, e.g. `delegate:XnnpackBackend:packed_weights`
-  at load, `delegate:XnnpackBackend:workspace` at load or at the instruction that ran it;
-- `temp`: the most an instruction's kernel held at once beyond what was held when it started (the
-  high-water mark of the CPU allocator during the call: its temporaries and whatever it kept);
+- `method`: the method allocator at load: what the load kept from the CPU allocator besides what its
+  delegates' init kept (the value table's own tensors, the bound plan's; arenas are not from it);
+- `delegate:<backend_id>:<what>`: a delegate's memory, named by its backend (`memory_names`): what its
+  init kept, at load (`delegate:XnnpackBackend:packed_weights`; `...:init` for a backend that names
+  nothing), and the transient memory of a call, at its DELEGATE_CALL instruction
+  (`delegate:XnnpackBackend:workspace`; a backend that names nothing has it as `temp`);
+- `temp`: an instruction's temporaries: the most the CPU allocator held at once during the call beyond
+  what it held when the call started and what the call kept;
 - `unplanned`: bytes an instruction allocated and still held when it ended (dynamic-shape or
-  unplanned tensors torch sized as it ran); `unplanned:released`: bytes an instruction freed of those;
+  unplanned tensors torch sized as it ran); `unplanned:released`: bytes an instruction freed of those.
+  An instruction's high-water mark above its start is its `temp` (or delegate workspace) plus its `unplanned`;
 - `rss`, `rss:released`: the growth / shrinkage of the process's resident memory over a load or a run;
 - `peak_rss`: the growth of the process's resident high-water mark over a load or a run (it never shrinks).
 
 A quantity that can shrink is two allocators (`<name>` grows, `<name>:released` shrinks), since an
 allocation size is unsigned; `signed_size` gives the signed bytes of an event.
+
+Measured on the thread that runs the method (intra-op worker threads' allocations included when torch
+hands them its thread-local state); not measured under torch's profiler, which owns those reports.
 
 Which instruction: an allocation event belongs to the first profile event after it in the same run
 block (upstream's runtime writes a profile event when the instruction ends, after whatever it

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from etlab.facts.memory_events import TEMP
 from etlab.runtime._delegate import NULL_CONTEXT, LoadedDelegate
 from etlab.runtime._errors import LoadError
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepInfo
@@ -198,8 +199,10 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
                 for s in slots:
                     table.check_slot(s, f"{site}: DelegateCall")
                 steps.append(_delegate_step(delegates[args.delegate_index], table, slots, context))
+                loaded = delegates[args.delegate_index]
                 infos.append(StepInfo("delegate", c, i, DELEGATE_CALL, tuple(slots),
-                                      operator=f"delegate {delegates[args.delegate_index].backend_id}"))
+                                      operator=f"delegate {loaded.backend_id}",
+                                      memory_label=loaded.memory_name("execute") or TEMP))
             elif isinstance(args, P.MoveCall):
                 steps.append(_move_step(table, args.move_from, args.move_to))
                 infos.append(StepInfo("move", c, i, "MOVE_CALL"))

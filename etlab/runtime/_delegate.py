@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from etlab.facts import memory_events as M
 from etlab.runtime._errors import LoadError
-from etlab.runtime._event_tracer import EventTracer, profile
+from etlab.runtime._event_tracer import EventTracer
+from etlab.runtime._events import profile_event
 from etlab.runtime._registry import backend_available, find_backend
 from etlab.schema import program as P
 
@@ -73,14 +75,14 @@ class DelegateContext:
 
     def end_profiling_delegate(self, token, metadata: bytes = b"") -> None:
         (did_int, did_str), start = token
-        self.events.append(profile(None, self.chain, self.instruction, start, time.perf_counter_ns(),
-                                   did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
+        self.events.append(profile_event(None, self.chain, self.instruction, start, time.perf_counter_ns(),
+                                         did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
 
     def log_profiling_delegate(self, name, delegate_debug_id, start_ns: int, end_ns: int,
                                metadata: bytes = b"") -> None:
         did_int, did_str = _identifier(name, delegate_debug_id)
-        self.events.append(profile(None, self.chain, self.instruction, int(start_ns), int(end_ns),
-                                   did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
+        self.events.append(profile_event(None, self.chain, self.instruction, int(start_ns), int(end_ns),
+                                         did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
 
     def log_output_delegate(self, name, delegate_debug_id, value) -> None:
         if not self._tracer.logs_intermediates:
@@ -97,6 +99,17 @@ class LoadedDelegate:
     backend: Any
     handle: Any
     destroyed: bool = field(default=False)
+    init_bytes: int = 0  # what its init kept from the CPU allocator (measured with trace_allocations)
+
+    def memory_name(self, phase: str) -> str | None:
+        """The allocator this delegate's memory of `phase` ("init": kept by init, "execute": transient in a
+        call) is recorded under: `delegate:<backend_id>:<what>`, `what` from the backend's `memory_names`
+        ({"init": "packed_weights", "execute": "workspace"}: how the backend calls them), else "init" for
+        init and None for execute (a call's transient memory is then the instruction's `temp`)."""
+        what = (getattr(self.backend, "memory_names", None) or {}).get(phase)
+        if what is None and phase != "init":
+            return None
+        return M.delegate(self.backend_id.replace(":", "_") or "unnamed", what or phase)
 
     def destroy(self) -> None:
         if not self.destroyed:
@@ -140,10 +153,11 @@ def program_named_data(pte: P.PteFile) -> dict[str, Any]:
 
 
 def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str,
-                   named_data: Mapping[str, Any] | None = None) -> list[LoadedDelegate]:
+                   named_data: Mapping[str, Any] | None = None, watch=None) -> list[LoadedDelegate]:
     """Runs backend.init for every delegate of the plan; an unknown or unavailable backend fails the load.
 
-    `named_data` (key -> bytes: the program's and its .ptd files') defaults to the program's own."""
+    `named_data` (key -> bytes: the program's and its .ptd files') defaults to the program's own; with a
+    started `watch` (trace_allocations), each delegate's `init_bytes` is what its init kept."""
     loaded: list[LoadedDelegate] = []
     try:
         for i, delegate in enumerate(plan.delegates or []):
@@ -155,6 +169,7 @@ def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str,
                 raise LoadError(f"{what}: delegate {i} needs backend {delegate.id!r}, which is not available here")
             specs = [(s.key or "", bytes(s.value or b"")) for s in delegate.compile_specs or []]
             data = processed_bytes(pte, delegate, f"{what}: delegate {i}")
+            held = watch.take()[1] if watch is not None else 0
             try:
                 if getattr(backend, "takes_init_context", False):
                     if named_data is None:
@@ -165,7 +180,8 @@ def init_delegates(pte: P.PteFile, plan: P.ExecutionPlan, what: str,
                     handle = backend.init(data, specs)
             except Exception as e:
                 raise LoadError(f"{what}: backend {delegate.id!r} failed to initialize delegate {i}: {e}") from e
-            loaded.append(LoadedDelegate(delegate.id, backend, handle))
+            kept = watch.take()[1] - held if watch is not None else 0
+            loaded.append(LoadedDelegate(delegate.id, backend, handle, init_bytes=max(0, kept)))
     except BaseException:
         for d in loaded:
             d.destroy()

@@ -18,8 +18,10 @@ Structure and names follow upstream's ETDumpGen:
   run that dropped any ends with a `etlab::dropped_debug_values` profile event (metadata: the count
   as ASCII digits), which the Inspector reports.
 
-Events are kept as tuples (or, for runs without logged values, as bare timestamps: a
-`TimedRun`) while the program runs, and become schema objects only when written. Runs of the
+Events are kept as plain tuples laid out as `_events`' classes (or, for runs without logged values,
+as bare timestamps: a `TimedRun`) while the program runs, and become schema objects only when written.
+With `trace_allocations`, allocation events name their allocator (`etlab.facts.memory_events`); each
+block lists the allocators its events use, in order of first use, when written. Runs of the
 native core without logged values stay entirely in C++ (`native_log`, its run blocks with their
 `Method::execute` events; Python does nothing per run) and are merged in order when written.
 A full event buffer or debug buffer drops events; `dropped_events` counts them and a warning says
@@ -35,6 +37,18 @@ from array import array
 
 import torch
 
+from etlab.runtime._events import (
+    ALLOCATION,
+    DEBUG,
+    PROFILE,
+    TIMED,
+    AllocationEvent,
+    DebugEvent,
+    ProfileEvent,
+    debug_event,
+    profile_event,
+    timed_run,
+)
 from etlab.runtime._interpreter import timed_event_count, timed_events
 from etlab.runtime._native import debug_arena as native_debug_arena
 from etlab.runtime._native import trace_log as native_trace_log
@@ -61,13 +75,6 @@ class DebugLevel(enum.IntEnum):
     INTERMEDIATE_OUTPUTS = 2
 
 
-# Event tuples: ("P", name, chain, instr, did_int, did_str, metadata, start, end),
-# ("D", chain, instr, did_int, did_str, name, value, is_output), ("A", allocator_id, size), and
-# ("T", chains key, timestamps[, event count]): a whole `run_timed` run, expanded when written.
-# Everything kept is a flat tuple of plain values (no nesting), which the garbage collector stops
-# tracking after one look: a long trace must not make every later collection slower.
-
-
 class EventTracer:
     """Collects the events of one program (all its methods); safe to share between threads."""
 
@@ -87,12 +94,10 @@ class EventTracer:
         self._dropped = 0
         self.dropped_debug_values = 0  # logged values that did not fit into the debug buffer
         self._lock = threading.Lock()
-        self._load_allocators: list[str] = []
         self._load_events: list[tuple] = []
         # ("Execute", bundled input index, first event, end event, native runs before it)
         self._runs: list[tuple] = []
         self._run_events: list[tuple] = []  # the events of all runs, back to back
-        self._run_allocators: dict[int, tuple[str, ...]] = {}  # run index -> its allocators
         self._chains: list = []  # bound chains of each traced method, by key
         # The native trace (timed runs of the native core) and the event count of both sides.
         log = native_trace_log(max_events)
@@ -120,27 +125,22 @@ class EventTracer:
     # -- recording ---------------------------------------------------------------------------
 
     def register_chains(self, chains) -> int:
-        """A key for ("T", key, timestamps) events of a method bound to `chains`."""
+        """A key for the TimedRun events of a method bound to `chains`."""
         with self._lock:
             self._chains.append(chains)
             return len(self._chains) - 1
 
-    def add_load_events(self, events: list[tuple], allocators: list[str] = ()) -> None:
-        """Appends load-time events to the Default block (allocation events count from `allocators`)."""
+    def add_load_events(self, events: list[tuple]) -> None:
+        """Appends load-time events to the Default block."""
         with self._lock:
-            first = len(self._load_allocators)
-            self._load_allocators.extend(allocators)
-            events = [("A", first + e[1], e[2]) if e[0] == "A" else e for e in events]
             self._load_events.extend(self._fit(events, len(events)))
 
-    def add_run_block(self, events: list, bundled_input_index: int = -1, allocators=()) -> None:
+    def add_run_block(self, events: list, bundled_input_index: int = -1) -> None:
         """Adds one "Execute" block."""
-        n = sum(self._timed_count(e) if e[0] == "T" else 1 for e in events)
+        n = sum(self._timed_count(e) if e[0] == TIMED else 1 for e in events)
         with self._lock:
             first = len(self._run_events)
             self._run_events.extend(self._fit(events, n))
-            if allocators:
-                self._run_allocators[len(self._runs)] = tuple(allocators)
             self._runs.append(("Execute", bundled_input_index, first, len(self._run_events), len(self.native_log)))
 
     def _timed_count(self, event: tuple) -> int:
@@ -162,7 +162,7 @@ class EventTracer:
     def _expand(self, events) -> list[tuple]:
         out: list[tuple] = []
         for e in events:
-            if e[0] == "T":
+            if e[0] == TIMED:
                 out.extend(timed_events(self._chains[e[1]], e[2]))
             else:
                 out.append(e)
@@ -181,7 +181,7 @@ class EventTracer:
 
     def dropped_values_event(self, n: int, time: int) -> tuple:
         """The event that ends a run which dropped `n` logged values."""
-        return ("P", DROPPED_DEBUG_VALUES, UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, str(n).encode(), time, time)
+        return profile_event(DROPPED_DEBUG_VALUES, UNSET_CHAIN, UNSET_INSTRUCTION, time, time, metadata=str(n).encode())
 
     def _drop(self, n: int) -> None:
         self._dropped += n
@@ -235,12 +235,14 @@ class EventTracer:
             return None
         if record[0] == "V":
             return self.debug_event(chain, instruction, record[1])
-        return ("D", chain, instruction, -1, None, None, record, False)
+        return debug_event(chain, instruction, record)
 
     def debug_event(self, chain: int, instruction: int, value, *, did_int: int = -1, did_str: str | None = None,
                     name: str | None = None, is_output: bool = False) -> tuple | None:
         logged = self.debug_value(value)
-        return None if logged is None else ("D", chain, instruction, did_int, did_str, name, logged, is_output)
+        if logged is None:
+            return None
+        return debug_event(chain, instruction, logged, did_int=did_int, did_str=did_str, name=name, is_output=is_output)
 
     # -- writing -----------------------------------------------------------------------------
 
@@ -249,29 +251,34 @@ class EventTracer:
         key, bundled, count, kept, start, end, raw = run
         record = array("q")
         record.frombytes(raw)
-        events = [("T", key, record, count - 1),
-                  ("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end)]
+        events = [timed_run(key, record, count - 1),
+                  profile_event("Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, start, end)]
         if kept < count:  # a run with nothing kept has no record (_core.TraceLog.add)
             events = self._expand(events)[:kept] if kept else []
-        return ("Execute", bundled, (), events)
+        return ("Execute", bundled, events)
 
     def to_etdump(self) -> E.ETDump:
         with self._lock:
             native = self.native_log.runs()
-            blocks = [("Default", -1, tuple(self._load_allocators), tuple(self._load_events))]
+            blocks = [("Default", -1, tuple(self._load_events))]
             n = 0  # native runs merged so far: each Python-recorded run knows how many came before it
-            for k, (name, bundled, first, end, native_before) in enumerate(self._runs):
+            for name, bundled, first, end, native_before in self._runs:
                 blocks += [self._native_block(r) for r in native[n:native_before]]
                 n = max(n, native_before)
-                blocks.append((name, bundled, self._run_allocators.get(k, ()), self._run_events[first:end]))
+                blocks.append((name, bundled, self._run_events[first:end]))
             blocks += [self._native_block(r) for r in native[n:]]
         run_data = []
         threads = self.threads or 0  # None (torch's own setting, which may change between runs): not recorded
-        for name, bundled, allocators, events in blocks:
+        for name, bundled, events in blocks:
+            events = self._expand(events)
+            allocators: dict[str, int] = {}  # name -> id, in order of first use
+            for e in events:
+                if e[0] == ALLOCATION:
+                    allocators.setdefault(e[1], len(allocators))
             run_data.append(E.RunData(
                 name=name, bundled_input_index=bundled,
                 allocators=[E.Allocator(a) for a in allocators] or None,
-                events=[_event(e) for e in self._expand(events)],
+                events=[_event(e, allocators) for e in events],
                 threads=threads if name == "Execute" else 0,
             ))
         return E.ETDump(version=0, run_data=run_data)
@@ -393,25 +400,21 @@ def _value_of_record(record: tuple) -> E.Value:
     return E.Value(val=E.ValueType.TensorList, tensor_list=E.TensorList(tensors=members))
 
 
-def _event(e: tuple) -> E.Event:
-    if e[0] == "P":
-        _, name, chain, instr, did_int, did_str, metadata, start, end = e
+def _event(e: tuple, allocators: dict[str, int]) -> E.Event:
+    """The schema form of an event tuple (`allocators`: its block's allocator ids by name)."""
+    if e[0] == PROFILE:
+        p = ProfileEvent._make(e)
         return E.Event(profile_event=E.ProfileEvent(
-            name=name, chain_index=chain, instruction_id=instr, delegate_debug_id_int=did_int,
-            delegate_debug_id_str=did_str, delegate_debug_metadata=metadata, start_time=start, end_time=end))
-    if e[0] == "D":
-        _, chain, instr, did_int, did_str, name, value, is_output = e
-        if isinstance(value, tuple):
-            value = _value_of_record(value)
-        if is_output:
+            name=p.name, chain_index=p.chain, instruction_id=p.instruction, delegate_debug_id_int=p.did_int,
+            delegate_debug_id_str=p.did_str, delegate_debug_metadata=p.metadata, start_time=p.start,
+            end_time=p.end))
+    if e[0] == DEBUG:
+        d = DebugEvent._make(e)
+        value = _value_of_record(d.value) if isinstance(d.value, tuple) else d.value
+        if d.is_output:
             value.output = E.Bool(True)
         return E.Event(debug_event=E.DebugEvent(
-            chain_index=chain, instruction_id=instr, debug_entry=value, delegate_debug_id_int=did_int,
-            delegate_debug_id_str=did_str, name=name))
-    _, allocator_id, size = e
-    return E.Event(allocation_event=E.AllocationEvent(allocator_id=allocator_id, allocation_size=size))
-
-
-def profile(name: str | None, chain: int, instruction: int, start: int, end: int, *, did_int: int = -1,
-            did_str: str | None = None, metadata: bytes | None = None) -> tuple:
-    return ("P", name, chain, instruction, did_int, did_str, metadata, start, end)
+            chain_index=d.chain, instruction_id=d.instruction, debug_entry=value, delegate_debug_id_int=d.did_int,
+            delegate_debug_id_str=d.did_str, name=d.name))
+    a = AllocationEvent._make(e)
+    return E.Event(allocation_event=E.AllocationEvent(allocator_id=allocators[a.allocator], allocation_size=a.size))

@@ -19,6 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from etlab.facts.memory_events import TEMP
+from etlab.runtime._events import profile_event
+from etlab.runtime._memory_events import step_memory_events
+
 Step = Callable[[], Any]
 _END = -1  # closes a jump chain's part of a timed record
 
@@ -39,6 +43,9 @@ class StepInfo:
     name: str | None
     log_slots: tuple[int, ...] = ()
     operator: str = ""  # for error messages: the operator name, or the instruction kind
+    # The allocator a step's transient memory is recorded under (trace_allocations): `temp`, or a
+    # delegate's own name for it (`delegate:<backend_id>:workspace`, from its backend's `memory_names`).
+    memory_label: str = TEMP
 
     def __post_init__(self):
         self.operator = self.operator or self.name or self.kind
@@ -123,9 +130,9 @@ def step_events(info: StepInfo, start: int, end: int) -> list[tuple]:
     """The profile events of one step that ran from `start` to `end` (shared by both cores)."""
     events = []
     if info.name is not None:
-        events.append(("P", info.name, info.chain, info.instruction, -1, None, None, start, end))
+        events.append(profile_event(info.name, info.chain, info.instruction, start, end))
     if info.kind == "kernel":
-        events.append(("P", "OPERATOR_CALL", info.chain, info.instruction, -1, None, None, start, end))
+        events.append(profile_event("OPERATOR_CALL", info.chain, info.instruction, start, end))
     return events
 
 
@@ -158,11 +165,12 @@ def timed_events(chains: list[BoundChain], record) -> list[tuple]:
     return [e for info, start, end in _walk_timed(chains, record) for e in step_events(info, start, end)]
 
 
-def run_traced(chains: list[BoundChain], events: list, values: list, tracer, context) -> None:
+def run_traced(chains: list[BoundChain], events: list, values: list, tracer, context, watch=None) -> None:
     """`run` building profile events as it goes, plus debug events at the intermediate level.
 
     `context` is the method's DelegateContext (or None without delegates): the loop tells it
-    which instruction is running so delegate events carry the right ids.
+    which instruction is running so delegate events carry the right ids. `watch`, a started
+    `MemoryWatch` (trace_allocations), adds each step's allocation events before its profile events.
     """
     now = time.perf_counter_ns
     log = tracer.logs_intermediates
@@ -174,17 +182,23 @@ def run_traced(chains: list[BoundChain], events: list, values: list, tracer, con
             info = infos[pc]
             if context is not None:
                 context.chain, context.instruction = info.chain, info.instruction
+            if watch is not None:
+                watch.mark()
             start = now()
             try:
                 nxt = steps[pc]()
             except Exception as e:
                 raise StepFailed(c, pc, e) from e
+            memory = watch.take() if watch is not None else None
             if log:
                 for slot in info.log_slots:
                     event = tracer.debug_event(info.chain, info.instruction, values[slot])
                     if event is not None:
                         append(event)
-            events.extend(step_events(info, start, now()))
+            end = now()
+            if memory is not None:
+                events.extend(step_memory_events(*memory, info.memory_label))
+            events.extend(step_events(info, start, end))
             pc = nxt if type(nxt) is Goto else pc + 1
 
 
@@ -207,7 +221,7 @@ class PythonCore:
         run_timed(self.chains, record)
         return tuple(record), None
 
-    def run_traced(self, events: list, tracer, context) -> None:
+    def run_traced(self, events: list, tracer, context, watch=None) -> None:
         if context is not None:
             context.events = events
-        run_traced(self.chains, events, self.values, tracer, context)
+        run_traced(self.chains, events, self.values, tracer, context, watch)

@@ -21,8 +21,10 @@ from etlab.runtime._binding import BoundPlan
 from etlab.runtime._delegate import LoadedDelegate
 from etlab.runtime._errors import ExecutionError
 from etlab.runtime._event_tracer import PROGRAM_OUTPUT_CHAIN, UNSET_CHAIN, UNSET_INSTRUCTION, EventTracer
+from etlab.runtime._events import profile_event, timed_run
 from etlab.runtime._interpreter import PythonCore, StepFailed
 from etlab.runtime._memory import Arenas, dim_order_strides, reshape_in_place
+from etlab.runtime._memory_events import new_watch, process_events, process_memory
 from etlab.runtime._meta import MethodMeta, ScalarInfo, ValueInfo
 from etlab.runtime._values import ValueTable
 
@@ -120,6 +122,8 @@ class Method:
                 and hasattr(self._core, "trace_to")):
             self._native_log = tracer.native_log
             self._core.trace_to(self._native_log, self._chains_key)
+        # trace_allocations: the watch on the allocator's traffic while this method runs (None: not measured)
+        self._watch = new_watch() if tracer is not None and tracer.trace_allocations else None
         self._busy = threading.Lock()
         self.threads = program.threads  # intra-op threads each execute sets (None: torch's setting)
         self._state_lock = state_lock  # the program's shared state, held while running
@@ -199,6 +203,7 @@ class Method:
         native_log = self._native_log
         clock = self._core.clock
         logging = tracer is not None and native_log is None
+        memory = process_memory() if logging and tracer.trace_allocations else None
         start = clock() if logging else 0
         dropped_before = tracer.dropped_debug_values if logging else 0
         events: list[tuple] = []
@@ -212,18 +217,33 @@ class Method:
                 core.run()  # with a native log, this run's block is recorded natively
             elif native_log is not None:
                 core.run_logged(bundled_input_index)
-            elif self._context is None and not tracer.logs_intermediates:
+            elif self._context is None and not tracer.logs_intermediates and memory is None:
                 record, count = core.run_timed()
-                events.append(("T", self._chains_key, record) if count is None else
-                              ("T", self._chains_key, record, count))
+                events.append(timed_run(self._chains_key, record, count))
+            elif memory is not None:
+                self._run_watched(events, tracer)
             else:
                 core.run_traced(events, tracer, self._context)
             outputs = [_copy_out(self._table.values[s]) for s in self._outputs]
         except StepFailed as failed:
             raise self._step_error(failed) from failed.error
         if logging:
-            self._finish_trace(tracer, events, start, clock(), bundled_input_index, outputs, dropped_before)
+            end = clock()
+            if memory is not None:  # the run's RSS deltas belong to its Method::execute event
+                events.extend(process_events(memory, process_memory()))
+            self._finish_trace(tracer, events, start, end, bundled_input_index, outputs, dropped_before)
         return outputs
+
+    def _run_watched(self, events: list, tracer: EventTracer) -> None:
+        """A traced run that also records each step's allocations (trace_allocations), with the watch on
+        this thread for the run (not started when torch's profiler is on: its memory reports win)."""
+        watch = self._watch
+        started = watch is not None and watch.start()
+        try:
+            self._core.run_traced(events, tracer, self._context, watch if started else None)
+        finally:
+            if started:
+                watch.stop()
 
     def _step_error(self, failed: StepFailed) -> ExecutionError:
         """The error of a failed step, naming the method, chain, instruction, operator and debug handle
@@ -236,7 +256,7 @@ class Method:
 
     def _finish_trace(self, tracer: EventTracer, events: list, start: int, end: int, bundled_input_index: int,
                       outputs: list, dropped_before: int) -> None:
-        events.append(("P", "Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, start, end))
+        events.append(profile_event("Method::execute", UNSET_CHAIN, UNSET_INSTRUCTION, start, end))
         if tracer.logs_outputs:
             for value in outputs:
                 event = tracer.debug_event(PROGRAM_OUTPUT_CHAIN, UNSET_INSTRUCTION, value, is_output=True)
@@ -247,11 +267,7 @@ class Method:
         dropped = tracer.dropped_debug_values - dropped_before
         if dropped > 0:
             events.append(tracer.dropped_values_event(dropped, end))
-        allocators = []
-        if tracer.trace_allocations:
-            allocators = ["outputs"]
-            events.extend(("A", 0, o.numel() * o.element_size()) for o in outputs if isinstance(o, torch.Tensor))
-        tracer.add_run_block(events, bundled_input_index, allocators)
+        tracer.add_run_block(events, bundled_input_index)
 
     def close(self) -> None:
         """Releases the method's delegates (backend.destroy); the method cannot run afterwards."""

@@ -7,17 +7,21 @@ import enum
 import os
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 from etlab.errors import FormatError
+from etlab.facts import memory_events as M
 from etlab.runtime._binding import bind, classify, dynamic_scratch
 from etlab.runtime._delegate import NULL_CONTEXT, DelegateContext, init_delegates
 from etlab.runtime._errors import LoadError
 from etlab.runtime._event_tracer import DEFAULT_MAX_EVENTS, UNSET_CHAIN, UNSET_INSTRUCTION, DebugLevel, EventTracer
+from etlab.runtime._events import allocation_event, profile_event
 from etlab.runtime._lookup import OperatorRegistry
 from etlab.runtime._memory import allocate_arenas
+from etlab.runtime._memory_events import new_watch, process_events, process_memory
 from etlab.runtime._meta import MethodMeta, method_meta
 from etlab.runtime._method import Method
 from etlab.runtime._native import choose_core
@@ -138,7 +142,12 @@ class Program:
         except (ValueError, IndexError) as e:
             raise LoadError(f"{what}: {e}") from None
         delegates = []
+        measuring = self._tracer is not None and self._tracer.trace_allocations
+        memory = _LoadMemory(new_watch() if measuring else None, process_memory() if measuring else None)
+        memory.started = memory.watch is not None and memory.watch.start()
+        watch = memory.watch if memory.started else None
         try:
+            memory.allocates_shared = self._shared is None
             shared = self._shared_region() if declares_shared_state(plan) else None
             arenas = allocate_arenas(list(plan.non_const_buffer_sizes or [0]), what,
                                      {SHARED_MEM_ID: (shared.tensor, shared.array)} if shared else None)
@@ -151,7 +160,7 @@ class Program:
             check_no_live_overlap(plan, table, what)
             for slot in plan.outputs or []:
                 table.check_slot(slot, f"{what}: output")
-            delegates = init_delegates(self._pte, plan, what, self._data.named)
+            delegates = init_delegates(self._pte, plan, what, self._data.named, watch)
             context = DelegateContext(self._tracer) if self._tracer is not None and delegates else None
             bound = bind(plan, table, kernels, delegates, context or NULL_CONTEXT)
             core = None
@@ -165,12 +174,16 @@ class Program:
             if not isinstance(e, LoadError) or str(e).startswith(self._what):
                 raise
             raise LoadError(f"{self._what}: {e}") from e
+        finally:
+            if memory.started:
+                memory.kept = watch.take()[1]
+                watch.stop()
         init_end = time.perf_counter_ns()
         method = Method(self, meta, table, list(plan.inputs or []), list(plan.outputs or []), bound, arenas,
                         delegates, self._tracer, context, dynamic_scratch(plan, table), core,
                         shared.lock if shared else None)
         if self._tracer is not None:
-            self._trace_load(name, method, load_start, init_start, init_end, arenas)
+            self._trace_load(method, load_start, init_start, init_end, memory)
         return method
 
     def _shared_region(self) -> SharedRegion:
@@ -181,22 +194,36 @@ class Program:
                 self._shared = allocate_shared_region(size, self._what)
             return self._shared
 
-    def _trace_load(self, name: str, method: Method, load_start: int, init_start: int, init_end: int, arenas) -> None:
+    def _trace_load(self, method: Method, load_start: int, init_start: int, init_end: int,
+                    memory: _LoadMemory) -> None:
         tracer = self._tracer
         tracer.plan_debug_bytes(_debug_bytes_per_run(method))
-        events = [("P", "Method::init", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, init_start, init_end),
-                  ("P", "Program::load_method", UNSET_CHAIN, UNSET_INSTRUCTION, -1, None, None, load_start,
-                   time.perf_counter_ns())]
-        allocators = []
-        if tracer.trace_allocations:
-            shared = self._shared.tensor if self._shared is not None else None
-            for mem_id, t in enumerate(arenas.tensors):
-                if t is not None:
-                    events.append(("A", len(allocators), t.numel()))
-                    # the program's shared state is one allocation whichever method names it
-                    allocators.append(f"program:shared_memory_{mem_id}" if t is shared else
-                                      f"{name}:planned_memory_{mem_id}")
-        tracer.add_load_events(events, allocators)
+        events = self._load_memory_events(method, memory) if tracer.trace_allocations else []
+        # the load's allocation events belong to its Method::init event (they come before it)
+        events += [profile_event("Method::init", UNSET_CHAIN, UNSET_INSTRUCTION, init_start, init_end),
+                   profile_event("Program::load_method", UNSET_CHAIN, UNSET_INSTRUCTION, load_start,
+                                 time.perf_counter_ns())]
+        tracer.add_load_events(events)
+
+    def _load_memory_events(self, method: Method, memory: _LoadMemory) -> list[tuple]:
+        """A load's allocation events (`etlab.facts.memory_events`): its planned arenas (declared sizes; the
+        program's shared state only by the load that allocated it), what each delegate's init kept, the
+        method allocator (what the rest of the load kept), and the process's RSS deltas."""
+        events = []
+        shared = self._shared.tensor if self._shared is not None else None
+        for mem_id, t in enumerate(method._arenas.tensors):
+            if t is None:
+                continue
+            if t is not shared:
+                events.append(allocation_event(M.planned(mem_id), t.numel()))
+            elif memory.allocates_shared:
+                events.append(allocation_event(M.shared(mem_id), t.numel()))
+        if memory.started:
+            for d in method._delegates:
+                events.append(allocation_event(d.memory_name("init"), d.init_bytes))
+            delegates = sum(d.init_bytes for d in method._delegates)
+            events.append(allocation_event(M.METHOD, max(0, memory.kept - delegates)))
+        return events + process_events(memory.before, process_memory())
 
     # -- ETDump ------------------------------------------------------------------------------
 
@@ -214,6 +241,19 @@ class Program:
         if self._tracer is None:
             raise LoadError(f"{self._what}: ETDump is off; load the program with enable_etdump=True")
         self._tracer.write(etdump_path, debug_buffer_path)
+
+
+@dataclass
+class _LoadMemory:
+    """What a load with trace_allocations measures: the watch (None without the native core), whether it
+    started, what the load kept from the CPU allocator, the process's memory before, whether the load
+    allocated the program's shared state."""
+
+    watch: Any
+    before: tuple[int, int] | None
+    started: bool = False
+    kept: int = 0
+    allocates_shared: bool = False
 
 
 def _check_budget(planned: int, budget: int | None, what: str) -> None:

@@ -75,3 +75,9 @@ def debug_arena(size: int, limit: int):
 def trace_log(max_events: int):
     """The native trace of a program's timed runs (and its event count under `max_events`), or None."""
     return _core.TraceLog(max_events) if _core is not None else None
+
+
+def memory_watch():
+    """A watch on the CPU allocator's traffic of the thread that starts it (`_core.MemoryWatch`: `start()`
+    -> bool, `stop()`, `mark()`, `take()` -> (most held above the mark, held above it)), or None."""
+    return _core.MemoryWatch() if _core is not None else None

@@ -17,12 +17,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepFailed, StepInfo, step_events
+from etlab.runtime._memory_events import step_memory_events
 from etlab.runtime._native import _core
 from etlab.runtime._values import OPT_TENSOR_LIST, TENSOR, TENSOR_LIST, ValueTable
 from etlab.schema import program as P
 from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
 
-_STEP_FIELDS = 6  # (chain, index, start, end, python events so far, debug records so far)
+# (chain, index, start, end, python events so far, debug records so far, memory peak, memory kept)
+_STEP_FIELDS = 8
 
 
 def _et_scalar_types() -> list[int]:
@@ -170,9 +172,10 @@ class NativeCore:
         except Exception as e:
             raise self._failed(e) from e
 
-    def run_traced(self, events: list, tracer, context) -> None:
+    def run_traced(self, events: list, tracer, context, watch=None) -> None:
         """`_interpreter.run_traced`: the same events in the same order; tensors are copied into the
-        debug buffer natively, and the records become event tuples after the run."""
+        debug buffer natively, and the records become event tuples after the run. With `watch` (started
+        on this thread), the native loop reads it around each step, as the Python loop does."""
         python_events: list = []
         if context is not None:
             context.events = python_events
@@ -186,7 +189,7 @@ class NativeCore:
         steps.frombytes(raw)
         python_pos = record_pos = 0
         for k in range(0, len(steps), _STEP_FIELDS):
-            c, pc, start, end, python_end, record_end = steps[k : k + _STEP_FIELDS]
+            c, pc, start, end, python_end, record_end, peak, kept = steps[k : k + _STEP_FIELDS]
             info = self.chains[c].infos[pc]
             events.extend(python_events[python_pos:python_end])
             python_pos = python_end
@@ -195,6 +198,8 @@ class NativeCore:
                 if event is not None:
                     events.append(event)
             record_pos = record_end
+            if watch is not None:
+                events.extend(step_memory_events(peak, kept, info.memory_label))
             events.extend(step_events(info, start, end))
         events.extend(python_events[python_pos:])
 

@@ -674,7 +674,7 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   begin_run(outer);
   std::vector<int64_t> steps;
-  steps.reserve(static_cast<size_t>(6 * instruction_count()));
+  steps.reserve(static_cast<size_t>(8 * instruction_count()));
   // The list's length, read with the GIL (it is the caller's list, which delegates append to).
   auto events_so_far = [&] {
     py::gil_scoped_acquire gil;
@@ -682,6 +682,7 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python
     return static_cast<int64_t>(PyList_GET_SIZE(python_events.ptr()));
   };
   int64_t python_count = events_so_far();
+  MemoryWatch* watch = active_memory_watch();  // trace_allocations: each step's temporaries and kept bytes
   for (size_t c = 0; c < chains_.size(); ++c) {
     auto& ch = chains_[c];
     const int64_t n = static_cast<int64_t>(ch.instrs.size());
@@ -689,13 +690,15 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python
     try {
       while (pc < n) {
         Instr& in = ch.instrs[pc];
+        if (watch) memory_mark(watch);
         const int64_t start = static_cast<int64_t>(ticks());
         const int64_t next = step(in, pc, n);
+        const std::pair<int64_t, int64_t> memory = watch ? memory_take(watch) : std::pair<int64_t, int64_t>{0, 0};
         if (in.op == Op::Python) python_count = events_so_far();  // a delegate may have added events
         for (const LogItem& item : in.logs) log(item, arena, dropped);
         const int64_t end = static_cast<int64_t>(ticks());
         steps.insert(steps.end(), {static_cast<int64_t>(c), pc, start, end, python_count,
-                                   static_cast<int64_t>(records_.size())});
+                                   static_cast<int64_t>(records_.size()), memory.first, memory.second});
         pc = next;
       }
     } catch (...) {
@@ -705,7 +708,7 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python
     }
   }
   const Anchor anchor = new_anchor();
-  for (size_t k = 0; k < steps.size(); k += 6) {
+  for (size_t k = 0; k < steps.size(); k += 8) {
     steps[k + 2] = anchor.to_ns(static_cast<uint64_t>(steps[k + 2]));
     steps[k + 3] = anchor.to_ns(static_cast<uint64_t>(steps[k + 3]));
   }

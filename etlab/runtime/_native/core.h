@@ -48,6 +48,19 @@ constexpr bool kCounter = false;
 #endif
 Anchor new_anchor();   // reads the clock; refines the tick period
 int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the last anchor
+// The CPU allocator's traffic on one thread while a traced method runs or loads (trace_allocations):
+// c10's memory-reporting hook (the one torch's profiler uses), pushed as the thread's profiler state with
+// the profiler itself disabled. A step reads the most held at once above its mark (its temporaries and
+// what it kept) and what it still holds (negative when it freed more than it allocated).
+class MemoryWatch;
+// Starts `watch` on this thread; false when another profiler state is set (torch's profiler) or a
+// watch already runs here. stop_memory_watch undoes a start of the same watch on the same thread.
+bool start_memory_watch(const std::shared_ptr<MemoryWatch>& watch);
+void stop_memory_watch(const std::shared_ptr<MemoryWatch>& watch);
+MemoryWatch* active_memory_watch();  // this thread's started watch, or nullptr
+void memory_mark(MemoryWatch* watch);
+std::pair<int64_t, int64_t> memory_take(const MemoryWatch* watch);  // (peak above the mark, held above it)
+std::shared_ptr<MemoryWatch> new_memory_watch();
 // Debug-buffer space shared by every method of a program and by the Python tracer: offsets are
 // reserved under a lock, so threads never overlap, and the copy itself happens outside it. The
 // space is a run of chunks: one of `size` bytes, and more (each at least the growth unit) while

@@ -147,6 +147,16 @@ PYBIND11_MODULE(_core, m) {
       .def("contents", &DebugArena::contents)
       .def_property_readonly("used", &DebugArena::used);
 
+  struct MemoryWatchHandle {
+    std::shared_ptr<MemoryWatch> watch = new_memory_watch();
+  };
+  py::class_<MemoryWatchHandle>(m, "MemoryWatch", "The CPU allocator's traffic on this thread (see core.h)")
+      .def(py::init<>())
+      .def("start", [](MemoryWatchHandle& h) { return start_memory_watch(h.watch); })
+      .def("stop", [](MemoryWatchHandle& h) { stop_memory_watch(h.watch); })
+      .def("mark", [](MemoryWatchHandle& h) { memory_mark(h.watch.get()); })
+      .def("take", [](MemoryWatchHandle& h) { return memory_take(h.watch.get()); });
+
   py::class_<TraceLog, std::shared_ptr<TraceLog>>(m, "TraceLog")
       .def(py::init<int64_t>(), py::arg("max_events"))
       .def("fit", &TraceLog::fit, py::arg("n"))

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <new>
 
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <torch/csrc/profiler/orchestration/observer.h>
+
 #if defined(__linux__)
 #include <sys/mman.h>
 #endif
@@ -437,5 +440,65 @@ std::vector<std::pair<TimedRun, std::vector<int64_t>>> TraceLog::runs() {
   }
   return out;
 }
+
+// -- memory watch -------------------------------------------------------------------------------
+
+// A profiler state whose profiler is disabled (torch's profilerEnabled() and getProfilerConfig() read it
+// correctly) but whose memory reporting is on: the CPU allocator then reports every allocation and free
+// made on this thread. Counters are atomic: intra-op worker threads may report too.
+class MemoryWatch : public torch::profiler::impl::ProfilerStateBase {
+ public:
+  MemoryWatch() : ProfilerStateBase(torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::Disabled)) {}
+  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
+    if (device.type() != c10::DeviceType::CPU) return;
+    const int64_t level = level_.fetch_add(alloc_size, std::memory_order_relaxed) + alloc_size;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (level > peak && !peak_.compare_exchange_weak(peak, level, std::memory_order_relaxed)) {
+    }
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  torch::profiler::impl::ActiveProfilerType profilerType() override {
+    return torch::profiler::impl::ActiveProfilerType::NONE;
+  }
+  void mark() {
+    const int64_t level = level_.load(std::memory_order_relaxed);
+    base_ = level;
+    peak_.store(level, std::memory_order_relaxed);
+  }
+  std::pair<int64_t, int64_t> take() const {
+    return {peak_.load(std::memory_order_relaxed) - base_, level_.load(std::memory_order_relaxed) - base_};
+  }
+
+ private:
+  std::atomic<int64_t> level_{0}, peak_{0};
+  int64_t base_ = 0;
+};
+
+namespace {
+thread_local MemoryWatch* active_watch = nullptr;
+}
+
+bool start_memory_watch(const std::shared_ptr<MemoryWatch>& watch) {
+  if (!watch || active_watch != nullptr) return false;
+  if (c10::ThreadLocalDebugInfo::get(c10::DebugInfoKind::PROFILER_STATE) != nullptr) return false;
+  c10::ThreadLocalDebugInfo::_push(c10::DebugInfoKind::PROFILER_STATE, watch);
+  active_watch = watch.get();
+  watch->mark();
+  return true;
+}
+
+void stop_memory_watch(const std::shared_ptr<MemoryWatch>& watch) {
+  if (!watch || active_watch != watch.get()) return;
+  active_watch = nullptr;
+  c10::ThreadLocalDebugInfo::_pop(c10::DebugInfoKind::PROFILER_STATE);
+}
+
+MemoryWatch* active_memory_watch() { return active_watch; }
+
+void memory_mark(MemoryWatch* watch) { watch->mark(); }
+
+std::pair<int64_t, int64_t> memory_take(const MemoryWatch* watch) { return watch->take(); }
+
+std::shared_ptr<MemoryWatch> new_memory_watch() { return std::make_shared<MemoryWatch>(); }
 
 }  // namespace etlab_native
