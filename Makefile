@@ -32,8 +32,11 @@ $(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-inst
 # The JupyterLab extension: TypeScript in labextension/, built with @jupyterlab/builder from the npm
 # registry (lockfile committed) into etlab/jupyter/labextension, which the Python package ships as
 # share/jupyter/labextensions/etlab-labextension. The builder needs JupyterLab's core package list.
+# The extension also bundles the views' formatters and element builders (etlab/visualizer/static) and compiles
+# against contract.d.ts, generated from the server's TypedDicts (etlab/jupyter/_contract.py) first.
 LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
-              labextension/package-lock.json labextension/tsconfig.json
+              labextension/package-lock.json labextension/tsconfig.json etlab/jupyter/_contract.py \
+              etlab/visualizer/static/format.js etlab/visualizer/static/elements.js
 
 node:
 	@command -v npm >/dev/null 2>&1 || { \
@@ -46,6 +49,7 @@ $(VENV)/.jupyterlab-installed: $(VENV)/.torch-installed
 	@touch $@
 
 $(LABEXT): $(LABEXT_SRC) $(VENV)/.jupyterlab-installed | node
+	$(PY) etlab/jupyter/_contract_ts.py labextension/src/contract.d.ts
 	cd labextension && npm ci --no-audit --no-fund && npx tsc && \
 	  node node_modules/@jupyterlab/builder/lib/build-labextension.js --core-path \
 	  "$$($(abspath $(PY)) -c 'import jupyterlab, os; print(os.path.join(os.path.dirname(jupyterlab.__file__), "staging"))')" .

@@ -11,7 +11,7 @@ and `etc/jupyter/jupyter_server_config.d/etlab.json` enables this server extensi
 - GET  /etlab/api/compare?a=R1&b=R2[&program=P]   per-op p50 of two runs, ratio on the graph
 - POST /etlab/api/verify?path=B.bpte      bundled test cases run by etlab's runtime (child process)
 - GET  /etlab/api/stat?path=P             size / mtime (reload offers)
-- GET  /etlab/modules/graph_view.js, table_view.js, theme.css   the shared view modules of etlab.visualizer
+- GET  /etlab/modules/<name>.js, theme.css   the ES view modules of etlab.visualizer (as files)
 """
 
 from __future__ import annotations

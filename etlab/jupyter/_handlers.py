@@ -7,6 +7,7 @@ failure is a JSON error with the reader's message (the server stays up)."""
 from __future__ import annotations
 
 import json
+import re
 import threading
 from functools import cache
 from importlib import resources
@@ -25,24 +26,18 @@ _pools: list[WorkerPool] = []  # the server's (setup_handlers), for warm_up
 
 @cache
 def view_module(name: str) -> str:
-    """A shared view module of etlab/visualizer/static as one ES module (its parts joined as in the
-    notebook widget), or theme.css, the color variables the views use (they follow JupyterLab's).
-    The graph module needs no library: each graph's JSON carries its layout (etlab.visualizer)."""
-    static = resources.files("etlab.visualizer").joinpath("static")
-
-    def text(n: str) -> str:
-        return static.joinpath(n).read_text(encoding="utf-8")
-
-    if name == "graph_view.js":  # visualizer._html.GRAPH_MODULE_PARTS, not imported (it loads torch and widgets);
-        # tests/test_shared_facts.py holds the two equal
-        return "\n".join(text(n) for n in ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js"))
-    if name in ("table_view.js", "theme.css"):
-        return text(name)
+    """A file of etlab/visualizer/static as it is: an ES view module (graph_view.js imports its parts,
+    graph_pane.js, ..., by relative URL, which this same endpoint answers; the browser loads each
+    once per page) or theme.css, the color variables the views use (they follow JupyterLab's).
+    plotly.js: the library the notebook's charts load once per page."""
     if name == "plotly.js":  # the notebook charts load it from here once per page, not from a busy kernel
         from plotly.offline import get_plotlyjs
 
         return get_plotlyjs()
-    raise KeyError(name)
+    static = resources.files("etlab.visualizer").joinpath("static")
+    if not re.fullmatch(r"[a-z_]+\.(js|css)", name) or not static.joinpath(name).is_file():
+        raise KeyError(name)
+    return static.joinpath(name).read_text(encoding="utf-8")
 
 
 class _Base(APIHandler):
@@ -149,8 +144,9 @@ class CompareHandler(_Base):
 
 
 class ModuleHandler(_Base):
-    """GET /etlab/modules/{graph_view,table_view}.js, theme.css: the shared view modules and their colors;
-    plotly.js: the library the notebook's charts load once per page (static/shared_lib.js)."""
+    """GET /etlab/modules/<name>.js|css: the ES view modules of etlab/visualizer/static (graph_view.js,
+    table_view.js and the modules they import) and theme.css, their colors; plotly.js: the library the
+    notebook's charts load once per page (static/shared_lib.js)."""
 
     @tornado.web.authenticated
     def get(self, name: str):
@@ -176,7 +172,7 @@ def setup_handlers(web_app, root_dir: str) -> None:
         (url_path_join(base, "api/verify"), VerifyHandler),
         (url_path_join(base, "api/artifacts"), ArtifactsHandler),
         (url_path_join(base, "api/compare"), CompareHandler),
-        (url_path_join(base, r"modules/(graph_view\.js|table_view\.js|theme\.css|plotly\.js)"), ModuleHandler),
+        (url_path_join(base, r"modules/([a-z_]+\.(?:js|css))"), ModuleHandler),
     ])
 
 

@@ -10,6 +10,7 @@ import html
 import itertools
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -56,20 +57,64 @@ def script_safe(code: str, what: str) -> str:
     return code
 
 
-GRAPH_MODULE_PARTS = ("graph_common.js", "graph_layout.js", "graph_pane.js", "graph_view.js")
+# The views are ES module files (static/*.js) importing each other by relative path. JupyterLab imports
+# them by URL from the server extension; an anywidget `_esm` and an offline page's inline script cannot
+# resolve a relative import, so there they are linked into one module: each file's imports dropped and
+# its `export` keywords with them (the files share one scope; a name declared twice is a SyntaxError,
+# tests/visualizer/test_front_end_modules.py parses every bundle).
+_IMPORT = re.compile(r'^import \{([^}]*)\} from "\./([\w.-]+\.js)";[ \t]*\n', re.M)
+_EXPORT = re.compile(r"^export (?=(?:async )?function |const |let |class )", re.M)
+_EXPORTED = re.compile(r"^export (?:async )?(?:function|const|let|class) (\w+)", re.M)
+
+
+def module_imports(name: str) -> list[tuple[str, list[str]]]:
+    """The static modules a view module imports, with the names it takes from each."""
+    return [(dep, [n.strip() for n in names.split(",") if n.strip()])
+            for names, dep in _IMPORT.findall(static_text(name))]
 
 
 @cache
+def module_bundle(entry: str) -> str:
+    """A view module of static/ and everything it imports, as one self-contained ES module (its
+    dependencies first); only `import { a, b } from "./x.js";` lines are read, anything else is refused."""
+    order: list[str] = []
+
+    def visit(name: str, chain: tuple[str, ...]) -> None:
+        if name in chain:
+            raise ValueError(f"static/{name}: import cycle {' -> '.join((*chain, name))}")
+        if name in order:
+            return
+        for dep, names in module_imports(name):
+            visit(dep, (*chain, name))
+            missing = set(names) - set(_EXPORTED.findall(static_text(dep)))
+            if missing:
+                raise ValueError(f"static/{name}: imports {sorted(missing)} that static/{dep} does not export")
+        order.append(name)
+
+    visit(entry, ())
+    parts = []
+    for name in order:
+        text = _EXPORT.sub("", _IMPORT.sub("", static_text(name)))
+        if re.search(r"^import\b", text, re.M) or (name != entry and re.search(r"^export\b", text, re.M)):
+            raise ValueError(f"static/{name}: an import or export the linker does not read "
+                             '(only `import { a } from "./x.js";` and `export function|const|let|class`)')
+        parts.append(f"// --- static/{name}\n{text}")
+    return "\n".join(parts)
+
+
 def graph_module_source() -> str:
-    """The GraphView ES module: its parts in one module (they share names; graph_view.js holds the
-    export). No layout engine: each graph's JSON carries its layout (_layout.py)."""
-    return "\n".join(static_text(name) for name in GRAPH_MODULE_PARTS)
+    """The GraphView ES module. No layout engine: each graph's JSON carries its layout (_layout.py)."""
+    return module_bundle("graph_view.js")
 
 
-@cache
 def plot_module_source() -> str:
     """The PlotView ES module; plotly.js is loaded once per page (shared_lib.js)."""
-    return "\n".join(static_text(name) for name in ("shared_lib.js", "plot_view.js"))
+    return module_bundle("plot_view.js")
+
+
+def table_module_source() -> str:
+    """The TableView ES module."""
+    return module_bundle("table_view.js")
 
 
 def library_source(name: str) -> str:

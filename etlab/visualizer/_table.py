@@ -43,7 +43,7 @@ class TableView(anywidget.AnyWidget):
     """Rows with sortable columns and a filter box; a click sets `clicked` (and, in a page,
     sends the row's `focus` to the graph)."""
 
-    _esm = traitlets.Unicode(_html.static_text("table_view.js")).tag(sync=True)
+    _esm = traitlets.Unicode(_html.table_module_source()).tag(sync=True)
     _css = traitlets.Unicode(_html.theme_css()).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     columns = traitlets.List(traitlets.Dict()).tag(sync=True)
@@ -74,4 +74,4 @@ class TableView(anywidget.AnyWidget):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def html_fragment(self) -> _html.Fragment:
-        return _html.anywidget_fragment(_html.static_text("table_view.js"), self.state(), what="TableView")
+        return _html.anywidget_fragment(_html.table_module_source(), self.state(), what="TableView")

@@ -4,6 +4,8 @@
 import { URLExt } from '@jupyterlab/coreutils';
 import { ServerConnection } from '@jupyterlab/services';
 
+import type { IErrorReply } from './contract';
+
 const settings = ServerConnection.makeSettings();
 
 /** An error the server answered as {"error": message} (a bad file, a path outside the root, ...). */
@@ -18,21 +20,22 @@ export function apiUrl(endpoint: string, params: Record<string, string | null | 
 }
 
 /** GET (or POST) an endpoint; the parsed JSON, or EtlabError with the server's message. */
-export async function requestJSON<T = any>(
+export async function requestJSON<T>(
   endpoint: string,
   params: Record<string, string | null | undefined> = {},
   method = 'GET'
 ): Promise<T> {
   const response = await ServerConnection.makeRequest(apiUrl(endpoint, params), { method }, settings);
   const text = await response.text();
-  let data: any = null;
+  let data: unknown = null;
   try {
     data = text ? JSON.parse(text) : null;
   } catch {
     throw new EtlabError(`etlab server extension: ${response.status} ${response.statusText} (not JSON; is the etlab server extension enabled?)`);
   }
-  if (!response.ok || (data && data.error)) {
-    throw new EtlabError((data && (data.error || data.message)) || `${response.status} ${response.statusText}`);
+  const failed = data as Partial<IErrorReply & { message: string }> | null;
+  if (!response.ok || (failed && failed.error)) {
+    throw new EtlabError((failed && (failed.error || failed.message)) || `${response.status} ${response.statusText}`);
   }
   return data as T;
 }
@@ -57,21 +60,28 @@ export function viewTheme(): Promise<void> {
   return themeStyle;
 }
 
-const modules = new Map<string, Promise<any>>();
+/** What a shared view module exports: anywidget's render({ model, el }) (a cleanup function, maybe). */
+export interface IViewModule {
+  render(view: { model: unknown; el: HTMLElement }): void | (() => void) | Promise<void | (() => void)>;
+}
 
-/** A shared view module of etlab.visualizer (graph_view.js, table_view.js), loaded once as an ES module. */
-export function viewModule(name: 'graph_view.js' | 'table_view.js'): Promise<any> {
+const modules = new Map<string, Promise<IViewModule>>();
+
+/** A shared view module of etlab.visualizer (graph_view.js, table_view.js), imported as an ES module from
+ *  its URL on the server (a strict Content-Security-Policy allows it: same origin, no blob: or eval); the
+ *  modules it imports (graph_pane.js, format.js, ...) come from beside it, each once per page. */
+export function viewModule(name: 'graph_view.js' | 'table_view.js'): Promise<IViewModule> {
   let p = modules.get(name);
   if (!p) {
     p = (async () => {
       await viewTheme();
-      const response = await ServerConnection.makeRequest(apiUrl(`modules/${name}`, {}), {}, settings);
-      if (!response.ok) {
-        throw new EtlabError(`could not load the view module ${name}: ${response.status}`);
+      const url = apiUrl(`modules/${name}`, {});
+      try {
+        const mod = (await import(/* webpackIgnore: true */ url)) as { default: IViewModule };
+        return mod.default;
+      } catch (err) {
+        throw new EtlabError(`could not load the view module ${name}: ${err instanceof Error ? err.message : String(err)}`);
       }
-      const url = URL.createObjectURL(new Blob([await response.text()], { type: 'text/javascript' }));
-      const mod = await import(/* webpackIgnore: true */ url);
-      return mod.default;
     })();
     p.catch(() => modules.delete(name));
     modules.set(name, p);

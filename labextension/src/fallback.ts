@@ -6,7 +6,12 @@
 // (the cell run again). Other widgets are left as they are.
 
 import { JupyterFrontEnd, JupyterFrontEndPlugin } from '@jupyterlab/application';
+import type { IRenderMimeRegistry } from '@jupyterlab/rendermime';
+import type { IRenderMime } from '@jupyterlab/rendermime-interfaces';
 import { Panel, Widget } from '@lumino/widgets';
+
+type Factory = IRenderMime.IRendererFactory & { etlabFallback?: boolean };
+type Registry = IRenderMimeRegistry & { etlabFallback?: boolean };
 
 const WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json';
 // What the widget manager writes while it has no model: waiting (forever, when the kernel that made it
@@ -14,7 +19,7 @@ const WIDGET_VIEW = 'application/vnd.jupyter.widget-view+json';
 const NO_MODEL = /^\s*(Loading widget\.\.\.|Error displaying widget.*)\s*$/s;
 const GRACE_MS = 1500; // a live view appears well within this; a saved output's model never does
 
-function isEtlabOutput(model: any): boolean {
+function isEtlabOutput(model: IRenderMime.IMimeModel | null): boolean {
   const html = model && model.data ? model.data['text/html'] : null;
   return typeof html === 'string' && html.includes("data-role='widget-fallback'");
 }
@@ -39,13 +44,13 @@ class FallbackRenderer extends Panel {
   private copy: Widget | null = null;
   private timer = 0;
 
-  constructor(private inner: Widget & { renderModel(m: any): Promise<void> }, private rendermime: any) {
+  constructor(private inner: IRenderMime.IRenderer, private rendermime: IRenderMimeRegistry) {
     super();
     this.addClass('jp-etlab-widget-output');
     this.addWidget(inner);
   }
 
-  async renderModel(model: any): Promise<void> {
+  async renderModel(model: IRenderMime.IMimeModel): Promise<void> {
     const done = this.inner.renderModel(model);
     if (isEtlabOutput(model) && !this.observer) {
       this.timer = window.setTimeout(() => {
@@ -57,7 +62,7 @@ class FallbackRenderer extends Panel {
     return done;
   }
 
-  private check(model: any): void {
+  private check(model: IRenderMime.IMimeModel): void {
     const node = this.inner.node;
     const noModel = node.childElementCount === 0 && NO_MODEL.test(node.textContent || '');
     if (noModel && !this.copy) {
@@ -79,7 +84,7 @@ class FallbackRenderer extends Panel {
   }
 }
 
-function wrap(factory: any, rendermime: any): any {
+function wrap(factory: Factory, rendermime: IRenderMimeRegistry): Factory {
   if (!factory || factory.etlabFallback) {
     return factory;
   }
@@ -88,18 +93,18 @@ function wrap(factory: any, rendermime: any): any {
     mimeTypes: factory.mimeTypes,
     safe: factory.safe,
     etlabFallback: true,
-    createRenderer: (options: any) => new FallbackRenderer(factory.createRenderer(options), rendermime)
+    createRenderer: (options: IRenderMime.IRendererOptions) => new FallbackRenderer(factory.createRenderer(options), rendermime)
   };
 }
 
 /** Wraps a notebook's widget renderer now, or when the widget manager registers it (either order). */
-function install(rendermime: any): void {
+function install(rendermime: Registry | null | undefined): void {
   if (!rendermime || rendermime.etlabFallback) {
     return;
   }
   rendermime.etlabFallback = true;
   const add = rendermime.addFactory.bind(rendermime);
-  rendermime.addFactory = (factory: any, rank?: number) =>
+  rendermime.addFactory = (factory: Factory, rank?: number) =>
     add(factory && (factory.mimeTypes || []).includes(WIDGET_VIEW) ? wrap(factory, rendermime) : factory, rank);
   const current = rendermime.getFactory(WIDGET_VIEW);
   if (current) {
@@ -115,8 +120,9 @@ export const fallbackPlugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   activate: (app: JupyterFrontEnd) => {
     app.docRegistry.addWidgetExtension('Notebook', {
-      createNew: (panel: any) => {
-        install(panel.content && panel.content.rendermime);
+      createNew: (panel: Widget) => {
+        // a NotebookPanel: its content (the Notebook) holds the rendermime registry its outputs use
+        install((panel as Widget & { content?: { rendermime?: IRenderMimeRegistry } }).content?.rendermime);
       }
     });
   }

@@ -10,6 +10,7 @@ import { IDefaultFileBrowser } from '@jupyterlab/filebrowser';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { requestJSON } from './api';
+import type { IArtifacts } from './contract';
 import { ArtifactsPanel } from './sidebar';
 import { fallbackPlugin } from './fallback';
 import { ETLabViewer, ViewKind } from './viewer';
@@ -70,7 +71,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
   autoStart: true,
   requires: [IDefaultFileBrowser],
   optional: [ICommandPalette, ILayoutRestorer],
-  activate: (app: JupyterFrontEnd, browser: any, palette: ICommandPalette | null, restorer: ILayoutRestorer | null) => {
+  activate: (app: JupyterFrontEnd, browser: IDefaultFileBrowser, palette: ICommandPalette | null, restorer: ILayoutRestorer | null) => {
     app.docRegistry.addModelFactory(new MetadataOnlyModelFactory());
     const tracker = new WidgetTracker<MainAreaWidget<ETLabViewer>>({ namespace: 'etlab' });
     for (const { kind, ext, label } of KINDS) {
@@ -98,12 +99,12 @@ const plugin: JupyterFrontEndPlugin<void> = {
     };
 
     const listRuns = async (): Promise<{ runs: string[]; programs: string[]; ptes: string[] }> => {
-      const d = await requestJSON('api/artifacts', { folder: browser.model.path });
-      const files = d.groups.flatMap((g: any) => g.files);
+      const d = await requestJSON<IArtifacts>('api/artifacts', { folder: browser.model.path });
+      const files = d.groups.flatMap((g) => g.files);
       return {
-        runs: files.filter((f: any) => f.kind === 'etdp').map((f: any) => f.path),
-        programs: files.filter((f: any) => f.kind === 'etrecord' || f.kind === 'pte').map((f: any) => f.path),
-        ptes: files.filter((f: any) => f.kind === 'pte').map((f: any) => f.path)
+        runs: files.filter((f) => f.kind === 'etdp').map((f) => f.path),
+        programs: files.filter((f) => f.kind === 'etrecord' || f.kind === 'pte').map((f) => f.path),
+        ptes: files.filter((f) => f.kind === 'pte').map((f) => f.path)
       };
     };
 
@@ -148,8 +149,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
 
     const selectedPath = (): string | null => {
       const item = browser.selectedItems().next();
-      const model = item && !item.done ? item.value : item;
-      return model && model.path ? model.path : null;
+      return !item.done && item.value.path ? item.value.path : null;
     };
 
     app.commands.addCommand(COMMANDS.openWith, {

@@ -3,43 +3,13 @@
 // variables (style/base.css), so light and dark themes both work.
 
 import { viewModule } from './api';
+import type { IColumn, IGraph, IMemoryBlock } from './contract';
+import { h, s } from '../../etlab/visualizer/static/elements.js';
+import { fmtBytes, fmtNum } from '../../etlab/visualizer/static/format.js';
 import { IViewModel, viewModel } from './model';
 
-export function h(tag: string, attrs: Record<string, any> = {}, ...children: (Node | string | null | undefined)[]): HTMLElement {
-  const el = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k.startsWith('on') && typeof v === 'function') el.addEventListener(k.slice(2), v);
-    else el.setAttribute(k, String(v));
-  }
-  for (const c of children) if (c !== null && c !== undefined) el.append(c);
-  return el;
-}
-
-const SVGNS = 'http://www.w3.org/2000/svg';
-function s(tag: string, attrs: Record<string, any> = {}): SVGElement {
-  const el = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  return el;
-}
-
-export function fmtBytes(n: number | null | undefined): string {
-  if (n === null || n === undefined) return '–';
-  const units = ['B', 'KiB', 'MiB', 'GiB'];
-  let v = n;
-  let u = 0;
-  while (v >= 1024 && u < units.length - 1) {
-    v /= 1024;
-    u++;
-  }
-  return u === 0 ? `${v} B` : `${v.toFixed(1)} ${units[u]}`;
-}
-
-export function fmtNum(v: number | null | undefined): string {
-  if (v === null || v === undefined) return '–';
-  const a = Math.abs(v);
-  return a !== 0 && (a >= 1e5 || a < 1e-3) ? v.toExponential(3) : Number.isInteger(v) ? String(v) : v.toPrecision(4);
-}
+// one implementation for the views and this extension (etlab/visualizer/static: elements.js, format.js)
+export { fmtBytes, fmtNum, h, s };
 
 /** A plain key/value or row table. */
 export function table(headers: string[], rows: (string | number | Node)[][], role?: string): HTMLElement {
@@ -57,99 +27,64 @@ export function section(title: string, ...children: (Node | null)[]): HTMLElemen
 
 // --- shared view modules ------------------------------------------------------------------------
 
-export interface IMounted {
-  model: IViewModel;
+/** Which node a graph view shows and selects (its `focus_target` trait): by name, or debug handles. */
+export interface IFocusTarget {
+  name?: string | null;
+  handles?: number[];
+  kind?: string | null;
+}
+
+/** The graph view's options trait (static/graph_view.js). */
+export interface IGraphOptions {
+  height?: number;
+  collapse_threshold?: number;
+  shown?: string[];
+}
+
+export interface IGraphState {
+  graphs: IGraph[];
+  overlay: string;
+  focus_target: IFocusTarget | null;
+  selected: Record<string, unknown>;
+  options: IGraphOptions;
+}
+
+export interface ITableState<R> {
+  columns: IColumn[];
+  rows: R[];
+  title: string;
+  height: number;
+  clicked: R | null;
+}
+
+export interface IMounted<S> {
+  model: IViewModel<S>;
   el: HTMLElement;
 }
 
-export async function mountGraph(parent: HTMLElement, graphs: any[], options: Record<string, any>, overlay = 'none'): Promise<IMounted> {
+export async function mountGraph(parent: HTMLElement, graphs: IGraph[], options: IGraphOptions, overlay = 'none'): Promise<IMounted<IGraphState>> {
   const mod = await viewModule('graph_view.js');
   const el = h('div', { class: 'jp-etlab-graph' });
   parent.append(el);
-  const model = viewModel({ graphs, overlay, focus_target: null, selected: {}, options });
+  const model = viewModel<IGraphState>({ graphs, overlay, focus_target: null, selected: {}, options });
   mod.render({ model, el });
   return { model, el };
 }
 
-export async function mountTable(parent: HTMLElement, columns: any[], rows: any[], title: string, height = 320): Promise<IMounted> {
+export async function mountTable<R>(parent: HTMLElement, columns: IColumn[], rows: R[], title: string, height = 320): Promise<IMounted<ITableState<R>>> {
   const mod = await viewModule('table_view.js');
   const el = h('div', { class: 'jp-etlab-tablebox' });
   parent.append(el);
-  const model = viewModel({ columns, rows, title, height, clicked: null });
+  const model = viewModel<ITableState<R>>({ columns, rows, title, height, clicked: null });
   mod.render({ model, el });
   return { model, el };
 }
 
-// --- timelines ----------------------------------------------------------------------------------
+// --- the memory plan ----------------------------------------------------------------------------
 
 const PALETTE = ['#4c78a8', '#f58518', '#54a24b', '#e45756', '#72b7b2', '#b279a2', '#ff9da6', '#9d755d', '#bab0ac', '#eeca3b'];
 
-export interface ISpan {
-  run: number;
-  row: number;
-  start: number | null;
-  dur: number | null;
-  name: string;
-  handles: number[];
-  instruction: number | null;
-  delegated: boolean;
-}
-
-/** Runs as lanes, each timed event a bar from the run's start; bars carry data-instruction / data-handles. */
-export function runTimeline(spans: ISpan[], unit: string, onPick: (span: ISpan) => void): HTMLElement {
-  const runs = Math.max(0, ...spans.map((x) => x.run + 1));
-  const end = Math.max(1e-9, ...spans.map((x) => (x.start || 0) + (x.dur || 0)));
-  const lane = runs > 30 ? 8 : 16;
-  const left = 60;
-  const width = 900;
-  const height = runs * lane + 30;
-  const names = [...new Set(spans.map((x) => x.name))];
-  // one picture for a screen reader (the profile table beside it holds the same events, row by row)
-  const svg = s('svg', { class: 'jp-etlab-timeline', 'data-role': 'timeline', viewBox: `0 0 ${left + width + 10} ${height}`, width: '100%',
-    role: 'img', 'aria-label': `timeline: ${runs} run(s), ${names.length} kinds of event, ${fmtNum(end)} ${unit} from each run's start` });
-  for (let r = 0; r < runs; r++) {
-    if (runs <= 30 || r % 5 === 0) {
-      const t = s('text', { x: left - 6, y: r * lane + lane * 0.75, 'text-anchor': 'end', class: 'lbl' });
-      t.textContent = `run ${r}`;
-      svg.append(t);
-    }
-  }
-  for (const sp of spans) {
-    if (sp.start === null || sp.dur === null) continue;
-    const rect = s('rect', {
-      x: left + (sp.start / end) * width,
-      y: sp.run * lane + 1,
-      width: Math.max(0.5, (sp.dur / end) * width),
-      height: lane - 2,
-      fill: PALETTE[names.indexOf(sp.name) % PALETTE.length],
-      class: 'span' + (sp.delegated ? ' delegated' : ''),
-      'data-instruction': sp.instruction ?? '',
-      'data-handles': sp.handles.join(',')
-    });
-    const title = s('title');
-    title.textContent = `${sp.name} · run ${sp.run} · ${fmtNum(sp.start)} + ${fmtNum(sp.dur)} ${unit}`;
-    rect.append(title);
-    rect.addEventListener('click', () => onPick(sp));
-    svg.append(rect);
-  }
-  const axis = s('text', { x: left + width, y: height - 8, 'text-anchor': 'end', class: 'lbl' });
-  axis.textContent = `${fmtNum(end)} ${unit} from each run's start`;
-  svg.append(axis);
-  const box = h('div', { class: 'jp-etlab-scroll' });
-  box.append(svg);
-  return box;
-}
-
-export interface IBlock {
-  value: number;
-  memory_id: number;
-  offset: number;
-  size: number;
-  first: number;
-  last: number;
-  shape: number[];
-  dtype: string;
-}
+export type IBlock = IMemoryBlock;
 
 /** The memory plan: per memory arena, each planned tensor a box (x: the steps it is live, y: its offset). */
 export function memoryPlan(blocks: IBlock[], steps: number, onPick: (b: IBlock) => void): HTMLElement {

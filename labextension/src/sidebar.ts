@@ -4,16 +4,10 @@
 import { Widget } from '@lumino/widgets';
 
 import { requestJSON } from './api';
+import type { IArtifactFile, IArtifacts } from './contract';
 import { fmtBytes, h } from './render';
 
-export interface IArtifact {
-  path: string;
-  kind: string;
-  size: number;
-  program: string | null;
-  error: string | null;
-  mtime: number;
-}
+export type IArtifact = IArtifactFile;
 
 export interface ISidebarActions {
   open(path: string): void;
@@ -53,20 +47,20 @@ export class ArtifactsPanel extends Widget {
     this.list.textContent = '';
     this.list.append(h('div', { class: 'jp-etlab-note' }, `reading ${folder || 'the root folder'} …`));
     try {
-      const d = await requestJSON('api/artifacts', { folder });
+      const d = await requestJSON<IArtifacts>('api/artifacts', { folder });
       this.render(d);
-    } catch (err: any) {
+    } catch (err) {
       this.list.textContent = '';
-      this.list.append(h('div', { class: 'jp-etlab-error', 'data-role': 'error' }, String(err.message || err)));
+      this.list.append(h('div', { class: 'jp-etlab-error', 'data-role': 'error' }, err instanceof Error ? err.message : String(err)));
     }
   }
 
-  private render(d: any): void {
+  private render(d: IArtifacts): void {
     this.list.textContent = '';
     this.list.append(h('div', { class: 'jp-etlab-note' }, `under /${d.folder}`));
     if (!d.groups.length) this.list.append(h('div', { class: 'jp-etlab-note' }, 'no .pte, .etdp, .etrecord or .bpte files here'));
     for (const g of d.groups) {
-      const files: IArtifact[] = g.files;
+      const files = g.files;
       const runs = files.filter((f) => f.kind === 'etdp');
       const program = files.find((f) => f.kind === 'etrecord') || files.find((f) => f.kind === 'pte') || null;
       const pte = files.find((f) => f.kind === 'pte') || null;

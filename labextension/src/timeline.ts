@@ -2,24 +2,17 @@
 // in the run's unit (ms) with ticks, a legend of what the colors mean (op kinds, a backend's calls),
 // and a delegate call's per-op events nested under it (a second row of the run's lane).
 
-import { fmtNum, h, ISpan } from './render';
+import type { ISpan } from './contract';
+import { fmtNum, h, s } from './render';
 
-export interface ITimelineSpan extends ISpan {
-  kind?: string; // what colors it: the op kind, or "<backend> (delegated)" / "<backend> call"
-  depth?: number; // 1: a backend's event inside its DELEGATE_CALL (depth 0)
-}
+// kind: what colors it (the op kind, or "<backend> (delegated)" / "<backend> call"); depth 1: a backend's
+// event inside its DELEGATE_CALL (depth 0)
+export type ITimelineSpan = ISpan;
 
 // Op kinds take these in order of first appearance (no red: it marks delegated work); a backend's
 // calls and its events share one hue, the calls lighter, so the nesting reads as one delegate.
 const KIND_COLORS = ['#4c78a8', '#f58518', '#54a24b', '#72b7b2', '#b279a2', '#eeca3b', '#9d755d', '#bab0ac', '#ff9da6', '#79706e'];
 const DELEGATE_COLORS = ['#e45756', '#8c564b', '#17becf'];
-
-const SVGNS = 'http://www.w3.org/2000/svg';
-function s(tag: string, attrs: Record<string, any> = {}): SVGElement {
-  const el = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-  return el;
-}
 
 /** A step of 1, 2 or 5 × 10^k giving about `n` ticks over [0, end]. */
 export function tickStep(end: number, n = 6): number {

@@ -6,8 +6,12 @@
 import { Widget } from '@lumino/widgets';
 
 import { requestJSON } from './api';
-import { fmtBytes, fmtNum, h, IBlock, IMounted, memoryPlan, mountGraph, mountTable, section, table } from './render';
-import { ITimelineSpan as ISpan, runTimeline } from './timeline';
+import type {
+  IBpteView, IBundledValue, ICompareView, IDelegation, IEtdpGraphs, IEtdpView, IEtrecordView, IFocus, IGraph,
+  IMethodSummary, IProfileRow, IPteView, IStat, IVerifyReport
+} from './contract';
+import { fmtBytes, fmtNum, h, IGraphState, IMounted, memoryPlan, mountGraph, mountTable, section, table } from './render';
+import { runTimeline } from './timeline';
 
 export type ViewKind = 'pte' | 'etdp' | 'etrecord' | 'bpte' | 'compare';
 
@@ -70,17 +74,21 @@ export class ETLabViewer extends Widget {
     this.body.append(status);
     try {
       const o = this.options;
-      const data =
-        o.kind === 'compare'
-          ? await requestJSON('api/compare', { a: o.path, b: o.other, program: o.program })
-          : await requestJSON(`api/view/${o.kind}`, { path: o.path, program: o.program });
-      this.version = data.mtime_ns || null;
-      status.remove();
-      await PAGES[o.kind](this, data);
+      const draw = async <T extends object>(data: T, page: Page<T>) => {
+        this.version = 'mtime_ns' in data ? String(data.mtime_ns) : null;
+        status.remove();
+        await page(this, data);
+      };
+      const view = <T>() => requestJSON<T>(`api/view/${o.kind}`, { path: o.path, program: o.program });
+      if (o.kind === 'compare') await draw(await requestJSON<ICompareView>('api/compare', { a: o.path, b: o.other, program: o.program }), comparePage);
+      else if (o.kind === 'pte') await draw(await view<IPteView>(), ptePage);
+      else if (o.kind === 'etdp') await draw(await view<IEtdpView>(), etdpPage);
+      else if (o.kind === 'etrecord') await draw(await view<IEtrecordView>(), etrecordPage);
+      else await draw(await view<IBpteView>(), bptePage);
       this.node.setAttribute('data-state', 'ready');
-    } catch (err: any) {
+    } catch (err) {
       status.remove();
-      this.body.append(h('div', { class: 'jp-etlab-error', 'data-role': 'error' }, String(err && err.message ? err.message : err)));
+      this.body.append(h('div', { class: 'jp-etlab-error', 'data-role': 'error' }, errorText(err)));
       this.node.setAttribute('data-state', 'error');
     }
     this.resolveReady();
@@ -90,7 +98,7 @@ export class ETLabViewer extends Widget {
   private async poll(): Promise<void> {
     if (!this.version || this.options.kind === 'compare' || !this.isVisible) return;
     try {
-      const st = await requestJSON('api/stat', { path: this.options.path });
+      const st = await requestJSON<IStat>('api/stat', { path: this.options.path });
       if (st.mtime_ns !== this.version) this.bar.style.display = '';
     } catch {
       // gone or unreadable: the next load says why
@@ -110,6 +118,28 @@ export class ETLabViewer extends Widget {
   private loaded = false;
   private version: string | null = null;
   private resolveReady: () => void = () => undefined;
+}
+
+/** What a graph view's "etlab:select" event says: the node picked. */
+interface ISelectDetail {
+  kind: string;
+  name: string;
+  handles: number[];
+}
+
+/** Calls fn with the detail of each `type` event (a CustomEvent the shared views dispatch) under el. */
+function onDetail<T>(el: HTMLElement, type: 'etlab:select' | 'etlab:focus', fn: (detail: T) => void): void {
+  el.addEventListener(type, (e) => fn((e as CustomEvent<T>).detail));
+}
+
+/** The graphs' panes shown at first: the first two of several. */
+function shownPanes(graphs: IGraph[]): { shown?: string[] } {
+  return graphs.length > 1 ? { shown: graphs.slice(0, 2).map((g) => g.kind) } : {};
+}
+
+/** An error's message for the page. */
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
 
 // --- linking -------------------------------------------------------------------------------------
@@ -147,30 +177,30 @@ function spanPick(sel: ISelection) {
 
 // --- pages ---------------------------------------------------------------------------------------
 
-type Page = (v: ETLabViewer, data: any) => Promise<void>;
+type Page<T> = (v: ETLabViewer, data: T) => Promise<void>;
 
-function methodsSection(methods: any[]): HTMLElement {
-  const rows = methods.map((m: any) => [
+function methodsSection(methods: IMethodSummary[]): HTMLElement {
+  const rows = methods.map((m) => [
     m.name, m.inputs.join(', ') || '–', m.outputs.join(', ') || '–', m.instructions,
-    m.operators.map((o: any) => `${o.name} ×${o.calls}`).join(', ') || '–',
-    m.delegates.map((d: any) => `${d.backend} #${d.index}`).join(', ') || '–',
+    m.operators.map((o) => `${o.name} ×${o.calls}`).join(', ') || '–',
+    m.delegates.map((d) => `${d.backend} #${d.index}`).join(', ') || '–',
     m.arena_bytes.map(fmtBytes).join(', ') || '–', fmtBytes(m.constant_bytes)
   ]);
   return section('Methods', table(['method', 'inputs', 'outputs', 'instructions', 'operators', 'delegates', 'arenas', 'constants'], rows, 'methods'));
 }
 
 /** What each backend took and why nodes were left out, grouped by category with counts (from the ETRecord). */
-function delegationSection(d: any): HTMLElement | null {
+function delegationSection(d: IDelegation | null): HTMLElement | null {
   if (!d) return null;
-  const taken = d.backends.map((b: any) => `${b.backend}: ${b.partitions} partition(s), ${b.nodes} node(s)`).join(' · ') || 'nothing delegated';
+  const taken = d.backends.map((b) => `${b.backend}: ${b.partitions} partition(s), ${b.nodes} node(s)`).join(' · ') || 'nothing delegated';
   const box = section(`Delegation of ${d.method} (from ${d.source}): ${taken} · ${d.left_out} node(s) left out`);
   box.setAttribute('data-role', 'delegation');
-  const rows: any[][] = [];
+  const rows: string[][] = [];
   for (const g of d.groups) {
     for (const n of g.nodes) rows.push([g.category, n.node, n.op, n.reason, n.hint, n.source]);
   }
   for (const n of d.unexplained) rows.push(['no reason recorded', n.node, n.op, '', '', n.source]);
-  const counts = d.groups.map((g: any) => [g.category, g.count]);
+  const counts: (string | number)[][] = d.groups.map((g) => [g.category, g.count]);
   if (d.unexplained_count) counts.push(['no reason recorded', d.unexplained_count]);
   if (counts.length) {
     box.append(table(['left out because', 'nodes'], counts, 'refusal-groups'), table(['category', 'node', 'op', 'reason', 'what you can do', 'source line'], rows, 'refusals'));
@@ -178,27 +208,31 @@ function delegationSection(d: any): HTMLElement | null {
   return box;
 }
 
-const ptePage: Page = async (v, d) => {
+const ptePage: Page<IPteView> = async (v, d) => {
   const head = h('div', { class: 'jp-etlab-head' },
     h('b', {}, d.path), ` · program v${d.version} · ${d.segments} segment(s), ${fmtBytes(d.segment_bytes)} · program hash ${d.signature}`);
   v.body.append(head, methodsSection(d.methods));
   const delegation = delegationSection(d.delegation);
   if (delegation) v.body.append(delegation);
+  if (!d.graph) {
+    v.body.append(h('div', { class: 'jp-etlab-note', 'data-role': 'no-methods' }, 'the program has no methods: no graph, no memory plan'));
+    return;
+  }
   const graphBox = section(`Instruction graph of ${d.method} (${d.graph.nodes.length} nodes)`);
   const memBox = section(`Memory plan of ${d.method} (${d.memory.length} planned tensors over ${d.steps} steps)`);
   v.body.append(graphBox, memBox);
   const graph = await mountGraph(graphBox, [d.graph], { height: 460 }, 'none');
-  const mem = memoryPlan(d.memory as IBlock[], d.steps, (b) => graph.model.set('focus_target', { handles: [b.first] }));
+  const mem = memoryPlan(d.memory, d.steps ?? 0, (b) => graph.model.set('focus_target', { handles: [b.first] }));
   memBox.append(mem);
-  graph.el.addEventListener('etlab:select', (e: any) => {
-    const step = (e.detail.handles || [])[0];
+  onDetail<ISelectDetail>(graph.el, 'etlab:select', (detail) => {
+    const step = (detail.handles || [])[0];
     if (step === undefined) return;
     highlight(mem, 'rect.block', (el) => Number(el.getAttribute('data-first')) <= step && step <= Number(el.getAttribute('data-last')));
   });
 };
 
-async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>, instructionGraph: boolean): Promise<void> {
-  let graph: IMounted | null = null;
+async function runPanels(v: ETLabViewer, d: IEtdpView, graphs: IGraph[] | Promise<IGraph[]>, instructionGraph: boolean): Promise<void> {
+  let graph: IMounted<IGraphState> | null = null;
   const graphBox = section('Graph with p50 latency');
   v.body.append(graphBox);
   const tableBox = section(`Profile (${d.rows.length} timed events, ${d.runs} run(s), ${d.unit})`);
@@ -208,9 +242,9 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
   const tbl = await mountTable(tableBox, d.columns, d.rows, 'Operators');
   const timeBox = section('Timeline');
   v.body.append(timeBox);
-  let showLive: (rows: any[] | null) => void = () => undefined;
+  let showLive: (rows: IProfileRow[] | null) => void = () => undefined;
   const select = (sel: ISelection | null, fromGraph: boolean) => {
-    const rows = sel ? d.rows.filter((r: any) => matches(sel, r.handles || [], r.instruction ?? null)) : d.rows;
+    const rows = sel ? d.rows.filter((r) => matches(sel, r.handles || [], r.instruction ?? null)) : d.rows;
     if (fromGraph) {
       tbl.model.set('rows', rows);
       filterNote.style.display = sel ? '' : 'none';
@@ -226,7 +260,7 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
     if (instructionGraph && instruction !== null) graph.model.set('focus_target', { handles: [instruction] });
     else if (handles.length || name) graph.model.set('focus_target', { name, handles });
   };
-  timeBox.append(runTimeline(d.spans as ISpan[], d.unit, (sp) => {
+  timeBox.append(runTimeline(d.spans, d.unit, (sp) => {
     select({ handles: instructionGraph ? [sp.instruction ?? -1] : sp.handles, instruction: instructionGraph, label: sp.name }, true);
     focusGraph(sp.handles, sp.instruction, null);
   }));
@@ -234,17 +268,17 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
   let mem: HTMLElement | null = null;
   if (d.memory && d.memory.length) {
     const memBox = section(`Memory plan (${d.memory_source}: ${d.memory.length} planned tensors over ${d.steps} steps)`);
-    mem = memoryPlan(d.memory as IBlock[], d.steps, (b) => {
-      const row = d.rows.find((r: any) => r.instruction === b.first);
+    mem = memoryPlan(d.memory, d.steps ?? 0, (b) => {
+      const row = d.rows.find((r) => r.instruction === b.first);
       select({ handles: instructionGraph ? [b.first] : row ? row.handles : [], instruction: instructionGraph, label: `step ${b.first}` }, true);
       focusGraph(row ? row.handles : [], b.first, null);
     });
     memBox.append(mem);
     v.body.append(memBox);
   }
-  showLive = (rows: any[] | null) => {
+  showLive = (rows: IProfileRow[] | null) => {
     if (!mem) return;
-    const steps = new Set((rows || []).map((r: any) => r.instruction).filter((x: any) => x !== null && x !== undefined));
+    const steps = new Set((rows || []).map((r) => r.instruction).filter((x): x is number => x !== null && x !== undefined));
     highlight(mem, 'rect.block', (el) => {
       const first = Number(el.getAttribute('data-first'));
       const last = Number(el.getAttribute('data-last'));
@@ -252,8 +286,8 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
       return false;
     });
   };
-  tbl.el.addEventListener('etlab:focus', (e: any) => {
-    const f = e.detail || {};
+  onDetail<IFocus | null>(tbl.el, 'etlab:focus', (detail) => {
+    const f: Partial<IFocus> = detail || {};
     select({ handles: instructionGraph ? [f.instruction ?? -1] : f.handles || [], instruction: instructionGraph, label: f.name || '' }, false);
     focusGraph(f.handles || [], f.instruction ?? null, f.name || null);
   });
@@ -261,28 +295,28 @@ async function runPanels(v: ETLabViewer, d: any, graphs: any[] | Promise<any[]>,
   const title = graphBox.querySelector('h3') as HTMLElement;
   const pending = h('div', { class: 'jp-etlab-note', 'data-role': 'graph-pending' }, `building the graphs of ${d.program || 'the program'} …`);
   graphBox.append(pending);
-  const drawGraphs = async (gs: any[]) => {
+  const drawGraphs = async (gs: IGraph[]) => {
     pending.remove();
     if (!gs.length) {
       graphBox.append(h('div', { class: 'jp-etlab-note' }, d.program ? 'no graph recorded' : 'no program joined: no graph (pick one above)'));
       return;
     }
-    title.textContent = `Graph${gs.length > 1 ? 's' : ''} with p50 latency (${gs.map((g: any) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`;
-    graph = await mountGraph(graphBox, gs, { height: 460, collapse_threshold: COLLAPSE_ABOVE, ...(gs.length > 1 ? { shown: gs.slice(0, 2).map((g: any) => g.kind) } : {}) }, 'latency');
-    graph.el.addEventListener('etlab:select', (e: any) => {
-      select({ handles: e.detail.handles || [], instruction: instructionGraph, label: e.detail.name }, true);
+    title.textContent = `Graph${gs.length > 1 ? 's' : ''} with p50 latency (${gs.map((g) => `${g.title}: ${g.nodes.length} nodes`).join(' · ')})`;
+    graph = await mountGraph(graphBox, gs, { height: 460, collapse_threshold: COLLAPSE_ABOVE, ...shownPanes(gs) }, 'latency');
+    onDetail<ISelectDetail>(graph.el, 'etlab:select', (detail) => {
+      select({ handles: detail.handles || [], instruction: instructionGraph, label: detail.name }, true);
     });
   };
   if (Array.isArray(graphs)) await drawGraphs(graphs);
   else {
-    graphs.then(drawGraphs, (err: any) => {
+    graphs.then(drawGraphs, (err: unknown) => {
       pending.remove();
-      graphBox.append(h('div', { class: 'jp-etlab-error', 'data-role': 'graph-error' }, String(err && err.message ? err.message : err)));
+      graphBox.append(h('div', { class: 'jp-etlab-error', 'data-role': 'graph-error' }, errorText(err)));
     });
   }
 }
 
-const etdpPage: Page = async (v, d) => {
+const etdpPage: Page<IEtdpView> = async (v, d) => {
   const picker = h('select', { 'data-role': 'program-picker', title: 'join the run with a program', 'aria-label': 'program joined with this run' }) as HTMLSelectElement;
   picker.append(h('option', { value: '' }, d.program || d.mismatch ? '(no program)' : '(no program found beside it)'));
   for (const p of d.programs || []) picker.append(h('option', { value: p }, p));
@@ -294,34 +328,34 @@ const etdpPage: Page = async (v, d) => {
     v.body.append(h('div', { class: 'jp-etlab-note', 'data-role': 'unpaired' }, `none of ${d.candidates.join(', ')} is the program of this run`));
   }
   // the summary first (times in ms), then the graph: the blocks as written in the file close the page
-  const sm = d.summary || {};
+  const sm = d.summary;
   v.body.append(h('div', { class: 'jp-etlab-head', 'data-role': 'run-summary' },
     sm.runs ? `${sm.runs} run(s) · run length p50 ${fmtNum(sm.p50)} ${sm.unit} (min ${fmtNum(sm.min)}, max ${fmtNum(sm.max)})` : 'no timed runs',
     ` · ${d.rows.length} timed events`));
   const graphs = d.graphs_pending
-    ? requestJSON('api/view/etdp', { path: d.path, program: d.program, part: 'graphs' }).then((g: any) => g.graphs as any[])
+    ? requestJSON<IEtdpGraphs>('api/view/etdp', { path: d.path, program: d.program, part: 'graphs' }).then((g) => g.graphs)
     : d.graphs || [];
   await runPanels(v, d, graphs, d.paired === 'pte');
   const blocks = h('details', { class: 'jp-etlab-section', 'data-role': 'run-blocks' }, h('summary', {}, `Run blocks as written in the file (${d.blocks.length})`),
     table(['block', 'events', 'profile events', 'debug events', 'span (ticks)'],
-      d.blocks.map((b: any) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks'));
+      d.blocks.map((b) => [b.name, b.events, b.profile_events, b.debug_events, b.span_ticks]), 'blocks'));
   v.body.append(blocks);
 };
 
-const etrecordPage: Page = async (v, d) => {
+const etrecordPage: Page<IEtrecordView> = async (v, d) => {
   v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path),
     ` · methods ${d.methods.join(', ')} · graphs ${d.kinds.join(', ') || 'none'} · ${d.instructions} instructions mapped · program hash ${d.signature}`));
-  if (d.delegates.length) v.body.append(section('Delegates', table(['instruction', 'backend'], d.delegates.map((x: any) => [x.instruction, x.backend]), 'delegates')));
+  if (d.delegates.length) v.body.append(section('Delegates', table(['instruction', 'backend'], d.delegates.map((x) => [x.instruction, x.backend]), 'delegates')));
   const delegation = delegationSection(d.delegation);
   if (delegation) v.body.append(delegation);
-  const graphBox = section(`Graphs of ${d.method}: ${d.graphs.map((g: any) => `${g.title} ${g.nodes.length} nodes`).join(' · ')}`);
+  const graphBox = section(`Graphs of ${d.method}: ${d.graphs.map((g) => `${g.title} ${g.nodes.length} nodes`).join(' · ')}`);
   const layout = h('div', { class: 'jp-etlab-split' });
   const tree = h('div', { class: 'jp-etlab-tree', 'data-role': 'modules' }, h('div', { class: 'jp-etlab-sub' }, 'Module hierarchy'));
   const graphHost = h('div', { class: 'jp-etlab-grow' });
   layout.append(tree, graphHost);
   graphBox.append(layout);
   v.body.append(graphBox);
-  const graph = d.graphs.length ? await mountGraph(graphHost, d.graphs, { height: 520, collapse_threshold: COLLAPSE_ABOVE, ...(d.graphs.length > 1 ? { shown: d.graphs.slice(0, 2).map((g: any) => g.kind) } : {}) }) : null;
+  const graph = d.graphs.length ? await mountGraph(graphHost, d.graphs, { height: 520, collapse_threshold: COLLAPSE_ABOVE, ...shownPanes(d.graphs) }) : null;
   for (const m of d.modules) {
     const row = h('div', { class: 'jp-etlab-module', 'data-module': m.id, style: `padding-left:${8 + m.depth * 14}px`, title: m.type,
       role: 'button', tabindex: 0 }, `${m.label} `, h('span', { class: 'jp-etlab-count' }, String(m.nodes)));
@@ -342,12 +376,14 @@ const etrecordPage: Page = async (v, d) => {
   if (!d.modules.length) tree.append(h('div', { class: 'jp-etlab-note' }, 'no module groups'));
 };
 
-const bptePage: Page = async (v, d) => {
+const bptePage: Page<IBpteView> = async (v, d) => {
   v.body.append(h('div', { class: 'jp-etlab-head' }, h('b', {}, d.path),
     ` · bundled program v${d.version} · embedded program ${fmtBytes(d.program_bytes)} · program hash ${d.signature}`));
   v.body.append(methodsSection(d.methods));
-  const val = (x: any) => (x.kind === 'tensor' ? `${x.dtype}[${x.shape.join(', ')}]${x.preview.length ? ' ' + x.preview.map(fmtNum).join(' ') + ' …' : ''}` : `${x.kind} ${x.value ?? ''}`);
-  const rows: any[] = [];
+  const val = (x: IBundledValue) => (x.kind === 'tensor'
+    ? `${x.dtype}[${(x.shape || []).join(', ')}]${x.preview && x.preview.length ? ' ' + x.preview.map((p) => fmtNum(p)).join(' ') + ' …' : ''}`
+    : `${x.kind} ${x.value ?? ''}`);
+  const rows: (string | number)[][] = [];
   for (const s of d.suites) for (const c of s.cases) rows.push([s.method, c.index, c.inputs.map(val).join('; '), c.expected.map(val).join('; ')]);
   v.body.append(section(`Test cases (${rows.length})`, table(['method', 'case', 'inputs', 'expected outputs'], rows, 'cases')));
   const result = h('div', { 'data-role': 'verify-result' });
@@ -366,23 +402,23 @@ const bptePage: Page = async (v, d) => {
     button.disabled = true;
     result.textContent = 'running the test cases on the server …';
     try {
-      const r = await requestJSON('api/verify', { path: d.path, rtol: rtol.value.trim(), atol: atol.value.trim() }, 'POST');
+      const r = await requestJSON<IVerifyReport>('api/verify', { path: d.path, rtol: rtol.value.trim(), atol: atol.value.trim() }, 'POST');
       result.textContent = '';
-      const passed = r.cases.filter((c: any) => c.ok).length;
+      const passed = r.cases.filter((c) => c.ok).length;
       result.append(h('div', { class: r.passed ? 'jp-etlab-ok' : 'jp-etlab-error', 'data-role': 'verdict' },
         `${passed} of ${r.cases.length} test case(s) passed at rtol ${r.rtol}, atol ${r.atol}`),
-        table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c: any) => [c.method, c.index,
-          h('span', { class: c.ok ? 'jp-etlab-pass' : 'jp-etlab-fail' }, c.ok ? 'passed' : 'FAILED'), c.outputs.map((o: any) => o.text).join('; ')]), 'verify-cases'));
-    } catch (err: any) {
+        table(['method', 'case', 'verdict', 'outputs'], r.cases.map((c) => [c.method, c.index,
+          h('span', { class: c.ok ? 'jp-etlab-pass' : 'jp-etlab-fail' }, c.ok ? 'passed' : 'FAILED'), c.outputs.map((o) => o.text).join('; ')]), 'verify-cases'));
+    } catch (err) {
       result.textContent = '';
-      result.append(h('div', { class: 'jp-etlab-error' }, String(err.message || err)));
+      result.append(h('div', { class: 'jp-etlab-error' }, errorText(err)));
     }
     button.disabled = false;
   });
   v.body.append(section('Verification', button, tolerance, result));
 };
 
-const comparePage: Page = async (v, d) => {
+const comparePage: Page<ICompareView> = async (v, d) => {
   v.body.append(h('div', { class: 'jp-etlab-head' }, 'Run A ', h('b', {}, d.a), ' vs run B ', h('b', {}, d.b), ` · per-op p50 (${d.unit})`));
   if (d.warning) v.body.append(h('div', { class: 'jp-etlab-warn', 'data-role': 'capture-warning' }, d.warning));
   const tableBox = section(`Per-op p50 delta (${d.rows.length} events)`);
@@ -392,10 +428,10 @@ const comparePage: Page = async (v, d) => {
     const box = section(`${d.graphs[0].title} (the latency overlay shows the ratio B / A)`);
     v.body.append(box);
     const graph = await mountGraph(box, d.graphs, { height: 460 }, 'latency');
-    tbl.el.addEventListener('etlab:focus', (e: any) => graph.model.set('focus_target', { handles: [e.detail.instruction] }));
+    onDetail<IFocus | null>(tbl.el, 'etlab:focus', (f) => {
+      if (f && f.instruction !== null) graph.model.set('focus_target', { handles: [f.instruction] });
+    });
   } else {
     v.body.append(h('div', { class: 'jp-etlab-note' }, 'no .pte of this program beside the runs: no graph overlay'));
   }
 };
-
-const PAGES: Record<ViewKind, Page> = { pte: ptePage, etdp: etdpPage, etrecord: etrecordPage, bpte: bptePage, compare: comparePage };

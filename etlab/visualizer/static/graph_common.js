@@ -1,10 +1,8 @@
 // GraphView, shared part: styles, helpers, overlays and the minimap (see graph_view.js).
 
-const SVGNS = "http://www.w3.org/2000/svg";
-const CHAR_W = 6.6;
-const NODE_H = 34;
-const GROUP_HEADER = 22;
-const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-screen ones leave the DOM
+import { h } from "./elements.js";
+
+export const DETACH_ABOVE = 1500; // drawn boxes (nodes + groups) above which off-screen ones leave the DOM
 
 // --- styles --------------------------------------------------------------------------------------
 
@@ -76,7 +74,7 @@ const CSS = `
 .etlab-gv .backend-key i { width: 12px; height: 12px; border: 2.5px solid; border-radius: 3px; display: inline-block; }
 `;
 
-function injectStyle(el) {
+export function injectStyle(el) {
   if (el.querySelector("style[data-etlab-gv]")) return;
   const s = document.createElement("style");
   s.setAttribute("data-etlab-gv", "");
@@ -86,47 +84,17 @@ function injectStyle(el) {
 
 // --- helpers -------------------------------------------------------------------------------------
 
-function h(tag, attrs = {}, ...children) {
-  const e = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (k === "class") e.className = v; else if (k.startsWith("on")) e.addEventListener(k.slice(2), v);
-    else e.setAttribute(k, v);
-  }
-  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
-  return e;
-}
-
-function s(tag, attrs = {}) {
-  const e = document.createElementNS(SVGNS, tag);
-  for (const [k, v] of Object.entries(attrs)) e.setAttribute(k, v);
-  return e;
-}
-
-function shortOp(op) {
+export function shortOp(op) {
   // "aten.addmm.default" -> "addmm", "aten.relu.out" -> "relu"
   const parts = String(op).split(".");
   if (parts[0] === "aten" || parts[0] === "dim_order_ops" || parts[0] === "quantized_decomposed") return parts[1] || op;
   return op;
 }
 
-function fmtShape(n) {
+export function fmtShape(n) {
   if (!n.shapes || !n.shapes.length) return "";
   const t = n.shapes.map((sh) => "[" + sh.join(",") + "]").join(" ");
   return (n.dtypes && n.dtypes.length ? n.dtypes[0] + " " : "") + t;
-}
-
-function fmtBytes(b) {
-  if (b == null) return "–";
-  if (b < 1024) return b + " B";
-  if (b < 1 << 20) return (b / 1024).toFixed(1) + " KiB";
-  return (b / (1 << 20)).toFixed(2) + " MiB";
-}
-
-function fmtNum(x, digits = 4) {
-  if (x == null || Number.isNaN(x)) return "–";
-  if (x === 0) return "0";
-  const a = Math.abs(x);
-  return a >= 1e4 || a < 1e-3 ? x.toExponential(2) : x.toPrecision(digits);
 }
 
 // a color between stops (RGB triples), t in [0, 1]
@@ -141,11 +109,11 @@ function lerpStops(stops, t) {
 
 // sequential ramp (light yellow -> dark red)
 const RAMP = [[255, 247, 188], [254, 196, 79], [236, 112, 20], [204, 76, 2], [140, 45, 4]];
-const rampColor = (t) => lerpStops(RAMP, t);
+export const rampColor = (t) => lerpStops(RAMP, t);
 
 // diverging ramp for ratios (blue: below the center, faster; red: above, slower); 0.5 = the center
 const DIVERGING = [[33, 102, 172], [146, 197, 222], [247, 247, 247], [244, 165, 130], [178, 24, 43]];
-const divergingColor = (t) => lerpStops(DIVERGING, t);
+export const divergingColor = (t) => lerpStops(DIVERGING, t);
 
 // The text color that reads on a fill: black or white, whichever contrasts more (WCAG). Either one
 // keeps >= 4.58:1 on any fill; a near-black (#1b1b1b) would drop to 4.3:1 on mid oranges.
@@ -162,11 +130,11 @@ function luminance(color) {
   const [r, g, b] = rgbOf(color).map(lin);
   return 0.2126 * r + 0.7152 * g + 0.0722 * b;
 }
-const lightInk = (fill) => 1.05 / (luminance(fill) + 0.05) > (luminance(fill) + 0.05) / 0.05;
+export const lightInk = (fill) => 1.05 / (luminance(fill) + 0.05) > (luminance(fill) + 0.05) / 0.05;
 
-const OP_FILL = { op: "#e8eef7", control_flow: "#f3e9f7", delegate: "#fdecec", input: "#eef3e8", output: "#eef3e8" };
+export const OP_FILL = { op: "#e8eef7", control_flow: "#f3e9f7", delegate: "#fdecec", input: "#eef3e8", output: "#eef3e8" };
 
-const OVERLAYS = {
+export const OVERLAYS = {
   none: { label: "no overlay" },
   latency: { label: "p50 latency", value: (n) => (n.latency ? n.latency.p50 : null), log: true },
   gap: { label: "numeric gap", value: (n) => n.gap, log: true },
@@ -177,7 +145,7 @@ const OVERLAYS = {
 // drag on it pans there. Shown for big drawings (MINIMAP_ABOVE boxes) while part of them is out of view.
 const MINIMAP_W = 170, MINIMAP_H = 130, MINIMAP_MIN = 24, MINIMAP_ABOVE = 30;
 
-class Minimap {
+export class Minimap {
   constructor(pane) {
     this.pane = pane;
     this.canvas = h("canvas", { class: "minimap", "data-role": "minimap", "aria-hidden": "true",

@@ -50,7 +50,7 @@ function visiblePath(path, expanded, nid) {
 }
 
 // {boxes: {item: [x, y, w, h]}, edges: [[source item, target item, [[x, y], ...]]], size: [w, h]}
-function composeLayout(kit, graph, groupPath, expanded) {
+export function composeLayout(kit, graph, groupPath, expanded) {
   const placed = {};
   placeContainer(kit, "", expanded, placed);
   const origin = { "": [L_PAD, L_PAD_TOP] };

@@ -1,12 +1,17 @@
 // GraphView, one graph pane: placement (graph_layout.js), SVG drawing, viewport culling, pan/zoom (see graph_view.js).
 
+import { h, s } from "./elements.js";
+import { fmtBytes, fmtNum } from "./format.js";
+import { DETACH_ABOVE, Minimap, OP_FILL, OVERLAYS, fmtShape, lightInk, shortOp } from "./graph_common.js";
+import { composeLayout } from "./graph_layout.js";
+
 // Zoom: from 2% (a whole big graph) to 300% (a label 33 px high); a wheel event moves one notch at most
 // (WHEEL_NOTCH_PX: a mouse's notch is 100 px in Chromium, 1.16x; trackpads send many small deltas).
 const ZOOM_MIN = 0.02, ZOOM_MAX = 3, WHEEL_NOTCH_PX = 120, WHEEL_RATE = 0.0015;
 
 // --- one graph pane ------------------------------------------------------------------------------
 
-class Pane {
+export class Pane {
   constructor(view, graph, index) {
     this.view = view;
     this.g = graph;

@@ -1,7 +1,8 @@
 // GraphView: one or more graphs side by side (compare mode), laid out in Python (_layout.py: each
 // graph's JSON carries its layout) and placed here for the groups expanded (graph_layout.js), drawn in SVG.
-// Concatenated in this order by _html.graph_module_source: graph_common.js (styles, helpers),
-// graph_layout.js (placement), graph_pane.js (one drawn graph), graph_view.js (toolbar, panes, details).
+// ES modules: graph_common.js (styles, helpers), graph_layout.js (placement), graph_pane.js (one drawn
+// graph), this file (toolbar, panes, details). JupyterLab imports them by URL from the server extension;
+// a notebook widget and an offline page get them linked into one module (_html.module_bundle).
 //
 // Model traits read: graphs (list of graph JSON), overlay, focus, options. Written: selected.
 // options.shown: the kinds of graph whose panes start visible (all by default); a toolbar checkbox
@@ -9,6 +10,11 @@
 // Big graphs start with every module group collapsed; boxes are placed per set of expanded groups
 // (one linear pass over the precomputed layout), so only what is visible is drawn. Pan/zoom changes one transform, and a big
 // drawing keeps only what is near the viewport in the DOM.
+
+import { h } from "./elements.js";
+import { fmtBytes, fmtNum } from "./format.js";
+import { OVERLAYS, divergingColor, injectStyle, rampColor, shortOp } from "./graph_common.js";
+import { Pane } from "./graph_pane.js";
 
 // --- the view --------------------------------------------------------------------------------------
 

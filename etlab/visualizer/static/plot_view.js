@@ -1,6 +1,8 @@
 // PlotView: a plotly figure. Traits read: figure ({data, layout}); written: clicked (the clicked point).
 // plotly.js is loaded once per page (shared_lib.js) instead of travelling with every chart's state.
 
+import { sharedLibrary } from "./shared_lib.js";
+
 let plotlyModule = null;
 
 function loadPlotly(model, onWait) {

@@ -61,7 +61,7 @@ function fromKernel(model, name, onWait) {
   });
 }
 
-function sharedLibrary(model, name, onWait) {
+export function sharedLibrary(model, name, onWait) {
   const libs = (globalThis.etlabLibs = globalThis.etlabLibs || {});
   if (typeof libs[name] === "string") return Promise.resolve(libs[name]);
   if (libs[name]) return libs[name]; // already asked for: the pending answer

@@ -4,6 +4,8 @@
 // Keyboard: the rows are one Tab stop (a roving tabindex): arrows, Page Up/Down, Home/End move,
 // Enter or Space picks the row as a click does; the column headers are buttons that sort.
 
+import { fmtNum } from "./format.js";
+
 const CSS = `
 .etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--etlab-fg); }
 .etlab-tv .bar { display: flex; gap: 8px; align-items: center; margin: 4px 0; }
@@ -28,11 +30,7 @@ const CSS = `
 
 function fmt(v, numeric) {
   if (v == null || v === "") return "";
-  if (numeric && typeof v === "number") {
-    if (v === 0) return "0";
-    const a = Math.abs(v);
-    return a >= 1e5 || a < 1e-3 ? v.toExponential(3) : Number.isInteger(v) ? String(v) : v.toPrecision(5);
-  }
+  if (numeric && typeof v === "number") return fmtNum(v, 5);
   return Array.isArray(v) ? v.join(", ") : String(v);
 }
 
