@@ -106,7 +106,7 @@ class Dashboard(widgets.Tab):
             if memory is None:
                 raise ValueError("no planned program: pass the ExecutorchProgramManager, as in "
                                  "inspector.show(et) or show(inspector, et)")
-            self.views["memory"] = MemoryTimeline(memory, method)
+            self.views["memory"] = MemoryTimeline(memory, method, inspector=inspector)  # with what the run observed
         except (ValueError, TypeError, KeyError) as e:
             self.missing["memory"] = str(e)
         if sources.edge is not None:

@@ -3,7 +3,12 @@
 Top of each panel: x = runtime instruction, y = arena offset, one rectangle per planned tensor
 from the instruction that writes it to the last one that reads it (hover: tensor, producing op,
 shape, size, those instructions, source line). Below: the live bytes during each instruction
-with the lower bound (the most bytes live at once) and the arena size.
+with the lower bound (the most bytes live at once) and the arena size. Given a run with allocation
+events (`MemoryTimeline(program, inspector=ins)`), a last panel draws what was observed on the same
+instruction axis (`Inspector.memory_summary().timeline`): at each instruction of the run with the
+tracked peak, the bytes held since load, the bytes accumulated so far in the run (unplanned tensors) and
+the instruction's own temporaries and delegate work, stacked; the other runs' totals as points; the
+arenas the plan declares as a line.
 """
 
 from __future__ import annotations
@@ -89,8 +94,9 @@ def _live_bytes(df: pd.DataFrame, mem_id: int) -> pd.Series:
     return live_bytes_per_step(df, mem_id)
 
 
-def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
-    """The timeline figure of a memory_plan_dataframe() table (one bar per planned tensor).
+def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Figure:
+    """The timeline figure of a memory_plan_dataframe() table (one bar per planned tensor); `observed`: a
+    `MemorySummary` (Inspector.memory_summary()) whose run timeline is drawn below, on the same axis.
 
     The lower bound drawn is the peak of the live-bytes curve on the same axis (what
     `memory_lower_bound` returns), so the two never disagree on the chart.
@@ -100,9 +106,10 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
     instructions = list(df.attrs.get("instructions") or [])
 
     def at(step: int) -> str:
-        return f"{step}: {instructions[step]}" if step < len(instructions) else str(step)
+        return f"{step}: {instructions[step]}" if 0 <= step < len(instructions) else str(step)
 
-    rows = max(len(mem_ids), 1) * 2
+    seen = observed if observed is not None and len(observed.timeline) else None
+    rows = max(len(mem_ids), 1) * 2 + (seen is not None)
     titles = []
     lives = {m: _live_bytes(df, m) for m in mem_ids}
     for m in mem_ids:
@@ -111,8 +118,17 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
         used = f" = {bound / arena:.0%} of the arena" if arena else ""
         titles += [f"memory id {m}: planned tensors" + (f" (arena {arena:,} bytes)" if arena is not None else ""),
                    f"memory id {m}: live bytes (peak, the lower bound: {bound:,} bytes{used})"]
+    heights = [0.7, 0.3] * max(len(mem_ids), 1)
+    if not titles:
+        titles = ["no planned tensors", ""]
+    if seen is not None:
+        heights.append(0.4)
+        where = (f" (run {seen.peak_run}, instruction {at(seen.peak_instruction)})"
+                 if seen.peak_run is not None and seen.peak_instruction is not None else "")
+        titles.append(f"observed in the runs: tracked bytes at each instruction (peak {seen.peak_bytes:,}{where}; "
+                      f"{seen.load_bytes:,} held since load)")
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
-                        row_heights=[0.7, 0.3] * max(len(mem_ids), 1), subplot_titles=titles or ["no planned tensors"])
+                        row_heights=heights, subplot_titles=titles)
     fig.update_annotations(x=0, xanchor="left")  # subplot titles left-aligned
     for i, m in enumerate(mem_ids):
         part = df[df["mem_id"] == m]
@@ -167,31 +183,80 @@ def memory_figure(df: pd.DataFrame, *, title: str = "") -> go.Figure:
         fig.update_yaxes(title_text="bytes", rangemode="tozero", row=2 * i + 2, col=1)
         fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
         fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
-    fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)), bargap=0,
+    if seen is not None:
+        _observed_traces(fig, seen, rows, at, sum(buffer_sizes))
+    fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)) + 260 * (seen is not None),
+                      bargap=0,
                       margin={"l": 70, "r": 20, "t": 90, "b": 90}, hovermode="closest", template="plotly_white",
                       # under the plots: above them it ran into the (left-aligned) subplot titles
                       legend={"orientation": "h", "x": 0, "xanchor": "left", "y": -0.08, "yanchor": "top"})
     return fig
 
 
-class MemoryTimeline(widgets.VBox):
-    """The memory plan of one method of an ExecutorchProgramManager (or a memory_plan_dataframe()).
+# The observed panel's stack: held since load, accumulated in the run, the instruction's own.
+OBSERVED_PARTS = (("held", "held since load", "#9d755d"), ("accumulated", "accumulated in the run (unplanned)",
+                                                              "#f58518"),
+                  ("transient", "the instruction's temporaries and delegate work", "#e45756"))
 
-    `.data` is the table (one row per planned tensor), `.figure` the plotly figure;
+
+def _observed_traces(fig: go.Figure, seen, row: int, at, arenas: int) -> None:
+    """The observed panel: the peak run's stacked bytes per instruction, the other runs' totals as points,
+    the plan's declared arenas as a line (all from the MemorySummary; nothing computed here)."""
+    t = seen.timeline[seen.timeline["instruction"] >= 0]
+    peak_run = seen.peak_run if seen.peak_run is not None else int(t["run"].iloc[0]) if len(t) else 0
+    mine = t[t["run"] == peak_run]
+    x = mine["instruction"].to_numpy() + 0.5
+    held = [seen.load_bytes] * len(mine)
+    parts = {"held": held, "accumulated": mine["accumulated"].tolist(), "transient": mine["transient"].tolist()}
+    base = [0] * len(mine)
+    for key, label, color in OBSERVED_PARTS:
+        ys = parts[key]
+        fig.add_trace(go.Bar(x=x, y=ys, base=list(base), width=0.9, name=label, marker={"color": color},
+                             hovertext=[f"instruction {at(int(i))}<br>{label}: {v:,} bytes<br>run {peak_run}: "
+                                        f"{total:,} bytes tracked" for i, v, total in
+                                        zip(mine["instruction"], ys, mine["bytes"])],
+                             hoverinfo="text", legendgroup="observed", meta={"etlab": f"observed_{key}"}),
+                      row=row, col=1)
+        base = [b + v for b, v in zip(base, ys)]
+    others = t[t["run"] != peak_run]
+    if len(others):
+        fig.add_trace(go.Scatter(x=others["instruction"] + 0.5, y=others["bytes"], mode="markers",
+                                 marker={"color": "#4c78a8", "size": 5, "opacity": 0.6}, name="other runs",
+                                 hovertext=[f"run {r}, instruction {at(int(i))}: {b:,} bytes tracked" for r, i, b in
+                                            zip(others["run"], others["instruction"], others["bytes"])],
+                                 hoverinfo="text", meta={"etlab": "observed_runs"}), row=row, col=1)
+    if arenas:
+        n = max(int(t["instruction"].max()) + 1 if len(t) else 1, 1)
+        fig.add_trace(go.Scatter(x=[0, n], y=[arenas, arenas], mode="lines", line={"dash": "dot", "color": "#54a24b"},
+                                 name="planned arenas", hovertemplate=f"planned arenas {arenas:,} bytes<extra></extra>",
+                                 meta={"etlab": "observed_arenas"}), row=row, col=1)
+    fig.update_yaxes(title_text="bytes", rangemode="tozero", row=row, col=1)
+    fig.update_xaxes(title_text="runtime instruction (execution order)", matches="x", row=row, col=1)
+
+
+class MemoryTimeline(widgets.VBox):
+    """The memory plan of one method of an ExecutorchProgramManager (or a memory_plan_dataframe()), and with
+    `inspector` (a run with allocation events) what the run observed on the same axis.
+
+    `.data` is the table (one row per planned tensor), `.observed` the run's `MemorySummary` (or None),
+    `.figure` the plotly figure;
     `save_html(path)` writes it as a standalone offline page.
     """
 
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
-    def __init__(self, program_manager, method: str = "forward", **kwargs):
+    def __init__(self, program_manager, method: str = "forward", inspector=None, **kwargs):
         from etlab.devtools import with_kv_cache
 
         self.data = with_kv_cache(_plan_frame(program_manager, method), program_manager, method)
         self.method = method
+        # what a run observed (Inspector.memory_summary()), drawn under the plan; None without allocation events
+        summary = inspector.memory_summary() if inspector is not None else None
+        self.observed = summary if summary is not None and len(summary.timeline) else None
         steps = int(self.data.attrs.get("num_steps") or 0)
         self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "
-                                                     f"over {steps} instructions")
+                                                     f"over {steps} instructions", observed=self.observed)
         super().__init__([PlotView(self.figure)], **kwargs)
 
     @property
