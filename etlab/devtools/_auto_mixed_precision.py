@@ -57,6 +57,7 @@ from etlab.devtools._quant_debug import _as_inputs, float_graph_of, quantization
 from etlab.devtools._quant_debug_fix import quantize_pt2e
 
 BACKENDS = ("xnnpack", "portable")
+MIN_GAP_CLOSED = 0.05  # an observer change for every value is kept when it closes at least this much of the gap
 OBSERVERS = ("minmax", "histogram", "percentile")
 STEP_COLUMNS = ["step", "phase", "change", "layers", "metric", "sqnr_db", "met", "float_layers", "kept", "why"]
 LAYER_COLUMNS = ["layer", "op", "module", "precision", "weights", "activation", "observer", "alone_in_float",
@@ -102,9 +103,11 @@ class MixedPrecisionResult:
                   else ""]
         text += "".join(f"; {e}" for e in extras if e)
         c = self.cost
-        if c.get("pte_bytes"):
+        if c.get("int8_pte_bytes"):
             text += (f"; .pte {c['pte_bytes'] / 1024:.1f} KB (int8 {c['int8_pte_bytes'] / 1024:.1f}, float "
                      f"{c['float_pte_bytes'] / 1024:.1f})")
+        elif c.get("pte_bytes"):
+            text += f"; .pte {c['pte_bytes'] / 1024:.1f} KB"
         if c.get("latency_ms"):
             text += (f"; latency {c['latency_ms']:.3f} ms (int8 {c['int8_latency_ms']:.3f}, float "
                      f"{c['float_latency_ms']:.3f})")
@@ -179,6 +182,7 @@ class _Search:
         self.cache: dict[PrecisionConfig, _Eval] = {}
         self.steps: list[dict] = []
         self.recorded: set = set()
+        self.observer_names: list[str] = sorted({n for r in (ranges or {}).values() for n in r})
         self.int8: _Eval | None = None  # the all-int8 evaluation
         self.alone: dict[str, _Eval] = {}  # layer -> its evaluation alone in float
 
@@ -301,18 +305,9 @@ def _run_search(search: _Search, chosen: dict, mse: dict, allow_int16: bool, max
     if base.met:
         return base
     current = base
-    changed = {v: o for v, o in chosen.items() if o != "minmax"}
-    if changed:
-        ev = search.evaluate(current.config.with_(observers=chosen))
-        keep = search.better(ev, current)
-        detail = ", ".join(f"{o}: {sum(1 for x in changed.values() if x == o)}" for o in sorted(set(changed.values())))
-        search.step("observers", "observer per value from the data", sorted(changed), ev, keep,
-                    f"lowest grid MSE per activation ({detail} values; the rest min-max); "
-                    + ("improves the metric at no run-time cost" if keep else "did not improve the metric: reverted"))
-        if keep:
-            current = ev
-        if current.met:
-            return current
+    current = _observer_phase(search, current, chosen, mse)
+    if current.met:
+        return current
     # sensitivity of each candidate layer kept in float alone
     ranking = _report_ranking(search.float_gm, current.converted, search.samples, layers, k=4)
     candidates = ranking[:max_candidates]
@@ -361,6 +356,40 @@ def _run_search(search: _Search, chosen: dict, mse: dict, allow_int16: bool, max
     return current
 
 
+def _observer_phase(search: _Search, current: _Eval, chosen: dict[str, str], mse: dict) -> _Eval:
+    """Observers for every activation value: each value's lowest-MSE observer, or one observer for all
+    (a grid's MSE weighs every element alike; the budget may care more about the many small values
+    than about a rare outlier, or the reverse). The best by the budget's metric is kept if it closes at
+    least MIN_GAP_CLOSED of the gap to the budget."""
+    names = sorted({n for per_value in mse.values() for n in per_value})
+    trials = []
+    changed = {v: o for v, o in chosen.items() if o != "minmax"}
+    if changed:
+        detail = ", ".join(f"{o}: {sum(1 for x in changed.values() if x == o)}" for o in sorted(set(changed.values())))
+        trials.append(("lowest-MSE observer per value", sorted(changed), chosen,
+                       f"each activation's grid with the lowest MSE over the calibration data ({detail} values; "
+                       "the rest min-max)"))
+    for name in names:
+        if name != "minmax":
+            trials.append((f"{name} observer for every value", [], {v: name for v in mse},
+                           f"every activation calibrated by the {name} observer"))
+    best, best_row = current, None
+    # kept only when it closes a real part of the gap (a grid that clips everywhere for a rounding-level
+    # gain would cost more than it buys once the search fixes the layers that matter)
+    needed = MIN_GAP_CLOSED * abs(search.budget.margin(current.metric))
+    for change, values, observers, why in trials:
+        ev = search.evaluate(current.config.with_(observers=observers))
+        keep = search.budget.margin(ev.metric) - search.budget.margin(best.metric) >= needed and search.better(ev, best)
+        search.step("observers", change, values, ev, False,
+                    why + (": closes part of the gap to the budget" if keep else
+                           f": closes less than {MIN_GAP_CLOSED:.0%} of the gap to the budget"))
+        if keep:
+            best, best_row = ev, len(search.steps) - 1
+    if best_row is not None:
+        search.steps[best_row]["kept"] = True
+    return best
+
+
 def _prune(search: _Search, current: _Eval, order: list[str]) -> _Eval:
     """Each float layer, least useful first, quantized again where the budget still holds."""
     for name in sorted(current.config.float_layers, key=order.index, reverse=True):
@@ -373,12 +402,18 @@ def _prune(search: _Search, current: _Eval, order: list[str]) -> _Eval:
 
 
 def _cheaper_fixes(search: _Search, current: _Eval, order: list[str], allow_int16: bool) -> _Eval:
-    """For each float layer, the cheapest fix that meets the budget with it quantized: per-channel
-    weights (when the quantizer gave per-tensor), 16-bit output activations (portable), or both."""
+    """For each float layer, the cheapest fix that meets the budget with it quantized: another observer
+    for the values it reads and writes (free at run time), per-channel weights (when the quantizer gave
+    per-tensor), 16-bit output activations (portable), or both."""
     by_name = {layer.name: layer for layer in search.probe.layers}
     for name in sorted(current.config.float_layers, key=order.index):
         layer, cfg = by_name[name], current.config
         rungs = []
+        values = [v for v in (*layer.inputs, layer.output) if v in search.ranges]
+        for observer in search.observer_names:
+            if observer != "minmax" and values and any(cfg.observer_of.get(v) != observer for v in values):
+                rungs.append((f"{observer} observer on its inputs and output",
+                              {"observers": {**cfg.observer_of, **{v: observer for v in values}}}))
         if layer.per_channel is False:
             rungs.append(("per-channel weights", {"per_channel": cfg.per_channel | {name}}))
         if allow_int16 and layer.output is not None:
