@@ -12,36 +12,14 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from torch.export import ExportedProgram
 
 from etlab.compiler._constants import DEFAULT_EXTERNAL_FILE, ConstantStore
-from etlab.facts.lowered import lowered_modules
+from etlab.facts.lowered import DataEntry, NamedDataStoreOutput, lowered_modules
 from etlab.schema import flat_tensor as FT
 from etlab.schema import program as P
-
-
-@dataclass(frozen=True)
-class DataEntry:
-    """Where one key's bytes are: an index into the store's buffers, with the alignment asked for."""
-
-    buffer_index: int
-    alignment: int = 1
-    tensor_layout: Any = None  # etlab.schema.flat_tensor.TensorLayout, for tensors; None for opaque blobs
-
-
-@dataclass
-class NamedDataStoreOutput:
-    """A store's contents: unique buffers, the keys stored in the .pte, and per .ptd name its keys."""
-
-    buffers: list[bytes] = field(default_factory=list)
-    pte_data: dict[str, DataEntry] = field(default_factory=dict)
-    external_data: dict[str, dict[str, DataEntry]] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.pte_data) + sum(len(v) for v in self.external_data.values())
 
 
 class NamedDataStore:

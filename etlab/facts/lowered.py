@@ -45,6 +45,28 @@ class DelegationRefusal:
 
 
 @dataclass(frozen=True)
+class DataEntry:
+    """Where one key's bytes are: an index into the store's buffers, with the alignment asked for."""
+
+    buffer_index: int
+    alignment: int = 1
+    tensor_layout: object = None  # etlab.schema.flat_tensor.TensorLayout, for tensors; None for opaque blobs
+
+
+@dataclass
+class NamedDataStoreOutput:
+    """A store's contents: unique buffers, the keys stored in the .pte, and per .ptd name its keys
+    (the compiler's NamedDataStore writes it; here so the ETRecord, a lower layer, can rebuild it)."""
+
+    buffers: list[bytes] = field(default_factory=list)
+    pte_data: dict[str, DataEntry] = field(default_factory=dict)
+    external_data: dict[str, dict[str, DataEntry]] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.pte_data) + sum(len(v) for v in self.external_data.values())
+
+
+@dataclass(frozen=True)
 class CompileSpec:
     """A backend option: a key and opaque bytes, stored verbatim in the .pte."""
 
