@@ -39,8 +39,9 @@ LAYERS = {
 }
 
 # Loads by name that go up on purpose (ARCHITECTURE.md, "views → analyses, upward, without an import"):
-# the display registry imports the views package when nothing is registered yet.
-UPWARD_BY_NAME = {("etlab.facts.display", "etlab.visualizer")}
+# the display registry imports the views package (or another engine's, facts.display.ENGINES) when nothing is
+# registered yet.
+UPWARD_BY_NAME = {("etlab.facts.display", "etlab.visualizer"), ("etlab.facts.display", "etlab.model_explorer")}
 
 
 @dataclass(frozen=True)

@@ -18,18 +18,33 @@ from collections.abc import Callable
 from typing import Any
 
 VIEWS_PACKAGE = "etlab.visualizer"  # registers its renderers when imported
+# Other engines an object can be shown in or exported to, and the package that registers each.
+ENGINES = {"etlab": VIEWS_PACKAGE, "model-explorer": "etlab.model_explorer"}
 
 # keyed by class, or by "package.ClassName" for a class of a package the views do not import
 _HTML: dict[type | str, Callable[[Any], str]] = {}
 _SHOW: dict[type | str, Callable[..., Any]] = {}
+_ENGINE_SHOW: dict[str, dict[type | str, Callable[..., Any]]] = {}  # engine -> class -> show
+_ENGINE_EXPORT: dict[str, dict[type | str, Callable[..., Any]]] = {}  # engine -> class -> export
 _LOCK = threading.Lock()
 _loaded = False
+_engines_loaded: set[str] = set()
 
 
 def register(cls: type | str, *, html: Callable[[Any], str] | None = None,
-             show: Callable[..., Any] | None = None) -> None:
+             show: Callable[..., Any] | None = None, export: Callable[..., Any] | None = None,
+             engine: str = "etlab") -> None:
     """Use `html(obj)` as the notebook repr and `show(obj, ...)` as the view of instances of `cls`
-    (a class, or "package.ClassName": a class of that name defined in that package)."""
+    (a class, or "package.ClassName": a class of that name defined in that package). With another
+    `engine` (a key of ENGINES), `show` / `export(obj, path, ...)` are that engine's."""
+    if engine != "etlab":
+        if engine not in ENGINES:
+            raise ValueError(f"unknown display engine {engine!r}; engines are {sorted(ENGINES)}")
+        if show is not None:
+            _ENGINE_SHOW.setdefault(engine, {})[cls] = show
+        if export is not None:
+            _ENGINE_EXPORT.setdefault(engine, {})[cls] = export
+        return
     if html is not None:
         _HTML[cls] = html
     if show is not None:
@@ -67,12 +82,41 @@ def html(obj) -> str | None:
     return fn(obj) if fn is not None else None
 
 
-def show(obj, *args, **kwargs):
-    """The registered view of obj (e.g. the Inspector's dashboard)."""
+def show(obj, *args, engine: str = "etlab", **kwargs):
+    """The registered view of obj (e.g. the Inspector's dashboard), in `engine` (see ENGINES)."""
+    if engine != "etlab":
+        return _engine_call(_ENGINE_SHOW, "show", obj, engine, *args, **kwargs)
     fn = _lookup(_SHOW, obj)
     if fn is None:
         raise RuntimeError(f"no view is registered for {type(obj).__name__}: {VIEWS_PACKAGE} is not installed")
     return fn(obj, *args, **kwargs)
+
+
+def export(obj, *args, engine: str, **kwargs):
+    """Writes obj in `engine`'s files (e.g. Model Explorer's graph and node-data JSON)."""
+    return _engine_call(_ENGINE_EXPORT, "export", obj, engine, *args, **kwargs)
+
+
+def _engine_call(tables: dict, what: str, obj, engine: str, *args, **kwargs):
+    """Looks obj's class up in `engine`'s table, importing the engine's package by name the first
+    time (a plugin lookup, as for the views), and calls what it registered."""
+    if engine not in ENGINES:
+        raise ValueError(f"unknown engine {engine!r}; engines are {sorted(ENGINES)}")
+    for attempt in range(2):
+        table = tables.get(engine, {})
+        for cls in type(obj).__mro__:
+            for key, fn in table.items():
+                if key is cls or (isinstance(key, str) and _named(cls, key)):
+                    return fn(obj, *args, **kwargs)
+        if attempt or engine in _engines_loaded:
+            break
+        with _LOCK:
+            _engines_loaded.add(engine)
+            try:
+                importlib.import_module(ENGINES[engine])
+            except ImportError as e:
+                raise RuntimeError(f"the {engine} engine needs {ENGINES[engine]}, which does not import: {e}") from e
+    raise RuntimeError(f"the {engine} engine cannot {what} a {type(obj).__name__}")
 
 
 def json_ready(value):

@@ -354,11 +354,24 @@ class Inspector:
 
         return compare(self, other, by=by, name_a=name_a, name_b=name_b)
 
-    def show(self, program=None, *, method: str = "forward"):
+    def show(self, program=None, *, method: str = "forward", engine: str = "etlab", **options):
         """The notebook dashboard of this run (graph, memory, delegation, numeric gap, profile);
         pass the ExecutorchProgramManager as `program` for the runtime graph and memory plan.
-        `.save_html(path)` on the result writes it as one offline file."""
+        `.save_html(path)` on the result writes it as one offline file.
+
+        `engine="model-explorer"` opens the run in Google's Model Explorer instead (its Jupyter
+        embedding, `pip install 'etlab[model-explorer]'`): the ETRecord's graphs with an overlay
+        (`overlay="latency_p50"`, see `etlab.model_explorer.OVERLAY_KEYS`); `.stop()` ends its server."""
+        if engine != "etlab":  # the engine's package registers it (etlab.facts.display.ENGINES)
+            return display.show(self, engine=engine, method=None if method == "forward" else method, **options)
         return display.show(self, program, method=method)  # the views register it (etlab.facts.display)
+
+    def to_model_explorer(self, out_dir: str | os.PathLike, **options) -> dict:
+        """Writes this run for Google's Model Explorer into the existing folder `out_dir`: the
+        ETRecord's graphs (`graphs.json`) and one node-data file per overlay with values (latency
+        p50/p90, share of the run, numeric gap, output bytes), keyed to the graphs' node ids. Returns
+        {name: path}; `etlab.model_explorer.open_command(result)` is the command that opens them."""
+        return display.export(self, out_dir, engine="model-explorer", **options)
 
     pairing_mismatch: str | None
     """Why the run is not of the ETRecord's program (the evidence), or None: it is, or no ETRecord."""

@@ -22,3 +22,14 @@ from etlab.model_explorer._show import show
 
 __all__ = ["OVERLAYS", "OVERLAY_KEYS", "export", "export_me_main", "graph_id", "load_graphs", "me_graphs", "node_data",
            "open_command", "show", "to_me_graph"]
+
+
+def _register() -> None:
+    """`Inspector.show(engine="model-explorer")` and `Inspector.to_model_explorer(dir)` come here
+    (etlab.facts.display's engine registry: the Inspector, a lower layer, never imports this one)."""
+    from etlab.facts import display
+
+    display.register("etlab.inspector.Inspector", show=show, export=export, engine="model-explorer")
+
+
+_register()

@@ -157,6 +157,10 @@ def test_overlays_are_keyed_to_graph_nodes_and_equal_the_views(cnn_run, tmp_path
         pytest.approx(sum(calls["p50 (ms)"]), rel=1e-6)
     share = json.loads(written["run_share"].read_text())["forward (Edge)"]["results"]
     assert sum(r["value"] for r in share.values()) == pytest.approx(100.0)
+    (tmp_path / "method").mkdir()
+    by_method = ins.to_model_explorer(tmp_path / "method")  # the Inspector's own spelling writes the same files
+    assert set(by_method) == set(written)
+    assert json.loads(by_method["latency_p50"].read_text()) == p50
 
 
 def test_export_me_through_the_command_line(cnn_run, tmp_path):
@@ -239,7 +243,7 @@ def test_show_serves_model_explorer_on_loopback_and_stops(cnn_run):
 
     d = cnn_run
     ins = Inspector(etdump_path=d / "run.etdp", etrecord=d / "model.etrecord")
-    session = show(ins, overlay="latency_p90", height=500)
+    session = ins.show(engine="model-explorer", overlay="latency_p90", height=500)  # the documented call
     try:
         assert session.url.startswith("http://127.0.0.1:")
         assert "latency_p90.json" in urllib.parse.unquote(session.url)
@@ -254,3 +258,5 @@ def test_show_serves_model_explorer_on_loopback_and_stops(cnn_run):
     assert session.process.poll() is not None and not workdir.exists()
     with pytest.raises(ValueError, match="overlay must be one of"):
         show(ins, overlay="nope")
+    with pytest.raises(ValueError, match="unknown engine 'netron'"):
+        ins.show(engine="netron")
