@@ -21,6 +21,7 @@ import torch.nn.functional as F
 from etlab.errors import FormatError
 from etlab.runtime import BackendInitContext, ExecutionError
 from etlab.runtime.backends.xnnpack import SUPPORTED_NODE_KINDS, XNNPACK_BACKEND
+from etlab.runtime.backends.xnnpack._graph import run_plan
 from etlab.schema.xnnpack import MODELS, NODE_KINDS, UINT64_MAX, XNNDatatype, deserialize_xnnpack, serialize_xnnpack
 
 M = MODELS
@@ -407,8 +408,9 @@ def test_prepacked_convolution_is_the_reference_convolution(pads, clamp):
     assert run(x).is_contiguous()  # NHWC in, NHWC out: no layout copies between nodes
 
 
-def _quantized_conv_graph():
-    """float NCHW -> qint8 -> NHWC -> conv 3x3 (int8 per-channel) -> clamp [0, 6] -> depthwise 3x3 -> NCHW -> float."""
+def _quantized_conv_graph(residual: bool = False):
+    """float NCHW -> qint8 -> NHWC -> conv 3x3 (int8 per-channel) -> clamp [0, 6] -> depthwise 3x3 -> NCHW -> float;
+    `residual`: the depthwise result plus the clamp's output (an int8 add) before the NCHW transpose."""
     torch.manual_seed(3)
     g = GraphBuilder()
     qint8, x_q = XNNDatatype.xnn_datatype_qint8, M["PerTensorQuant"](scale=0.03, zero_point=2)
@@ -444,6 +446,10 @@ def _quantized_conv_graph():
     c2 = q_value((1, 8, 8, 6), 0.04, 7)
     g.node("XNNDepthwiseConv2d", M["_XNNNodeConv"](**geometry, group_input_channels=1, group_output_channels=1,
                                                    groups=6, input1_id=r1, filter_id=wd, bias_id=bd, output_id=c2), 5)
+    if residual:
+        total = q_value((1, 8, 8, 6), 0.04, 7)
+        g.node("XNNAdd", M["_XNNNode2x1"](input1_id=c2, input2_id=r1, output_id=total), 8)
+        c2 = total
     cn = q_value((1, 6, 8, 8), 0.04, 7)
     g.node("XNNStaticTranspose", M["XNNStaticTranspose"](num_dims=4, perm=[0, 3, 1, 2], input_id=c2, output_id=cn), 6)
     y = g.value((1, 6, 8, 8), role="output")
@@ -463,7 +469,10 @@ def test_int8_convolutions_run_on_integers_within_one_step_of_the_levels_path():
     outs, recorder = {}, Recorder()
     for name, p, context in (("int", plan, None), ("levels", levels_plan, None), ("logged", plan, recorder)):
         outs[name] = torch.empty(1, 6, 8, 8)
-        XNNPACK_BACKEND.execute(p, [x, outs[name]], context)
+        if name == "levels":  # node by node (an untraced execute runs the steps prepared at init)
+            run_plan(p, [x, outs[name]], None)
+        else:
+            XNNPACK_BACKEND.execute(p, [x, outs[name]], context)
     step = 0.04
     assert (outs["int"] - outs["levels"]).abs().max().item() <= step * 1.001
     assert (outs["logged"] - outs["int"]).abs().max().item() <= step * 1.001
@@ -472,3 +481,22 @@ def test_int8_convolutions_run_on_integers_within_one_step_of_the_levels_path():
     conv_levels = recorder.outputs[3] / 0.05 + 4  # a value held as integers is logged as its levels (NCHW)
     assert recorder.outputs[3].shape == (1, 6, 8, 8)
     torch.testing.assert_close(conv_levels, conv_levels.round(), rtol=0, atol=1e-3)
+
+
+@pytest.mark.parametrize("residual", [False, True], ids=["chain", "residual"])
+def test_untraced_runs_take_the_prepared_steps_within_one_step_of_node_by_node(residual):
+    """An untraced execute runs `_fast`'s steps: the clamp after an int8 convolution fused into it, an
+    int8 add on integers, the input quantized straight to integers; the traced run keeps one event per node."""
+    g = _quantized_conv_graph(residual)
+    plan = _init(g.blob(), g.named)
+    assert len(plan.steps) == len(plan.nodes) - 1  # the clamp is part of the convolution's step
+    x = torch.randn(1, 3, 8, 8) * 2
+    fast, slow, recorder = torch.empty(1, 6, 8, 8), torch.empty(1, 6, 8, 8), Recorder()
+    XNNPACK_BACKEND.execute(plan, [x, fast], None)
+    run_plan(plan, [x, slow], None)
+    assert (fast - slow).abs().max().item() <= 0.04 * 1.001
+    assert 0 < (fast != 0).float().mean().item()
+    logged = torch.empty(1, 6, 8, 8)
+    XNNPACK_BACKEND.execute(plan, [x, logged], recorder)
+    assert len(recorder.events) == len(plan.nodes)
+    torch.testing.assert_close(logged, slow, rtol=0, atol=0.04 * 1.001)

@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from etlab.runtime._delegate import BackendInitContext
 from etlab.runtime._registry import register_backend  # not `etlab.runtime`: it imports the backends
+from etlab.runtime.backends.xnnpack._fast import prepare, run_prepared
 from etlab.runtime.backends.xnnpack._graph import BACKEND_ID, XnnpackPlan, build_plan, run_plan
 from etlab.schema.xnnpack import deserialize_xnnpack
 
@@ -22,10 +23,16 @@ class XnnpackBackendRuntime:
              context: BackendInitContext | None = None) -> XnnpackPlan:
         what = f"{BACKEND_ID} delegate" if context is None else f"{BACKEND_ID} delegate {context.delegate_index}"
         blob = deserialize_xnnpack(processed, what=what)
-        return build_plan(blob, context.named_data if context is not None else {}, what)
+        plan = build_plan(blob, context.named_data if context is not None else {}, what)
+        plan.steps = prepare(plan)
+        return plan
 
     def execute(self, handle: XnnpackPlan, args: list, context=None) -> None:
-        run_plan(handle, args, context)
+        """Untraced: the prepared steps (`_fast`); traced: node by node, one event and value each."""
+        if context is None or not getattr(context, "enabled", True):
+            run_prepared(handle, handle.steps, args)
+        else:
+            run_plan(handle, args, context)
 
 
 XNNPACK_BACKEND = XnnpackBackendRuntime()

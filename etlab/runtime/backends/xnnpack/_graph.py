@@ -80,6 +80,7 @@ class XnnpackPlan:
     inputs: list[int]
     outputs: list[int]
     nodes: list[PlannedNode]
+    steps: list | None = None  # the untraced run, prepared once (`_fast.prepare`)
 
 
 def fake_quantize(x: torch.Tensor, quant: Quant) -> torch.Tensor:

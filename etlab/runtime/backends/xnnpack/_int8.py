@@ -44,13 +44,6 @@ def to_levels(q: torch.Tensor, quant: Quant) -> torch.Tensor:
     return q.to(torch.float32).sub_(quant.zero_point + offset(quant)).mul_(quant.scale)
 
 
-def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
-    """The integers of a value held as levels (exact: levels lie on the value's grid)."""
-    off = offset(quant)
-    q = torch.mul(levels, 1.0 / quant.scale).round_().add_(quant.zero_point + off)
-    return q.clamp_(quant.qmin + off, quant.qmax + off).to(INT_DTYPE)
-
-
 def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int, ValueSpec],
                constants: dict[int, torch.Tensor], clamp: tuple[float, float] | None, geometry
                ) -> Callable[[torch.Tensor], torch.Tensor] | None:
@@ -63,13 +56,49 @@ def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int,
         return _int_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
     same = (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin)
     if kind == "XNNClamp" and same:
-        off = offset(qout)
-        lo, hi = clamp if clamp is not None else (-math.inf, math.inf)
-        qlo = qout.qmin if lo == -math.inf else min(max(round(lo / qout.scale) + qout.zero_point, qout.qmin), qout.qmax)
-        qhi = qout.qmax if hi == math.inf else min(max(round(hi / qout.scale) + qout.zero_point, qout.qmin), qout.qmax)
-        bounds = (qlo + off, qhi + off)
+        bounds = clamp_bounds(qout, clamp)
         return lambda q: torch.clamp(q, *bounds)
     return None
+
+
+def clamp_bounds(quant: Quant, clamp: tuple[float, float] | None) -> tuple[int, int]:
+    """The integers (uint8 form) a float clamp keeps of a value quantized by `quant`: quantizing is
+    monotone, so clamping the integers to these is the same as quantizing the clamped floats."""
+    lo, hi = clamp if clamp is not None else (-math.inf, math.inf)
+
+    def level(x: float, unbounded: int) -> int:
+        if math.isinf(x):
+            return unbounded
+        return min(max(round(x / quant.scale) + quant.zero_point, quant.qmin), quant.qmax)
+    return level(lo, quant.qmin) + offset(quant), level(hi, quant.qmax) + offset(quant)
+
+
+def relu_bounds(quant: Quant) -> tuple[int, int]:
+    """The integer bounds of a ReLU on a value quantized by `quant` (what oneDNN's relu post-op keeps)."""
+    return clamp_bounds(quant, (0.0, math.inf))
+
+
+def int_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | None
+            ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """fn(integers of a, integers of b) -> integers of clamp(a + b) requantized to `qout`, computed in
+    float32 as a * ka + b * kb + c: one rounding, within one step of XNNPACK's fixed-point requantization.
+    (torch's quantized add is a little faster but needs quantized tensors, which torch deprecates.)"""
+    ka, kb = qa.scale / qout.scale, qb.scale / qout.scale
+    c = qout.zero_point + offset(qout) - (qa.zero_point + offset(qa)) * ka - (qb.zero_point + offset(qb)) * kb
+    lo, hi = clamp_bounds(qout, clamp)
+    mul = torch.mul
+
+    def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return mul(a, ka).add_(b, alpha=kb).add_(c).round_().clamp_(lo, hi).to(INT_DTYPE)
+    return add
+
+
+def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
+    """The integers of a float value quantized by `quant`, rounded as `fake_quantize` rounds (exact for
+    levels, which lie on the value's grid)."""
+    off = offset(quant)
+    q = torch.mul(levels, 1.0 / quant.scale).round_().add_(quant.zero_point + off)
+    return q.clamp_(quant.qmin + off, quant.qmax + off).to(INT_DTYPE)
 
 
 def _int_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
@@ -101,9 +130,10 @@ def _int_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, ge
     conv, permute = torch.ops.onednn.qconv2d_pointwise.default, torch.permute
     x_scale, y_scale = qin.scale, qout.scale
 
-    def run(q: torch.Tensor) -> torch.Tensor:
+    def run(q: torch.Tensor, relu: bool = False) -> torch.Tensor:
+        """relu=True: with a ReLU post-op whatever the node's own clamp (a following clamp fused)."""
         y = conv(permute(q, (0, 3, 1, 2)), x_scale, x_zp, packed, scales, w_zp, bias, stride_, padding, dilation_,
-                 groups, y_scale, y_zp, INT_DTYPE, attr, [], "")
+                 groups, y_scale, y_zp, INT_DTYPE, "relu" if relu else attr, [], "")
         return permute(y, (0, 2, 3, 1))
     return run
 
