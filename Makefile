@@ -141,8 +141,13 @@ test-spark: setup jdk
 kernel: setup
 	$(PY) -m ipykernel install --user --name etlab --display-name "etlab (Python 3)"
 
+# ruff; pyright (its scope and settings: [tool.pyright] in pyproject.toml) and eslint (labextension/src and the
+# view modules, labextension/eslint.config.mjs), both from labextension's npm devDependencies (pinned by its
+# lockfile, installed by `npm ci` in the labextension target).
 lint: setup
 	$(PY) -m ruff check etlab tests bench
+	labextension/node_modules/.bin/pyright
+	labextension/node_modules/.bin/eslint -c labextension/eslint.config.mjs labextension/src etlab/visualizer/static
 
 schemas: setup
 	$(PY) -m etlab.schema._generate

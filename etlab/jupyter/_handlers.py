@@ -105,7 +105,7 @@ class StatHandler(_Base):
     @tornado.web.authenticated
     def get(self):
         try:
-            result = self.service.stat(self.arg("path", ""))
+            result = self.service.stat(self.arg("path") or "")
         except PathError as e:
             return self._error(e.status, str(e))
         self.set_header("Content-Type", "application/json")
@@ -154,9 +154,8 @@ class ModuleHandler(_Base):
             source = view_module(name)
         except KeyError:
             return self._error(404, f"{name}: no such view module")
-        kind = "text/css" if name.endswith(".css") else "text/javascript"
-        self.set_header("Content-Type", f"{kind}; charset=utf-8")
-        self.finish(source)
+        kind = "text/css" if name.endswith(".css") else "text/javascript"  # a module script must say JavaScript
+        self.finish(source, set_content_type=f"{kind}; charset=utf-8")  # APIHandler.finish would say JSON
 
 
 def setup_handlers(web_app, root_dir: str) -> None:

@@ -11,9 +11,23 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal, cast, overload
 
 from etlab.errors import FormatError
 from etlab.inspector import run_mismatch
+from etlab.jupyter._contract import (
+    ArtifactFile,
+    Artifacts,
+    BpteView,
+    CompareView,
+    Delegation,
+    EtdpGraphs,
+    EtdpView,
+    EtrecordView,
+    PteView,
+    Stat,
+    VerifyReport,
+)
 from etlab.jupyter._delegation import delegation_view
 from etlab.jupyter._program import memory_plan_view, pte_view, signature, signature_hash
 from etlab.jupyter._records import bpte_view, etrecord_view, record_signature
@@ -31,6 +45,12 @@ from etlab.jupyter._store import (
     find_artifacts,
 )
 from etlab.jupyter._verify import tolerance_arg
+
+if TYPE_CHECKING:
+    from etlab.etdump import ETDumpColumns
+    from etlab.etrecord import ETRecord
+    from etlab.schema.bundled_program import BundledProgram
+    from etlab.schema.program import PteFile
 
 VERIFY_TIMEOUT_S = 120
 
@@ -57,6 +77,15 @@ class Service:
             if isinstance(e, PathError):
                 raise
             raise FormatError(f"{self.rel(path)}: {type(e).__name__}: {e}".replace(str(path), self.rel(path))) from None
+
+    @overload
+    def _load(self, path: Path, what: Literal["pte"]) -> PteFile: ...
+    @overload
+    def _load(self, path: Path, what: Literal["etdp"]) -> ETDumpColumns: ...
+    @overload
+    def _load(self, path: Path, what: Literal["bpte"]) -> BundledProgram: ...
+    @overload
+    def _load(self, path: Path, what: Literal["etrecord"]) -> ETRecord: ...
 
     def _load(self, path: Path, what: str):
         """The parsed file (pte / etdump / bundled program / ETRecord), cached by version."""
@@ -98,38 +127,38 @@ class Service:
 
     # -- endpoints ----------------------------------------------------------------------------------------
 
-    def stat(self, rel: str) -> dict:
+    def stat(self, rel: str) -> Stat:
         path = confine(self.root, rel)
         size, mtime = file_version(path)
         return {"path": self.rel(path), "size": size, "mtime_ns": str(mtime)}
 
-    def pte(self, rel: str, method: str | None = None) -> dict:
+    def pte(self, rel: str, method: str | None = None) -> PteView:
         path = confine(self.root, rel, kinds=("pte",))
         view = self._versioned(path, ("pte", method),
                                lambda: self._named(path, lambda: pte_view(self._load(path, "pte"), method=method)))
         record = self._same_program_beside(path, "*.etrecord")  # a .pte has no graph: its ETRecord explains it
-        return {**view, "delegation": self._delegation(record, view.get("method")) if record else None}
+        return cast(PteView, {**view, "delegation": self._delegation(record, view.get("method")) if record else None})
 
-    def etrecord(self, rel: str, method: str = "forward") -> dict:
+    def etrecord(self, rel: str, method: str = "forward") -> EtrecordView:
         path = confine(self.root, rel, kinds=("etrecord",))
         view = self._versioned(path, ("etrecord", method), lambda: self._named(
             path, lambda: etrecord_view(self._load(path, "etrecord"), method=method)))
-        return {**view, "delegation": self._delegation(path, view.get("method"))}
+        return cast(EtrecordView, {**view, "delegation": self._delegation(path, view.get("method"))})
 
-    def _delegation(self, record: Path, method: str | None) -> dict | None:
+    def _delegation(self, record: Path, method: str | None) -> Delegation | None:
         """What each backend took and why nodes were left out (`_delegation.delegation_view`), cached by
         the ETRecord's version; `source` names the ETRecord."""
         key = ("delegation", str(record), file_version(record), method)
-        view = self.cache.get(key, lambda: clean_json(self._named(
+        view: dict | None = self.cache.get(key, lambda: clean_json(self._named(
             record, lambda: delegation_view(self._load(record, "etrecord"), method))))
-        return {**view, "source": self.rel(record)} if view else None
+        return cast(Delegation, {**view, "source": self.rel(record)}) if view else None
 
-    def bpte(self, rel: str) -> dict:
+    def bpte(self, rel: str) -> BpteView:
         path = confine(self.root, rel, kinds=("bpte",))
-        return self._versioned(path, ("bpte",), lambda: self._named(
-            path, lambda: bpte_view(self._load(path, "bpte"), name=self.rel(path))))
+        return cast(BpteView, self._versioned(path, ("bpte",), lambda: self._named(
+            path, lambda: bpte_view(self._load(path, "bpte"), name=self.rel(path)))))
 
-    def verify(self, rel: str, rtol: str | None = None, atol: str | None = None) -> dict:
+    def verify(self, rel: str, rtol: str | None = None, atol: str | None = None) -> VerifyReport:
         """Runs the bundled test cases in a child process (time-limited) and returns its report; rtol /
         atol (text, as the request gave them; default etlab.devtools') are the tolerance it checks with."""
         path = confine(self.root, rel, kinds=("bpte",))
@@ -155,9 +184,10 @@ class Service:
             raise FormatError(f"{self.rel(path)}: verification printed no report") from None
         if "error" in report:
             raise FormatError(report["error"])
-        return report
+        return cast(VerifyReport, report)
 
-    def etdp(self, rel: str, program: str | None = None, method: str = "forward", part: str = "main") -> dict:
+    def etdp(self, rel: str, program: str | None = None, method: str = "forward",
+             part: str = "main") -> EtdpView | EtdpGraphs:
         """The run, joined with `program` (.etrecord or .pte) or with the first matching one beside it.
         part="graphs": only the ETRecord's graphs with the run's timings (the slow half, asked for second)."""
         path = confine(self.root, rel, kinds=("etdp",))
@@ -181,14 +211,14 @@ class Service:
         if part == "graphs":
             if pair is None or artifact_kind(pair) != "etrecord":
                 return {"graphs": [], "program": self.rel(pair) if pair else None}
-            return {**self._versioned(path, key, lambda: self._named(
+            return cast(EtdpGraphs, {**self._versioned(path, key, lambda: self._named(
                 path, lambda: {"graphs": etdp_graphs(self._inspector(path, pair), self._load(pair, "etrecord"),
-                                                     method=method)})), "program": self.rel(pair)}
+                                                     method=method)})), "program": self.rel(pair)})
         view = dict(self._versioned(path, key, lambda: self._named(path, lambda: self._etdp_view(path, etdump,
                                                                                                 pair, method))))
         view.update(program=self.rel(pair) if pair else None, mismatch=mismatch, candidates=candidates,
                     programs=[self.rel(p) for p in self._programs_beside(path)])
-        return view
+        return cast(EtdpView, view)
 
     def _inspector(self, path: Path, pair: Path | None):
         """The Inspector of a run (with the ETRecord when paired with one), cached by both files' versions."""
@@ -197,7 +227,8 @@ class Service:
         record = self._load(pair, "etrecord") if pair is not None and artifact_kind(pair) == "etrecord" else None
         buffer = debug_buffer_beside(self.root, path)  # the run's intermediates: the numeric-gap overlay
         key = ("inspector", str(path), file_version(path), str(pair) if record is not None else None,
-               file_version(pair) if record is not None else None, buffer and file_version(buffer))
+               file_version(pair) if pair is not None and record is not None else None,
+               buffer and file_version(buffer))
 
         def make():
             if buffer is not None:
@@ -211,9 +242,9 @@ class Service:
 
     def _etdp_view(self, path: Path, etdump, pair: Path | None, method: str) -> dict:
         kind = artifact_kind(pair) if pair else None
-        pte = self._load(pair, "pte") if kind == "pte" else None
+        pte = self._load(pair, "pte") if pair is not None and kind == "pte" else None
         view = etdp_view(etdump, self._inspector(path, pair), program_kind=kind, pte=pte, method=method)
-        planned = pair if kind == "pte" else self._pte_of(pair) if kind == "etrecord" else None
+        planned = pair if kind == "pte" else self._pte_of(pair) if pair is not None and kind == "etrecord" else None
         if planned is not None:
             view.update(memory_plan_view(self._load(planned, "pte"), method), memory_source=self.rel(planned))
         return view
@@ -245,7 +276,7 @@ class Service:
         files = sorted(p for p in run.parent.iterdir() if p.is_file())
         return [p for p in files if artifact_kind(p) == "etrecord"] + [p for p in files if artifact_kind(p) == "pte"]
 
-    def compare(self, a: str, b: str, program: str | None = None) -> dict:
+    def compare(self, a: str, b: str, program: str | None = None) -> CompareView:
         """Per-op p50 of run `b` against run `a` (same program), with the ratio drawn on the program's graph."""
         from etlab.inspector import Inspector
 
@@ -274,9 +305,9 @@ class Service:
 
         key = ("compare", str(pa), file_version(pa), str(pb), file_version(pb),
                str(prog) if prog else None, file_version(prog) if prog else None)
-        return clean_json(self.cache.get(key, lambda: self._named(pa, compute)))
+        return cast(CompareView, clean_json(self.cache.get(key, lambda: self._named(pa, compute))))
 
-    def artifacts(self, folder: str = "") -> dict:
+    def artifacts(self, folder: str = "") -> Artifacts:
         """The artifacts under `folder` grouped by program hash; runs join the program they match."""
         base = confine(self.root, folder, directory=True)
         items: list[Artifact] = []
@@ -305,9 +336,9 @@ class Service:
                         break
             except (FormatError, PathError, OSError) as e:
                 art.error = describe_error(e)
-        groups: dict[str, list[dict]] = {}
+        groups: dict[str, list[ArtifactFile]] = {}
         for art in items:
-            groups.setdefault(art.program or "", []).append(vars(art))
+            groups.setdefault(art.program or "", []).append(cast(ArtifactFile, vars(art)))
         return {"folder": self.rel(base) if base != self.root else "",
                 "groups": [{"program": h or None, "files": files} for h, files in
                            sorted(groups.items(), key=lambda kv: (kv[0] == "", kv[0]))],
@@ -316,5 +347,5 @@ class Service:
     def _versioned(self, path: Path, key: tuple, compute) -> dict:
         """compute() cached by the file's version, with that version attached (the viewer's reload check)."""
         size, mtime = file_version(path)
-        view = self.cache.get(("view", str(path), size, mtime, key), lambda: clean_json(compute()))
+        view: dict = self.cache.get(("view", str(path), size, mtime, key), lambda: cast(dict, clean_json(compute())))
         return {**view, "path": self.rel(path), "size": size, "mtime_ns": str(mtime)}

@@ -10,8 +10,10 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from etlab.errors import Error, FormatError
 from etlab.facts.display import json_ready
@@ -28,6 +30,8 @@ class PathError(Error, ValueError):
         super().__init__(message)
         self.status = status
 
+
+T = TypeVar("T")
 
 clean_json = json_ready  # the JSON the viewers receive: non-finite floats as None, tuples as lists
 
@@ -90,7 +94,7 @@ class Cache:
         self._items: OrderedDict = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, key, compute):
+    def get(self, key, compute: Callable[[], T]) -> T:
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)

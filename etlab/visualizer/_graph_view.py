@@ -69,7 +69,7 @@ def _options(kinds: list[str], height: int, collapse_threshold: int, shown: list
     """The view's `options` trait (see graph_view.js)."""
     if shown is not None and (not shown or any(k not in kinds for k in shown)):
         raise ValueError(f"shown must be a non-empty list of the graphs asked for ({kinds}), got {shown!r}")
-    options = {"height": int(height), "collapse_threshold": int(collapse_threshold)}
+    options: dict[str, int | list[str]] = {"height": int(height), "collapse_threshold": int(collapse_threshold)}
     if shown is not None:
         options["shown"] = list(shown)
     return options

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
+from typing import overload
 
 from etlab.facts.display import json_ready
 from etlab.schema import write_atomic
@@ -273,7 +274,7 @@ def static_html(widget, depth: int = 0) -> str:
     nbconvert and front ends without the widget manager show instead of the interactive widget."""
     own = getattr(widget, "static_html", None)
     if callable(own):
-        return own()
+        return str(own())
     if hasattr(widget, "value") and type(widget).__name__ == "HTML":
         return str(widget.value)
     children = getattr(widget, "children", None) or ()
@@ -284,6 +285,12 @@ def static_html(widget, depth: int = 0) -> str:
             parts.append(f"<h{min(3 + depth, 6)}>{html.escape(str(titles[i]))}</h{min(3 + depth, 6)}>")
         parts.append(static_html(child, depth + 1))
     return "".join(parts)
+
+
+@overload
+def with_static_fallback(widget, bundle: tuple[dict, dict] | None) -> tuple[dict, dict] | None: ...
+@overload
+def with_static_fallback(widget, bundle: dict | tuple | None) -> dict | tuple | None: ...
 
 
 def with_static_fallback(widget, bundle):

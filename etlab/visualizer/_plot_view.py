@@ -19,7 +19,7 @@ from etlab.visualizer._figure_svg import figure_svg
 
 
 def _figure_json(fig: go.Figure) -> dict:
-    return json.loads(fig.to_json())  # plotly's encoder: numpy arrays, dates, NaN as null
+    return json.loads(fig.to_json() or "{}")  # plotly's encoder: numpy arrays, dates, NaN as null
 
 
 class PlotView(anywidget.AnyWidget):
