@@ -8,7 +8,8 @@ A program is stored as one JSON document (all in the file's `programs` list):
 - "debug_handles": graph path -> node name -> debug handle (torch's JSON drops node.meta keys it
   does not know; "" is the top graph, control-flow branches are named by their module path);
 - "delegates": each LoweredBackendModule the graphs call: backend id, processed bytes, compile
-  specs, its delegate debug map and its original program (another document, stored recursively);
+  specs, its delegate debug map, its original program (another document, stored recursively) and
+  its named data, when it has any (`_named`: the blobs its payload refers to by key);
 - "delegation_refusals" (optional): graph path -> node name -> [backend, category, reason, hint],
   why a partitioner left the node out (`facts.lowered.DELEGATION_REFUSAL_META`).
 
@@ -33,6 +34,7 @@ from torch.fx import GraphModule
 from etlab.errors import FormatError
 from etlab.etrecord._archive import dump_json
 from etlab.etrecord._graph_check import check_name, sanitize_program
+from etlab.etrecord._named import named_data_doc, named_data_from_doc
 from etlab.etrecord._schema_json import deserialize_program
 from etlab.etrecord._values import TensorStore, TensorTable, decode_value, encode_value
 from etlab.facts.fx import copy_graph_module, graph_modules
@@ -73,14 +75,18 @@ class ProgramWriter:
         lowered = lowered_modules(ep.graph_module)
         delegates = []
         for path, attr, mod in lowered:
-            delegates.append({
+            entry = {
                 "graph": path, "attr": attr, "backend_id": mod.backend_id,
                 "processed": self.store.add_bytes(mod.processed_bytes, f"{what}: {attr} processed bytes"),
                 "compile_specs": [[c.key, self.store.add_bytes(bytes(c.value), f"{what}: compile spec {c.key}")]
                                   for c in mod.compile_specs],
                 "debug_handle_map": [[k, _handles_json(v)] for k, v in mod.debug_handle_map.items()],
                 "original_module": self.add(mod.original_module, f"{what}: {attr}.original_module"),
-            })
+            }
+            named = named_data_doc(getattr(mod, "named_data_store_output", None), self.store, f"{what}: {attr}")
+            if named is not None:  # the blobs the payload refers to by key (XNNPACK's weights)
+                entry["named_data"] = named
+            delegates.append(entry)
         doc = _export_json(ep if not lowered else _with_named_lowered_modules(ep), what)
         state_dict = []
         for name, t in ep.state_dict.items():
@@ -222,6 +228,8 @@ class ProgramReader:
                 self.tensors.check_index(tensor, f"program {index} delegate {d['attr']!r} compile spec")
             if not isinstance(dmap, list) or not all(isinstance(p, list) and len(p) == 2 for p in dmap):
                 raise FormatError(f"{where}: delegate {d['attr']!r} has a malformed debug_handle_map")
+            if not isinstance(d.get("named_data", {}), dict):
+                raise FormatError(f"{where}: delegate {d['attr']!r} has malformed named data")
 
     def program(self, index: int) -> ExportedProgram:
         index = self.check_id(index, "a graph")
@@ -285,7 +293,8 @@ class ProgramReader:
         lowered = LoweredBackendModule(
             d["backend_id"], self.tensors.raw_bytes(d["processed"], "processed bytes"),
             [CompileSpec(key, self.tensors.raw_bytes(t, "compile spec")) for key, t in d["compile_specs"]],
-            self.program(d["original_module"]), dmap)
+            self.program(d["original_module"]), dmap,
+            named_data_from_doc(d.get("named_data"), self.tensors, f"{where}: delegate {d['attr']!r}"))
         placeholder = f"{d['attr']}-{d['backend_id']}"
         calls = [n for n in gm.graph.nodes if n.op == "call_function" and n.target is executorch_call_delegate
                  and n.args and n.args[0] == placeholder]

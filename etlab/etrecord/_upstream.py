@@ -33,6 +33,7 @@ from etlab.errors import FormatError
 from etlab.etrecord._archive import UPSTREAM_IDENTIFIER, load_json
 from etlab.etrecord._graph_check import SCALAR_TARGETS, check_target, resolve_operator
 from etlab.etrecord._graphs import ProgramReader
+from etlab.etrecord._named import named_data_doc, parse_upstream_named_data
 from etlab.etrecord._torch_pickle import load_torch_bytes
 from etlab.etrecord._values import TensorStore, TensorTable, encode_value
 from etlab.facts.program_info import OpInfo
@@ -313,14 +314,19 @@ class DocumentBuilder:
                          load_torch_bytes(_base64(lowered.get("original_constants"), where, f"{at} constants"),
                                           f"{where}: {at} constants"),
                          None, f"{at} original program", depth + 1)
-        doc["delegates"].append({
+        entry = {
             "graph": "", "attr": attr, "backend_id": lowered["backend_id"],
             "processed": self.store.add_bytes(_base64(lowered.get("processed_bytes"), where, f"{at} bytes")),
             "compile_specs": [[s["key"], self.store.add_bytes(_base64(s.get("value"), where, f"{at} compile spec"))]
                               for s in specs],
             "debug_handle_map": [],  # upstream keeps it in the top-level delegate_map only
             "original_module": child,
-        })
+        }
+        named = named_data_doc(parse_upstream_named_data(lowered.get("named_data_store"), f"{where}: {at}"),
+                               self.store, f"{where}: {at}")
+        if named is not None:
+            entry["named_data"] = named
+        doc["delegates"].append(entry)
         inputs[0] = {"name": "", "arg": {"as_string": f"{attr}-{lowered['backend_id']}"}}
 
     def ops(self) -> dict[int, list[OpInfo]]:

@@ -25,6 +25,7 @@ from torch.export import ExportedProgram
 
 from etlab.etrecord._archive import UPSTREAM_IDENTIFIER, write_file
 from etlab.etrecord._graphs import _export_json, _with_named_lowered_modules
+from etlab.etrecord._named import upstream_named_data
 from etlab.etrecord._torch_pickle import dump_torch_bytes
 from etlab.etrecord._upstream import ATEN, DELEGATE_TARGET, EDGE, EDGE_OP_PREFIX
 from etlab.facts.fx import graph_modules
@@ -119,7 +120,7 @@ class UpstreamProgramWriter:
             "processed_bytes": _b64(mod.processed_bytes),
             "compile_specs": [{"key": c.key, "value": _b64(c.value)} for c in mod.compile_specs],
             "backend_id": mod.backend_id,
-            "named_data_store": None,
+            "named_data_store": upstream_named_data(getattr(mod, "named_data_store_output", None)),
         }
         node["inputs"][0] = {"name": attr, "arg": {"as_string": json.dumps(lowered)}}
 
