@@ -94,19 +94,26 @@ class PercentileObserver(MinMaxObserver):
         return x_orig
 
 
-# name -> observer class for a per-tensor activation; what auto_mixed_precision chooses from per value
-ACTIVATION_OBSERVERS: dict[str, type] = {"minmax": MinMaxObserver, "histogram": HistogramObserver,
-                                         "percentile": PercentileObserver}
+# name -> (observer class, its arguments) for a per-tensor activation: what auto_mixed_precision chooses
+# from per value. Two percentiles: 99.99 keeps all but the rarest spikes, 99.9 also clips an outlier that
+# shows up in a few rows of a batch (a channel that fires rarely and far above the rest).
+ACTIVATION_OBSERVERS: dict[str, tuple[type, dict]] = {
+    "minmax": (MinMaxObserver, {}), "histogram": (HistogramObserver, {}),
+    "percentile": (PercentileObserver, {"percentile": 99.99}),
+    "percentile_99.9": (PercentileObserver, {"percentile": 99.9}),
+}
 # integer activation dtypes by bit width: (dtype, quant_min, quant_max)
 ACTIVATION_DTYPES: dict[int, tuple[torch.dtype, int, int]] = {8: (torch.int8, -128, 127),
                                                                16: (torch.int16, -(2**15), 2**15 - 1)}
 
 
-def activation_observer(name: str) -> Callable:
-    """The observer constructor for ACTIVATION_OBSERVERS[name], with etlab's smallest scale."""
+def activation_observer(name: str, *, eps: float = _EPS) -> Callable:
+    """The observer constructor for ACTIVATION_OBSERVERS[name]; eps: the smallest scale it may pick
+    (etlab's int8 default 2**-12, as upstream's XNNPACK configs; a 16-bit grid wants a smaller one)."""
     if name not in ACTIVATION_OBSERVERS:
         raise ValueError(f"activation observer must be one of {', '.join(ACTIVATION_OBSERVERS)}, got {name!r}")
-    return ACTIVATION_OBSERVERS[name].with_args(eps=_EPS)
+    cls, kwargs = ACTIVATION_OBSERVERS[name]
+    return cls.with_args(eps=eps, **kwargs)
 
 
 def weight_spec(per_channel: bool) -> QuantizationSpec:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.fx import GraphModule, Node
 
-from etlab.compiler import ACTIVATION_DTYPES, ACTIVATION_OBSERVERS, activation_observer, weight_spec
+from etlab.compiler import ACTIVATION_DTYPES, activation_observer, weight_spec
 from etlab.devtools._quant_debug import capture_values
 from etlab.devtools._quant_debug_fix import ANNOTATION_KEY, excluding
 from etlab.facts.fx import node_op_name
@@ -214,9 +214,7 @@ def value_spec(old, observer: str | None, bits: int | None, value_range: tuple[f
         changes["observer_or_fake_quant_ctr"] = _range_observer().with_args(lo=value_range[0], hi=value_range[1],
                                                                             **(eps or {"eps": 2.0**-12}))
     elif observer is not None:
-        activation_observer(observer)  # checks the name
-        changes["observer_or_fake_quant_ctr"] = ACTIVATION_OBSERVERS[observer].with_args(eps=_EPS_16) if eps \
-            else activation_observer(observer)
+        changes["observer_or_fake_quant_ctr"] = activation_observer(observer, **eps)
     return dataclasses.replace(old, **changes)
 
 

@@ -57,8 +57,9 @@ from etlab.devtools._quant_debug import _as_inputs, float_graph_of, quantization
 from etlab.devtools._quant_debug_fix import quantize_pt2e
 
 BACKENDS = ("xnnpack", "portable")
+OUTLIER_RATIO = 0.5  # a value is outlier-stretched when another observer's range is under half its min-max range
 MIN_GAP_CLOSED = 0.05  # an observer change for every value is kept when it closes at least this much of the gap
-OBSERVERS = ("minmax", "histogram", "percentile")
+OBSERVERS = ("minmax", "histogram", "percentile", "percentile_99.9")
 STEP_COLUMNS = ["step", "phase", "change", "layers", "metric", "sqnr_db", "met", "float_layers", "kept", "why"]
 LAYER_COLUMNS = ["layer", "op", "module", "precision", "weights", "activation", "observer", "alone_in_float",
                  "why"]
@@ -182,6 +183,7 @@ class _Search:
         self.cache: dict[PrecisionConfig, _Eval] = {}
         self.steps: list[dict] = []
         self.recorded: set = set()
+        self.max_candidates = 24
         self.observer_names: list[str] = sorted({n for r in (ranges or {}).values() for n in r})
         self.int8: _Eval | None = None  # the all-int8 evaluation
         self.alone: dict[str, _Eval] = {}  # layer -> its evaluation alone in float
@@ -291,6 +293,7 @@ def auto_mixed_precision(float_model, dataset, *, budget, quantizer_factory: Cal
     probe_ = probe(float_gm, quantizer_factory())
     chosen, mse, ranges = choose_observers(probe_, calib, list(observers), say)
     search = _Search(float_gm, probe_, quantizer_factory, budget, samples, calib, ranges, say)
+    search.max_candidates = max_candidates
     best = _run_search(search, chosen, mse, allow_int16, max_candidates)
     return _finish(search, best, backend, latency_runs, measure_cost, list(observers))
 
@@ -357,37 +360,79 @@ def _run_search(search: _Search, chosen: dict, mse: dict, allow_int16: bool, max
 
 
 def _observer_phase(search: _Search, current: _Eval, chosen: dict[str, str], mse: dict) -> _Eval:
-    """Observers for every activation value: each value's lowest-MSE observer, or one observer for all
-    (a grid's MSE weighs every element alike; the budget may care more about the many small values
-    than about a rare outlier, or the reverse). The best by the budget's metric is kept if it closes at
-    least MIN_GAP_CLOSED of the gap to the budget."""
-    names = sorted({n for per_value in mse.values() for n in per_value})
-    trials = []
+    """Observers for the activation values: (1) each value's lowest-MSE observer; (2) outlier-stretched
+    values clipped one at a time (`_clip_outlier_values`); (3) one observer for every value. A grid's MSE
+    weighs every element alike, the budget may not (a clipped outlier nothing reads costs nothing), so
+    each is judged by the budget's metric; (1) and (3) are kept only when they close at least
+    MIN_GAP_CLOSED of the gap to the budget (a grid that clips everywhere for a rounding-level gain would
+    cost more than it buys once the search fixes the layers that matter)."""
+    start = current
+    needed = MIN_GAP_CLOSED * abs(search.budget.margin(current.metric))
+
+    def closes(ev: _Eval, than: _Eval) -> bool:
+        return search.budget.margin(ev.metric) - search.budget.margin(than.metric) >= needed and search.better(ev, than)
+
     changed = {v: o for v, o in chosen.items() if o != "minmax"}
     if changed:
         detail = ", ".join(f"{o}: {sum(1 for x in changed.values() if x == o)}" for o in sorted(set(changed.values())))
-        trials.append(("lowest-MSE observer per value", sorted(changed), chosen,
-                       f"each activation's grid with the lowest MSE over the calibration data ({detail} values; "
-                       "the rest min-max)"))
-    for name in names:
-        if name != "minmax":
-            trials.append((f"{name} observer for every value", [], {v: name for v in mse},
-                           f"every activation calibrated by the {name} observer"))
+        ev = search.evaluate(current.config.with_(observers=chosen))
+        keep = closes(ev, current)
+        search.step("observers", "lowest-MSE observer per value", sorted(changed), ev, keep,
+                    f"each activation's grid with the lowest MSE over the calibration data ({detail} values; the "
+                    "rest min-max)" + (": closes part of the gap" if keep else
+                                       f": closes less than {MIN_GAP_CLOSED:.0%} of the gap to the budget"))
+        if keep:
+            current = ev
+    if current.met:
+        return current
+    current = _clip_outlier_values(search, current)
+    if current.met:
+        return current
+    names = sorted({n for per_value in mse.values() for n in per_value} - {"minmax"})
     best, best_row = current, None
-    # kept only when it closes a real part of the gap (a grid that clips everywhere for a rounding-level
-    # gain would cost more than it buys once the search fixes the layers that matter)
-    needed = MIN_GAP_CLOSED * abs(search.budget.margin(current.metric))
-    for change, values, observers, why in trials:
-        ev = search.evaluate(current.config.with_(observers=observers))
-        keep = search.budget.margin(ev.metric) - search.budget.margin(best.metric) >= needed and search.better(ev, best)
-        search.step("observers", change, values, ev, False,
-                    why + (": closes part of the gap to the budget" if keep else
-                           f": closes less than {MIN_GAP_CLOSED:.0%} of the gap to the budget"))
+    for name in names:
+        ev = search.evaluate(start.config.with_(observers={v: name for v in mse}))
+        keep = closes(ev, best)
+        search.step("observers", f"{name} observer for every value", [], ev, False,
+                    f"every activation calibrated by the {name} observer"
+                    + (": better than the grids before" if keep else ": no better than the grids before"))
         if keep:
             best, best_row = ev, len(search.steps) - 1
     if best_row is not None:
         search.steps[best_row]["kept"] = True
     return best
+
+
+def _clip_outlier_values(search: _Search, current: _Eval) -> _Eval:
+    """Values whose min-max range an outlier stretched (another observer's range under OUTLIER_RATIO of it),
+    most stretched first, each tried with that observer alone and kept when the budget's metric improves:
+    a grid's MSE counts a clipped outlier even when nothing downstream reads it (a dead channel), the
+    budget does not."""
+    config = current.config
+    tried = []
+    for value, by_observer in search.ranges.items():
+        full = by_observer.get("minmax")
+        if full is None or full[1] - full[0] <= 0:
+            continue
+        width = {n: r[1] - r[0] for n, r in by_observer.items() if n != "minmax"}
+        if not width:
+            continue
+        name = min(width, key=width.get)
+        ratio = width[name] / (full[1] - full[0])
+        if ratio < OUTLIER_RATIO and config.observer_of.get(value) != name:
+            tried.append((ratio, value, name))
+    for ratio, value, name in sorted(tried)[:search.max_candidates]:
+        cfg = current.config
+        ev = search.evaluate(cfg.with_(observers={**cfg.observer_of, value: name}))
+        keep = search.budget.margin(ev.metric) > search.budget.margin(current.metric)
+        search.step("observers", f"{name} observer for one value", [value], ev, keep,
+                    f"its min-max range is {1 / ratio:.0f}x the {name} range (an outlier stretches it): "
+                    + ("clipping it brings the metric closer to the budget" if keep else "clipping it does not help"))
+        if keep:
+            current = ev
+            if ev.met:
+                break
+    return current
 
 
 def _prune(search: _Search, current: _Eval, order: list[str]) -> _Eval:

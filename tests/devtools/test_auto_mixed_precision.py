@@ -68,7 +68,7 @@ def test_budget_measured_on_the_runtime_program_and_cost_reported(xnnpack_result
 def test_explanation_names_each_choice(xnnpack_result):
     r = xnnpack_result
     steps = r.steps
-    assert list(steps["phase"])[0] == "int8" and list(steps["phase"])[-1] == "runtime"
+    assert steps["phase"].iloc[0] == "int8" and steps["phase"].iloc[-1] == "runtime"
     assert {"observers", "sensitivity", "prefix", "prune"} <= set(steps["phase"])
     assert steps["why"].str.len().min() > 0
     row = r.layers.set_index("layer").loc[PLANTED]
