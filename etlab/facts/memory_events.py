@@ -12,8 +12,9 @@ Allocator names (`parse_allocator` reads them back):
 - `planned:<mem_id>`: a method's planned arena of that memory id (its declared size), at load;
 - `shared:<mem_id>`: the program's shared state (`share_mutable_buffers`), one arena whichever
   method names it: recorded by the first load that allocates it only;
-- `method`: the method allocator at load: what the load kept from the CPU allocator besides what its
-  delegates' init kept (the value table's own tensors, the bound plan's; arenas are not from it);
+- `method`: the method allocator at load: what the load kept besides what its delegates' init kept
+  (the value table, the bound and native plans: the larger of the CPU allocator's bytes the load kept
+  and the process's resident growth over it; planned arenas are mapped lazily, so not in it);
 - `delegate:<backend_id>:<what>`: a delegate's memory, named by its backend (`memory_names`): what its
   init kept, at load (`delegate:XnnpackBackend:packed_weights`; `...:init` for a backend that names
   nothing), and the transient memory of a call, at its DELEGATE_CALL instruction

@@ -5,7 +5,9 @@ What is measured, and how (the names and the order of the events: `etlab.facts.m
 - the CPU allocator's traffic on the running thread, through c10's memory-reporting hook (the native
   core's `MemoryWatch`, used by both cores): per instruction, the most it held at once beyond its start
   and what it kept (`temp`, `unplanned`, or a delegate's named allocation when its backend names them);
-  over a load, what the load kept (`method`) and what each delegate's init kept;
+  over a load, what each delegate's init kept and what the load kept besides (`method`: the larger of
+  the allocator's bytes and the process's resident growth, which also counts the Python and native
+  structures of the value table and bound plan; planned arenas are mapped lazily, not resident yet);
 - the process's resident memory and its high-water mark (`/proc/self/statm`, `getrusage`), before and
   after each load and each run.
 
@@ -15,7 +17,6 @@ measured per instruction (a warning says so once); the RSS deltas are still reco
 
 from __future__ import annotations
 
-import os
 import resource
 import sys
 import warnings
@@ -24,19 +25,23 @@ from etlab.facts import memory_events as M
 from etlab.runtime._events import allocation_event
 from etlab.runtime._native import memory_watch
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _MAXRSS_UNIT = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB elsewhere
 _warned = False
 
 
 def process_memory() -> tuple[int, int]:
-    """(resident bytes now, the process's resident high-water mark in bytes); resident is 0 when unknown."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT
+    """(resident bytes now, the process's resident high-water mark in bytes); resident is 0 when unknown.
+
+    Linux: VmRSS and VmHWM of /proc/self/status (the high-water mark a process may reset through
+    /proc/self/clear_refs); elsewhere the high-water mark of getrusage."""
     try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[1]) * _PAGE, peak
+        with open("/proc/self/status", "rb") as f:
+            status = f.read()
+        rss = int(status.split(b"VmRSS:", 1)[1].split(None, 1)[0]) * 1024
+        hwm = int(status.split(b"VmHWM:", 1)[1].split(None, 1)[0]) * 1024
+        return rss, hwm
     except (OSError, IndexError, ValueError):
-        return 0, peak
+        return 0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * _MAXRSS_UNIT
 
 
 def new_watch():

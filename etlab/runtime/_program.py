@@ -218,12 +218,14 @@ class Program:
                 events.append(allocation_event(M.planned(mem_id), t.numel()))
             elif memory.allocates_shared:
                 events.append(allocation_event(M.shared(mem_id), t.numel()))
+        after = process_memory()
         if memory.started:
             for d in method._delegates:
                 events.append(allocation_event(d.memory_name("init"), d.init_bytes))
             delegates = sum(d.init_bytes for d in method._delegates)
-            events.append(allocation_event(M.METHOD, max(0, memory.kept - delegates)))
-        return events + process_events(memory.before, process_memory())
+            grown = after[0] - memory.before[0] if after[0] and memory.before[0] else 0
+            events.append(allocation_event(M.METHOD, max(0, max(memory.kept, grown) - delegates)))
+        return events + process_events(memory.before, after)
 
     # -- ETDump ------------------------------------------------------------------------------
 

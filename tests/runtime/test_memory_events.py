@@ -172,3 +172,27 @@ def test_allocator_names_parse_back():
         M.delegate("a:b", "workspace")
     assert M.owner_positions(["allocation", "allocation", "profile", "debug", "allocation", "profile",
                               "allocation"]) == [2, 2, -1, -1, 5, -1, -1]
+
+
+@pytest.fixture(scope="module")
+def xnnpack_cnn() -> tuple[bytes, list]:
+    from etlab.compiler import to_edge_transform_and_lower
+    from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+    from etlab.models import zoo
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, inputs = zoo.make_cnn()
+    edge = to_edge_transform_and_lower(torch.export.export(model.eval(), tuple(inputs)),
+                                       partitioner=[XnnpackPartitioner()])
+    return edge.to_executorch().buffer, list(inputs)
+
+
+def test_the_xnnpack_host_backend_reports_packed_weights_and_workspace(xnnpack_cnn):
+    data, inputs = xnnpack_cnn
+    dump = _trace(data, inputs, runs=1)
+    load, run = dump.run_data
+    packed = [size for name, size, _ in _allocations(load) if name == "delegate:XnnpackBackend:packed_weights"]
+    assert len(packed) >= 1 and all(size > 0 for size in packed)
+    delegate_calls = {owner for name, _, owner in _allocations(run) if name == "delegate:XnnpackBackend:workspace"}
+    assert delegate_calls and all(owner[0] == "DELEGATE_CALL" for owner in delegate_calls)
