@@ -256,9 +256,52 @@ class RunBlock(TypedDict):
     span_ticks: int
 
 
+class MemoryOwner(TypedDict):
+    """One owner of a run's memory (etlab.inspector.MemorySummary.owners): bytes at load, its peak in a run."""
+
+    owner: str
+    kind: str
+    load_bytes: int
+    run_peak_bytes: int
+    peak_bytes: int
+    peak_run: int | None
+    peak_instruction: int | None
+
+
+class MemoryPhase(TypedDict):
+    phase: str
+    tracked_bytes: int
+    rss_bytes: int
+    peak_rss_bytes: int
+
+
+class MemoryStep(TypedDict):
+    """Tracked bytes at one instruction of one run: held since load + accumulated + the instruction's own."""
+
+    run: int
+    instruction: int
+    accumulated: int
+    transient: int
+    bytes: int
+
+
+class ObservedMemory(TypedDict):
+    """What the run's allocation events add up to (Inspector.memory_summary()); null without such events."""
+
+    peak_bytes: int
+    load_bytes: int
+    peak_run: int | None
+    peak_instruction: int | None
+    runs: int
+    owners: list[MemoryOwner]
+    phases: list[MemoryPhase]
+    timeline: list[MemoryStep]
+
+
 class EtdpView(Versioned):
     """GET /etlab/api/view/etdp. paired: the kind of program joined; with an .etrecord its graphs come
-    from a second request (graphs_pending, part=graphs); memory*: the plan of a .pte of the program."""
+    from a second request (graphs_pending, part=graphs); memory*: the plan of a .pte of the program;
+    observed_memory: the run's allocation events added up."""
 
     blocks: list[RunBlock]
     unit: str
@@ -273,6 +316,7 @@ class EtdpView(Versioned):
     memory: NotRequired[list[MemoryBlock]]
     steps: NotRequired[int]
     memory_source: NotRequired[str]
+    observed_memory: ObservedMemory | None
     program: str | None
     mismatch: str | None
     candidates: list[str]

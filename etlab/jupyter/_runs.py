@@ -94,6 +94,36 @@ def run_blocks(cols) -> list[dict]:
     return out
 
 
+def _opt_int(v) -> int | None:
+    """An int, or None for a missing value (None, NaN, pandas' NA)."""
+    import pandas as pd
+
+    return None if v is None or pd.isna(v) else int(v)
+
+
+def observed_memory(inspector, max_runs: int = 200) -> dict | None:
+    """The run's allocation events added up (Inspector.memory_summary()): tracked peak, bytes by owner, load
+    against run, and the tracked bytes at each instruction of the first `max_runs` runs; None without
+    allocation events (a run traced without trace_allocations)."""
+    summary = inspector.memory_summary()
+    if not len(summary.owners):
+        return None
+    tl = summary.timeline
+    tl = tl[tl["run"] < max_runs]
+    return {"peak_bytes": summary.peak_bytes, "load_bytes": summary.load_bytes,
+            "peak_run": _opt_int(summary.peak_run), "peak_instruction": _opt_int(summary.peak_instruction),
+            "runs": summary.runs,
+            "owners": [{"owner": str(r.owner), "kind": str(r.kind), "load_bytes": int(r.load_bytes),
+                        "run_peak_bytes": int(r.run_peak_bytes), "peak_bytes": int(r.peak_bytes),
+                        "peak_run": _opt_int(r.peak_run), "peak_instruction": _opt_int(r.peak_instruction)}
+                       for r in summary.owners.itertuples(index=False)],
+            "phases": [{"phase": str(r.phase), "tracked_bytes": int(r.tracked_bytes), "rss_bytes": int(r.rss_bytes),
+                        "peak_rss_bytes": int(r.peak_rss_bytes)} for r in summary.phases.itertuples(index=False)],
+            "timeline": [{"run": int(r.run), "instruction": int(r.instruction), "accumulated": int(r.accumulated),
+                          "transient": int(r.transient), "bytes": int(r.bytes)}
+                         for r in tl.itertuples(index=False) if r.instruction >= 0]}
+
+
 def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFile | None = None,
               method: str = "forward") -> dict:
     """The run's blocks, profile table and timeline; paired with a .pte also its instruction graph with
@@ -109,7 +139,7 @@ def etdp_view(etdump, inspector, *, program_kind: str | None = None, pte: PteFil
             "rows": profile_rows(timings), "spans": timeline_spans(timings),
             "runs": max((t.runs for t in timings), default=0), "summary": run_summary(timings, unit),
             "graphs": [], "paired": program_kind,
-            "graphs_pending": program_kind == "etrecord"}
+            "graphs_pending": program_kind == "etrecord", "observed_memory": observed_memory(inspector)}
     if pte is not None:
         plans = list(pte.program.execution_plan or ())
         plan = next((p for p in plans if p.name == method), plans[0] if plans else None)

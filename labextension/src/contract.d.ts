@@ -218,7 +218,46 @@ export interface IRunSummary {
   max: number | null;
 }
 
-/** GET /etlab/api/view/etdp. paired: the kind of program joined; with an .etrecord its graphs come from a second request (graphs_pending, part=graphs); memory*: the plan of a .pte of the program. */
+/** One owner of a run's memory (etlab.inspector.MemorySummary.owners): bytes at load, its peak in a run. */
+export interface IMemoryOwner {
+  owner: string;
+  kind: string;
+  load_bytes: number;
+  run_peak_bytes: number;
+  peak_bytes: number;
+  peak_run: number | null;
+  peak_instruction: number | null;
+}
+
+export interface IMemoryPhase {
+  phase: string;
+  tracked_bytes: number;
+  rss_bytes: number;
+  peak_rss_bytes: number;
+}
+
+/** Tracked bytes at one instruction of one run: held since load + accumulated + the instruction's own. */
+export interface IMemoryStep {
+  run: number;
+  instruction: number;
+  accumulated: number;
+  transient: number;
+  bytes: number;
+}
+
+/** What the run's allocation events add up to (Inspector.memory_summary()); null without such events. */
+export interface IObservedMemory {
+  peak_bytes: number;
+  load_bytes: number;
+  peak_run: number | null;
+  peak_instruction: number | null;
+  runs: number;
+  owners: IMemoryOwner[];
+  phases: IMemoryPhase[];
+  timeline: IMemoryStep[];
+}
+
+/** GET /etlab/api/view/etdp. paired: the kind of program joined; with an .etrecord its graphs come from a second request (graphs_pending, part=graphs); memory*: the plan of a .pte of the program; observed_memory: the run's allocation events added up. */
 export interface IEtdpView {
   path: string;
   size: number;
@@ -236,6 +275,7 @@ export interface IEtdpView {
   memory?: IMemoryBlock[];
   steps?: number;
   memory_source?: string;
+  observed_memory: IObservedMemory | null;
   program: string | null;
   mismatch: string | null;
   candidates: string[];

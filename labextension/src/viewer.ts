@@ -11,6 +11,7 @@ import type {
   IMethodSummary, IProfileRow, IPteView, IStat, IVerifyReport
 } from './contract';
 import { fmtBytes, fmtNum, h, IGraphState, IMounted, memoryPlan, mountGraph, mountTable, section, table } from './render';
+import { observedSection } from './memory';
 import { runTimeline } from './timeline';
 
 export type ViewKind = 'pte' | 'etdp' | 'etrecord' | 'bpte' | 'compare';
@@ -275,6 +276,14 @@ async function runPanels(v: ETLabViewer, d: IEtdpView, graphs: IGraph[] | Promis
     });
     memBox.append(mem);
     v.body.append(memBox);
+  }
+  // what the run's allocation events add up to, on the same instruction axis (etlab/labextension memory.ts)
+  if (d.observed_memory) {
+    v.body.append(observedSection(d.observed_memory, d.steps ?? 0, (i) => {
+      const row = d.rows.find((r) => r.instruction === i);
+      select({ handles: instructionGraph ? [i] : row ? row.handles : [], instruction: instructionGraph, label: `instruction ${i}` }, true);
+      focusGraph(row ? row.handles : [], i, null);
+    }));
   }
   showLive = (rows: IProfileRow[] | null) => {
     if (!mem) return;

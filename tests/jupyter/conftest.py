@@ -46,8 +46,10 @@ def _compile(model, inputs, partition: bool):
 
 
 def _run(pte: Path, etdp: Path, inputs, runs: int, intermediates: bool = False) -> None:
-    """Runs `pte` `runs` times into `etdp`; with `intermediates`, also their outputs into <etdp>.bin."""
-    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=1 << 20 if intermediates else None)
+    """Runs `pte` `runs` times into `etdp`; with `intermediates`, also their outputs into <etdp>.bin and its
+    allocation events (the dashboard's observed memory)."""
+    program = Runtime.get().load_program(pte, enable_etdump=True, debug_buffer_size=1 << 20 if intermediates else None,
+                                         trace_allocations=intermediates)
     method = program.load_method("forward")
     for _ in range(runs):
         method.execute(list(inputs))

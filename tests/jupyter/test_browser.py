@@ -59,6 +59,20 @@ def test_etdp_dashboard_and_linked_selection(lab_page, lab, lab_files):
     assert v.locator("g.node.selected").count() >= 1
     assert v.locator("[data-role=timeline] rect.span.jp-etlab-hit").count() >= lab_files.runs
     lab_page.shot("etdp-dashboard-light")
+    # the run's allocation events added up, on the plan's axis: the peak run's stacked bars, the owners;
+    # a bar picks its instruction's profile rows
+    seen = data["observed_memory"]
+    assert seen is not None and seen["peak_bytes"] > seen["load_bytes"] > 0
+    box = v.locator("[data-role=observed-memory]")
+    peak = [t for t in seen["timeline"] if t["run"] == seen["peak_run"]]
+    bars = (seen["load_bytes"] > 0) + sum((t["accumulated"] > 0) + (t["transient"] > 0) for t in peak)  # load: one band
+    assert box.locator("rect.observed").count() == bars > 0
+    assert box.locator("[data-role=memory-owners] tbody tr").count() == len(seen["owners"])
+    assert f"run {seen['peak_run']}, instruction {seen['peak_instruction']}" in box.locator("h3").inner_text()
+    box.locator(f"rect.observed.transient[data-instruction='{seen['peak_instruction']}']").click()
+    assert v.locator("[data-role=filter-note]").is_visible() and 0 < rows.count() < len(data["rows"])
+    box.scroll_into_view_if_needed()
+    lab_page.shot("etdp-memory-light")
     assert lab_page.take_errors() == []
 
 
@@ -164,6 +178,8 @@ def test_dark_theme(lab_page):
         table_bg = v.locator(".etlab-tv th").first.evaluate("el => getComputedStyle(el).backgroundColor")
         assert table_bg != "rgb(244, 246, 249)"  # the view's light default is replaced by the theme's color
         lab_page.shot("etdp-dashboard-dark")
+        v.locator("[data-role=observed-memory]").scroll_into_view_if_needed()
+        lab_page.shot("etdp-memory-dark")
         v = lab_page.open("mlp.pte")
         lab_page.wait_graph(v)
         lab_page.shot("pte-dark")
