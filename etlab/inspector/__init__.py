@@ -16,6 +16,9 @@
 - `Inspector.compare(other)` -> `Comparison` (`CompareRow`, `CompareSummary`): two runs or builds
   per op (latency and numeric deltas joined by debug handle, or by module + op where the builds'
   graphs differ, e.g. float vs quantized); `etlab compare A B` on the command line
+- memory as it ran: `Inspector.memory_dataframe()` / `.memory_summary()` -> `MemorySummary` (peak by owner,
+  load vs run, tracked bytes per instruction, planned vs observed); `memory_frame(columns)` /
+  `memory_summary(columns)` over a read ETDump (`etlab.etdump.read_etdump`)
 - `compare_results`, distance functions `mse`, `l1`, `snr`, `cosine_similarity`
 - a run and its program: `run_mismatch` (why a run is not of a program: the Inspector warns with it, or
   raises `PairingError` with `strict=True`), `program_signature` / `pte_signature`, `run_calls`
@@ -40,6 +43,7 @@ from etlab.inspector._cli import (
 from etlab.inspector._compare import CompareRow, CompareSummary, Comparison, compare
 from etlab.inspector._events import Event, EventBlock, PerfData, TimeScale
 from etlab.inspector._inspector import Inspector
+from etlab.inspector._memory import MemorySummary, memory_frame, memory_summary
 from etlab.inspector._numeric import compare_results, cosine_similarity, l1, mse, snr
 from etlab.inspector._pairing import (
     DELEGATE,
@@ -84,6 +88,7 @@ __all__ = [
     "EventBlock",
     "GapRow",
     "Inspector",
+    "MemorySummary",
     "MethodInfo",
     "OpInfo",
     "OpTiming",
@@ -104,6 +109,8 @@ __all__ = [
     "input_file",
     "inspect_main",
     "l1",
+    "memory_frame",
+    "memory_summary",
     "mse",
     "numeric_gaps",
     "op_label",

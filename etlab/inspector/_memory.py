@@ -145,8 +145,9 @@ class MemorySummary:
 
     owners: one row per owner: load bytes, the run peak (largest over runs), both together, and the run
     and instruction of that peak. phases: load against run (tracked bytes and the measured RSS growth).
-    timeline: tracked bytes at each instruction of each run. arenas / tensors: planned against observed
-    (empty without the program's plan). peak_bytes: load plus the largest run peak (at peak_run,
+    timeline: tracked bytes at each instruction of each run. blocks: each owner's bytes per block (`block_peaks`)
+    and each run's tracked peak (owner "tracked"), what a fleet stores per run. arenas / tensors: planned against
+    observed (empty without the program's plan). peak_bytes: load plus the largest run peak (at peak_run,
     peak_instruction; None when no run allocated).
     """
 
@@ -160,6 +161,7 @@ class MemorySummary:
     peak_run: int | None = None
     peak_instruction: int | None = None
     runs: int = 0
+    blocks: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def _repr_html_(self) -> str | None:
         return display.html(self)
@@ -170,30 +172,51 @@ class MemorySummary:
                 f"{len(self.owners)} owners over {self.runs} run(s)")
 
 
-def _owners(frame: pd.DataFrame) -> pd.DataFrame:
+PEAK_COLUMNS = ["block", "block_name", "phase", "run", "owner", "kind", "bytes", "instruction"]
+TRACKED = "tracked"  # the owner label of a run's tracked peak in `MemorySummary.blocks` (load bytes included)
+
+
+def _steps(ev: pd.DataFrame) -> np.ndarray:
+    return ev["instruction"].astype("float64").fillna(-1).to_numpy().astype(np.int64)
+
+
+def block_peaks(frame: pd.DataFrame) -> pd.DataFrame:
+    """One row per block and owner: at load its bytes, in a run its peak there (a transient owner's most at
+    one instruction, another's largest running total, at least 0; a measurement's growth over the block)
+    and the instruction of that peak (-1: none, or the block as a whole)."""
     rows = []
-    tracked = frame[~frame["kind"].isin(MEASURED_KINDS)]
+    for (block, owner), ev in frame.groupby(["block", "owner"], sort=True):
+        kind, phase, run = ev["kind"].iloc[0], ev["phase"].iloc[0], ev["run"].iloc[0]
+        steps = _steps(ev)
+        if phase == "run" and kind in TRANSIENT_KINDS:
+            sums = ev["bytes"].groupby(steps, sort=False).sum()
+            peak, at = int(sums.max()), int(sums.idxmax())
+        elif phase == "run" and kind not in MEASURED_KINDS:
+            acc = ev["bytes"].cumsum().to_numpy()
+            k = int(np.argmax(acc))
+            peak, at = (int(acc[k]), int(steps[k])) if acc[k] > 0 else (0, -1)
+        else:
+            peak, at = int(ev["bytes"].sum()), -1
+        rows.append({"block": int(block), "block_name": ev["block_name"].iloc[0], "phase": phase, "run": run,
+                     "owner": owner, "kind": kind, "bytes": peak, "instruction": at})
+    return pd.DataFrame(rows, columns=PEAK_COLUMNS).astype({"run": "Int64"})
+
+
+def _owners(peaks: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    tracked = peaks[~peaks["kind"].isin((*MEASURED_KINDS, TRACKED))]
     for owner, ev in tracked.groupby("owner", sort=False):
-        kind = ev["kind"].iloc[0]
         load = int(ev.loc[ev["phase"] == "load", "bytes"].sum())
-        best, best_run, best_instr = 0, None, None
-        for run, rev in ev[ev["phase"] == "run"].groupby("run", sort=True):
-            if kind in TRANSIENT_KINDS:
-                per = rev.assign(i=rev["instruction"].astype("float64").fillna(-1)).groupby("i", sort=False)["bytes"]
-                sums = per.sum()
-                peak, at = int(sums.max()), sums.idxmax()
-            else:
-                acc = rev["bytes"].cumsum().to_numpy()
-                k = int(np.argmax(acc))
-                peak, at = int(acc[k]), rev["instruction"].astype("float64").fillna(-1).iloc[k]
-            if peak > best:
-                best, best_run, best_instr = peak, int(run), None if at < 0 else int(at)
-        rows.append({"owner": owner, "kind": kind, "load_bytes": load, "run_peak_bytes": best,
-                     "peak_bytes": load + best, "peak_run": best_run, "peak_instruction": best_instr,
-                     "events": len(ev)})
+        runs = ev[(ev["phase"] == "run") & (ev["bytes"] > 0)]
+        best = runs.loc[runs["bytes"].idxmax()] if len(runs) else None
+        rows.append({"owner": owner, "kind": ev["kind"].iloc[0], "load_bytes": load,
+                     "run_peak_bytes": 0 if best is None else int(best["bytes"]),
+                     "peak_bytes": load + (0 if best is None else int(best["bytes"])),
+                     "peak_run": None if best is None else int(best["run"]),
+                     "peak_instruction": None if best is None or best["instruction"] < 0 else int(best["instruction"])})
     order = {k: i for i, k in enumerate((*me.OWNER_KINDS, "other"))}
     df = pd.DataFrame(rows, columns=["owner", "kind", "load_bytes", "run_peak_bytes", "peak_bytes", "peak_run",
-                                     "peak_instruction", "events"])
+                                     "peak_instruction"])
     df = df.iloc[sorted(range(len(df)), key=lambda i: (order.get(df["kind"].iat[i], 99), df["owner"].iat[i]))]
     return df.reset_index(drop=True).astype({"peak_run": "Int64", "peak_instruction": "Int64"})
 
@@ -209,7 +232,8 @@ def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> Mem
     """The tracked peaks of a run (see the module docstring); `pte` (a PteFile) adds planned against observed."""
     frame = memory_frame(c)
     n_runs = sum(r.name != me.LOAD_BLOCK for r in c.runs)
-    owners = _owners(frame)
+    peaks = block_peaks(frame)
+    owners = _owners(peaks)
     load_held = int(frame.loc[(frame["phase"] == "load") & ~frame["kind"].isin(MEASURED_KINDS), "bytes"].sum())
     parts = []
     for run, ev in frame[frame["phase"] == "run"].groupby("run", sort=True):
@@ -241,10 +265,29 @@ def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> Mem
          "peak_rss_bytes": _measured(frame, "load", me.PEAK_RSS) + _measured(frame, "run", me.PEAK_RSS)},
     ])
     summary = MemorySummary(owners=owners, phases=phases, timeline=timeline, peak_bytes=peak, load_bytes=load_held,
-                            peak_run=peak_run, peak_instruction=peak_instr, runs=n_runs)
+                            peak_run=peak_run, peak_instruction=peak_instr, runs=n_runs,
+                            blocks=_with_tracked(peaks, timeline, c, load_held))
     if pte is not None:
         summary.arenas, summary.tensors = planned_vs_observed(c, pte, frame, method)
     return summary
+
+
+def _with_tracked(peaks: pd.DataFrame, timeline: pd.DataFrame, c: ETDumpColumns, load_held: int) -> pd.DataFrame:
+    """`peaks` and, for every run block, its tracked peak (owner TRACKED): the load bytes plus the most the run
+    added at one instruction (a run without allocation events: the load bytes)."""
+    rows, runs_seen = [], 0
+    for b, r in enumerate(c.runs):
+        if r.name == me.LOAD_BLOCK:
+            continue
+        mine = timeline[timeline["run"] == runs_seen]
+        k = int(mine["bytes"].to_numpy().argmax()) if len(mine) else -1
+        best = int(mine["bytes"].iat[k]) if k >= 0 else load_held
+        rows.append({"block": b, "block_name": r.name, "phase": "run", "run": runs_seen, "owner": TRACKED,
+                     "kind": TRACKED, "bytes": max(best, load_held),
+                     "instruction": int(mine["instruction"].iat[k]) if k >= 0 and best > load_held else -1})
+        runs_seen += 1
+    extra = pd.DataFrame(rows, columns=PEAK_COLUMNS).astype({"run": "Int64"})
+    return pd.concat([peaks, extra], ignore_index=True) if len(peaks) else extra
 
 
 # -- planned against observed -------------------------------------------------------------------

@@ -68,6 +68,14 @@ def test_peaks_by_owner_load_against_run_and_the_timeline():
     assert phases.loc["run"].tolist() == [peak - P.held, P.run_rss, P.run_rss]
     assert phases.loc["load + run", "tracked_bytes"] == peak
     assert "tracked peak 78,264 bytes" in repr(summary)
+    # per block: each owner's bytes there and each run's tracked peak (what a fleet stores per run)
+    blocks = summary.blocks
+    tracked = blocks[blocks["owner"] == "tracked"]
+    assert tracked["bytes"].tolist() == [max(P.run_bytes(r).values()) for r in range(3)]
+    assert tracked["instruction"].tolist() == [2, 2, 2] and tracked["block"].tolist() == [1, 2, 3]
+    un = blocks[blocks["owner"] == "unplanned"]
+    assert un["bytes"].tolist() == list(P.unplanned) and un["instruction"].tolist() == [1, 1, 1]
+    assert blocks[(blocks["owner"] == "rss")]["bytes"].tolist() == [P.load_rss, P.run_rss]
 
 
 def test_ids_counted_from_zero_read_the_same():
