@@ -23,8 +23,10 @@ converted model on the dataset:
 4. the shortest prefix of that ranking that meets the budget (doubling, then bisection).
 5. pruning: each float layer, least useful first, quantized again if the budget still holds; then the
    cheaper fixes for the rest: per-channel weights, 16-bit output activations, before float.
-6. the result compiled for `backend`, run on etlab's runtime on the whole dataset (the budget checked
-   there), its .pte size and latency measured next to the all-int8 and float programs.
+6. cost: the configurations found with as few float layers that also meet the budget (up to
+   MAX_COST_CANDIDATES) compiled for `backend` and timed on etlab's runtime; the cheapest in latency
+   and .pte size is kept. It runs on etlab's runtime on the whole dataset (the budget checked there),
+   its .pte size and latency measured next to the all-int8 and float programs.
 
 The greedy baseline (`greedy_float_baseline`) is the manual loop `sensitivity_table` tabulates: rank
 layers by local SQNR on one input, keep the worst k in float, k = 0, 1, 2, ... until met.
@@ -33,11 +35,9 @@ layers by local SQNR on one input, keep the worst k in float, k = 0, 1, 2, ... u
 from __future__ import annotations
 
 import math
-import statistics
 import sys
-import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pandas as pd
 import torch
@@ -53,79 +53,19 @@ from etlab.devtools._amp_config import (
     layer_of_node,
     probe,
 )
+from etlab.devtools._amp_result import MixedPrecisionResult
+from etlab.devtools._amp_runtime import compile_program, runtime_latency_ms, runtime_outputs
 from etlab.devtools._quant_debug import _as_inputs, float_graph_of, quantization_report
 from etlab.devtools._quant_debug_fix import quantize_pt2e
 
 BACKENDS = ("xnnpack", "portable")
 OUTLIER_RATIO = 0.5  # a value is outlier-stretched when another observer's range is under half its min-max range
 MIN_GAP_CLOSED = 0.05  # an observer change for every value is kept when it closes at least this much of the gap
+MAX_COST_CANDIDATES = 4  # configurations as good by float-layer count, compiled and timed to pick the cheapest
 OBSERVERS = ("minmax", "histogram", "percentile", "percentile_99.9")
 STEP_COLUMNS = ["step", "phase", "change", "layers", "metric", "sqnr_db", "met", "float_layers", "kept", "why"]
 LAYER_COLUMNS = ["layer", "op", "module", "precision", "weights", "activation", "observer", "alone_in_float",
                  "why"]
-
-
-@dataclass
-class MixedPrecisionResult:
-    """What `auto_mixed_precision` chose and why. `met`: the budget holds on etlab's runtime over the
-    dataset (`metric`); `metric_torch`: the converted model's in torch; `float_layers`: layers kept in
-    float (anchor node names); `config`: JSON-able choices; `steps` / `layers`: the explanation;
-    `cost`: .pte bytes and median latency (ms) of this program, all-int8 and float on the runtime."""
-
-    budget: AccuracyBudget
-    backend: str
-    met: bool
-    metric: float
-    metric_torch: float
-    int8_metric: float
-    float_layers: list[str]
-    config: PrecisionConfig
-    steps: pd.DataFrame
-    layers: pd.DataFrame
-    converted: GraphModule
-    program: object  # ExecutorchProgramManager
-    cost: dict = field(default_factory=dict)
-    evaluations: int = 0
-    _make_quantizer: Callable[[], object] | None = None
-
-    def quantizer(self):
-        """A fresh PT2E quantizer with the chosen configuration (its observers, not fixed ranges: it
-        calibrates again on whatever data prepare_pt2e's model sees)."""
-        return self._make_quantizer()
-
-    def summary(self) -> str:
-        status = "met" if self.met else "NOT met"
-        text = (f"budget {self.budget} {status} on etlab's {self.backend} runtime: {self.budget.name} "
-                f"{self.metric:.4g} (all int8: {self.int8_metric:.4g}); {len(self.float_layers)} layer(s) in float")
-        if self.float_layers:
-            text += f" ({', '.join(self.float_layers)})"
-        extras = [f"{len(self.config.int16)} value(s) with 16-bit activations" if self.config.int16 else "",
-                  f"{len(self.config.per_channel)} layer(s) with per-channel weights" if self.config.per_channel
-                  else ""]
-        text += "".join(f"; {e}" for e in extras if e)
-        c = self.cost
-        if c.get("int8_pte_bytes"):
-            text += (f"; .pte {c['pte_bytes'] / 1024:.1f} KB (int8 {c['int8_pte_bytes'] / 1024:.1f}, float "
-                     f"{c['float_pte_bytes'] / 1024:.1f})")
-        elif c.get("pte_bytes"):
-            text += f"; .pte {c['pte_bytes'] / 1024:.1f} KB"
-        if c.get("latency_ms"):
-            text += (f"; latency {c['latency_ms']:.3f} ms (int8 {c['int8_latency_ms']:.3f}, float "
-                     f"{c['float_latency_ms']:.3f})")
-        return text
-
-    def explain(self) -> str:
-        """The summary, the search's steps and the per-layer choices as text."""
-        with pd.option_context("display.max_colwidth", 80, "display.width", 200):
-            return "\n\n".join([self.summary(), self.steps.to_string(index=False),
-                                self.layers[self.layers["precision"] != "int8"].to_string(index=False)])
-
-    def __repr__(self) -> str:
-        return f"MixedPrecisionResult({self.summary()})"
-
-    def _repr_html_(self) -> str:
-        return (f"<p>{self.summary()}</p><h4>Search</h4>{self.steps.to_html(index=False)}"
-                f"<h4>Layers not plain int8</h4>{self.layers[self.layers['precision'] != 'int8'].to_html(index=False)}")
 
 
 # --- inputs ---------------------------------------------------------------------------------------
@@ -476,48 +416,50 @@ def _cheaper_fixes(search: _Search, current: _Eval, order: list[str], allow_int1
     return current
 
 
-# --- compiling and measuring on the runtime ------------------------------------------------------------
+def _weight_numel(search: _Search, config: PrecisionConfig) -> int:
+    """Elements of the weights the float layers of `config` keep in float (what they add to the .pte)."""
+    gm, total = search.probe.graph, 0
+    nodes = {n.name: n for n in gm.graph.nodes}
+    for layer in search.probe.layers:
+        node = nodes.get(layer.weight or "")
+        if layer.name in config.float_layers and node is not None and node.op == "get_attr":
+            obj = gm
+            for part in str(node.target).split("."):
+                obj = getattr(obj, part, None)
+            total += obj.numel() if isinstance(obj, torch.Tensor) else 0
+    return total
 
 
-def compile_program(converted: GraphModule, example: tuple, backend: str):
-    """The converted model compiled by etlab (XNNPACK-lowered or portable): an ExecutorchProgramManager."""
-    from etlab.compiler import to_edge, to_edge_transform_and_lower
-
-    exported = torch.export.export(converted, example)
-    if backend == "xnnpack":
-        from etlab.compiler.backends.xnnpack import XnnpackPartitioner
-
-        return to_edge_transform_and_lower(exported, partitioner=[XnnpackPartitioner()]).to_executorch()
-    return to_edge(exported).to_executorch()
-
-
-def runtime_outputs(buffer: bytes, samples: Sequence[tuple]) -> list:
-    """Each sample run through the .pte on etlab's runtime."""
-    from etlab.runtime import Runtime
-
-    method = Runtime.get().load_program(buffer).load_method("forward")
-    return [[t.clone() if isinstance(t, torch.Tensor) else t for t in method.execute(list(s))] for s in samples]
-
-
-def runtime_latency_ms(buffer: bytes, sample: tuple, runs: int) -> float:
-    """Median wall time of one `execute` on etlab's runtime (after a warm-up run), ms."""
-    from etlab.runtime import Runtime
-
-    method = Runtime.get().load_program(buffer).load_method("forward")
-    args = list(sample)
-    method.execute(args)
-    times = []
-    for _ in range(max(1, runs)):
-        t = time.perf_counter()
-        method.execute(args)
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1e3
+def _cheapest(search: _Search, best: _Eval, backend: str, latency_runs: int, limit: int = MAX_COST_CANDIDATES):
+    """Among the configurations the search found that meet the budget with as few float layers (and no
+    more 16-bit values), the one whose program costs least on etlab's runtime: each compiled, its
+    latency measured (median of `latency_runs`) and its .pte size read; the lowest sum of latency and
+    size, each relative to the smallest seen, wins. Returns (evaluation, compiled program)."""
+    sample = search.samples[0]
+    n_float, n_int16 = len(best.config.float_layers), len(best.config.int16)
+    alternatives = [ev for ev in search.cache.values() if ev.met and ev is not best
+                    and len(ev.config.float_layers) == n_float and len(ev.config.int16) <= n_int16]
+    if not alternatives or latency_runs <= 0:
+        return best, compile_program(best.converted, sample, backend)
+    alternatives.sort(key=lambda ev: (_weight_numel(search, ev.config), -search.budget.margin(ev.metric)))
+    measured = []
+    for ev in [best, *alternatives[:limit - 1]]:
+        program = compile_program(ev.converted, sample, backend)
+        measured.append((ev, program, runtime_latency_ms(program.buffer, sample, latency_runs), len(program.buffer)))
+    fastest, smallest = min(m[2] for m in measured), min(m[3] for m in measured)
+    scores = [m[2] / fastest + m[3] / smallest for m in measured]
+    chosen = min(range(len(measured)), key=lambda i: (scores[i], i))
+    for i, (ev, _program, ms, nbytes) in enumerate(measured):
+        search.step("cost", "compiled and timed on etlab's runtime", sorted(ev.config.float_layers), ev, i == chosen,
+                    f"{nbytes / 1024:.1f} KB, {ms:.3f} ms; " + ("the cheapest that meets the budget with "
+                    f"{n_float} float layer(s)" if i == chosen else "costs more"))
+    return measured[chosen][0], measured[chosen][1]
 
 
 def _finish(search: _Search, best: _Eval, backend: str, latency_runs: int, measure_cost: bool,
             observers: list[str]) -> MixedPrecisionResult:
     budget, samples = search.budget, search.samples
-    program = compile_program(best.converted, samples[0], backend)
+    best, program = _cheapest(search, best, backend, latency_runs if measure_cost else 0)
     outputs = runtime_outputs(program.buffer, samples)
     metric = budget.measure(search.reference, outputs)
     met = budget.met(metric)
