@@ -98,8 +98,8 @@ class GraphView(anywidget.AnyWidget):
     selected = traitlets.Dict(default_value={}).tag(sync=True)
     options = traitlets.Dict(default_value={}).tag(sync=True)
 
-    def __init__(self, program_or_inspector, graph="edge", *, inspector=None, method: str = "forward",
-                 overlay: str = "none", gap_distance: str = "MSE", height: int = 560,
+    def __init__(self, program_or_inspector, graph: str | list[str] = "edge", *, inspector=None,
+                 method: str = "forward", overlay: str = "none", gap_distance: str = "MSE", height: int = 560,
                  collapse_threshold: int = 400, shown: list[str] | None = None, **kwargs):
         kinds = _kinds(graph)
         if overlay not in OVERLAYS:
