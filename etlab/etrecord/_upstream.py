@@ -242,6 +242,7 @@ class DocumentBuilder:
             meta = node.get("metadata") if isinstance(node.get("metadata"), dict) else {}
             if target == DELEGATE_TARGET:
                 self._translate_delegate(node, doc, where, depth)
+            _tuple_outputs_as_getitems(node, target)
             handle = meta.get("debug_handle")
             if handle is None:
                 continue
@@ -328,6 +329,10 @@ class DocumentBuilder:
             entry["named_data"] = named
         doc["delegates"].append(entry)
         inputs[0] = {"name": "", "arg": {"as_string": f"{attr}-{lowered['backend_id']}"}}
+        for item in inputs[1:]:  # upstream names the operands delegate_arg_<i>: positional, as etlab's calls are
+            name = item.get("name") if isinstance(item, dict) else None
+            if isinstance(name, str) and name.startswith("delegate_arg_"):
+                item["name"] = ""
 
     def ops(self) -> dict[int, list[OpInfo]]:
         """Debug handle -> nodes of the programs added (a program, then its delegates' originals)."""
@@ -340,6 +345,17 @@ class DocumentBuilder:
     def reader(self) -> ProgramReader:
         tensors = TensorTable(self.store.index_json(), bytearray(self.store.blob()), self.where)
         return ProgramReader(self.docs, tensors, self.where)
+
+
+def _tuple_outputs_as_getitems(node: dict, target: str) -> None:
+    """Upstream's schema writes a higher-order op's tuple result (an XNNPACK delegate call's) as one
+    `as_tensors` output without `is_hop_single_tensor_return`; torch 2.13's reader takes the missing
+    flag for a one-value result and fails. The flag set, it reads the tuple as getitems, as written."""
+    outputs = node.get("outputs")
+    if (target.startswith("torch.ops.higher_order.") and "is_hop_single_tensor_return" not in node
+            and isinstance(outputs, list) and len(outputs) == 1 and isinstance(outputs[0], dict)
+            and "as_tensors" in outputs[0]):
+        node["is_hop_single_tensor_return"] = True
 
 
 _NON_FINITE = {math.inf: "Infinity", -math.inf: "-Infinity"}
