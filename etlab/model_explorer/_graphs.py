@@ -64,6 +64,62 @@ def namespaces(model: GraphModel) -> dict[str, str]:
     return out
 
 
+SECTION_SIZE = 100
+"""Most children one layer shows before etlab splits them into sections. Model Explorer lays a
+layer out when it is expanded (the top level when the graph opens); a chain of 1,700 sibling layers
+(a long `nn.Sequential`) overflows its layout's stack, and its own splitting (past 1,000 children)
+never finishes on one. Sections of consecutive children keep every layer's layout small."""
+
+
+def _parent_space(space: str) -> str:
+    return space.rsplit("/", 1)[0] if "/" in space else ""
+
+
+def sectioned(spaces: list[str], names: list[str], size: int = SECTION_SIZE) -> tuple[list[str], dict[str, str]]:
+    """The op nodes' namespaces (`spaces`, in graph order) with a section layer inserted wherever a
+    layer holds more than `size` children (sub-layers and op nodes): `size` consecutive children per
+    section, in the order they first appear, each section named by its first and last child (an op
+    node by its `names` entry).
+    Returns (the nodes' new namespaces, every layer's path -> its new path)."""
+    items: dict[str, list] = {}  # layer -> its children in order: a sub-layer's path, or an op node's index
+    known: set[str] = {""}
+    for i, space in enumerate(spaces):
+        chain = []
+        while space not in known:
+            chain.append(space)
+            space = _parent_space(space)
+        for sp in reversed(chain):
+            known.add(sp)
+            items.setdefault(_parent_space(sp), []).append(sp)
+        items.setdefault(spaces[i], []).append(i)
+    section: dict[str | int, str] = {}  # sub-layer path or op index -> its section's segment
+    for kids in items.values():
+        if len(kids) <= size:
+            continue
+        for start in range(0, len(kids), size):
+            chunk = kids[start:start + size]
+            first, last = (k.rsplit("/", 1)[-1] if isinstance(k, str) else names[k] for k in (chunk[0], chunk[-1]))
+            seg = _segment(f"{first} .. {last}")  # ASCII: Model Explorer's canvas font lacks "\u2026"
+            for k in chunk:
+                section[k] = seg
+    paths: dict[str, str] = {"": ""}
+
+    def join(head: str, seg: str) -> str:
+        return f"{head}/{seg}" if head else seg
+
+    def rewrite(space: str) -> str:
+        if space not in paths:
+            head = rewrite(_parent_space(space))
+            if space in section:
+                head = join(head, section[space])
+            paths[space] = join(head, space.rsplit("/", 1)[-1])
+        return paths[space]
+
+    for sp in sorted(known, key=lambda x: x.count("/")):  # parents first: no deep recursion
+        rewrite(sp)
+    return [join(paths[sp], section[i]) if i in section else paths[sp] for i, sp in enumerate(spaces)], paths
+
+
 def node_label(n: GraphNode) -> str:
     """What Model Explorer writes on the node: the operator's short name ("convolution"), the
     delegate's backend, or the input/output name."""
@@ -128,10 +184,13 @@ def to_me_graph(model: GraphModel, node_extra: dict[int, dict[str, str]] | None 
     incoming: dict[int, list[int]] = {}
     for src, dst in model.edges:
         incoming.setdefault(dst, []).append(src)
+    node_spaces, paths = sectioned([spaces.get(n.group, "") if n.group else "" for n in model.nodes],
+                                   [node_label(n) for n in model.nodes])
+    spaces = {gid: paths.get(space, space) for gid, space in spaces.items()}
     nodes = []
-    for n in model.nodes:
+    for n, space in zip(model.nodes, node_spaces):
         node = {
-            "id": str(n.id), "label": node_label(n), "namespace": spaces.get(n.group, "") if n.group else "",
+            "id": str(n.id), "label": node_label(n), "namespace": space,
             "attrs": node_attrs(n, model, (node_extra or {}).get(n.id)),
             "incomingEdges": [{"sourceNodeId": str(s), "sourceNodeOutputId": "0", "targetNodeInputId": str(i)}
                               for i, s in enumerate(incoming.get(n.id, ()))],

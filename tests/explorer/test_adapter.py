@@ -92,8 +92,11 @@ def test_partitions_are_layers_named_by_backend(zoo_files):
     if name in ("cond",):
         return
     assert layers, f"{name}: no XNNPACK partition layer"
-    for space in layers:
-        assert edge["groupNodeAttributes"][space]["backend"] == "XnnpackBackend"
+    for space in layers:  # the partition layer, or its section holding this node (large partitions)
+        parts = space.split("/")
+        prefixes = ["/".join(parts[:i]) for i in range(len(parts), 0, -1)]
+        owner = next(p for p in prefixes if "XnnpackBackend" in p.rsplit("/", 1)[-1])
+        assert edge["groupNodeAttributes"][owner]["backend"] == "XnnpackBackend"
         assert any(c["namespaceRegex"].startswith("^") for c in edge["groupNodeConfigs"])
 
 
@@ -260,3 +263,44 @@ def test_show_serves_model_explorer_on_loopback_and_stops(cnn_run):
         show(ins, overlay="nope")
     with pytest.raises(ValueError, match="unknown engine 'netron'"):
         ins.show(engine="netron")
+
+
+def layer_children(g: dict) -> dict[str, set]:
+    """Layer path -> its direct children (sub-layer paths and op node ids), as Model Explorer nests them."""
+    kids: dict[str, set] = {}
+    for n in g["nodes"]:
+        space = n["namespace"]
+        kids.setdefault(space, set()).add(n["id"])
+        while space:
+            parent = space.rsplit("/", 1)[0] if "/" in space else ""
+            kids.setdefault(parent, set()).add(space)
+            space = parent
+    return kids
+
+
+def test_long_chains_are_split_into_sections_model_explorer_can_lay_out(tmp_path):
+    # 260 sibling modules (a long nn.Sequential): Model Explorer's own layout overflows its stack on such
+    # chains, so the adapter splits every layer past SECTION_SIZE children into sections
+    from etlab.compiler import to_edge
+    from etlab.model_explorer._graphs import SECTION_SIZE, sectioned
+
+    model = torch.nn.Sequential(*[torch.nn.ReLU() for _ in range(260)])
+    et = to_edge(torch.export.export(model, (torch.randn(2, 3),)), generate_etrecord=True).to_executorch()
+    et.get_etrecord().save(tmp_path / "chain.etrecord")
+    g = me_graphs(tmp_path / "chain.etrecord", kinds=["edge"])["graphs"][0]
+    check_graph(g)
+    assert len(g["nodes"]) == 262 and connected(g) == 1
+    kids = layer_children(g)
+    assert max(len(k) for k in kids.values()) <= SECTION_SIZE
+    assert len(kids[""]) == 3  # the top level: three sections of consecutive children
+    assert sum(s.startswith(("input_1 .. ", "x .. ")) for s in kids[""]) == 1  # named by first and last child
+    # a module keeps its own path below its section, and its attributes follow it
+    relu_7 = next(n for n in g["nodes"] if n["namespace"].endswith("/7 (ReLU)"))
+    assert relu_7["namespace"].count("/") == 1
+    assert relu_7["namespace"] in g["groupNodeAttributes"]
+    # pure function: op nodes of a flat layer are sectioned by graph order, small layers are untouched
+    spaces, _ = sectioned([""] * 250, [f"op{i}" for i in range(250)], size=100)
+    assert spaces[0] == spaces[99] == "op0 .. op99" and spaces[100] == "op100 .. op199"
+    assert spaces[249] == "op200 .. op249"
+    small = sectioned(["a", "a/b", "c"], ["p", "q", "r"], size=100)
+    assert small == (["a", "a/b", "c"], {"": "", "a": "a", "a/b": "a/b", "c": "c"})
