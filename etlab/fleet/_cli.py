@@ -103,7 +103,7 @@ def _diff(args) -> int:
     result = diff(args.store, args.base, args.head, key=_columns_arg(args.key), strata=_columns_arg(args.per),
                   where=args.where, adjust_by=None if args.adjust_by == "none" else args.adjust_by,
                   threshold=args.threshold, alpha=args.alpha, n_boot=args.bootstrap,
-                  seed=args.seed)
+                  seed=args.seed, metric=args.metric)
     if args.format == "table":
         print(result.format(only_flagged=not args.all))
     else:
@@ -168,8 +168,9 @@ def _parser() -> argparse.ArgumentParser:
 
     st = sub.add_parser("stats", help="a ready-made query")
     st.add_argument("store", help="the store folder")
-    st.add_argument("query", choices=("percentiles", "slowest", "variance", "outliers"),
-                    help="percentiles (p50/p90/p99 per op), slowest ops, variance per op, or outlier runs")
+    st.add_argument("query", choices=("percentiles", "slowest", "variance", "outliers", "memory", "memory-owners"),
+                    help="percentiles (p50/p90/p99 per op), slowest ops, variance per op, outlier runs, peak memory "
+                         "per group (memory: each run's tracked peak), or memory per owner")
     st.add_argument("--by", help="grouping columns, comma separated")
     st.add_argument("--where", help="extra SQL condition on events")
     st.add_argument("--z", type=float, default=5.0, help="outliers: robust z-score threshold")
@@ -182,11 +183,14 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("store", help="the store folder")
     d.add_argument("--base", required=True, help="COLUMN=VALUE[,...], e.g. build=A")
     d.add_argument("--head", required=True, help="COLUMN=VALUE[,...], e.g. build=B")
-    d.add_argument("--key", default="op", help="what an op is: op, or op,debug_handle")
+    d.add_argument("--key", help="what an op is: op (the default), or op,debug_handle; with --metric memory "
+                                 "op,run_name (the default: load and run bytes apart)")
     d.add_argument("--per", default="", help="compare separately per these columns, e.g. device_class")
     d.add_argument("--where", help="extra SQL condition on events")
     d.add_argument("--adjust-by", default="device", help="compare each run to its device's typical base time "
                                                           "(a column, or none for raw times)")
+    d.add_argument("--metric", choices=("time", "memory"), default="time",
+                   help="compare op times, or memory per owner (the runs' allocation events; raw bytes)")
     d.add_argument("--threshold", type=float, default=0.05, help="smallest p50 change flagged (0.05 = 5%%)")
     d.add_argument("--alpha", type=float, default=0.05, help="significance after Holm correction")
     d.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples for the interval")

@@ -13,6 +13,11 @@ Per op (and stratum, e.g. device class):
 
 Devices seen on one side only are left out of the adjusted comparison; with `adjust_by=None`
 the raw times are compared, and then the device mix of the two sides must match.
+
+`metric="memory"` compares memory instead of time, with the same statistics: per owner (op: "tracked",
+each run's tracked peak; "planned:1", "temp", "delegate:<backend>", "unplanned", "rss", ...: the store's
+memory rows, from runs traced with allocation events), one sample per block (a run, or the load), raw
+bytes (memory does not scale with a device's speed); a regression is an owner that grew.
 """
 
 from __future__ import annotations
@@ -24,10 +29,11 @@ import numpy as np
 import pandas as pd
 
 from etlab.facts import display
-from etlab.fleet._queries import GROUP_COLUMNS, OPS_WHERE, FleetDB, _columns
+from etlab.fleet._queries import GROUP_COLUMNS, MEMORY_WHERE, OPS_WHERE, FleetDB, _columns
 
 _LABEL = re.compile(r"label\.([A-Za-z_][A-Za-z0-9_.-]{0,63})")
 MIN_RUNS = 3
+METRICS = ("time", "memory")
 BOOTSTRAP_CAP = 5_000   # larger samples are subsampled for the interval (which only widens it)
 
 
@@ -137,6 +143,11 @@ class FleetDiff:
     threshold: float
     alpha: float
     level: float
+    metric: str = "time"  # "memory": the p50 columns are p50_base_bytes / p50_head_bytes
+
+    @property
+    def unit(self) -> str:
+        return "bytes" if self.metric == "memory" else "ns"
 
     @property
     def regressions(self) -> pd.DataFrame:
@@ -157,14 +168,16 @@ class FleetDiff:
 
         t = self.table if not only_flagged else self.table[self.table["flag"] != ""]
         cols = [*self.strata, *self.key]
-        rows = [[*(r[c] for c in cols), r["n_base"], r["n_head"], f"{r['p50_base_ns'] / 1e3:.1f}",
-                 f"{r['p50_head_ns'] / 1e3:.1f}",
+        shown, scale = ("KiB", 1024) if self.metric == "memory" else ("us", 1e3)
+        rows = [[*(r[c] for c in cols), r["n_base"], r["n_head"], f"{r[f'p50_base_{self.unit}'] / scale:.1f}",
+                 f"{r[f'p50_head_{self.unit}'] / scale:.1f}",
                  f"{100 * r['change']:+.1f}%", f"[{100 * r['ci_low']:+.1f}%, {100 * r['ci_high']:+.1f}%]",
                  f"{r['p_adjusted']:.2g}", r["flag"]] for _, r in t.iterrows()]
-        head = [*cols, "runs A", "runs B", "p50 A (us)", "p50 B (us)", "p50 change",
+        head = [*cols, "runs A", "runs B", f"p50 A ({shown})", f"p50 B ({shown})", "p50 change",
                 f"{int(self.level * 100)}% CI", "p (Holm)", "flag"]
         sel = lambda s: ",".join(f"{k}={v}" for k, v in s.items())
-        title = (f"base {sel(self.base)} vs head {sel(self.head)}: {len(self.regressions)} regression(s), "
+        title = (f"{'memory: ' if self.metric == 'memory' else ''}"
+                 f"base {sel(self.base)} vs head {sel(self.head)}: {len(self.regressions)} regression(s), "
                  f"{len(self.improvements)} improvement(s) (threshold {100 * self.threshold:.0f}%, "
                  f"alpha {self.alpha})")
         return title + "\n" + tabulate(rows, headers=head, disable_numparse=True)
@@ -187,18 +200,26 @@ def adjust_runs(runs: pd.DataFrame, groups: list[str], by: str) -> pd.DataFrame:
     return out.assign(value=out["run_ns"] / out["base_median"])
 
 
-def diff(store, base: dict | str, head: dict | str, *, key=("op",), strata=(), where: str | None = None,
+def diff(store, base: dict | str, head: dict | str, *, key=None, strata=(), where: str | None = None,
          adjust_by: str | None = "device", threshold: float = 0.05, alpha: float = 0.05, level: float = 0.95,
-         n_boot: int = 1000, seed: int = 0, db: FleetDB | None = None) -> FleetDiff:
+         n_boot: int = 1000, seed: int = 0, db: FleetDB | None = None, metric: str = "time") -> FleetDiff:
     """Compares the runs selected by `base` with those selected by `head` (see the module docstring).
 
     base/head: {column: value} or "column=value,..." (columns of the store or label.<name>).
-    key: what an "op" is (default its name; ("op", "debug_handle") compares instruction by instruction).
+    key: what an "op" is (default its name; ("op", "debug_handle") compares instruction by instruction; for
+    memory the owner and the block's name, so that load and run bytes are two rows).
     strata: columns compared separately (e.g. "device_class"); where: extra SQL condition.
     adjust_by: each run is measured relative to its device's typical base time (`adjust_runs`),
     which takes the spread between fast and slow devices out of the test; None compares raw times.
     The p50 columns are raw times either way; change, interval and p-value use the adjusted ones.
+    metric: "time", or "memory" (bytes per owner and block, never adjusted; see the module docstring).
     """
+    if metric not in METRICS:
+        raise ValueError(f"metric {metric!r}: one of {', '.join(METRICS)}")
+    if metric == "memory":
+        adjust_by = None
+    if not key:
+        key = ("op", "run_name") if metric == "memory" else ("op",)
     base = parse_selector(base) if isinstance(base, str) else dict(base)
     head = parse_selector(head) if isinstance(head, str) else dict(head)
     key, strata = _columns(key, "key"), _columns(strata, "strata")
@@ -211,8 +232,9 @@ def diff(store, base: dict | str, head: dict | str, *, key=("op",), strata=(), w
         for side, sel in (("base", base), ("head", head)):
             cond, params = _selector_sql(sel)
             extra = f" AND ({where})" if where else ""
-            q = (f"SELECT {cols}, file_id, run, sum(duration_ns) AS run_ns FROM events "
-                 f"WHERE {OPS_WHERE} AND {cond}{extra} GROUP BY {cols}, file_id, run")
+            value, rows = ("bytes", MEMORY_WHERE) if metric == "memory" else ("duration_ns", OPS_WHERE)
+            q = (f"SELECT {cols}, file_id, run, sum({value}) AS run_ns FROM events "
+                 f"WHERE {rows} AND {cond}{extra} GROUP BY {cols}, file_id, run")
             frames.append(db.sql(q, params).assign(side=side))
     finally:
         if own:
@@ -237,5 +259,7 @@ def diff(store, base: dict | str, head: dict | str, *, key=("op",), strata=(), w
         for side in ("base", "head"):
             col = raw[side] if side in raw else pd.Series(np.nan, index=raw.index)
             table[f"p50_{side}_ns"] = col.reindex(idx).to_numpy()
+    if metric == "memory":
+        table = table.rename(columns={"p50_base_ns": "p50_base_bytes", "p50_head_ns": "p50_head_bytes"})
     return FleetDiff(table=table, base=base, head=head, key=key, strata=strata, threshold=threshold, alpha=alpha,
-                     level=level)
+                     level=level, metric=metric)

@@ -1,7 +1,8 @@
 """One ETDump's profile events as fleet rows: run, op, debug handle, duration, delegate, plus tags.
 
 The store keeps one row per profile event. Debug and allocation events carry no duration and are
-counted, not stored. An event whose end is before its start (or past int64) cannot be a duration:
+counted, not stored; what the allocation events add up to is stored per block and owner (category
+memory). An event whose end is before its start (or past int64) cannot be a duration:
 it is dropped and counted, never stored as a huge number.
 
 Every row gets a `category` so that queries do not double count nested timings:
@@ -14,6 +15,10 @@ Every row gets a `category` so that queries do not double count nested timings:
     framework      Method::execute, Method::init, Program::load_method, etlab::dropped_debug_values
                    (`schema.etdump.FRAMEWORK_EVENT_NAMES`)
     other          MOVE_CALL, JF_CALL, FREE_CALL and anything unnamed or unknown
+    memory         not an event: what a block's allocation events add up to (etlab.inspector.memory_summary),
+                   one row per block and owner (op: "planned:1", "temp", "delegate:<backend>", "unplanned",
+                   "rss", ...; each run block also "tracked", its tracked peak), `bytes` its peak there,
+                   `instruction` where (-1: none), duration 0
 
 `OP_CATEGORIES` are the ones that are "an op" for per-op statistics; the stored boolean `is_op`
 says so per row (cheaper to filter on than the category string).
@@ -30,7 +35,7 @@ from etlab.etdump import ETDumpColumns
 from etlab.fleet._tags import FileTags
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL, kernel_of_event
 
-CATEGORIES = ("kernel", "operator_call", "operator", "delegate_call", "delegate", "framework", "other")
+CATEGORIES = ("kernel", "operator_call", "operator", "delegate_call", "delegate", "framework", "other", "memory")
 OP_CATEGORIES = ("kernel", "operator", "delegate_call", "delegate")
 _CAT = {c: i for i, c in enumerate(CATEGORIES)}
 _IS_OP = np.array([c in OP_CATEGORIES for c in CATEGORIES])
@@ -44,7 +49,8 @@ EVENT_SCHEMA = pa.schema([
     ("category", _STR), ("chain", pa.int32()), ("instruction", pa.int32()), ("debug_handle", pa.int32()),
     ("delegate_id", pa.int32()), ("delegate_id_str", _STR), ("delegated", pa.bool_()), ("is_op", pa.bool_()),
     ("start_ns", pa.int64()),
-    ("duration_ns", pa.int64()), ("method", _STR), ("device", _STR), ("device_class", _STR), ("labels", _STR),
+    ("duration_ns", pa.int64()), ("bytes", pa.int64()), ("method", _STR), ("device", _STR), ("device_class", _STR),
+    ("labels", _STR),
 ])
 PLAIN_EVENT_SCHEMA = pa.schema([pa.field(f.name, pa.string() if f.type == _STR else f.type) for f in EVENT_SCHEMA])
 PARTITION_COLUMNS = ("program", "build")
@@ -69,6 +75,7 @@ class FileEvents:
     delegate_id_str: np.ndarray
     start_ns: np.ndarray
     duration_ns: np.ndarray
+    bytes: np.ndarray         # memory rows: the owner's peak bytes in the block; 0 for events
     runs: int
     dropped: int              # profile events with end < start or times past int64
     not_profile: int          # debug/allocation/empty events (no duration; not stored)
@@ -152,14 +159,45 @@ def file_events(cols: ETDumpColumns, file_id: int, tags: FileTags) -> FileEvents
 
     name_codes = {n: -1 if n is None else code(n) for n in {r.name for r in cols.runs}}
     run_names = np.array([name_codes[r.name] for r in cols.runs] or [-1], dtype=np.int32)
+    instr = instr.astype(np.int32)
+    n = len(rows)
+    mem = _memory_rows(cols, code)
+    m = len(mem["run"])
+
+    def both(events: np.ndarray, memory, dtype) -> np.ndarray:
+        return np.concatenate([events.astype(dtype), np.broadcast_to(np.asarray(memory, dtype=dtype), (m,))])
+
+    mem_run = np.asarray(mem["run"], dtype=np.int32)
     return FileEvents(
-        file_id=file_id, tags=tags, strings=strings, run=run.astype(np.int32), run_name=run_names[run],
-        event=name_code.astype(np.int32), op=op, category=category, chain=chain, instruction=instr.astype(np.int32),
-        debug_handle=np.where(delegated, did_int, instr).astype(np.int32), delegate_id=did_int.astype(np.int32),
-        delegate_id_str=did_str.astype(np.int32), start_ns=start[ok].astype(np.int64),
-        duration_ns=(end[ok] - start[ok]).astype(np.int64), runs=len(cols.runs),
+        file_id=file_id, tags=tags, strings=strings, run=both(run, mem_run, np.int32),
+        run_name=both(run_names[run], run_names[mem_run] if m else [], np.int32),
+        event=both(name_code, code(MEMORY_EVENT) if m else -1, np.int32), op=both(op, mem["op"], np.int32),
+        category=both(category, _CAT["memory"], np.int8), chain=both(chain, -1, np.int32),
+        instruction=both(instr, mem["instruction"], np.int32),
+        debug_handle=both(np.where(delegated, did_int, instr), mem["instruction"], np.int32),
+        delegate_id=both(did_int, -1, np.int32), delegate_id_str=both(did_str, -1, np.int32),
+        start_ns=both(start[ok], 0, np.int64), duration_ns=both(end[ok] - start[ok], 0, np.int64),
+        bytes=both(np.zeros(n, np.int64), mem["bytes"], np.int64), runs=len(cols.runs),
         dropped=int(prof.sum() - len(rows)), not_profile=int(len(cols) - prof.sum()),
     )
+
+
+MEMORY_EVENT = "memory"  # the event name of memory rows
+
+
+def _memory_rows(cols: ETDumpColumns, code) -> dict[str, list]:
+    """The memory rows of one ETDump (see the module docstring): empty without allocation events."""
+    out: dict[str, list] = {"run": [], "op": [], "instruction": [], "bytes": []}
+    if not cols.has_allocation.any():
+        return out
+    from etlab.inspector import memory_summary
+
+    for r in memory_summary(cols).blocks.itertuples(index=False):
+        out["run"].append(int(r.block))
+        out["op"].append(code(str(r.owner)))
+        out["instruction"].append(int(r.instruction))
+        out["bytes"].append(int(r.bytes))
+    return out
 
 
 def _dict_column(codes: np.ndarray, dictionary: list[str]) -> pa.DictionaryArray:
@@ -204,6 +242,7 @@ def events_table(files: list[FileEvents]) -> pa.Table:
         "delegate_id_str": strings("delegate_id_str"), "delegated": category == _CAT["delegate"],
         "is_op": _IS_OP[category],
         "start_ns": numbers("start_ns", np.int64), "duration_ns": numbers("duration_ns", np.int64),
+        "bytes": numbers("bytes", np.int64),
         "method": constant(0), "device": constant(1), "device_class": constant(2), "labels": constant(3),
     }
     return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA)

@@ -1,9 +1,9 @@
 """Ready-made fleet queries as SQL that DuckDB and Spark SQL both run unchanged, and DuckDB over a store.
 
 The queries read two views: `events` (one row per profile event, with the partition columns
-`program` and `build`) and `files` (the manifest). They use only what both engines share
-(CTEs, `percentile_cont(q) WITHIN GROUP (ORDER BY x)`, `stddev_samp`, `JOIN ... USING`), so the
-Spark tests can compare the two engines on the same text, row for row.
+`program` and `build`, and the memory rows: category memory, `bytes`) and `files` (the manifest). They use
+only what both engines share (CTEs, `percentile_cont(q) WITHIN GROUP (ORDER BY x)`, `stddev_samp`,
+`JOIN ... USING`), so the Spark tests can compare the two engines on the same text, row for row.
 """
 
 from __future__ import annotations
@@ -110,6 +110,30 @@ def outlier_runs_sql(z: float = 5.0, by=("program", "build", "method", "device")
             f"WHERE robust_z > {float(z)} ORDER BY robust_z DESC, file_id, run")
 
 
+MEMORY_WHERE = "category = 'memory'"
+TRACKED = "tracked"  # the op of a run block's tracked peak (etlab.inspector.MemorySummary.blocks)
+
+
+def memory_peaks_sql(by=("device_class", "build"), where: str | None = None, owner: str = TRACKED) -> str:
+    """Peak memory per `by` group: over the blocks (runs) of the files in it, p50 / p90 / max of `owner`'s
+    bytes; by default each run's tracked peak (load bytes plus the most the run added at one instruction).
+    The rows come from allocation events (a run traced with trace_allocations); files without them add none."""
+    cols = _columns(by, "by")
+    keys = ", ".join(cols)
+    pct = ", ".join(f"percentile_cont({q}) WITHIN GROUP (ORDER BY bytes) AS p{int(q * 100)}_bytes" for q in (0.5, 0.9))
+    return (f"SELECT {keys}, count(*) AS runs, count(DISTINCT file_id) AS files, {pct}, max(bytes) AS max_bytes "
+            f"FROM events {_where(MEMORY_WHERE, f'op = {_sql_string(owner)}', where)} GROUP BY {keys} ORDER BY {keys}")
+
+
+def memory_owners_sql(by=("build",), where: str | None = None) -> str:
+    """Per owner (planned arenas, method allocator, temporaries, each delegate, unplanned, rss, ...; and
+    "tracked") and `by` group: blocks, p50 and max of its bytes in a block (its load bytes, or its run peak)."""
+    cols = [*_columns(by, "by"), "op"]
+    keys = ", ".join(cols)
+    return (f"SELECT {keys}, count(*) AS blocks, percentile_cont(0.5) WITHIN GROUP (ORDER BY bytes) AS p50_bytes, "
+            f"max(bytes) AS max_bytes FROM events {_where(MEMORY_WHERE, where)} GROUP BY {keys} ORDER BY {keys}")
+
+
 def _sql_string(s: str) -> str:
     return "'" + s.replace("'", "''") + "'"
 
@@ -132,8 +156,9 @@ class FleetDB:
 
         if _store.event_parts(root):
             glob = _sql_string(str(root / _store.EVENTS_DIR / "program=*" / "build=*" / "*.parquet"))
+            # union_by_name: parts written before a column was added (bytes) read with it as null
             self.con.execute(f"CREATE VIEW events AS SELECT * FROM read_parquet({glob}, hive_partitioning=true, "
-                             "hive_types_autocast=false)")
+                             "hive_types_autocast=false, union_by_name=true)")
         else:  # a store with no events yet still answers every query (with no rows)
             empty = pa.schema(list(PLAIN_EVENT_SCHEMA) + [(c, pa.string()) for c in PARTITION_COLUMNS]).empty_table()
             self.con.register("events_empty", empty)
@@ -165,6 +190,15 @@ class FleetDB:
         paths = self.sql("SELECT file_id, path FROM files")
         return out.merge(paths, on="file_id", how="left")
 
+    def memory_peaks(self, by=("device_class", "build"), where: str | None = None, owner: str = TRACKED
+                     ) -> pd.DataFrame:
+        """Peak memory per group: runs, files, p50 / p90 / max bytes of each run's tracked peak (`memory_peaks_sql`)."""
+        return self.sql(memory_peaks_sql(by, where, owner))
+
+    def memory_owners(self, by=("build",), where: str | None = None) -> pd.DataFrame:
+        """Per owner and group: blocks, p50 and max bytes (`memory_owners_sql`)."""
+        return self.sql(memory_owners_sql(by, where))
+
     def close(self) -> None:
         """Closes the DuckDB connection (the store's files are untouched); `with FleetDB(...)` does it."""
         self.con.close()
@@ -181,4 +215,6 @@ READY_QUERIES = {
     "slowest": slowest_ops_sql,
     "variance": run_variance_sql,
     "outliers": outlier_runs_sql,
+    "memory": memory_peaks_sql,
+    "memory-owners": memory_owners_sql,
 }

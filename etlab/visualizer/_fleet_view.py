@@ -26,17 +26,19 @@ def _label(row, cols: list[str]) -> str:
 
 
 def diff_rows(result) -> tuple[list[tuple[str, str, bool]], list[dict]]:
-    """TableView columns and rows of a FleetDiff (times in microseconds, changes in percent)."""
+    """TableView columns and rows of a FleetDiff (times in microseconds, memory in KiB, changes in percent)."""
     cols = [*result.strata, *result.key]
+    memory = getattr(result, "metric", "time") == "memory"
+    unit, source, scale = ("KiB", "bytes", 1024) if memory else ("us", "ns", 1e3)
     columns = [(c, c, False) for c in cols] + [
-        ("n_base", "runs base", True), ("n_head", "runs head", True), ("p50_base_us", "p50 base (us)", True),
-        ("p50_head_us", "p50 head (us)", True), ("change_pct", "p50 change (%)", True),
+        ("n_base", "runs base", True), ("n_head", "runs head", True), ("p50_base_us", f"p50 base ({unit})", True),
+        ("p50_head_us", f"p50 head ({unit})", True), ("change_pct", "p50 change (%)", True),
         ("ci_low_pct", "CI low (%)", True), ("ci_high_pct", "CI high (%)", True),
         ("p_adjusted", "p (Holm)", True), ("flag", "flag", False)]
     rows = []
     for _, r in result.table.iterrows():
         rows.append({**{c: str(r[c]) for c in cols}, "n_base": int(r["n_base"]), "n_head": int(r["n_head"]),
-                     "p50_base_us": r["p50_base_ns"] / 1e3, "p50_head_us": r["p50_head_ns"] / 1e3,
+                     "p50_base_us": r[f"p50_base_{source}"] / scale, "p50_head_us": r[f"p50_head_{source}"] / scale,
                      "change_pct": 100 * r["change"], "ci_low_pct": 100 * r["ci_low"],
                      "ci_high_pct": 100 * r["ci_high"], "p_adjusted": r["p_adjusted"], "flag": r["flag"]})
     rows.sort(key=lambda d: -d["change_pct"] if math.isfinite(d["change_pct"]) else math.inf)

@@ -159,10 +159,12 @@ def test_end_before_start_is_dropped_and_counted(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "x.etdp").write_bytes(serialize_etdump(E.ETDump(version=0, run_data=[run])))
     s = ingest(tmp_path / "t", tmp_path / "s", tags={"program": "p", "build": "b"}, workers=1)
-    assert (s.events, s.dropped_events, s.not_profile_events) == (1, 2, 1)
+    # stored: the one valid profile event, and what the allocation event adds up to (memory rows: its
+    # allocator's bytes, the run's tracked peak); the allocation event itself is counted, not stored
+    assert (s.events, s.dropped_events, s.not_profile_events) == (3, 2, 1)
     t = pq.read_table(next((tmp_path / "s" / "events").rglob("*.parquet")))
-    assert t.column("duration_ns").to_pylist() == [10]
-    assert np.all(t.column("category").to_pylist() == np.array(["kernel"]))
+    assert t.column("duration_ns").to_pylist() == [10, 0, 0] and t.column("bytes").to_pylist() == [0, 8, 8]
+    assert np.all(t.column("category").to_pylist() == np.array(["kernel", "memory", "memory"]))
 
 
 def test_store_refuses_foreign_directory(tmp_path):
