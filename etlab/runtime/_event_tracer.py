@@ -42,6 +42,7 @@ from etlab.runtime._events import (
     DEBUG,
     PROFILE,
     TIMED,
+    WATCHED,
     AllocationEvent,
     DebugEvent,
     ProfileEvent,
@@ -137,7 +138,7 @@ class EventTracer:
 
     def add_run_block(self, events: list, bundled_input_index: int = -1) -> None:
         """Adds one "Execute" block."""
-        n = sum(self._timed_count(e) if e[0] == TIMED else 1 for e in events)
+        n = sum(self._timed_count(e) if e[0] == TIMED else e[3] if e[0] == WATCHED else 1 for e in events)
         with self._lock:
             first = len(self._run_events)
             self._run_events.extend(self._fit(events, n))
@@ -164,6 +165,10 @@ class EventTracer:
         for e in events:
             if e[0] == TIMED:
                 out.extend(timed_events(self._chains[e[1]], e[2]))
+            elif e[0] == WATCHED:  # made by the native core only
+                from etlab.runtime._native._plan import watched_events
+
+                out.extend(watched_events(self._chains[e[1]], e[2]))
             else:
                 out.append(e)
         return out

@@ -17,6 +17,7 @@ PROFILE = "P"
 DEBUG = "D"
 ALLOCATION = "A"
 TIMED = "T"
+WATCHED = "W"
 
 
 class ProfileEvent(NamedTuple):
@@ -65,6 +66,17 @@ class TimedRun(NamedTuple):
     count: int | None = None
 
 
+class WatchedRun(NamedTuple):
+    """A whole native run traced with allocation events and nothing else logged: the key of its method's
+    bound chains and the native core's step records (`_native._plan.watched_events` expands them when
+    written, as a TimedRun's timestamps are); `count` is the number of events it stands for."""
+
+    kind: str  # WATCHED
+    key: int
+    steps: Any
+    count: int
+
+
 def profile_event(name: str | None, chain: int, instruction: int, start: int, end: int, *, did_int: int = -1,
                   did_str: str | None = None, metadata: bytes | None = None) -> tuple:
     """A ProfileEvent's fields as a plain tuple."""
@@ -85,3 +97,8 @@ def allocation_event(allocator: str, size: int) -> tuple:
 def timed_run(key: int, record, count: int | None = None) -> tuple:
     """A TimedRun's fields as a plain tuple (without a count when there is none)."""
     return (TIMED, key, record) if count is None else (TIMED, key, record, count)
+
+
+def watched_run(key: int, steps, count: int) -> tuple:
+    """A WatchedRun's fields as a plain tuple."""
+    return (WATCHED, key, steps, count)

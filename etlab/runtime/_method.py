@@ -240,7 +240,11 @@ class Method:
         watch = self._watch
         started = watch is not None and watch.start()
         try:
-            self._core.run_traced(events, tracer, self._context, watch if started else None)
+            if started and self._context is None and not tracer.logs_intermediates and hasattr(self._core,
+                                                                                              "run_watched"):
+                events.append(self._core.run_watched(tracer, self._chains_key))  # expanded when written
+            else:
+                self._core.run_traced(events, tracer, self._context, watch if started else None)
         finally:
             if started:
                 watch.stop()

@@ -196,3 +196,16 @@ def test_the_xnnpack_host_backend_reports_packed_weights_and_workspace(xnnpack_c
     assert len(packed) >= 1 and all(size > 0 for size in packed)
     delegate_calls = {owner for name, _, owner in _allocations(run) if name == "delegate:XnnpackBackend:workspace"}
     assert delegate_calls and all(owner[0] == "DELEGATE_CALL" for owner in delegate_calls)
+
+
+def test_a_full_event_buffer_cuts_a_watched_run_and_counts_what_it_dropped():
+    program = Runtime.get().load_program(_kernel_program(), enable_etdump=True, trace_allocations=True,
+                                         etdump_max_events=12)
+    method = program.load_method("forward")
+    with pytest.warns(RuntimeWarning, match="dropping events"):
+        method.execute([torch.ones(64)])
+    dump = deserialize_etdump(_written(program))
+    kept = sum(len(r.events) for r in dump.run_data)
+    assert kept == 12
+    full = _trace(_kernel_program(), [torch.ones(64)], runs=1)
+    assert program.etdump_dropped_events == sum(len(r.events) for r in full.run_data) - 12
