@@ -53,6 +53,8 @@ class BuildError(SystemExit):
 def _labext_sources() -> list[Path]:
     found = [LABEXT_SRC / n for n in ("package.json", "package-lock.json", "tsconfig.json")]
     found += sorted((LABEXT_SRC / "src").glob("*.ts")) + sorted((LABEXT_SRC / "style").glob("*"))
+    # the views' formatters and element builders, bundled into the extension too (labextension/src/render.ts)
+    found += [Path("etlab/visualizer/static") / n for n in ("format.js", "elements.js")]
     return [p for p in found if p.is_file()]
 
 
