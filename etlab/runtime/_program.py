@@ -321,7 +321,10 @@ class Runtime:
           `debug_buffer_size` bytes keep logged tensors (default: sized from each loaded method's
           plan and grown with the runs, up to 1 GiB; values that do not fit are dropped and
           counted); `etdump_max_events` caps the events kept; `trace_allocations` adds
-          allocation events (upstream 1.5.1's Inspector does not accept those);
+          allocation events: memory as it loaded and ran (planned arenas, method allocator, delegates'
+          packed weights and workspace, each instruction's temporaries and unplanned memory, RSS deltas;
+          `etlab.facts.memory_events`). Upstream's ETDump reader reads them; upstream 1.5.1's Inspector
+          refuses any ETDump holding allocation events, its own runtime's included;
         - `memory_budget`: bytes one execute of a method may use: its planned arenas (checked at load)
           plus the temporaries of each kernel call whose arguments set its size (checked before the
           call, at load when its arguments are known then: `_kernel_args`). Without it those calls are
