@@ -9,6 +9,8 @@
     etlab compare A B [...]              per-op latency and numeric deltas of run B against run A
     etlab fleet ingest|query|stats|diff  ETDumps of many devices and builds in one store (etlab.fleet)
     etlab export-me RUN.etdp --etrecord R -o DIR   graphs + overlays of a run for Model Explorer
+    etlab quant report|fix MODEL [...]   quantization over a dataset: per-layer p95 SQNR on the shipped
+                                         program, calibration coverage; fix: meet an accuracy budget
 
 `etlab COMMAND --help` describes a command's options. Errors are one line on stderr (exit status 2).
 """
@@ -225,6 +227,7 @@ _DELEGATED = {
     "report": ("etlab.visualizer", "report_main", "write the dashboard as an offline HTML report"),
     "fleet": ("etlab.fleet", "fleet_main", "fleet analysis: ingest many ETDumps, query with SQL, diff builds"),
     "export-me": ("etlab.model_explorer", "export_me_main", "graphs and overlays of a run for Model Explorer"),
+    "quant": ("etlab.devtools", "quant_main", "quantization over a dataset: report (per-layer p95 SQNR), fix (budget)"),
 }
 
 

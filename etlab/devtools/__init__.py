@@ -15,7 +15,9 @@
 - Quantization debugging: `quantization_report(float_model, quantized, inputs)` -> `QuantReport`
   (per-layer total and local error, `worst(k)`), `requantize_excluding`, `sensitivity_table`;
   `auto_mixed_precision(model, dataset, budget="top1>=0.99")` -> `MixedPrecisionResult` (the fewest
-  float layers that meet an `AccuracyBudget`, explained), `greedy_float_baseline`.
+  float layers that meet an `AccuracyBudget`, explained), `greedy_float_baseline`; over a dataset,
+  `quantization_report(..., dataset=iterable)` -> `DatasetQuantReport` (mean / p95 SQNR per layer, the
+  shipped program's top-1 agreement, calibration coverage); `quant_main`: `etlab quant report|fix`.
 - Upstream's names for the layers below: `Inspector` (etlab.inspector), `ETRecord`, `generate_etrecord`,
   `parse_etrecord` (etlab.etrecord), the `inspector` module; and its module layout for bundled programs:
   `etlab.devtools.bundled_program.config` / `.core` / `.serialize`.
@@ -80,8 +82,11 @@ _WHERE = {
     "print_delegation_info": "_delegation_info",
     "profile": "_profile",
     "QuantReport": "_quant_debug",
+    "DatasetQuantReport": "_quant_dataset_report",
+    "dataset_report": "_quant_dataset",
+    "quant_main": "_quant_cli",
     "RefusalGroup": "_delegation_info",
-    "quantization_report": "_quant_debug",
+    "quantization_report": "_quant_dataset",  # one input -> _quant_debug's; dataset=... -> dataset_report
     "requantize_excluding": "_quant_debug_fix",
     "sensitivity_table": "_quant_debug_fix",
     "serialize_from_bundled_program_to_flatbuffer": "_bundled_program",

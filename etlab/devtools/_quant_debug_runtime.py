@@ -61,3 +61,33 @@ def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path
             if name is not None and isinstance(value, torch.Tensor):
                 values[name] = value.clone()  # the debug buffer is a mapped file
     return values
+
+
+def shipped_method(converted: GraphModule, inputs: tuple, backend: str | None, program=None, *,
+                   threads: int | None = 1):
+    """(the loaded `forward` of the program that ships, what it is): `program` when given (a .pte path,
+    its bytes, or an ExecutorchProgramManager), else `converted` compiled for `backend`. Kernels run on
+    `threads` intra-op threads (1: upstream's portable default)."""
+    from etlab.runtime import Runtime
+
+    if program is None:
+        from etlab.devtools._amp_runtime import compile_program
+
+        if backend not in ("xnnpack", "portable"):
+            raise ValueError(f"backend must be 'xnnpack' or 'portable', got {backend!r}")
+        program, what = compile_program(converted, tuple(inputs), backend).buffer, f"the {backend} program"
+    elif hasattr(program, "buffer"):
+        program, what = program.buffer, "the given program"
+    elif isinstance(program, (str, Path)):
+        what = str(program)
+        if not Path(program).is_file():
+            raise FileNotFoundError(f"program {program}: no such file")
+    elif isinstance(program, (bytes, bytearray, memoryview)):
+        what = "the given program"
+    else:
+        raise TypeError(f"program must be a .pte path, its bytes or an ExecutorchProgramManager, "
+                        f"got {type(program).__name__}")
+    loaded = Runtime.get().load_program(program, threads=threads)
+    if "forward" not in loaded.method_names:
+        raise ValueError(f"{what}: no method 'forward'; methods are {sorted(loaded.method_names)}")
+    return loaded.load_method("forward"), what

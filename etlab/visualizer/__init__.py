@@ -9,6 +9,8 @@
 - `CompareView(comparison)`: `Inspector.compare`'s rows, A/B latency chart, graph colored by B/A.
 - `QuantizationView(quant_report)`: per-layer SQNR (local vs accumulated) linked to the float graph
   and the source line; a Quantization tab in `show(inspector, quantization=report)`.
+- `DatasetQuantizationView(dataset_report)`: per-layer SQNR distributions over a dataset, calibration
+  coverage (range used vs seen), the worst inputs.
 - `show(inspector, program=None)` -> `Dashboard`: all of them in tabs; `.save_html(path)`.
 - `inspector_html`, `event_block_html`, `delegation_info_html`, `repr_mimebundle`: rich reprs.
 - `report_main(argv)`: `etlab report --etdump P --etrecord R -o report.html`.
@@ -24,7 +26,12 @@ from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._profile_data import op_kind, runs_merged
-from etlab.visualizer._quant_view import QuantizationView, quant_report_html
+from etlab.visualizer._quant_view import (
+    DatasetQuantizationView,
+    QuantizationView,
+    dataset_report_html,
+    quant_report_html,
+)
 from etlab.visualizer._reprs import (
     delegation_info_html,
     event_block_html,
@@ -37,6 +44,7 @@ from etlab.visualizer._table import TableView
 __all__ = [
     "CompareView",
     "Dashboard",
+    "DatasetQuantizationView",
     "DelegationView",
     "FleetDiffView",
     "GraphGroup",
@@ -78,6 +86,7 @@ def _register_reprs() -> None:
     display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow
     display.register(Comparison, html=comparison_html, show=CompareView)
     display.register("etlab.devtools.QuantReport", html=quant_report_html, show=QuantizationView)
+    display.register("etlab.devtools.DatasetQuantReport", html=dataset_report_html, show=DatasetQuantizationView)
 
 
 _register_reprs()

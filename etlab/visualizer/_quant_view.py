@@ -184,3 +184,168 @@ def quant_report_html(report) -> str:
     worst = report.worst(5)[["layer", "op", "module", "local_sqnr", "sqnr", "input_sqnr", "source"]]
     return (f"<div class='etlab-theme'><p>{html.escape(report.summary())}</p>"
             f"{worst.to_html(index=False, float_format=lambda v: f'{v:.2f}', classes='etlab-table')}</div>")
+
+
+# --- over a dataset ----------------------------------------------------------------------------------------
+
+DATASET_COLUMNS = [("order", "#", True), ("layer", "layer", False), ("op", "op", False), ("module", "module", False),
+                   ("local_sqnr_p95", "local SQNR p95 (dB)", True), ("local_sqnr_mean", "local SQNR mean", True),
+                   ("local_sqnr_min", "local SQNR worst", True), ("local_worst_input", "worst input", True),
+                   ("sqnr_p95", "SQNR p95", True), ("sqnr_mean", "SQNR mean", True),
+                   ("input_sqnr_p95", "inherited p95", True), ("max_abs_p95", "max |err| p95", True),
+                   ("range_lo", "range used lo", True), ("range_hi", "range used hi", True),
+                   ("seen_min", "seen min", True), ("seen_max", "seen max", True),
+                   ("clipped_inputs", "inputs clipped", True), ("source", "source", False)]
+INPUT_COLUMNS = [("input", "input", True), ("output_sqnr", "output SQNR (dB)", True),
+                 ("output_cosine", "cosine", True), ("top1_agree", "top-1 agrees", True),
+                 ("program_vs_torch", "program vs torch", True)]
+
+
+def _quantiles(stream, qs=(0.05, 0.25, 0.5, 0.75)) -> list[float | None]:
+    return [_capped(stream.quantile(q)) for q in qs]
+
+
+def distribution_figure(report, metric: str = "local_sqnr") -> go.Figure:
+    """Per layer, the distribution of `metric` over the inputs as a box (fences: the p95 SQNR, i.e. the 5th
+    percentile, and the best input), from the report's streaming histograms; the worst input as a dot."""
+    rows = [r for r in report.layers.to_dict(orient="records") if r["layer"] in report.distributions]
+    fig = go.Figure()
+    names, low, q1, med, q3, high, worst = [], [], [], [], [], [], []
+    for r in rows:
+        s = report.distributions[r["layer"]][metric]
+        if not s.n:
+            continue
+        p5, a, m, b = _quantiles(s)
+        names.append(r["layer"])
+        low.append(p5)
+        q1.append(a)
+        med.append(m)
+        q3.append(b)
+        high.append(_capped(s.high))
+        worst.append(_capped(s.low))
+    fig.add_trace(go.Box(x=names, lowerfence=low, q1=q1, median=med, q3=q3, upperfence=high, name=metric,
+                         marker={"color": "#4c78a8"}, customdata=[[n] for n in names], hoverinfo="x+y"))
+    fig.add_trace(go.Scatter(x=names, y=worst, mode="markers", name="worst input", marker={"color": "#e45756"},
+                             customdata=[[n] for n in names]))
+    title = {"local_sqnr": "local SQNR per layer over the dataset (dB; box: quartiles, whiskers: p95 and best)",
+             "sqnr": "SQNR per layer over the dataset (dB; accumulated)"}.get(metric, metric)
+    fig.update_layout(height=360, template="plotly_white", margin={"l": 60, "r": 20, "t": 40, "b": 40}, title=title,
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.5}, showlegend=True)
+    fig.update_xaxes(title_text="layer (execution order)", tickangle=-60)
+    fig.update_yaxes(title_text="dB")
+    return fig
+
+
+def coverage_figure(report) -> go.Figure:
+    """Per calibrated activation, the range the quantizer holds (bar) against the range the dataset reached
+    (markers); red where some input was clipped."""
+    c = report.coverage
+    labels = [str(x) for x in c["layer"]]
+    clipped = [bool(v > 0) for v in c["clipped_inputs"]]
+    fig = go.Figure()
+    fig.add_trace(go.Bar(x=labels, base=list(c["range_lo"]), y=list(c["range_hi"] - c["range_lo"]),
+                         name="range used (calibration)", marker={"color": "#9ecae9"},
+                         customdata=[[x] for x in labels]))
+    hover = [f"{html.escape(lbl)}: seen [{lo:.3g}, {hi:.3g}], used [{a:.3g}, {b:.3g}], inputs clipped {100 * p:.1f}%"
+             for lbl, lo, hi, a, b, p in zip(labels, c["seen_min"], c["seen_max"], c["range_lo"], c["range_hi"],
+                                             c["clipped_inputs"])]
+    for key, name in (("seen_min", "seen min"), ("seen_max", "seen max")):
+        fig.add_trace(go.Scatter(x=labels, y=list(c[key]), mode="markers", name=name, hovertext=hover,
+                                 hoverinfo="text", customdata=[[x] for x in labels],
+                                 marker={"color": ["#e45756" if k else "#4c78a8" for k in clipped], "size": 7}))
+    fig.update_layout(height=320, template="plotly_white", margin={"l": 60, "r": 20, "t": 40, "b": 40},
+                      title="Calibration coverage: range used vs range seen over the dataset (red: clipped)",
+                      legend={"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0.5})
+    fig.update_xaxes(tickangle=-60)
+    return fig
+
+
+class DatasetQuantizationView(widgets.VBox):
+    """Quantization error over a dataset (an `etlab.devtools.DatasetQuantReport`): per-layer distributions of
+    the local SQNR, calibration coverage, the layer table and the worst inputs. A click on a layer shows its
+    numbers and source line (and selects it in the float graph when `show_graph`)."""
+
+    def _repr_mimebundle_(self, **kwargs):
+        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
+    def __init__(self, report, *, show_graph: bool = False, worst: int = 3, inputs: int = 20, **kwargs):
+        if not hasattr(report, "distributions") or not hasattr(report, "per_input"):
+            raise TypeError(f"DatasetQuantizationView takes an etlab.devtools.DatasetQuantReport, "
+                            f"got {type(report).__name__}")
+        self.report = report
+        self.rows = [dict(r) for r in report.layers.to_dict(orient="records")]
+        self.worst_layers = list(report.worst(worst)["layer"]) if len(report.layers) else []
+        self.graph = None
+        if show_graph and report.float_graph is not None:
+            self.graph = GraphView.from_models([build_graph_model(report.float_graph, GRAPH_KIND,
+                                                                  title="float model")], height=420)
+        self.figure = distribution_figure(report)
+        self.plot = PlotView(self.figure)
+        self.coverage_plot = PlotView(coverage_figure(report))
+        for plot in (self.plot, self.coverage_plot):
+            plot.on_click(lambda point: self.select((point.get("customdata") or [None])[0]))
+        self.table = TableView(DATASET_COLUMNS, [
+            {**{k: r.get(k) for k, _, _ in DATASET_COLUMNS}, "focus": {"name": r["layer"], "kind": GRAPH_KIND}}
+            for r in self.rows], title="Layers over the dataset (click a row)", height=300)
+        self.table.observe(lambda c: self.select(((c["new"] or {}).get("row") or {}).get("layer")), names="clicked")
+        worst_inputs = report.per_input.sort_values("output_sqnr", kind="stable").head(inputs)
+        self.inputs_table = TableView(INPUT_COLUMNS, worst_inputs.to_dict(orient="records"),
+                                      title=f"The {len(worst_inputs)} inputs with the lowest output SQNR", height=240)
+        self.note = widgets.HTML(f"<p class='etlab-note'>{html.escape(report.summary())}</p>")
+        self.details = widgets.HTML(self._details_html(self.worst_layers[0] if self.worst_layers else None))
+        parts = [self.note, self.plot, self.details, self.coverage_plot, self.table, self.inputs_table]
+        super().__init__(parts + ([self.graph] if self.graph else []), **kwargs)
+
+    def select(self, layer: str | None) -> None:
+        if not layer:
+            return
+        self.details.value = self._details_html(layer)
+        if self.graph is not None:
+            try:
+                self.graph.focus(layer, kind=GRAPH_KIND)
+            except KeyError:
+                pass
+
+    def _details_html(self, layer: str | None) -> str:
+        row = next((r for r in self.rows if r["layer"] == layer), None)
+        if row is None:
+            return ""
+        clip = ""
+        if row["clipped_inputs"] == row["clipped_inputs"] and row["clipped_inputs"] > 0:
+            clip = (f"; its output range [{row['range_lo']:.3g}, {row['range_hi']:.3g}] clipped on "
+                    f"{100 * row['clipped_inputs']:.1f}% of the inputs (seen [{row['seen_min']:.3g}, "
+                    f"{row['seen_max']:.3g}], first: input {row['first_clipped_input']})")
+        return (f"<div class='etlab-note' data-role='layer-details'><b>{html.escape(row['layer'])}</b> "
+                f"{html.escape(row['op'])} in <code>{html.escape(row['module'] or '-')}</code> over "
+                f"{row['inputs']} inputs: local SQNR p95 {_db(row['local_sqnr_p95'])} dB, mean "
+                f"{_db(row['local_sqnr_mean'])}, worst {_db(row['local_sqnr_min'])} (input "
+                f"{row['local_worst_input']}); accumulated p95 {_db(row['sqnr_p95'])}, inherited p95 "
+                f"{_db(row['input_sqnr_p95'])}{html.escape(clip)}<br>"
+                f"<code>{html.escape(row['source'] or 'no source line recorded')}</code></div>")
+
+    def static_html(self) -> str:
+        return (f"<p class='etlab-note'>{html.escape(self.report.summary())}</p>{self.details.value}"
+                f"{self.plot.static_html()}{self.coverage_plot.static_html()}"
+                f"{self.table.static_html(max_rows=40)}{self.inputs_table.static_html(max_rows=20)}")
+
+    def html_fragments(self) -> list[_html.Fragment]:
+        return [_html.Fragment(f"<h2 style='font-size:15px'>Quantization over {self.report.inputs} inputs</h2>"
+                               f"<p class='etlab-note'>{html.escape(self.report.summary())}</p>"
+                               f"{self.details.value}"),
+                self.plot.html_fragment(), self.coverage_plot.html_fragment(), self.table.html_fragment(),
+                self.inputs_table.html_fragment()]
+
+    def save_html(self, path: str | os.PathLike, title: str = "Quantization over a dataset") -> os.PathLike:
+        return _html.write_page(path, _html.page(title, self.html_fragments()))
+
+
+def dataset_report_html(report) -> str:
+    """The notebook repr of a DatasetQuantReport: the summary, the worst layers and the clipped ranges."""
+    worst = report.worst(5)[["layer", "op", "module", "local_sqnr_p95", "local_sqnr_mean", "sqnr_p95",
+                             "clipped_inputs", "source"]]
+    clipped = report.clipped().head(5)[["node", "layer", "range_lo", "range_hi", "seen_min", "seen_max",
+                                        "clipped_inputs"]]
+    fmt = {"float_format": lambda v: f"{v:.3g}", "classes": "etlab-table", "index": False}
+    return (f"<div class='etlab-theme'><p>{html.escape(report.summary())}</p>{worst.to_html(**fmt)}"
+            + (f"<p>Calibrated ranges clipped on some inputs:</p>{clipped.to_html(**fmt)}" if len(clipped) else "")
+            + "</div>")

@@ -1,0 +1,578 @@
+"""Quantization debugging over a dataset: per-layer error statistics over N inputs, the shipped program's
+output metrics, and calibration coverage, streamed in memory that does not grow with N.
+
+`quantization_report(float_model, quantized, dataset=...)` lands here. Per batch of inputs:
+
+- the float graph and the converted (quantized) graph run in torch with the values the report needs kept,
+  every joined layer's total error, local error (its float op re-run on the quantized inputs) and
+  inherited error (its inputs' SQNR) measured per input (`_quant_dataset_stats.batch_metrics`) and folded
+  into streaming statistics (mean, p95, worst input);
+- the program that ships (`backend`: "xnnpack" or "portable", compiled from the converted graph, or a
+  `.pte` given) runs each input on etlab's runtime: its outputs against the float model's give top-1
+  agreement, cosine, SQNR and the user's metrics; against the converted graph's, how far the shipped
+  program is from what the per-layer numbers describe (`program_vs_torch`);
+- every static quantize node's range (what calibration chose) is checked against the values that reach
+  it: the range seen, the share of elements and of inputs that were clipped.
+
+Batches: the exported graphs are specialised to the example's batch of 1, but most are batch-agnostic
+(convolutions, linears, pools). The first batch is checked against a batch-1 run (every kept value has
+the batch in dim 0, the outputs agree); a graph that is not batch-agnostic runs one input at a time.
+The batch size follows `memory_budget` (bytes the kept values of one batch may take).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+from torch.fx import GraphModule, Interpreter, Node
+from torch.utils._pytree import tree_flatten
+
+from etlab.devtools._quant_dataset_report import (
+    COVERAGE_COLUMNS,
+    LAYER_COLUMNS,
+    P95,
+    PER_INPUT_COLUMNS,
+    DatasetQuantReport,
+    _pooled_sqnr,
+)
+from etlab.devtools._quant_dataset_stats import (
+    Coverage,
+    Stream,
+    batch_metrics,
+    max_abs_stream,
+    row_ranges,
+    sqnr_stream,
+)
+from etlab.devtools._quant_debug import (
+    LayerJoin,
+    QuantReport,
+    _as_inputs,
+    _input_dependent,
+    _is_quantize,
+    float_graph_of,
+    join_layers,
+    local_inputs,
+    mutated_later,
+    rerun_float,
+)
+from etlab.devtools._quant_debug import quantization_report as one_input_report
+from etlab.facts.fx import node_op_name
+from etlab.facts.source import module_path, source_line
+
+BACKENDS = ("xnnpack", "portable")
+DEFAULT_MEMORY_BUDGET = 512 << 20
+MAX_BATCH = 32
+
+# --- running the graphs on a batch -------------------------------------------------------------------
+
+
+class _Keep(Interpreter):
+    """Runs a GraphModule keeping only the values named in `keep` (the rest are freed after their last
+    use); the guard export adds for the example's batch size is skipped (see the module doc)."""
+
+    def __init__(self, gm: GraphModule, keep: set[str]):
+        super().__init__(gm, garbage_collect_values=True)
+        self.keep = keep
+        self.values: dict[str, Any] = {}
+
+    def run_node(self, n: Node) -> Any:
+        if n.op == "call_module" and str(n.target).startswith("_guards"):
+            return None
+        out = super().run_node(n)
+        if n.name in self.keep:
+            self.values[n.name] = out
+        return out
+
+
+def run_keeping(gm: GraphModule, args: tuple, keep: set[str]) -> dict[str, Any]:
+    with torch.no_grad():
+        runner = _Keep(gm, keep)
+        runner.run(*args)
+    return runner.values
+
+
+def _output_nodes(gm: GraphModule) -> list:
+    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    leaves, _ = tree_flatten(out.args[0])
+    return leaves
+
+
+def _float(x) -> torch.Tensor | None:
+    return x if isinstance(x, torch.Tensor) and x.is_floating_point() else None
+
+
+@dataclass
+class _Plan:
+    """What one report needs from each graph, worked out once."""
+
+    joins: list[LayerJoin]
+    join_of: dict[str, LayerJoin]
+    input_dep: set[str]
+    mutated: set[str]
+    keep_float: set[str]
+    keep_quant: set[str]
+    quantizers: dict[str, Coverage]  # quantize node name -> its coverage
+    quant_inputs: dict[str, str]  # quantize node name -> the node whose value it quantizes
+    quantizer_of: dict[str, str]  # layer (first float node) -> its output's quantize node
+
+
+def _static_quantizer(node: Node) -> Coverage | None:
+    """A quantize_per_tensor node with a constant scale and zero point (a calibrated activation), or None."""
+    if not _is_quantize(node) or "per_tensor" not in node_op_name(node) or len(node.args) < 5:
+        return None
+    scale, zp, qmin, qmax = node.args[1:5]
+    if not all(isinstance(v, (int, float)) for v in (scale, zp, qmin, qmax)) or not scale > 0:
+        return None
+    return Coverage(node.name, float(scale), int(zp), (qmin - zp) * scale, (qmax - zp) * scale)
+
+
+def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
+    joins = join_layers(float_gm, quant_gm)
+    join_of = {j.chain[-1].name: j for j in joins}
+    input_dep = _input_dependent(float_gm)
+    keep_float = {n.name for n in float_gm.graph.nodes if n.name not in input_dep}  # weights, constants
+    keep_quant: set[str] = set()
+    for j in joins:
+        keep_float.add(j.chain[-1].name)
+        for n in j.chain:
+            keep_float.update(a.name for a in n.all_input_nodes)
+        keep_quant.add(j.qvalue_node.name)
+        keep_quant.update(a.name for a in j.qnode.all_input_nodes)
+    keep_float.update(a.name for a in _output_nodes(float_gm) if isinstance(a, Node))
+    keep_quant.update(a.name for a in _output_nodes(quant_gm) if isinstance(a, Node))
+    quantizers, quant_inputs, quantizer_of = {}, {}, {}
+    by_qnode = {j.qnode.name: j for j in joins}
+    for n in quant_gm.graph.nodes:
+        cov = _static_quantizer(n)
+        if cov is None or not isinstance(n.args[0], Node):
+            continue
+        quantizers[n.name], quant_inputs[n.name] = cov, n.args[0].name
+        keep_quant.add(n.args[0].name)
+        j = by_qnode.get(n.args[0].name)
+        if j is not None and j.qvalue_node.args and j.qvalue_node.args[0] is n:  # the layer's output quantizer
+            quantizer_of.setdefault(j.chain[0].name, n.name)
+    return _Plan(joins, join_of, input_dep, mutated_later(float_gm), keep_float, keep_quant, quantizers, quant_inputs,
+                 quantizer_of)
+
+
+def _nbytes(values: dict[str, Any], names: Iterable[str]) -> int:
+    return sum(values[n].nbytes for n in names if isinstance(values.get(n), torch.Tensor))
+
+
+# --- the dataset --------------------------------------------------------------------------------------
+
+
+def _split(item: tuple, example: tuple) -> list[tuple]:
+    """An item of the dataset as inputs of the program: itself, or, when its tensors carry k times the
+    example's batch of 1 in dim 0 (a DataLoader's batch), its k rows."""
+    first = item[0] if item and isinstance(item[0], torch.Tensor) else None
+    ex = example[0] if example and isinstance(example[0], torch.Tensor) else None
+    if first is None or ex is None or ex.dim() == 0 or ex.shape[0] != 1 or first.dim() != ex.dim() \
+            or first.shape[0] == 1 or first.shape[1:] != ex.shape[1:]:
+        return [item]
+    k = first.shape[0]
+    if not all(isinstance(t, torch.Tensor) and t.dim() >= 1 and t.shape[0] == k for t in item):
+        return [item]
+    return [tuple(t[i:i + 1] for t in item) for i in range(k)]
+
+
+def _check(item: tuple, example: tuple, index: int) -> tuple:
+    if len(item) != len(example):
+        raise ValueError(f"dataset item {index}: {len(item)} input(s), the model takes {len(example)}")
+    for k, (x, e) in enumerate(zip(item, example)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(x, torch.Tensor):
+                raise TypeError(f"dataset item {index}: input {k} is a {type(x).__name__}, not a tensor")
+            if x.shape != e.shape or x.dtype != e.dtype:
+                raise ValueError(f"dataset item {index}: input {k} is {x.dtype} {list(x.shape)}, the program takes "
+                                 f"{e.dtype} {list(e.shape)} (one shape: the program is compiled for it)")
+    return item
+
+
+def graph_inputs(gm: GraphModule) -> tuple | None:
+    """The (fake) tensors a converted graph was exported with, one per user input: the shapes the program
+    takes; None when a placeholder has no static tensor value recorded."""
+    vals = tuple(n.meta.get("val") for n in gm.graph.nodes if n.op == "placeholder")
+    if not vals or not all(isinstance(v, torch.Tensor) and all(isinstance(d, int) for d in v.shape) for v in vals):
+        return None
+    return vals
+
+
+def _inputs_of(dataset, example: tuple | None, limit: int | None, shapes: tuple | None = None):
+    """(example, iterator of checked single inputs, total count or None). shapes: what one input looks like
+    (the program's inputs; default the example, else the first item)."""
+    if isinstance(dataset, (torch.Tensor, str, bytes)) or not isinstance(dataset, Iterable):
+        raise TypeError(f"dataset must be an iterable of the model's inputs (tensors or tuples of tensors), "
+                        f"got {type(dataset).__name__}")
+    if limit is not None and (not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"limit must be a positive int, got {limit!r}")
+    total = None
+    try:
+        total = len(dataset)
+    except TypeError:
+        pass
+    it = iter(dataset)
+    try:
+        head = _as_inputs(next(it))
+    except StopIteration:
+        raise ValueError("dataset is empty: a report over a dataset needs at least one input") from None
+    ref = shapes if shapes is not None else example if example is not None else head
+    first = _split(head, ref)
+    example = first[0] if example is None else example
+    if total is not None and len(first) > 1:
+        total *= len(first)
+
+    def stream():
+        n = 0
+        for item in itertools.chain([head], it):
+            for x in _split(_as_inputs(item), ref):
+                if limit is not None and n >= limit:
+                    return
+                yield _check(x, ref, n)
+                n += 1
+
+    if limit is not None:
+        total = limit if total is None else min(total, limit)
+    return example, stream(), total
+
+
+def _batched(stream, size: int):
+    while True:
+        chunk = list(itertools.islice(stream, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def _stack(chunk: list[tuple]) -> tuple:
+    return tuple(torch.cat([x[k] for x in chunk]) if isinstance(chunk[0][k], torch.Tensor) else chunk[0][k]
+                 for k in range(len(chunk[0])))
+
+
+# --- per-layer and per-output accumulation -------------------------------------------------------------
+
+
+@dataclass
+class _Layer:
+    join: LayerJoin
+    sqnr: Stream = field(default_factory=sqnr_stream)
+    local: Stream = field(default_factory=sqnr_stream)
+    inherited: Stream = field(default_factory=sqnr_stream)
+    max_abs: Stream = field(default_factory=max_abs_stream)
+    cosine_total: float = 0.0
+    cosine_n: int = 0
+    cosine_min: float = math.inf
+    inputs: int = 0
+    degenerate: int = 0
+    exact: int = 0
+    float_min: float = math.inf
+    float_max: float = -math.inf
+
+
+class NotBatchAgnostic(Exception):
+    """A graph gave a value without the batch in dim 0: it runs one input at a time."""
+
+
+def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: int, sqnr_of: dict) -> None:
+    j = acc.join
+    end = j.chain[-1]
+    ref, val = _float(f.get(end.name)), _float(q.get(j.qvalue_node.name))
+    if ref is None or val is None or ref.shape != val.shape:
+        return
+    rows = np.arange(first, first + batch)
+    feeds = local_inputs(j, plan.join_of, f, q, plan.input_dep)
+    total = batch_metrics(ref, val, batch)
+    sqnr_of[(end.name, id(val))] = total["sqnr"]
+    local = None
+    if not any(n.name in plan.mutated for n in j.chain):
+        local_ref = _float(rerun_float(j.chain, feeds, f))
+        if local_ref is not None and local_ref.shape == val.shape:
+            local = batch_metrics(local_ref, val, batch)
+    inherited = []
+    for name, v in feeds.items():
+        ref_in = _float(f.get(name))
+        if _float(v) is None or ref_in is None or ref_in.shape != v.shape:
+            continue
+        key = (name, id(v))
+        inherited.append(sqnr_of[key] if key in sqnr_of else batch_metrics(ref_in, v, batch)["sqnr"])
+    lo, hi = row_ranges(ref, batch)
+    acc.float_min = float(np.nanmin([acc.float_min, *lo]))
+    acc.float_max = float(np.nanmax([acc.float_max, *hi]))
+    ok = np.ones(batch, dtype=bool)
+    if j.quantized:  # as degenerate_reason: an SQNR of a zero, tiny or rounded-away value means nothing
+        peak = np.maximum(np.abs(lo), np.abs(hi))
+        ok = ~((peak < 1e-6) | np.isnan(peak) | total["b_zero"])
+    acc.inputs += batch
+    acc.degenerate += int((~ok).sum())
+    acc.exact += int(((local if local is not None else total)["sqnr"] == math.inf).sum())
+    acc.sqnr.add(total["sqnr"][ok], rows[ok])
+    acc.max_abs.add(total["max_abs"], rows)
+    if local is not None:
+        acc.local.add(local["sqnr"][ok], rows[ok])
+    if inherited:
+        acc.inherited.add(np.minimum.reduce(inherited)[ok], rows[ok])
+    cos = total["cosine"][~np.isnan(total["cosine"])]
+    acc.cosine_total += float(cos.sum())
+    acc.cosine_n += cos.size
+    acc.cosine_min = min(acc.cosine_min, float(cos.min()) if cos.size else math.inf)
+
+
+def top1_agreement(reference: torch.Tensor, value: torch.Tensor, batch: int) -> np.ndarray:
+    """Per input (dim 0), the share of positions whose arg-max over the last dimension agrees (a classifier's
+    top-1; a sequence model's per token); NaN for outputs with fewer than 2 classes."""
+    if reference.dim() < (2 if batch > 1 else 1) or reference.shape[-1] < 2:
+        return np.full(batch, math.nan)
+    same = (reference.argmax(-1) == value.argmax(-1)).reshape(batch, -1).to(torch.float64)
+    return same.mean(1).numpy()
+
+
+def _metric_functions(metrics) -> dict[str, Callable]:
+    if metrics is None:
+        return {}
+    if callable(metrics):
+        return {getattr(metrics, "__name__", "metric") or "metric": metrics}
+    if isinstance(metrics, Mapping) and all(isinstance(k, str) and callable(v) for k, v in metrics.items()):
+        return dict(metrics)
+    raise TypeError("metrics must be a callable (float_outputs, quantized_outputs) -> float, or a dict of them "
+                    f"by name; got {type(metrics).__name__}")
+
+
+def _output_rows(f_out: list, q_out: list, p_out: list[list] | None, first: int, batch: int,
+                 metrics: dict[str, Callable]) -> list[dict]:
+    """Per input: output SQNR/cosine (worst over the outputs), top-1 agreement with the float model, the
+    shipped program's distance to the converted graph, and the user's metrics; all on the shipped program's
+    outputs when there is one (`p_out`, one list per input), else on the converted graph's."""
+    def row(outs: list, i: int) -> list:  # input i's outputs, as the model returns them for one input
+        return outs if batch == 1 else [o[i:i + 1] if isinstance(o, torch.Tensor) else o for o in outs]
+
+    shipped = q_out if p_out is None else p_out[0] if batch == 1 else [
+        torch.cat([r[k] for r in p_out]) if isinstance(p_out[0][k], torch.Tensor) else p_out[0][k]
+        for k in range(len(p_out[0]))]
+    sqnr, cosine, top1, vs_torch, energy = [], [], [], [], np.zeros((2, batch))
+    for k, (ref, val) in enumerate(zip(f_out, shipped)):
+        if _float(ref) is None or _float(val) is None or ref.shape != val.shape:
+            continue
+        m = batch_metrics(ref, val, batch)
+        sqnr.append(m["sqnr"])
+        energy += np.nan_to_num(np.stack([m["signal"], m["noise"]]), nan=0.0, posinf=np.inf)
+        cosine.append(m["cosine"])
+        top1.append(top1_agreement(ref, val, batch))
+        if p_out is not None and _float(q_out[k]) is not None and q_out[k].shape == val.shape:
+            vs_torch.append((val.double() - q_out[k].double()).abs().reshape(batch, -1).amax(1).numpy())
+    rows = []
+    for i in range(batch):
+        t1 = [t[i] for t in top1 if not math.isnan(t[i])]
+        out = {"input": first + i, "output_sqnr": min((s[i] for s in sqnr), default=math.nan),
+               "output_cosine": min((c[i] for c in cosine), default=math.nan),
+               "top1_agree": float(np.mean(t1)) if t1 else math.nan,
+               "program_vs_torch": max((v[i] for v in vs_torch), default=math.nan),
+               "_energy": energy[:, i]}
+        if metrics:
+            ref_i, val_i = row(f_out, i), p_out[i] if p_out is not None else row(q_out, i)
+            for name, fn in metrics.items():
+                out[name] = float(fn(ref_i, val_i))
+        rows.append(out)
+    return rows
+
+
+def _layer_row(order: int, acc: _Layer, plan: _Plan) -> dict:
+    j = acc.join
+    first = j.chain[0]
+    exact = acc.exact == acc.inputs
+    qname = plan.quantizer_of.get(first.name)
+    cov = plan.quantizers[qname].row() if qname else {}
+    return {
+        "order": order, "layer": first.name, "op": node_op_name(first),
+        "module": module_path(first.meta.get("nn_module_stack")), "source": source_line(first.meta.get("stack_trace")),
+        "quantized": j.quantized, "ranked": j.quantized and not exact and acc.degenerate < acc.inputs,
+        "inputs": acc.inputs, "degenerate_inputs": acc.degenerate,
+        "local_sqnr_p95": acc.local.quantile(P95), "local_sqnr_mean": acc.local.mean, "local_sqnr_min": acc.local.low,
+        "local_worst_input": acc.local.low_input,
+        "sqnr_p95": acc.sqnr.quantile(P95), "sqnr_mean": acc.sqnr.mean, "sqnr_min": acc.sqnr.low,
+        "sqnr_worst_input": acc.sqnr.low_input,
+        "input_sqnr_p95": acc.inherited.quantile(P95), "input_sqnr_mean": acc.inherited.mean,
+        "cosine_mean": acc.cosine_total / acc.cosine_n if acc.cosine_n else math.nan,
+        "cosine_min": acc.cosine_min if acc.cosine_n else math.nan,
+        "max_abs_p95": acc.max_abs.quantile(0.95), "max_abs_max": acc.max_abs.high,
+        "max_abs_worst_input": acc.max_abs.high_input,
+        "float_min": acc.float_min, "float_max": acc.float_max,
+        **{k: cov.get(k, math.nan) for k in ("range_lo", "range_hi", "seen_min", "seen_max", "clipped",
+                                             "clipped_inputs", "range_used")},
+        "first_clipped_input": cov.get("first_clipped_input", -1),
+        "folded": [n.name for n in j.chain[1:]], "quantized_node": j.qnode.name,
+    }
+
+
+# --- the loop -------------------------------------------------------------------------------------------
+
+
+def _outputs(values: dict, gm: GraphModule) -> list:
+    return [values.get(a.name) if isinstance(a, Node) else a for a in _output_nodes(gm)]
+
+
+def _agrees(batched: list, single: list) -> bool:
+    """Row 0 of a batched run's outputs against a batch-1 run of the same input."""
+    for b, s in zip(batched, single):
+        if _float(s) is None:
+            continue
+        if _float(b) is None or b.shape[1:] != s.shape[1:] or b.shape[0] < 1:
+            return False
+        scale = float(s.abs().max()) if s.numel() else 0.0
+        if not torch.allclose(b[:1], s, rtol=1e-4, atol=1e-5 * max(scale, 1.0), equal_nan=True):
+            return False
+    return True
+
+
+def _has_batch_of_one(example: tuple) -> bool:
+    """Inputs that can be stacked into a batch: every tensor has dim 0 of size 1."""
+    tensors = [x for x in example if isinstance(x, torch.Tensor)]
+    return bool(tensors) and all(x.dim() and x.shape[0] == 1 for x in tensors)
+
+
+def _run_chunk(float_gm: GraphModule, quantized: GraphModule, plan: _Plan, chunk: list[tuple]) -> tuple[dict, dict]:
+    """Both graphs on a batch of inputs; a batch of more than one is checked first (NotBatchAgnostic): its
+    float outputs' row 0 against a batch-1 run, and every layer's values carrying the batch in dim 0."""
+    args = _stack(chunk)
+    f = run_keeping(float_gm, args, plan.keep_float)
+    batch = len(chunk)
+    if batch > 1 and not _agrees(_outputs(f, float_gm),
+                                 _outputs(run_keeping(float_gm, chunk[0], plan.keep_float), float_gm)):
+        raise NotBatchAgnostic("a batched run's outputs differ from one input's")
+    q = run_keeping(quantized, args, plan.keep_quant)
+    if batch > 1:
+        for j in plan.joins:
+            for name, v in ((j.chain[-1].name, f.get(j.chain[-1].name)),
+                            (j.qvalue_node.name, q.get(j.qvalue_node.name))):
+                if _float(v) is not None and (v.dim() == 0 or v.shape[0] != batch):
+                    raise NotBatchAgnostic(f"{name} has shape {list(v.shape)} on a batch of {batch}")
+    return f, q
+
+
+def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, backend: str | None = "xnnpack",
+                   program=None, metrics=None, batch_size: int | None = None,
+                   memory_budget: int = DEFAULT_MEMORY_BUDGET, limit: int | None = None, progress: bool = True,
+                   label: str = "") -> DatasetQuantReport:
+    """Per-layer quantization error of `quantized` (convert_pt2e's GraphModule) against `float_model` over
+    every input of `dataset` (an iterable of the model's inputs: tensors or tuples; a DataLoader's batches are
+    split into single inputs), with the output metrics of the program that ships. See DatasetQuantReport.
+
+    backend: "xnnpack" or "portable": the converted graph compiled for it and run on etlab's runtime for
+    every input (None: no program, output metrics from the converted graph in torch). program: an already
+    compiled `.pte` (path, bytes or ExecutorchProgramManager) to run instead. metrics: a callable
+    (float_outputs, quantized_outputs) -> float per input, or a dict of them by name. inputs: the example
+    the float model is exported with (default: the first input). batch_size: inputs per batch of the torch
+    passes (default: as many as `memory_budget` bytes of kept values allow, at most 32). limit: stop after
+    this many inputs. progress: a progress bar (tqdm)."""
+    from tqdm.auto import tqdm
+
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
+    if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
+        raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if not isinstance(memory_budget, int) or memory_budget < 1:
+        raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
+    metric_fns = _metric_functions(metrics)
+    if isinstance(quantized, torch.export.ExportedProgram):
+        quantized = quantized.module()
+    if not isinstance(quantized, GraphModule):
+        raise TypeError("quantized must be the GraphModule convert_pt2e returned (or an ExportedProgram of it), "
+                        f"got {type(quantized).__name__}")
+    example, stream, total = _inputs_of(dataset, _as_inputs(inputs) if inputs is not None else None, limit,
+                                        graph_inputs(quantized))
+    started = time.perf_counter()
+    float_gm = float_graph_of(float_model, example)
+    plan = make_plan(float_gm, quantized)
+    notes: list[str] = []
+    method, what = None, ""
+    if program is not None or backend is not None:
+        from etlab.devtools._quant_debug_runtime import shipped_method
+
+        method, what = shipped_method(quantized, example, backend, program)
+        notes.append(f"outputs of {what} on etlab's runtime; per-layer values from the converted graph in torch "
+                     "(program_vs_torch: how far the program's outputs are from it)")
+    layers = [_Layer(j) for j in plan.joins]
+    rows: list[dict] = []
+    energy = np.zeros(2)  # the outputs' signal and noise over the dataset
+    bar = tqdm(total=total, unit="input", desc="quantization report", disable=not progress, leave=False)
+    size, first = 1, 0
+    try:
+        pending = list(itertools.islice(stream, 1))
+        while pending:
+            chunk = pending
+            try:
+                f, q = _run_chunk(float_gm, quantized, plan, chunk)
+            except (NotBatchAgnostic, RuntimeError) as e:
+                if len(chunk) == 1:
+                    raise
+                notes.append(f"one input at a time: the graphs are not batch-agnostic ({type(e).__name__}: "
+                             f"{str(e).splitlines()[0][:120] if str(e) else ''})")
+                size, stream, pending = 1, itertools.chain(chunk[1:], stream), chunk[:1]
+                continue
+            batch, sqnr_of = len(chunk), {}
+            for acc in layers:
+                _layer_batch(acc, plan, f, q, first, batch, sqnr_of)
+            for name, cov in plan.quantizers.items():
+                x = _float(q.get(plan.quant_inputs[name]))
+                if x is not None:
+                    cov.add(x.reshape(batch, -1), first)
+            p_out = [method.execute(list(x)) for x in chunk] if method is not None else None
+            for r in _output_rows(_outputs(f, float_gm), _outputs(q, quantized), p_out, first, batch, metric_fns):
+                energy += r.pop("_energy")
+                rows.append(r)
+            bar.update(batch)
+            if first == 0 and _has_batch_of_one(example):  # sized from the first input's kept values
+                per_input = _nbytes(f, plan.keep_float & plan.input_dep) + _nbytes(q, plan.keep_quant)
+                size = batch_size or max(1, min(MAX_BATCH, memory_budget // max(per_input, 1)))
+            first += batch
+            pending = list(itertools.islice(stream, size))
+    finally:
+        bar.close()
+    if not rows:
+        raise ValueError("dataset is empty: a report over a dataset needs at least one input")
+    layer_rows = [_layer_row(i, acc, plan) for i, acc in enumerate(layers) if acc.inputs]
+    by_layer = {acc.join.chain[0].name: acc for acc in layers}
+    layer_of_quantizer = {q: layer for layer, q in plan.quantizer_of.items()}
+    coverage = [{"node": name, "layer": layer_of_quantizer.get(name, plan.quant_inputs[name]), "scale": cov.scale,
+                 "zero_point": cov.zero_point, **cov.row()} for name, cov in plan.quantizers.items() if cov.inputs]
+    return DatasetQuantReport(
+        layers=pd.DataFrame(layer_rows, columns=LAYER_COLUMNS),
+        per_input=pd.DataFrame(rows, columns=[*PER_INPUT_COLUMNS, *metric_fns]),
+        coverage=pd.DataFrame(coverage, columns=COVERAGE_COLUMNS),
+        distributions={name: {"local_sqnr": acc.local, "sqnr": acc.sqnr, "input_sqnr": acc.inherited,
+                              "max_abs": acc.max_abs} for name, acc in by_layer.items() if acc.inputs},
+        backend=backend if program is None else None, batch_size=size, seconds=time.perf_counter() - started,
+        float_graph=float_gm, quantized_graph=quantized, label=label, notes=notes,
+        shipped=what, output_sqnr_pooled=_pooled_sqnr(*energy))
+
+
+def quantization_report(float_model, quantized, inputs=None, *, runtime: bool = False, label: str = "",
+                        dataset: Iterable | None = None, **dataset_options) -> QuantReport | DatasetQuantReport:
+    """Per-layer error of `quantized` (convert_pt2e's GraphModule, or an ExportedProgram of it) against
+    `float_model` (the nn.Module, its ExportedProgram or the GraphModule it was quantized from).
+
+    On `inputs` (one example): a QuantReport, total and local error per layer (runtime=True: the quantized
+    values from etlab's runtime; see etlab.devtools._quant_debug.quantization_report).
+
+    On `dataset=` (an iterable of inputs): a DatasetQuantReport, statistics over all of them streamed in
+    bounded memory (mean and p95 SQNR per layer, local vs inherited, the shipped program's top-1 agreement and
+    cosine, calibration coverage); `dataset_options` are `dataset_report`'s: backend ("xnnpack" default,
+    "portable"; runtime=True alone means "portable"), program, metrics, batch_size, memory_budget, limit,
+    progress. `inputs` is then the export example (default: the first input)."""
+    if dataset is not None:
+        if runtime:
+            dataset_options.setdefault("backend", "portable")
+        return dataset_report(float_model, quantized, dataset, inputs=inputs, label=label, **dataset_options)
+    if dataset_options:
+        raise TypeError(f"quantization_report: {sorted(dataset_options)} apply to a report over a dataset "
+                        "(give dataset=...)")
+    if inputs is None:
+        raise TypeError("quantization_report: give the inputs (one example) or dataset=... (many)")
+    return one_input_report(float_model, quantized, inputs, runtime=runtime, label=label)

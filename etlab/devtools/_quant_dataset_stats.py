@@ -1,0 +1,201 @@
+"""Streaming statistics of quantization error over a dataset, in memory that does not grow with it.
+
+A per-layer report over N inputs keeps, per layer and metric, a count, a sum, the extremes with the
+input they came from, and a histogram on fixed bins: SQNR in 0.1 dB steps, max-abs error in 1/100 of
+a decade. Percentiles (the p95 a budget is written against) come from the histogram, exact to one
+bin; mean, min and max are exact. Memory is per layer and metric, whatever N is.
+
+The per-input numbers are computed for a whole batch at once (`batch_metrics`): the four dot
+products of `error_metrics` per row of a (batch, -1) view, so a batch of 16 inputs costs a few
+large reductions instead of 16 small ones.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from etlab.devtools._quant_debug import error_metrics
+
+SQNR_EDGES = np.round(np.arange(-60.0, 200.0 + 1e-9, 0.1), 1)  # dB; below / above: the first / last bin
+MAX_ABS_EDGES = 10.0 ** np.round(np.arange(-12.0, 8.0 + 1e-9, 0.01), 2)  # 1/100 decade
+TINY = 1e-6  # a float value below this in magnitude makes SQNR meaningless (see degenerate_reason)
+
+
+@dataclass
+class Stream:
+    """One metric over a stream of inputs: exact count, mean (of the finite values), min/max and the input
+    each came from, and a histogram on `edges` for percentiles. +-inf and NaN are counted apart."""
+
+    edges: np.ndarray
+    n: int = 0
+    total: float = 0.0
+    finite: int = 0
+    low: float = math.inf
+    low_input: int = -1
+    high: float = -math.inf
+    high_input: int = -1
+    nan: int = 0
+    counts: np.ndarray = field(default=None)  # len(edges) + 1: [< edges[0]], [edges[i-1], edges[i]), [>= edges[-1]]
+
+    def __post_init__(self):
+        if self.counts is None:
+            self.counts = np.zeros(len(self.edges) + 1, dtype=np.int64)
+
+    def add(self, values: np.ndarray, inputs: np.ndarray) -> None:
+        """Adds one value per input (`inputs`: their indices in the dataset)."""
+        values = np.asarray(values, dtype=np.float64)
+        nan = np.isnan(values)
+        self.nan += int(nan.sum())
+        values, inputs = values[~nan], np.asarray(inputs)[~nan]
+        if not values.size:
+            return
+        self.n += values.size
+        fin = np.isfinite(values)
+        self.finite += int(fin.sum())
+        self.total += float(values[fin].sum())
+        i, j = int(values.argmin()), int(values.argmax())
+        if values[i] < self.low:
+            self.low, self.low_input = float(values[i]), int(inputs[i])
+        if values[j] > self.high:
+            self.high, self.high_input = float(values[j]), int(inputs[j])
+        self.counts += np.bincount(np.searchsorted(self.edges, values, side="right"), minlength=len(self.counts))
+
+    @property
+    def mean(self) -> float:
+        """Mean of the finite values (NaN when none); an exact layer's +inf SQNR is left out, see `quantile`."""
+        return self.total / self.finite if self.finite else math.nan
+
+    def quantile(self, q: float) -> float:
+        """The value a fraction q of the inputs are at or below, to one bin (the bin's middle, within the
+        exact extremes); +-inf when the quantile falls among infinite values."""
+        if not self.n:
+            return math.nan
+        rank = q * (self.n - 1)
+        k = int(np.searchsorted(np.cumsum(self.counts), rank, side="right"))
+        if k == 0:
+            return self.low
+        if k >= len(self.edges):
+            return self.high
+        mid = 0.5 * (self.edges[k - 1] + self.edges[k])
+        return float(min(max(mid, self.low), self.high))
+
+    def histogram(self) -> tuple[np.ndarray, np.ndarray]:
+        """(bin left edges, counts) of the occupied span, for drawing a distribution."""
+        nz = np.nonzero(self.counts)[0]
+        if not nz.size:
+            return np.array([]), np.array([], dtype=np.int64)
+        lo, hi = nz[0], nz[-1] + 1
+        left = np.concatenate([[-np.inf], self.edges])[lo:hi]
+        return left, self.counts[lo:hi]
+
+
+def sqnr_stream() -> Stream:
+    return Stream(SQNR_EDGES)
+
+
+def max_abs_stream() -> Stream:
+    return Stream(MAX_ABS_EDGES)
+
+
+def _squared_norms(x: torch.Tensor) -> np.ndarray:
+    """Per-row squared L2 norms of a (batch, n) tensor, as float64 (one vectorised pass: a row-wise dot
+    product through bmm or a multiply-and-sum is several times slower on CPU)."""
+    return torch.linalg.vector_norm(x, dim=1).to(torch.float64).numpy() ** 2
+
+
+def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None) -> dict[str, np.ndarray]:
+    """`error_metrics` for every row of a batch (dim 0 = input): sqnr, cosine, max_abs, mse, and `b_zero`
+    (the value is all zero: rounded away). Three norms and the difference's extremes per row; the cosine
+    comes from the norms (|a|^2 + |b|^2 - |a-b|^2 = 2 a.b), whose rounding is far below the 5 digits shown.
+    Rows with a non-finite norm go through `error_metrics` itself, which knows what a matching -inf mask
+    means. batch: rows (default dim 0; 1 for a value without a batch dim)."""
+    batch = reference.shape[0] if batch is None else batch
+    dtype = torch.float64 if torch.float64 in (reference.dtype, value.dtype) else torch.float32
+    a = reference.detach().reshape(batch, -1).to(dtype)
+    b = value.detach().reshape(batch, -1).to(dtype)
+    if a.shape[1] == 0:
+        ones = np.ones(batch)
+        return {"sqnr": ones * math.inf, "cosine": ones, "max_abs": ones * 0.0, "mse": ones * 0.0,
+                "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0}
+    d = a - b
+    noise, signal, b_sum = _squared_norms(d), _squared_norms(a), _squared_norms(b)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        sqnr = np.where(noise == 0, math.inf, np.where(signal == 0, -math.inf, 10.0 * np.log10(signal / noise)))
+        norm = np.sqrt(signal) * np.sqrt(b_sum)
+        cross = 0.5 * (signal + b_sum - noise)
+        cosine = np.where(norm > 0, np.clip(cross / norm, -1.0, 1.0), np.where(signal == b_sum, 1.0, 0.0))
+    max_abs = torch.maximum(-d.amin(1), d.amax(1)).to(torch.float64).numpy()
+    out = {"sqnr": sqnr, "cosine": cosine, "max_abs": max_abs, "mse": noise / a.shape[1], "b_zero": b_sum == 0,
+           "signal": signal, "noise": noise}
+    bad = ~(np.isfinite(noise) & np.isfinite(signal) & np.isfinite(b_sum))
+    for i in np.nonzero(bad)[0]:  # rare: infinities, NaN, float32 overflow
+        m = error_metrics(a[i], b[i])
+        out["sqnr"][i], out["cosine"][i], out["max_abs"][i], out["mse"][i] = m.sqnr, m.cosine, m.max_abs, m.mse
+        out["b_zero"][i] = not bool(b[i].any())
+    return out
+
+
+def row_ranges(x: torch.Tensor, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (min, max) of a batch over its finite elements (NaN for a row with none)."""
+    flat = x.detach().reshape(x.shape[0] if batch is None else batch, -1)
+    if flat.shape[1] == 0:
+        nan = np.full(flat.shape[0], math.nan)
+        return nan, nan.copy()
+    lo, hi = (t.to(torch.float64).numpy() for t in (flat.amin(1), flat.amax(1)))  # aminmax(dim=) is 10x slower
+    bad = ~(np.isfinite(lo) & np.isfinite(hi))
+    for i in np.nonzero(bad)[0]:
+        row = flat[i][torch.isfinite(flat[i])]
+        lo[i], hi[i] = (float(row.min()), float(row.max())) if row.numel() else (math.nan, math.nan)
+    return lo, hi
+
+
+@dataclass
+class Coverage:
+    """The range a static quantize node can represent (from the scale and zero point the quantizer's
+    observers chose on the calibration data) against the values that reached it over the dataset."""
+
+    node: str
+    scale: float
+    zero_point: int
+    lo: float  # (quant_min - zero_point) * scale
+    hi: float  # (quant_max - zero_point) * scale
+    seen_min: float = math.inf
+    seen_max: float = -math.inf
+    clipped: int = 0  # elements beyond half a step outside [lo, hi]
+    elements: int = 0
+    clipped_inputs: int = 0
+    inputs: int = 0
+    first_clipped_input: int = -1
+
+    def add(self, x: torch.Tensor, first_input: int) -> None:
+        """Adds a batch (dim 0 = input) of the values that enter the quantize node."""
+        lo, hi = row_ranges(x)
+        self.seen_min = float(np.nanmin([self.seen_min, *lo]))
+        self.seen_max = float(np.nanmax([self.seen_max, *hi]))
+        batch = x.shape[0]
+        self.inputs += batch
+        self.elements += x.numel()
+        half = 0.5 * self.scale
+        outside = (lo < self.lo - half) | (hi > self.hi + half)
+        for i in np.nonzero(outside)[0]:  # counted only where a row's range says there is something to count
+            row = x[i].detach()
+            n = int(((row < self.lo - half) | (row > self.hi + half)).sum())
+            self.clipped += n
+            if n:
+                self.clipped_inputs += 1
+                if self.first_clipped_input < 0:
+                    self.first_clipped_input = first_input + int(i)
+
+    def row(self) -> dict:
+        span = self.hi - self.lo
+        seen = self.seen_max - self.seen_min if self.inputs else math.nan
+        return {"range_lo": self.lo, "range_hi": self.hi, "seen_min": self.seen_min if self.inputs else math.nan,
+                "seen_max": self.seen_max if self.inputs else math.nan,
+                "clipped": self.clipped / self.elements if self.elements else math.nan,
+                "clipped_inputs": self.clipped_inputs / self.inputs if self.inputs else math.nan,
+                "first_clipped_input": self.first_clipped_input,
+                "range_used": seen / span if span > 0 and math.isfinite(seen) else math.nan}
