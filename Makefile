@@ -144,10 +144,14 @@ kernel: setup
 # ruff; pyright (its scope and settings: [tool.pyright] in pyproject.toml) and eslint (labextension/src and the
 # view modules, labextension/eslint.config.mjs), both from labextension's npm devDependencies (pinned by its
 # lockfile, installed by `npm ci` in the labextension target).
-lint: setup
+LINT_BIN := labextension/node_modules/.bin
+$(LINT_BIN)/eslint: | node  # only when missing (node_modules deleted after the extension was built)
+	cd labextension && npm ci --no-audit --no-fund
+
+lint: setup | $(LINT_BIN)/eslint
 	$(PY) -m ruff check etlab tests bench
-	labextension/node_modules/.bin/pyright
-	labextension/node_modules/.bin/eslint -c labextension/eslint.config.mjs labextension/src etlab/visualizer/static
+	$(LINT_BIN)/pyright
+	$(LINT_BIN)/eslint -c labextension/eslint.config.mjs labextension/src etlab/visualizer/static
 
 schemas: setup
 	$(PY) -m etlab.schema._generate
