@@ -578,11 +578,17 @@ def _layer_table(search: _Search, config: PrecisionConfig, observers: list[str])
 
 
 def greedy_float_baseline(float_model, dataset, *, budget, quantizer_factory: Callable[[], object] | None = None,
-                          calibration=None, max_calibration: int = 32, max_layers: int | None = None) -> pd.DataFrame:
+                          calibration=None, max_calibration: int = 32, max_layers: int | None = None,
+                          backend: str | None = None) -> pd.DataFrame:
     """The manual fix loop as `sensitivity_table` does it: layers ranked by local SQNR on the first input
     (`quantization_report(...).worst()`), the worst k kept in float for k = 0, 1, 2, ... until the budget
-    holds over the dataset (measured like the search's). One row per k: float layers, metric, met."""
+    holds over the dataset (measured like the search's). One row per k: float layers, metric, met.
+    backend ('xnnpack' / 'portable'): a k that meets the budget in torch is also compiled and run on etlab's
+    runtime (`runtime_metric`), and only a program that meets it there ends the loop, as for the search."""
     budget = as_budget(budget)
+    if backend is not None and backend not in BACKENDS:
+        raise ValueError(f"greedy_float_baseline: backend must be one of {', '.join(BACKENDS)} or None, "
+                         f"got {backend!r}")
     samples = _samples(dataset, "dataset")
     calib = _samples(calibration, "calibration") if calibration is not None else samples[:max_calibration]
     if quantizer_factory is None:
@@ -600,8 +606,14 @@ def greedy_float_baseline(float_model, dataset, *, budget, quantizer_factory: Ca
     limit = len(ranked) if max_layers is None else min(max_layers, len(ranked))
     for k in range(limit + 1):
         ev = base if k == 0 else search.evaluate(PrecisionConfig().with_(float_layers=ranked[:k]))
-        rows.append({"k": k, "float_layers": ranked[:k], "metric": ev.metric, "sqnr_db": ev.sqnr, "met": ev.met})
-        if ev.met:
+        row = {"k": k, "float_layers": ranked[:k], "metric": ev.metric, "sqnr_db": ev.sqnr, "met": ev.met,
+               "runtime_metric": math.nan}
+        if ev.met and backend is not None:
+            program = compile_program(search.model(ev), samples[0], backend)
+            row["runtime_metric"] = budget.measure(search.reference, runtime_outputs(program.buffer, samples))
+            row["met"] = budget.met(row["runtime_metric"])
+        rows.append(row)
+        if row["met"]:
             break
     return pd.DataFrame(rows)
 
