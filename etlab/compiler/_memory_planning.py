@@ -6,7 +6,8 @@ one block living from the first member's definition to the last member's use. Al
 
 - "naive": every block gets its own bytes (the upper bound).
 - "greedy": best-fit reuse — blocks, largest first, go into the tightest gap left by blocks whose
-  lifetimes overlap theirs; a few orderings are tried and the smallest arena kept.
+  lifetimes overlap theirs (`_best_fit`); a few orderings are tried and the smallest arena kept,
+  stopping at the first that reaches the lower bound.
 - a callable `algo(blocks, mem_id) -> arena_size` that sets each block's `offset`.
 
 Subclass MemoryPlanningPass and set `spec.mem_id` per node in `run` (then call the parent) to place
@@ -19,7 +20,6 @@ by every method of the program (`_shared_buffers`): `run` plans each method with
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -28,6 +28,7 @@ from torch.export.graph_signature import ExportGraphSignature, InputKind
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import _shared_buffers
+from etlab.compiler._best_fit import best_fit
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.fx import submodules_of
 
@@ -143,29 +144,6 @@ def naive(blocks: list[Block], mem_id: int) -> int:
     return offset
 
 
-def _best_fit(blocks: list[Block]) -> int:
-    """Places each block, in the given order, in the smallest gap between the blocks already placed
-    whose lifetimes overlap its own (or on top). The placed blocks are kept sorted by (offset, order
-    placed) as plain tuples, so each placement is one pass over them with no sort and no attribute
-    lookups (the quadratic part of planning a graph with thousands of tensors)."""
-    placed: list[tuple[int, int, int, int, int]] = []  # (offset, seq, start, end, size)
-    top = 0
-    for seq, b in enumerate(blocks):
-        start, end, size = b.start, b.end, b.size
-        best, best_gap, cursor = None, None, 0
-        for p_offset, _seq, p_start, p_end, p_size in placed:
-            if p_start <= end and start <= p_end:
-                gap = p_offset - cursor
-                if gap >= size and (best_gap is None or gap < best_gap):
-                    best, best_gap = cursor, gap
-                if p_offset + p_size > cursor:
-                    cursor = p_offset + p_size
-        b.offset = best if best is not None else cursor
-        bisect.insort(placed, (b.offset, seq, start, end, size))
-        top = max(top, b.offset + size)
-    return top
-
-
 def greedy(blocks: list[Block], mem_id: int) -> int:
     orders = [
         lambda b: (-b.size, b.start),
@@ -174,10 +152,13 @@ def greedy(blocks: list[Block], mem_id: int) -> int:
         lambda b: (-b.size * (b.end - b.start + 1), b.start),
     ]
     best_size, best_offsets = None, None
+    bound = lower_bound(blocks, max((b.end for b in blocks), default=-1) + 1)
     for key in orders:
-        size = _best_fit(sorted(blocks, key=key))
+        size = best_fit(sorted(blocks, key=key))
         if best_size is None or size < best_size:
             best_size, best_offsets = size, [b.offset for b in blocks]
+        if best_size <= bound:  # no order can do better than the bytes live at the busiest step
+            break
     for b, off in zip(blocks, best_offsets or []):
         b.offset = off
     return best_size or 0
