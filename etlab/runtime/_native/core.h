@@ -51,7 +51,10 @@ int64_t clock_ns();    // CLOCK_MONOTONIC nanoseconds from the counter and the l
 // The CPU allocator's traffic on one thread while a traced method runs or loads (trace_allocations):
 // c10's memory-reporting hook (the one torch's profiler uses), pushed as the thread's profiler state with
 // the profiler itself disabled. A step reads the most held at once above its mark (its temporaries and
-// what it kept) and what it still holds (negative when it freed more than it allocated).
+// what it kept) and what it still holds (negative when it freed more than it allocated). c10 then also keeps
+// the size of each block allocated while a watch runs until it is freed with one running (a block freed
+// with none keeps its entry: a few dozen bytes), and warns (every 1000th time) of a block freed during a
+// watch that was allocated before it.
 class MemoryWatch;
 // Starts `watch` on this thread; false when another profiler state is set (torch's profiler) or a
 // watch already runs here. stop_memory_watch undoes a start of the same watch on the same thread.
