@@ -81,9 +81,9 @@ def _query(args) -> int:
 
 
 def _stats(args) -> int:
-    from etlab.fleet._queries import READY_QUERIES
+    from etlab.fleet._queries import MEMORY_QUERIES, READY_QUERIES
 
-    make = READY_QUERIES[args.query]
+    make = {**READY_QUERIES, **MEMORY_QUERIES}[args.query]
     kwargs = {"where": args.where}
     if args.by is not None:
         kwargs["by"] = _columns_arg(args.by)

@@ -215,6 +215,9 @@ READY_QUERIES = {
     "slowest": slowest_ops_sql,
     "variance": run_variance_sql,
     "outliers": outlier_runs_sql,
+}
+# Over the memory rows, which only files traced with allocation events have (`fleet stats S memory`).
+MEMORY_QUERIES = {
     "memory": memory_peaks_sql,
     "memory-owners": memory_owners_sql,
 }
