@@ -65,11 +65,15 @@ class MixedPrecisionResult:
         """The summary, the search's steps and the per-layer choices as text."""
         with pd.option_context("display.max_colwidth", 80, "display.width", 200):
             return "\n\n".join([self.summary(), self.steps.to_string(index=False),
-                                self.layers[self.layers["precision"] != "int8"].to_string(index=False)])
+                                self.changed_layers().to_string(index=False)])
 
     def __repr__(self) -> str:
         return f"MixedPrecisionResult({self.summary()})"
 
     def _repr_html_(self) -> str:
         return (f"<p>{self.summary()}</p><h4>Search</h4>{self.steps.to_html(index=False)}"
-                f"<h4>Layers not plain int8</h4>{self.layers[self.layers['precision'] != 'int8'].to_html(index=False)}")
+                f"<h4>Layers not plain int8</h4>{self.changed_layers().to_html(index=False)}")
+
+    def changed_layers(self) -> pd.DataFrame:
+        """The rows of `layers` the search changed (float, 16-bit, per-channel weights, another observer)."""
+        return self.layers[(self.layers["precision"] != "int8") | (self.layers["why"] != "")]

@@ -550,7 +550,10 @@ def _layer_table(search: _Search, config: PrecisionConfig, observers: list[str])
         is_float = layer.name in config.float_layers
         int16 = layer.output in config.int16
         if is_float:
-            precision, why = "float", "the budget is not met with it quantized (pruning kept it)"
+            without = search.cache.get(config.with_(float_layers=config.float_layers - {layer.name}))
+            precision = "float"
+            why = (f"quantized, {search.goal.name} is {without.metric:.4g}: misses {search.budget}" if without
+                   else "the budget is not met with it quantized (pruning kept it)")
         elif int16:
             precision, why = "int16 activations", "16-bit output activations meet the budget where int8 did not"
         elif layer.name in config.per_channel:
@@ -567,6 +570,8 @@ def _layer_table(search: _Search, config: PrecisionConfig, observers: list[str])
             weights = "per-channel int8"
         activation = "float" if is_float else ("int16" if int16 else "int8" if layer.output else "shared")
         observer = "" if is_float or not layer.output else ("minmax" if int16 else chosen.get(layer.output, "minmax"))
+        if observer not in ("", "minmax") and not int16:
+            why = (why + "; " if why else "") + f"output calibrated by the {observer} observer (chosen from the data)"
         a = alone.get(layer.name)
         rows.append({"layer": layer.name, "op": layer.op, "module": layer.module, "precision": precision,
                      "weights": weights, "activation": activation, "observer": observer,
