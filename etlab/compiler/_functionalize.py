@@ -7,8 +7,11 @@ overload of the same operator with the same arguments minus `out`); later reader
 tensor read the new value instead, and a written placeholder (buffer or user input) is reported so
 the caller can add a mutation output to the signature.
 
-Mutation through an alias (a view of a buffer written in place) cannot be rewritten node by node:
-`NeedsRetrace` sends the program through torch's full functionalization instead.
+A write through a chain of slices and selects (`mask[a:b, c:d] = k`, Swin's shifted-window mask;
+`cache[:, pos] = x`) becomes the functional op on the view, then one `slice_scatter`/`select_scatter`
+per view back to the base, whose later readers read the scattered result. Any other mutation through
+an alias (a view read again after the write, a `view`/`permute` in the chain) cannot be rewritten node by
+node: `NeedsRetrace` sends the program through torch's full functionalization instead.
 """
 
 from __future__ import annotations
@@ -104,6 +107,62 @@ def has_mutation(gm: GraphModule) -> bool:
                and (_mutated_arg(n.target) is not None or _out_args(n.target)) for n in gm.graph.nodes)
 
 
+# A view op -> (its scatter: the base with the view's elements replaced, which view arguments it takes).
+_SCATTERS = {
+    torch.ops.aten.slice.Tensor: (torch.ops.aten.slice_scatter.default, 4),  # dim, start, end, step
+    torch.ops.aten.select.int: (torch.ops.aten.select_scatter.default, 2),  # dim, index
+}
+
+
+def _view_chain(view: Node) -> list[Node] | None:
+    """The slices/selects from a non-view tensor down to `view` (base side first), or None when another
+    kind of view is on the way."""
+    chain = []
+    node = view
+    while node.op == "call_function" and is_view_op(node.target):
+        if node.target not in _SCATTERS:
+            return None
+        chain.append(node)
+        node = node.args[0]
+    return chain[::-1]
+
+
+def _aliases_read_later(root: Node, written: Node | None, writer: Node, order: dict[Node, int]) -> bool:
+    """Whether a view of `root` defined before `writer` is read after it (it would need the new value:
+    re-deriving views is torch's functionalization's job). The written view itself is exempt: its later
+    readers read the functional result."""
+    after = order[writer]
+    stack, seen = [root], set()
+    while stack:
+        for user in stack.pop().users:
+            if user in seen or user.op != "call_function" or not is_view_op(user.target):
+                continue
+            seen.add(user)
+            if order.get(user, -1) > after:
+                continue  # defined after the write: reads the new base, or its parent is flagged below
+            if user is not written and any(order.get(u, -1) > after for u in user.users):
+                return True
+            stack.append(user)
+    return False
+
+
+def _scatter_back(gm: GraphModule, chain: list[Node], value: Node, like: Node, order: dict[Node, int]) -> Node:
+    """The chain's base with `value` (the new contents of the chain's last view) written in: one scatter
+    per view, innermost first."""
+    for view in reversed(chain):
+        scatter, n_args = _SCATTERS[view.target]
+        parent = view.args[0]
+        args = (parent, value, *view.args[1:1 + n_args])
+        val = parent.meta.get("val")
+        if val is not None:
+            sizes = [a.meta["val"] if isinstance(a, Node) else a for a in view.args[1:1 + n_args]]
+            with val.fake_mode:
+                val = scatter(val, value.meta["val"], *sizes)
+        value = call(gm.graph, scatter, args, like=like, val=val)
+        order[value] = order[like]
+    return value
+
+
 def functionalize(gm: GraphModule) -> dict[Node, Node]:
     """Rewrites gm's in-place and out= ops; returns {mutated placeholder: its final value}."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
@@ -115,20 +174,33 @@ def functionalize(gm: GraphModule) -> dict[Node, Node]:
         if call_info is None:
             continue
         functional, base, args, kwargs = call_info
+        chain: list[Node] = []
         if base.op == "call_function" and is_view_op(base.target):
-            raise NeedsRetrace(f"{node.target} writes through a view")
-        if any(is_view_op(u.target) for u in base.users if u.op == "call_function"):
-            raise NeedsRetrace(f"{node.target} writes a tensor that has views")
+            chain = _view_chain(base) or []
+            if not chain or _aliases_read_later(chain[0].args[0], base, node, order):
+                raise NeedsRetrace(f"{node.target} writes through a view")
+        elif _aliases_read_later(base, None, node, order):
+            raise NeedsRetrace(f"{node.target} writes a tensor whose views are read afterwards")
         with gm.graph.inserting_before(node):
             new = call(gm.graph, functional, args, kwargs, like=node, val=node.meta.get("val"))
-        order[new] = order[node]
-        for user in list(base.users):
-            if user is not new and user is not node and order.get(user, -1) > order[node]:
-                user.replace_input_with(base, new)
+            order[new] = order[node]
+            _replace_later_uses(base, new, node, order)
+            final = new
+            if chain:
+                base = chain[0].args[0]
+                final = _scatter_back(gm, chain, new, node, order)
+                _replace_later_uses(base, final, node, order)
         node.replace_all_uses_with(new)
         gm.graph.erase_node(node)
         root = base
         while root in latest.values() and root.op != "placeholder":
             root = next(k for k, v in latest.items() if v is root)
-        latest[root] = new
+        latest[root] = final
     return {k: v for k, v in latest.items() if k.op == "placeholder"}
+
+
+def _replace_later_uses(old: Node, new: Node, writer: Node, order: dict[Node, int]) -> None:
+    """Nodes after `writer` that read `old` read `new` instead (the value after the write)."""
+    for user in list(old.users):
+        if user is not new and user is not writer and order.get(user, -1) > order[writer]:
+            user.replace_input_with(old, new)
