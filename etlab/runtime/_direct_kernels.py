@@ -1,11 +1,19 @@
-"""Two ATen out-variants torch computes into a temporary and then copies: bound instead to an
-equivalent call that writes straight into the planned output (bit-identical results).
+"""ATen out-variants bound to something cheaper with bit-identical results.
+
+Two that torch computes into a temporary and then copies are bound instead to an equivalent call
+that writes straight into the planned output:
 
 - `aten::_native_batch_norm_legit_no_training.out` -> `native_batch_norm(..., training=False, out=...)`;
 - `aten::convolution.out`, when torch would run the convolution with its Slow2d backend (1x1
   convolutions when single-threaded, among others) -> `thnn_conv2d(..., out=...)`, the kernel
   that backend calls. Torch's choice depends on the thread count, so it is asked again whenever
   that changes.
+
+And layout copies of constant data (`permute_copy` of a linear layer's weight, which Edge emits
+before every `addmm`; `expand_copy`, `t_copy`, ...) are computed once, at load: the output value is
+re-pointed at a private tensor holding the result (as `et_view` re-points its output), and the
+instruction does nothing when it runs. Each run used to copy every weight matrix of a transformer
+(a Swin-T moves 110 MB per call that way, half its time); eager reads the weight in place.
 
 Only static shapes whose arguments are all known at load time; everything else, and every check,
 goes through the generic binding of `_torch_kernels`.
@@ -64,10 +72,42 @@ def _bind_convolution(base: KernelEntry, table: ValueTable, args: list[int], sit
     return convolution
 
 
+def folded_at_load() -> None:
+    """The step of an instruction computed at load: nothing to do when it runs (the native core calls it
+    back rather than running the kernel itself)."""
+    return None
+
+
+def _bind_constant_layout(base: KernelEntry, table: ValueTable, args: list[int], site: Site) -> Step:
+    """A layout copy (input, static arguments..., out) of constant data: computed now, into memory of its own."""
+    step = base.bind(table, args, site)
+    if len(args) < 2 or args[0] not in table.constant:
+        return step
+    out_slot = args[-1]
+    if (table.kinds[out_slot] != TENSOR or out_slot not in table.planned or out_slot in table.constant
+            or not table.is_static_shape(out_slot) or out_slot in table.dynamic):
+        return step
+    if any(table.resolver(s) is not None or (table.kinds[s] == TENSOR and s not in table.constant)
+           for s in args[1:] if s != out_slot):  # (out is listed twice: the out argument and the return)
+        return step
+    step()  # into the planned memory, then moved out of it: nothing else may overwrite the result
+    out = table.values[out_slot]
+    out.set_(out.clone(memory_format=torch.preserve_format))
+    return folded_at_load
+
+
+_LAYOUT_COPIES = ("aten::permute_copy.out", "aten::t_copy.out", "aten::transpose_copy.int_out",
+                  "aten::expand_copy.out", "aten::unsqueeze_copy.out", "aten::squeeze_copy.out",
+                  "aten::squeeze_copy.dim_out", "aten::squeeze_copy.dims_out", "aten::view_copy.out",
+                  "aten::slice_copy.Tensor_out", "aten::select_copy.int_out", "aten::alias_copy.out",
+                  "aten::clone.out")
 _BINDERS = {
     "aten::_native_batch_norm_legit_no_training.out": _bind_batch_norm,
     "aten::convolution.out": _bind_convolution,
+    **dict.fromkeys(_LAYOUT_COPIES, _bind_constant_layout),
 }
+# The layout copies keep the origin "torch": the native core runs the ones not folded as torch kernels.
+_TORCH_ORIGIN = frozenset(_LAYOUT_COPIES)
 
 
 @functools.cache
@@ -76,4 +116,5 @@ def direct_kernel(name: str) -> KernelEntry | None:
     base = torch_kernel(name) if binder is not None else None
     if base is None:
         return None
-    return dataclasses.replace(base, bind=functools.partial(binder, base), origin="builtin")
+    origin = base.origin if name in _TORCH_ORIGIN else "builtin"
+    return dataclasses.replace(base, bind=functools.partial(binder, base), origin=origin)

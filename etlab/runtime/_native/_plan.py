@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from etlab.runtime._direct_kernels import folded_at_load
 from etlab.runtime._events import watched_run
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepFailed, StepInfo, step_events
 from etlab.runtime._memory_events import step_memory_events
@@ -259,7 +260,7 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
 def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: Step, info: StepInfo,
               kernels: dict, context) -> None:
     values = table.values
-    if isinstance(args, P.KernelCall):
+    if isinstance(args, P.KernelCall) and step is not folded_at_load:  # folded: computed at load, a no-op
         entry, slots = kernels[info.operator], list(args.args or [])
         call = _native_kernel_args(entry, table, slots) or _quant_kernel_call(entry, table, slots)
         calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
