@@ -262,7 +262,9 @@ class EventTracer:
             events = self._expand(events)[:kept] if kept else []
         return ("Execute", bundled, events)
 
-    def to_etdump(self) -> E.ETDump:
+    def to_etdump(self, *, allocation_events: bool = True) -> E.ETDump:
+        """The trace so far; without `allocation_events`, as if traced without trace_allocations (what
+        upstream 1.5.1's Inspector reads: it refuses any allocation event)."""
         with self._lock:
             native = self.native_log.runs()
             blocks = [("Default", -1, tuple(self._load_events))]
@@ -276,6 +278,8 @@ class EventTracer:
         threads = self.threads or 0  # None (torch's own setting, which may change between runs): not recorded
         for name, bundled, events in blocks:
             events = self._expand(events)
+            if not allocation_events:
+                events = [e for e in events if e[0] != ALLOCATION]
             allocators: dict[str, int] = {}  # name -> id, in order of first use
             for e in events:
                 if e[0] == ALLOCATION:
@@ -291,11 +295,12 @@ class EventTracer:
     def debug_buffer(self) -> bytes:
         return self.debug_arena.contents().numpy().tobytes()
 
-    def write(self, etdump_path, debug_buffer_path=None) -> None:
+    def write(self, etdump_path, debug_buffer_path=None, *, allocation_events: bool = True) -> None:
         if self.dropped_events:
             warnings.warn(f"ETDump {etdump_path}: {self.dropped_events} events were dropped (buffer full)",
                           RuntimeWarning, stacklevel=3)
-        etdump = self.to_etdump()  # the events first: the buffer then holds every value they point to
+        # the events first: the buffer then holds every value they point to
+        etdump = self.to_etdump(allocation_events=allocation_events)
         if debug_buffer_path is None:
             write_atomic(etdump_path, E.serialize_etdump(etdump))
             return

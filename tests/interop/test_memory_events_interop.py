@@ -5,7 +5,7 @@ and allocation event as etlab wrote them. Upstream's Inspector itself accepts no
 events, though its own runtime writes them (ETDumpGen::track_allocation adds them to the running block): its
 `find_populated_event` knows profile and debug events only and raises "Unable to find populated event". The
 second test pins that, also for an ETDump holding one allocation event and nothing else, so that the day
-upstream reads them this test says so.
+upstream reads them this test says so, and shows the same trace written with `allocation_events=False` read.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ json.dump(blocks, open(sys.argv[2], "w"))
 _INSPECT = """
 from executorch.devtools import Inspector
 refused = {}
-for path in (sys.argv[1], sys.argv[3]):
+for path in (sys.argv[1], sys.argv[3], sys.argv[5]):
     try:
         Inspector(etdump_path=path)
         refused[path] = None
@@ -76,6 +76,7 @@ def traced(tmp_path_factory):
         program.load_method("forward").execute([torch.ones(8)])
         path = tmp_path_factory.mktemp("memory_interop") / "run.etdp"
         program.write_etdump_result_to_file(path)
+        program.write_etdump_result_to_file(path.with_name("timings.etdp"), allocation_events=False)
     finally:
         unregister_kernel("etlab_test::interop_scratch.out")
     return path
@@ -107,7 +108,8 @@ def upstream(traced, ref_python, tmp_path_factory):
         events=[E.Event(allocation_event=E.AllocationEvent(allocator_id=0, allocation_size=64))])])))
     script = folder / "ref_memory_events.py"
     script.write_text(_READ + _INSPECT)
-    run_ref(ref_python, script, traced, folder / "blocks.json", folder / "one.etdp", folder / "inspector.json")
+    run_ref(ref_python, script, traced, folder / "blocks.json", folder / "one.etdp", folder / "inspector.json",
+            traced.with_name("timings.etdp"))
     return json.loads((folder / "blocks.json").read_text()), json.loads((folder / "inspector.json").read_text())
 
 
@@ -123,4 +125,5 @@ def test_upstream_reads_every_allocator_and_allocation_event(traced, upstream):
 
 def test_upstreams_inspector_refuses_any_allocation_event(traced, upstream):
     _, refused = upstream
-    assert list(refused.values()) == ["Unable to find populated event"] * 2, refused
+    # etlab's trace, one allocation event alone: refused; the same trace without its allocation events: read
+    assert list(refused.values()) == ["Unable to find populated event"] * 2 + [None], refused

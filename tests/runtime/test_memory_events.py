@@ -209,3 +209,14 @@ def test_a_full_event_buffer_cuts_a_watched_run_and_counts_what_it_dropped():
     assert kept == 12
     full = _trace(_kernel_program(), [torch.ones(64)], runs=1)
     assert program.etdump_dropped_events == sum(len(r.events) for r in full.run_data) - 12
+
+
+def test_the_trace_is_written_without_its_allocation_events_on_request(tmp_path):
+    program = Runtime.get().load_program(_kernel_program(), enable_etdump=True, trace_allocations=True)
+    program.load_method("forward").execute([torch.ones(64)])
+    program.write_etdump_result_to_file(tmp_path / "all.etdp")
+    program.write_etdump_result_to_file(tmp_path / "timings.etdp", allocation_events=False)
+    full, timings = (deserialize_etdump((tmp_path / f).read_bytes()) for f in ("all.etdp", "timings.etdp"))
+    assert not any(r.allocators for r in timings.run_data)
+    for a, b in zip(full.run_data, timings.run_data, strict=True):
+        assert [e for e in a.events if not e.allocation_event] == b.events
