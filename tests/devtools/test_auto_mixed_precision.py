@@ -201,3 +201,22 @@ def test_a_runtime_miss_makes_the_search_run_again_for_a_stricter_target(monkeyp
     assert r.met and r.metric >= 27
     retarget = r.steps[r.steps["phase"] == "retarget"].iloc[0]
     assert "tightened" in retarget["change"]
+
+
+def test_per_tensor_weights_upgraded_to_per_channel_instead_of_float():
+    """With a per-tensor quantizer, one weight far above the rest (its input column is always zero, so the
+    activations stay normal) flattens every other weight of that layer to zero: per-channel weights for
+    that layer alone fix it, and that is chosen before float."""
+    from etlab.compiler import EtlabQuantizer, int8_static_config
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 10)).eval()
+    with torch.no_grad():
+        model[0].weight[0, 0] = 50.0
+    data = [(torch.cat([torch.zeros(8, 1), x[:, 1:]], 1),) for (x,) in dataset()]
+    r = auto_mixed_precision(model, data, budget="sqnr>=20dB", backend="xnnpack", measure_cost=False,
+                             quantizer_factory=lambda: EtlabQuantizer(int8_static_config(per_channel=False)))
+    assert r.int8_metric < 20 and r.met and r.float_layers == []
+    assert r.config.per_channel == frozenset({"linear"})
+    assert r.layers.set_index("layer").loc["linear", "weights"] == "per-channel int8"
+    assert (r.steps["change"] == "per-channel weights instead of float").any()
