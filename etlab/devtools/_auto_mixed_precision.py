@@ -8,25 +8,30 @@ layers left in float, found by search, measured on etlab's runtime, with every c
     result.program        # the compiled ExecutorchProgramManager (result.program.buffer: the .pte)
     result.quantizer()    # a fresh PT2E quantizer with the chosen configuration (prepare_pt2e(gm, it))
 
-What it can change (`_amp_config`): per activation value the observer (min-max, histogram or
-percentile, chosen from the data by the error of each one's grid on that value); per layer
-per-channel instead of per-tensor weights, 16-bit activations (portable backend only: etlab's
-quantize/dequantize kernels take int16, XNNPACK's activations are int8 or uint8, so an int16 value
-would leave the delegate), or float.
+What it can change (`_amp_config`): per activation value the observer (min-max, histogram, percentile
+99.99 / 99.9); per layer per-channel instead of per-tensor weights, 16-bit activations (portable backend
+only: etlab's quantize/dequantize kernels take int16, XNNPACK's activations are int8 or uint8, so an
+int16 value would leave the delegate), or float. Observers run once over the calibration data; each
+configuration then uses the ranges they computed (no histogram search per configuration).
 
 The search, each configuration measured by quantizing (prepare, calibrate, convert) and running the
-converted model on the dataset:
+converted model on the dataset in torch:
 1. all int8 as the quantizer says; met: done.
-2. observers chosen per value from the data (zero cost at run time); kept when the metric improves.
+2. observers (zero cost at run time): each value's lowest-MSE grid; values an outlier stretches,
+   clipped one at a time; one observer for every value. Judged by the budget's metric.
 3. sensitivity: every candidate layer (the `max_candidates` that introduce the most error over the
    dataset, by `quantization_report`'s local SQNR) kept in float alone; ranked by the metric that buys.
 4. the shortest prefix of that ranking that meets the budget (doubling, then bisection).
 5. pruning: each float layer, least useful first, quantized again if the budget still holds; then the
-   cheaper fixes for the rest: per-channel weights, 16-bit output activations, before float.
+   cheaper fixes for the rest, cheapest first: another observer for its values, per-channel weights,
+   16-bit output activations; repeated until nothing changes.
 6. cost: the configurations found with as few float layers that also meet the budget (up to
    MAX_COST_CANDIDATES) compiled for `backend` and timed on etlab's runtime; the cheapest in latency
-   and .pte size is kept. It runs on etlab's runtime on the whole dataset (the budget checked there),
-   its .pte size and latency measured next to the all-int8 and float programs.
+   and .pte size is kept.
+7. the program runs on etlab's runtime over the whole dataset and the budget is checked there; when it
+   misses what torch met (XNNPACK's integer kernels round differently), 3-7 run again for a target
+   stricter by 1.5x the gap (RUNTIME_ROUNDS in all). Its .pte size and latency are measured next to
+   the all-int8 and float programs.
 
 The greedy baseline (`greedy_float_baseline`) is the manual loop `sensitivity_table` tabulates: rank
 layers by local SQNR on one input, keep the worst k in float, k = 0, 1, 2, ... until met.
