@@ -60,9 +60,11 @@ def _blocks_by_owner(run) -> list[list[tuple[str, int]]]:
     """A block's allocation events grouped by the profile event they belong to (facts.memory_events)."""
     kinds = ["profile" if e.profile_event else "debug" if e.debug_event else "allocation" for e in run.events]
     groups: dict[int, list[tuple[str, int]]] = {}
+    names = [a.name for a in run.allocators or []]
+    base = M.allocator_base([e.allocation_event.allocator_id for e in run.events if e.allocation_event])
     for e, owner in zip(run.events, M.owner_positions(kinds)):
         if e.allocation_event:
-            groups.setdefault(owner, []).append((run.allocators[e.allocation_event.allocator_id].name,
+            groups.setdefault(owner, []).append((M.allocator_name(names, e.allocation_event.allocator_id, base),
                                                  e.allocation_event.allocation_size))
     return [groups[k] for k in sorted(groups)]
 

@@ -21,7 +21,8 @@ Structure and names follow upstream's ETDumpGen:
 Events are kept as plain tuples laid out as `_events`' classes (or, for runs without logged values,
 as bare timestamps: a `TimedRun`) while the program runs, and become schema objects only when written.
 With `trace_allocations`, allocation events name their allocator (`etlab.facts.memory_events`); each
-block lists the allocators its events use, in order of first use, when written. Runs of the
+block lists the allocators its events use, in order of first use, when written, their ids counted from 1
+as upstream's ETDumpGen counts them. Runs of the
 native core without logged values stay entirely in C++ (`native_log`, its run blocks with their
 `Method::execute` events; Python does nothing per run) and are merged in order when written.
 A full event buffer or debug buffer drops events; `dropped_events` counts them and a warning says
@@ -37,6 +38,7 @@ from array import array
 
 import torch
 
+from etlab.facts.memory_events import FIRST_ALLOCATOR_ID
 from etlab.runtime._events import (
     ALLOCATION,
     DEBUG,
@@ -280,10 +282,10 @@ class EventTracer:
             events = self._expand(events)
             if not allocation_events:
                 events = [e for e in events if e[0] != ALLOCATION]
-            allocators: dict[str, int] = {}  # name -> id, in order of first use
+            allocators: dict[str, int] = {}  # name -> id, in order of first use, numbered from 1 as upstream's
             for e in events:
                 if e[0] == ALLOCATION:
-                    allocators.setdefault(e[1], len(allocators))
+                    allocators.setdefault(e[1], len(allocators) + FIRST_ALLOCATOR_ID)
             run_data.append(E.RunData(
                 name=name, bundled_input_index=bundled,
                 allocators=[E.Allocator(a) for a in allocators] or None,

@@ -105,7 +105,7 @@ def upstream(traced, ref_python, tmp_path_factory):
     folder = tmp_path_factory.mktemp("memory_interop_ref")
     (folder / "one.etdp").write_bytes(serialize_etdump(E.ETDump(version=0, run_data=[E.RunData(
         name="Execute", allocators=[E.Allocator("planned")],
-        events=[E.Event(allocation_event=E.AllocationEvent(allocator_id=0, allocation_size=64))])])))
+        events=[E.Event(allocation_event=E.AllocationEvent(allocator_id=1, allocation_size=64))])])))
     script = folder / "ref_memory_events.py"
     script.write_text(_READ + _INSPECT)
     run_ref(ref_python, script, traced, folder / "blocks.json", folder / "one.etdp", folder / "inspector.json",
@@ -118,7 +118,7 @@ def test_upstream_reads_every_allocator_and_allocation_event(traced, upstream):
     assert blocks == _etlab_blocks(traced)
     load, run = blocks
     assert load["allocators"][:2] == ["planned:1", "method"] and "peak_rss" in load["allocators"]
-    temp = run["allocators"].index("temp")
+    temp = run["allocators"].index("temp") + 1  # ids count from 1, as upstream's ETDumpGen numbers them
     at = run["events"].index(["A", temp, TEMP_BYTES])
     assert run["events"][at + 1] == ["P", "native_call_interop_scratch.out", 0, 1]  # the next profile event
 

@@ -98,10 +98,12 @@ def _allocations(run) -> list[tuple[str, int, tuple]]:
     kinds = ["profile" if e.profile_event else "debug" if e.debug_event else "allocation" for e in run.events]
     owners = M.owner_positions(kinds)
     out = []
+    names = [a.name for a in run.allocators or []]
+    assert all(e.allocation_event.allocator_id >= 1 for e in run.events if e.allocation_event)  # upstream's ids
     for e, owner in zip(run.events, owners):
         if e.allocation_event:
             p = run.events[owner].profile_event if owner >= 0 else None
-            out.append((run.allocators[e.allocation_event.allocator_id].name, e.allocation_event.allocation_size,
+            out.append((M.allocator_name(names, e.allocation_event.allocator_id), e.allocation_event.allocation_size,
                         (p.name, p.chain_index, p.instruction_id) if p else None))
     return out
 
