@@ -60,3 +60,19 @@ def test_one_implementation():
     assert not found, f"formatters or element builders defined again: {found}"
     render = (REPO / "labextension" / "src" / "render.ts").read_text(encoding="utf-8")
     assert "from '../../etlab/visualizer/static/format.js'" in render
+
+
+def test_the_declarations_name_what_the_modules_export():
+    """format.d.ts and elements.d.ts (what the extension's TypeScript compiles against) declare exactly the
+    functions format.js and elements.js export, with as many required parameters."""
+    for name in ("format", "elements"):
+        url = (STATIC / f"{name}.js").as_uri()
+        script = (f"import * as m from {json.dumps(url)};\n"
+                  "console.log(JSON.stringify(Object.fromEntries(Object.entries(m).map(([k, f]) => [k, f.length]))));")
+        p = subprocess.run([_node(), "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        exported = json.loads(p.stdout)  # name -> parameters before the first default (Function.length)
+        declared = {m.group(1): sum(1 for rest, _, optional in re.findall(r"(\.\.\.)?\b(\w+)(\?)?:", m.group(2))
+                                    if not rest and not optional)  # required parameters
+                    for m in re.finditer(r"export function (\w+)\((.*)\):", (STATIC / f"{name}.d.ts").read_text())}
+        assert declared == exported, name
