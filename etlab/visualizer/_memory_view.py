@@ -6,9 +6,9 @@ shape, size, those instructions, source line). Below: the live bytes during each
 with the lower bound (the most bytes live at once) and the arena size. Given a run with allocation
 events (`MemoryTimeline(program, inspector=ins)`), a last panel draws what was observed on the same
 instruction axis (`Inspector.memory_summary().timeline`): at each instruction of the run with the
-tracked peak, the bytes held since load, the bytes accumulated so far in the run (unplanned tensors) and
-the instruction's own temporaries and delegate work, stacked; the other runs' totals as points; the
-arenas the plan declares as a line.
+tracked peak, what it added above the bytes held since load (those in the title): the bytes accumulated
+so far in the run (unplanned tensors) and the instruction's own temporaries and delegate work, stacked;
+the other runs as points.
 """
 
 from __future__ import annotations
@@ -123,9 +123,9 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Fig
         titles = ["no planned tensors", ""]
     if seen is not None:
         heights.append(0.4)
-        where = (f" (run {seen.peak_run}, instruction {at(seen.peak_instruction)})"
+        where = (f" at run {seen.peak_run}, instruction {seen.peak_instruction}"
                  if seen.peak_run is not None and seen.peak_instruction is not None else "")
-        titles.append(f"observed in the runs: tracked bytes at each instruction (peak {seen.peak_bytes:,}{where}; "
+        titles.append(f"observed: bytes above load per instruction (tracked peak {seen.peak_bytes:,}{where}; "
                       f"{seen.load_bytes:,} held since load)")
     fig = make_subplots(rows=rows, cols=1, shared_xaxes=False, vertical_spacing=0.14 / max(len(mem_ids), 1),
                         row_heights=heights, subplot_titles=titles)
@@ -184,7 +184,7 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Fig
         fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
         fig.update_xaxes(matches=f"x{2 * i + 1 if i else ''}", row=2 * i + 2, col=1)
     if seen is not None:
-        _observed_traces(fig, seen, rows, at, sum(buffer_sizes))
+        _observed_traces(fig, seen, rows, at, len(instructions) or int(df.attrs.get("num_steps") or 0))
     fig.update_layout(title=title or None, height=max(420, 460 * max(len(mem_ids), 1)) + 260 * (seen is not None),
                       bargap=0,
                       margin={"l": 70, "r": 20, "t": 90, "b": 90}, hovermode="closest", template="plotly_white",
@@ -193,44 +193,42 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Fig
     return fig
 
 
-# The observed panel's stack: held since load, accumulated in the run, the instruction's own.
-OBSERVED_PARTS = (("held", "held since load", "#9d755d"), ("accumulated", "accumulated in the run (unplanned)",
-                                                              "#f58518"),
+# The observed panel: what a run added above the bytes held since load (stated in its title: next to the
+# load bytes, often the method allocator's megabytes, the run's kilobytes would not show).
+OBSERVED_PARTS = (("accumulated", "accumulated in the run (unplanned), held until the next instruction with events",
+                   "#f58518"),
                   ("transient", "the instruction's temporaries and delegate work", "#e45756"))
 
 
-def _observed_traces(fig: go.Figure, seen, row: int, at, arenas: int) -> None:
-    """The observed panel: the peak run's stacked bytes per instruction, the other runs' totals as points,
-    the plan's declared arenas as a line (all from the MemorySummary; nothing computed here)."""
+def _observed_traces(fig: go.Figure, seen, row: int, at, steps: int) -> None:
+    """The observed panel: the peak run's bytes above load per instruction (accumulated bytes as a band up to
+    the next instruction with events, the instruction's own on top), the other runs' totals above load as
+    points (all from the MemorySummary; nothing computed here but where to draw it)."""
     t = seen.timeline[seen.timeline["instruction"] >= 0]
     peak_run = seen.peak_run if seen.peak_run is not None else int(t["run"].iloc[0]) if len(t) else 0
-    mine = t[t["run"] == peak_run]
-    x = mine["instruction"].to_numpy() + 0.5
-    held = [seen.load_bytes] * len(mine)
-    parts = {"held": held, "accumulated": mine["accumulated"].tolist(), "transient": mine["transient"].tolist()}
-    base = [0] * len(mine)
-    for key, label, color in OBSERVED_PARTS:
-        ys = parts[key]
-        fig.add_trace(go.Bar(x=x, y=ys, base=list(base), width=0.9, name=label, marker={"color": color},
-                             hovertext=[f"instruction {at(int(i))}<br>{label}: {v:,} bytes<br>run {peak_run}: "
-                                        f"{total:,} bytes tracked" for i, v, total in
-                                        zip(mine["instruction"], ys, mine["bytes"])],
-                             hoverinfo="text", legendgroup="observed", meta={"etlab": f"observed_{key}"}),
-                      row=row, col=1)
-        base = [b + v for b, v in zip(base, ys)]
+    mine = t[t["run"] == peak_run].sort_values("instruction")
+    first = mine["instruction"].to_numpy()
+    n = max(steps, int(first.max()) + 1 if len(first) else 1)
+    last = [*first[1:].tolist(), n]
+    acc, trans = mine["accumulated"].clip(lower=0).tolist(), mine["transient"].clip(lower=0).tolist()
+    hover = [f"instruction {at(int(i))}<br>run {peak_run}: {b:,} bytes tracked ({b - seen.load_bytes:,} above load)"
+             for i, b in zip(first, mine["bytes"])]
+    (_, acc_label, acc_color), (_, trans_label, trans_color) = OBSERVED_PARTS
+    fig.add_trace(go.Bar(x=[(a + b) / 2 for a, b in zip(first, last)], y=acc, base=[0] * len(acc),
+                         width=[b - a for a, b in zip(first, last)], name=acc_label, marker={"color": acc_color},
+                         opacity=0.8, hovertext=[f"{h}<br>accumulated: {v:,} bytes" for h, v in zip(hover, acc)],
+                         hoverinfo="text", meta={"etlab": "observed_accumulated"}), row=row, col=1)
+    fig.add_trace(go.Bar(x=first + 0.5, y=trans, base=acc, width=0.9, name=trans_label, marker={"color": trans_color},
+                         hovertext=[f"{h}<br>its own: {v:,} bytes" for h, v in zip(hover, trans)], hoverinfo="text",
+                         meta={"etlab": "observed_transient"}), row=row, col=1)
     others = t[t["run"] != peak_run]
     if len(others):
-        fig.add_trace(go.Scatter(x=others["instruction"] + 0.5, y=others["bytes"], mode="markers",
+        fig.add_trace(go.Scatter(x=others["instruction"] + 0.5, y=others["bytes"] - seen.load_bytes, mode="markers",
                                  marker={"color": "#4c78a8", "size": 5, "opacity": 0.6}, name="other runs",
                                  hovertext=[f"run {r}, instruction {at(int(i))}: {b:,} bytes tracked" for r, i, b in
                                             zip(others["run"], others["instruction"], others["bytes"])],
                                  hoverinfo="text", meta={"etlab": "observed_runs"}), row=row, col=1)
-    if arenas:
-        n = max(int(t["instruction"].max()) + 1 if len(t) else 1, 1)
-        fig.add_trace(go.Scatter(x=[0, n], y=[arenas, arenas], mode="lines", line={"dash": "dot", "color": "#54a24b"},
-                                 name="planned arenas", hovertemplate=f"planned arenas {arenas:,} bytes<extra></extra>",
-                                 meta={"etlab": "observed_arenas"}), row=row, col=1)
-    fig.update_yaxes(title_text="bytes", rangemode="tozero", row=row, col=1)
+    fig.update_yaxes(title_text="bytes above load", rangemode="tozero", row=row, col=1)
     fig.update_xaxes(title_text="runtime instruction (execution order)", matches="x", row=row, col=1)
 
 

@@ -21,22 +21,22 @@ def test_observed_panel_stacks_the_peak_run_on_the_plan_axis(mlp_run, tmp_path):
     view = MemoryTimeline(mlp_run.manager, inspector=ins)
     fig = view.figure
     assert view.observed is not None and view.observed.peak_run == 1
-    held, acc, trans = (_observed(fig, f"observed_{k}") for k in ("held", "accumulated", "transient"))
-    assert list(held.x) == [0.5, 1.5, 2.5, 3.5]  # instruction i drawn over [i, i + 1), as the planned tensors
-    assert list(held.y) == [P.held] * 4
-    assert list(acc.y) == [0, P.unplanned[1], P.unplanned[1], 0] and list(acc.base) == [P.held] * 4
-    assert list(trans.y) == [P.temp, 0, P.workspace, 0]
-    tops = [b + y for b, y in zip(trans.base, trans.y)]
+    acc, trans = (_observed(fig, f"observed_{k}") for k in ("accumulated", "transient"))
+    # bytes above load; instruction i drawn over [i, i + 1), as the planned tensors; accumulated bytes held
+    # from their instruction to the next one with events (the last one to the plan's end: 5 steps)
+    u = P.unplanned[1]
+    assert list(trans.x) == [0.5, 1.5, 2.5, 3.5] and list(trans.y) == [P.temp, 0, P.workspace, 0]
+    assert list(trans.base) == [0, u, u, 0]
+    assert list(acc.y) == [0, u, u, 0] and list(acc.width) == [1, 1, 1, 2] and list(acc.x) == [0.5, 1.5, 2.5, 4.0]
+    tops = [b + y + P.held for b, y in zip(trans.base, trans.y)]
     assert tops == [P.run_bytes(1)[i] for i in range(4)] and max(tops) == view.observed.peak_bytes
     others = _observed(fig, "observed_runs")
-    assert len(others.x) == 8 and set(others.y) == {P.run_bytes(r)[i] for r in (0, 2) for i in range(4)}
-    arenas = _observed(fig, "observed_arenas")
-    assert arenas.y[0] == sum(mlp_run.manager.memory_plans["forward"].buffer_sizes)
+    assert len(others.x) == 8 and set(others.y) == {P.run_bytes(r)[i] - P.held for r in (0, 2) for i in range(4)}
     title = fig.layout.annotations[-1].text
-    assert f"peak {view.observed.peak_bytes:,}" in title and "run 1, instruction 2" in title
+    assert f"tracked peak {view.observed.peak_bytes:,} at run 1, instruction 2" in title
     assert f"{P.held:,} held since load" in title
     page = view.save_html(tmp_path / "memory.html").read_text()
-    assert "observed in the runs" in page and "held since load" in page
+    assert "bytes above load per instruction" in page and "held since load" in page
 
 
 def test_a_run_without_allocation_events_draws_the_plan_alone(mlp_run, mlp_inspector):
