@@ -7,7 +7,9 @@
   Python core, etlab's native core (plain, with ETDump timings, and capturing intermediate
   outputs), upstream portable kernels and upstream XNNPACK (the same upstream export for etlab
   and upstream portable; the decoder is compiled by etlab);
-- ETDump tracing overhead (timings, no logged values) of the native core on every zoo model.
+- ETDump tracing overhead (timings, no logged values) of the native core on every zoo model;
+- `--holdout`: models users bring (torchvision, timm, torchaudio, transformers, an LSTM keyword spotter),
+  compiled by etlab, against torch eager (section `runtime-holdout`, target <= 1.1x eager).
 
 Every contender runs in the same alternating rounds (etlab and eager in-process; upstream in a
 long-lived worker, bench/_ref_runtime.py, asked for each of its batches in turn), each batch after
@@ -19,6 +21,7 @@ percent; `--clock wall` times by wall clock. Load averages before and after and 
 spread (interquartile range of its rounds, relative to its median) are recorded.
 
     .venv/bin/python bench/runtime.py [--models cnn transformer] [--rounds 30] [--no-upstream]
+    .venv/bin/python bench/runtime.py --xnnpack-only | --holdout [lstm_kws tv_swin_t ...]
 """
 
 from __future__ import annotations
@@ -314,6 +317,82 @@ def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
             "aa": separate["native_b"] / separate["native"] - 1}
 
 
+# Holdout models (issue #27): real-library architectures a user brings, timed against torch eager. From
+# etlab.models.corpus, plus an LSTM keyword-spotting model defined here (the corpus has no LSTM speech model).
+HOLDOUT = ["lstm_kws", "lstm_bidir_2layer", "gru", "ta_deepspeech", "ta_wavernn", "timm_vit_tiny_patch16_224",
+           "tv_vit_b_32_small", "vit", "timm_swin_tiny_patch4_window7_224", "tv_swin_t", "swin"]
+TARGET_EAGER = 1.1
+
+
+class LstmKeywordSpotter(torch.nn.Module):
+    """Speech-commands style: 49 frames of 40 log-mel features -> 2-layer LSTM (128) -> 12 keyword logits."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(40, 128, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(128, 12)
+
+    def forward(self, mel):
+        out, _ = self.lstm(mel)
+        return self.head(out[:, -1])
+
+
+def _holdout_model(name: str) -> tuple[torch.nn.Module, list]:
+    if name == "lstm_kws":
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return LstmKeywordSpotter().eval(), [torch.randn(1, 49, 40)]
+    from etlab.models.corpus import CORPUS
+
+    module, methods = CORPUS[name].build()
+    return module, list(methods["forward"])
+
+
+def time_holdout(name: str, rounds: int) -> dict[str, float]:
+    """etlab's native core (etlab-compiled program) against eager on one holdout model, interleaved."""
+    from etlab.compiler import to_edge
+    from etlab.models.corpus import flat_tensors, max_abs_error
+
+    module, inputs = _holdout_model(name)
+    with torch.no_grad():
+        program = to_edge(torch.export.export(module, tuple(inputs))).to_executorch().buffer
+        method = Runtime.get().load_program(program, threads=_threads).load_method("forward")
+        error = max_abs_error(method.execute(inputs), flat_tensors(module(*inputs)))
+
+        def eager():
+            with torch.no_grad():
+                return module(*inputs)
+
+        start = time.perf_counter()
+        eager()
+        per_round = max(1, min(20, int(5e-3 / max(time.perf_counter() - start, 1e-6))))
+        result = interleaved({"eager": eager, "etlab": lambda: method.execute(inputs)}, rounds=rounds,
+                             per_round=per_round)
+    result["error"] = error
+    return result
+
+
+def holdout_section(results: dict[str, dict[str, float]], clock: str, threads: int, loads: tuple[float, float]
+                    ) -> str:
+    lines = [
+        "## runtime-holdout", "",
+        f"`bench/runtime.py --holdout`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average "
+        f"{loads[0]:.1f} before / {loads[1]:.1f} after{' (other jobs share the machine)' if max(loads) > 2 else ''}. "
+        "Models users bring (torchvision, timm, torchaudio, transformers from etlab.models.corpus, and an LSTM "
+        "keyword spotter defined in the bench), compiled by etlab (portable, no delegate) and run on etlab's "
+        "native core, against torch eager (`torch.no_grad`) in the same alternating rounds, "
+        f"{'thread CPU time' if clock == 'cpu' else 'wall time'}, {threads} thread(s) on both sides. Medians; "
+        "in brackets the interquartile range of the rounds relative to the median.", "",
+        "| model | eager ms | etlab ms | etlab / eager | max abs error | target |",
+        "|---|---:|---:|---:|---:|---|"]
+    for name, r in results.items():
+        ratio = r["etlab"] / r["eager"]
+        lines.append(f"| {name} | {r['eager'] * 1e3:.3f} [{r['eager~']:.0%}] | {r['etlab'] * 1e3:.3f} "
+                     f"[{r['etlab~']:.0%}] | {ratio:.2f}x | {r['error']:.1e} | <= {TARGET_EAGER}: "
+                     f"{_met(ratio <= TARGET_EAGER)} |")
+    return "\n".join([*lines, ""])
+
+
 XNNPACK_MODELS = ["cnn", "mobilenet_v2"]
 TARGET_XNNPACK = {"xnnpack": 1.5, "xnnpack-int8": 2.0}  # etlab / upstream on upstream's XNNPACK .pte
 
@@ -470,6 +549,8 @@ def main() -> None:
     ap.add_argument("--no-xnnpack", action="store_true")
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     ap.add_argument("--xnnpack-only", action="store_true", help="only the runtime-xnnpack section")
+    ap.add_argument("--holdout", nargs="*", default=None, choices=HOLDOUT,
+                    help="only the runtime-holdout section (these models; none named: all)")
     a = ap.parse_args()
     global _clock, _clock_name, _threads
     _clock, _clock_name, _threads = CLOCKS[a.clock], a.clock, a.threads
@@ -477,6 +558,15 @@ def main() -> None:
         sys.exit("bench/runtime.py needs the native runtime core: pip install --no-build-isolation -e .")
     torch.set_num_threads(a.threads)
     load_before = os.getloadavg()[0]
+    if a.holdout is not None:
+        holdout = {}
+        for m in a.holdout or HOLDOUT:
+            holdout[m] = time_holdout(m, a.rounds)
+            print(f"holdout {m}: etlab / eager {holdout[m]['etlab'] / holdout[m]['eager']:.2f}x "
+                  f"({holdout[m]['etlab'] * 1e3:.3f} / {holdout[m]['eager'] * 1e3:.3f} ms)", flush=True)
+        write_section("runtime-holdout", holdout_section(holdout, a.clock, a.threads,
+                                                         (load_before, os.getloadavg()[0])))
+        return
     ref = None if a.no_upstream else reference_python()
     upstream = Upstream(ref, a.threads) if ref else None
     try:
