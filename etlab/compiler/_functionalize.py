@@ -163,12 +163,30 @@ def _scatter_back(gm: GraphModule, chain: list[Node], value: Node, like: Node, o
     return value
 
 
+# In-place dropouts: with train=False they leave their input as it is (torchvision's EfficientNet head
+# runs Dropout(inplace=True) on a flattened view).
+_INPLACE_DROPOUTS = frozenset({torch.ops.aten.dropout_.default, torch.ops.aten.feature_dropout_.default,
+                               torch.ops.aten.alpha_dropout_.default, torch.ops.aten.feature_alpha_dropout_.default})
+
+
+def _drop_eval_dropout(node: Node) -> bool:
+    """Removes an in-place dropout that does not train (its result is its input); False otherwise."""
+    if node.target not in _INPLACE_DROPOUTS:
+        return False
+    train = node.kwargs.get("train", node.args[2] if len(node.args) > 2 else None)
+    if train is not False:
+        return False
+    node.replace_all_uses_with(node.args[0])
+    node.graph.erase_node(node)
+    return True
+
+
 def functionalize(gm: GraphModule) -> dict[Node, Node]:
     """Rewrites gm's in-place and out= ops; returns {mutated placeholder: its final value}."""
     order = {n: i for i, n in enumerate(gm.graph.nodes)}
     latest: dict[Node, Node] = {}
     for node in list(gm.graph.nodes):
-        if node.op != "call_function" or not isinstance(node.target, OpOverload):
+        if node.op != "call_function" or not isinstance(node.target, OpOverload) or _drop_eval_dropout(node):
             continue
         call_info = _functional_call(node)
         if call_info is None:

@@ -100,3 +100,25 @@ def test_a_stale_alias_still_goes_through_the_retrace():
     got = _run(to_edge(ep).to_executorch(), (x,))
     for g, w in zip(got, _StaleAlias()(x.clone())):
         assert torch.equal(g, w)
+
+
+class _InplaceDropoutOnView(torch.nn.Module):
+    """torchvision's EfficientNet head: flatten, then Dropout(inplace=True) in eval mode."""
+
+    def __init__(self):
+        super().__init__()
+        self.drop = torch.nn.Dropout(0.2, inplace=True)
+        self.fc = torch.nn.Linear(12, 3)
+
+    def forward(self, x):
+        return self.fc(self.drop(torch.flatten(x, 1)))
+
+
+def test_inplace_dropout_in_eval_is_dropped_without_retrace(monkeypatch):
+    x = torch.randn(2, 3, 4)
+    model = _InplaceDropoutOnView().eval()
+    ep = export(model, (x,))
+    assert torch.ops.aten.dropout_.default in {n.target for n in ep.graph.nodes}
+    _no_retrace(monkeypatch)
+    et = to_edge(ep).to_executorch()
+    torch.testing.assert_close(_run(et, (x,))[0], model(x).detach(), rtol=1e-5, atol=1e-6)
