@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import torch
-from torch.fx import GraphModule, Interpreter, Node
+from torch.fx import GraphModule, Node
 from torch.utils._pytree import tree_flatten
 
 from etlab.devtools._quant_dataset_report import (
@@ -43,12 +43,13 @@ from etlab.devtools._quant_dataset_report import (
     DatasetQuantReport,
     _pooled_sqnr,
 )
+from etlab.devtools._quant_dataset_run import Constants, fusable_quantizers, run_keeping, static_quantizer
 from etlab.devtools._quant_dataset_stats import (
     Coverage,
     Stream,
+    _max_abs,
     batch_metrics,
     max_abs_stream,
-    row_ranges,
     sqnr_stream,
 )
 from etlab.devtools._quant_debug import (
@@ -56,7 +57,6 @@ from etlab.devtools._quant_debug import (
     QuantReport,
     _as_inputs,
     _input_dependent,
-    _is_quantize,
     float_graph_of,
     join_layers,
     local_inputs,
@@ -72,31 +72,6 @@ DEFAULT_MEMORY_BUDGET = 512 << 20
 MAX_BATCH = 32
 
 # --- running the graphs on a batch -------------------------------------------------------------------
-
-
-class _Keep(Interpreter):
-    """Runs a GraphModule keeping only the values named in `keep` (the rest are freed after their last
-    use); the guard export adds for the example's batch size is skipped (see the module doc)."""
-
-    def __init__(self, gm: GraphModule, keep: set[str]):
-        super().__init__(gm, garbage_collect_values=True)
-        self.keep = keep
-        self.values: dict[str, Any] = {}
-
-    def run_node(self, n: Node) -> Any:
-        if n.op == "call_module" and str(n.target).startswith("_guards"):
-            return None
-        out = super().run_node(n)
-        if n.name in self.keep:
-            self.values[n.name] = out
-        return out
-
-
-def run_keeping(gm: GraphModule, args: tuple, keep: set[str]) -> dict[str, Any]:
-    with torch.no_grad():
-        runner = _Keep(gm, keep)
-        runner.run(*args)
-    return runner.values
 
 
 def _output_nodes(gm: GraphModule) -> list:
@@ -122,16 +97,9 @@ class _Plan:
     quantizers: dict[str, Coverage]  # quantize node name -> its coverage
     quant_inputs: dict[str, str]  # quantize node name -> the node whose value it quantizes
     quantizer_of: dict[str, str]  # layer (first float node) -> its output's quantize node
-
-
-def _static_quantizer(node: Node) -> Coverage | None:
-    """A quantize_per_tensor node with a constant scale and zero point (a calibrated activation), or None."""
-    if not _is_quantize(node) or "per_tensor" not in node_op_name(node) or len(node.args) < 5:
-        return None
-    scale, zp, qmin, qmax = node.args[1:5]
-    if not all(isinstance(v, (int, float)) for v in (scale, zp, qmin, qmax)) or not scale > 0:
-        return None
-    return Coverage(node.name, float(scale), int(zp), (qmin - zp) * scale, (qmax - zp) * scale)
+    float_constants: Constants = None
+    quant_constants: Constants = None
+    fusable: frozenset[str] = frozenset()
 
 
 def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
@@ -151,7 +119,7 @@ def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
     quantizers, quant_inputs, quantizer_of = {}, {}, {}
     by_qnode = {j.qnode.name: j for j in joins}
     for n in quant_gm.graph.nodes:
-        cov = _static_quantizer(n)
+        cov = static_quantizer(n)
         if cov is None or not isinstance(n.args[0], Node):
             continue
         quantizers[n.name], quant_inputs[n.name] = cov, n.args[0].name
@@ -160,7 +128,8 @@ def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
         if j is not None and j.qvalue_node.args and j.qvalue_node.args[0] is n:  # the layer's output quantizer
             quantizer_of.setdefault(j.chain[0].name, n.name)
     return _Plan(joins, join_of, input_dep, mutated_later(float_gm), keep_float, keep_quant, quantizers, quant_inputs,
-                 quantizer_of)
+                 quantizer_of, Constants.of(float_gm), Constants.of(quant_gm),
+                 fusable_quantizers(quant_gm, keep_quant))
 
 
 def _nbytes(values: dict[str, Any], names: Iterable[str]) -> int:
@@ -273,8 +242,6 @@ class _Layer:
     inputs: int = 0
     degenerate: int = 0
     exact: int = 0
-    float_min: float = math.inf
-    float_max: float = -math.inf
 
 
 class NotBatchAgnostic(Exception):
@@ -295,7 +262,7 @@ def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: 
     if not any(n.name in plan.mutated for n in j.chain):
         local_ref = _float(rerun_float(j.chain, feeds, f))
         if local_ref is not None and local_ref.shape == val.shape:
-            local = batch_metrics(local_ref, val, batch)
+            local = batch_metrics(local_ref, val, batch, value_norm=total["b_norm"])
     inherited = []
     for name, v in feeds.items():
         ref_in = _float(f.get(name))
@@ -303,12 +270,9 @@ def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: 
             continue
         key = (name, id(v))
         inherited.append(sqnr_of[key] if key in sqnr_of else batch_metrics(ref_in, v, batch)["sqnr"])
-    lo, hi = row_ranges(ref, batch)
-    acc.float_min = float(np.nanmin([acc.float_min, *lo]))
-    acc.float_max = float(np.nanmax([acc.float_max, *hi]))
     ok = np.ones(batch, dtype=bool)
     if j.quantized:  # as degenerate_reason: an SQNR of a zero, tiny or rounded-away value means nothing
-        peak = np.maximum(np.abs(lo), np.abs(hi))
+        peak = _max_abs(ref.detach().reshape(batch, -1)) if ref.numel() else np.zeros(batch)
         ok = ~((peak < 1e-6) | np.isnan(peak) | total["b_zero"])
     acc.inputs += batch
     acc.degenerate += int((~ok).sum())
@@ -403,7 +367,6 @@ def _layer_row(order: int, acc: _Layer, plan: _Plan) -> dict:
         "cosine_min": acc.cosine_min if acc.cosine_n else math.nan,
         "max_abs_p95": acc.max_abs.quantile(0.95), "max_abs_max": acc.max_abs.high,
         "max_abs_worst_input": acc.max_abs.high_input,
-        "float_min": acc.float_min, "float_max": acc.float_max,
         **{k: cov.get(k, math.nan) for k in ("range_lo", "range_hi", "seen_min", "seen_max", "clipped",
                                              "clipped_inputs", "range_used")},
         "first_clipped_input": cov.get("first_clipped_input", -1),
@@ -441,12 +404,13 @@ def _run_chunk(float_gm: GraphModule, quantized: GraphModule, plan: _Plan, chunk
     """Both graphs on a batch of inputs; a batch of more than one is checked first (NotBatchAgnostic): its
     float outputs' row 0 against a batch-1 run, and every layer's values carrying the batch in dim 0."""
     args = _stack(chunk)
-    f = run_keeping(float_gm, args, plan.keep_float)
+    f = run_keeping(float_gm, args, plan.keep_float, plan.float_constants)
     batch = len(chunk)
     if batch > 1 and not _agrees(_outputs(f, float_gm),
-                                 _outputs(run_keeping(float_gm, chunk[0], plan.keep_float), float_gm)):
+                                 _outputs(run_keeping(float_gm, chunk[0], plan.keep_float, plan.float_constants),
+                                          float_gm)):
         raise NotBatchAgnostic("a batched run's outputs differ from one input's")
-    q = run_keeping(quantized, args, plan.keep_quant)
+    q = run_keeping(quantized, args, plan.keep_quant, plan.quant_constants, plan.fusable)
     if batch > 1:
         for j in plan.joins:
             for name, v in ((j.chain[-1].name, f.get(j.chain[-1].name)),

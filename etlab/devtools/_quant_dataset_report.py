@@ -19,7 +19,7 @@ LAYER_COLUMNS = [
     "local_sqnr_p95", "local_sqnr_mean", "local_sqnr_min", "local_worst_input",
     "sqnr_p95", "sqnr_mean", "sqnr_min", "sqnr_worst_input", "input_sqnr_p95", "input_sqnr_mean",
     "cosine_mean", "cosine_min", "max_abs_p95", "max_abs_max", "max_abs_worst_input",
-    "float_min", "float_max", "range_lo", "range_hi", "seen_min", "seen_max", "clipped", "clipped_inputs",
+    "range_lo", "range_hi", "seen_min", "seen_max", "clipped", "clipped_inputs",
     "first_clipped_input", "range_used", "folded", "quantized_node",
 ]
 COVERAGE_COLUMNS = ["node", "layer", "scale", "zero_point", "range_lo", "range_hi", "seen_min", "seen_max",

@@ -107,12 +107,19 @@ def _squared_norms(x: torch.Tensor) -> np.ndarray:
     return torch.linalg.vector_norm(x, dim=1).to(torch.float64).numpy() ** 2
 
 
-def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None) -> dict[str, np.ndarray]:
+def _max_abs(x: torch.Tensor) -> np.ndarray:
+    """Per-row max |x| in one pass (the inf-norm; amin + amax or abs().amax() take two)."""
+    return torch.linalg.vector_norm(x, ord=math.inf, dim=1).to(torch.float64).numpy()
+
+
+def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None, *,
+                  value_norm: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """`error_metrics` for every row of a batch (dim 0 = input): sqnr, cosine, max_abs, mse, and `b_zero`
     (the value is all zero: rounded away). Three norms and the difference's extremes per row; the cosine
     comes from the norms (|a|^2 + |b|^2 - |a-b|^2 = 2 a.b), whose rounding is far below the 5 digits shown.
     Rows with a non-finite norm go through `error_metrics` itself, which knows what a matching -inf mask
-    means. batch: rows (default dim 0; 1 for a value without a batch dim)."""
+    means. batch: rows (default dim 0; 1 for a value without a batch dim). value_norm: the value's squared
+    norms when already known (a layer's value is compared with two references: total and local)."""
     batch = reference.shape[0] if batch is None else batch
     dtype = torch.float64 if torch.float64 in (reference.dtype, value.dtype) else torch.float32
     a = reference.detach().reshape(batch, -1).to(dtype)
@@ -122,15 +129,16 @@ def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | Non
         return {"sqnr": ones * math.inf, "cosine": ones, "max_abs": ones * 0.0, "mse": ones * 0.0,
                 "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0}
     d = a - b
-    noise, signal, b_sum = _squared_norms(d), _squared_norms(a), _squared_norms(b)
+    noise, signal = _squared_norms(d), _squared_norms(a)
+    b_sum = _squared_norms(b) if value_norm is None else value_norm.copy()
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         sqnr = np.where(noise == 0, math.inf, np.where(signal == 0, -math.inf, 10.0 * np.log10(signal / noise)))
         norm = np.sqrt(signal) * np.sqrt(b_sum)
         cross = 0.5 * (signal + b_sum - noise)
         cosine = np.where(norm > 0, np.clip(cross / norm, -1.0, 1.0), np.where(signal == b_sum, 1.0, 0.0))
-    max_abs = torch.maximum(-d.amin(1), d.amax(1)).to(torch.float64).numpy()
+    max_abs = _max_abs(d)
     out = {"sqnr": sqnr, "cosine": cosine, "max_abs": max_abs, "mse": noise / a.shape[1], "b_zero": b_sum == 0,
-           "signal": signal, "noise": noise}
+           "signal": signal, "noise": noise, "b_norm": b_sum}
     bad = ~(np.isfinite(noise) & np.isfinite(signal) & np.isfinite(b_sum))
     for i in np.nonzero(bad)[0]:  # rare: infinities, NaN, float32 overflow
         m = error_metrics(a[i], b[i])
