@@ -116,11 +116,28 @@ class XnnpackPartitioner(Partitioner):
 
     def _accept_folded_constants(self, calls: list[Node], accepted: set[Node], ctx: Context) -> None:
         """An op XNNPACK cannot run, computed from constants only and read only by delegated nodes (a
-        weight-normed convolution's weight), is evaluated when the delegate is built: it joins them."""
+        weight-normed convolution's weight), is evaluated when the delegate is built: it joins them,
+        with the whole chain of such ops down to the weights. A chain whose root stays portable (an
+        int64 position index other portable nodes read too) stays out entirely: in the partition its
+        ops would read a run-time input and could not be folded (qwen2's rotary positions)."""
+        found: set[Node] = set()
         for node in reversed(calls):
-            if (node in accepted or not ctx.is_constant(node) or not node.users
-                    or not all(u in accepted for u in node.users) or self._excluded(node) is not None):
-                continue
+            if (node not in accepted and ctx.is_constant(node) and node.users and self._excluded(node) is None
+                    and all(u in accepted or u in found for u in node.users)):
+                found.add(node)
+        changed = True
+        while changed:  # keep only chains the partition can evaluate: every op in them in it, down to weights
+            changed = False
+            foldable: set[Node] = set()
+            for node in calls:
+                if ((node in accepted or node in found) and ctx.is_constant(node)
+                        and all(i.op != "call_function" or i in foldable for i in node.all_input_nodes)):
+                    foldable.add(node)
+            for node in [n for n in calls if n in found]:
+                if node not in foldable or not all(u in accepted or u in found for u in node.users):
+                    found.discard(node)
+                    changed = True
+        for node in found:
             accepted.add(node)
             node.meta.pop(DELEGATION_REFUSAL_META, None)
 
