@@ -29,8 +29,9 @@ converted model on the dataset in torch:
    MAX_COST_CANDIDATES) compiled for `backend` and timed on etlab's runtime; the cheapest in latency
    and .pte size is kept.
 7. the program runs on etlab's runtime over the whole dataset and the budget is checked there; when it
-   misses what torch met (XNNPACK's integer kernels round differently), 3-7 run again for a target
-   stricter by 1.5x the gap (RUNTIME_ROUNDS in all). Its .pte size and latency are measured next to
+   misses what torch met (XNNPACK's integer kernels round differently), the search runs again (its
+   evaluations cached) for a target stricter by 1.5x the gap (RUNTIME_ROUNDS in all). Its .pte size and
+   latency are measured next to
    the all-int8 and float programs.
 
 The greedy baseline (`greedy_float_baseline`) is the manual loop `sensitivity_table` tabulates: rank
