@@ -31,8 +31,7 @@ converted model on the dataset in torch:
 7. the program runs on etlab's runtime over the whole dataset and the budget is checked there; when it
    misses what torch met (XNNPACK's integer kernels round differently), the search runs again (its
    evaluations cached) for a target stricter by 1.5x the gap (RUNTIME_ROUNDS in all). Its .pte size and
-   latency are measured next to
-   the all-int8 and float programs.
+   latency are measured next to the all-int8 and float programs.
 
 The greedy baseline (`greedy_float_baseline`) is the manual loop `sensitivity_table` tabulates: rank
 layers by local SQNR on one input, keep the worst k in float, k = 0, 1, 2, ... until met.
