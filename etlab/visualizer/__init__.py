@@ -78,9 +78,11 @@ def _register_reprs() -> None:
     """Hands the reprs and the dashboard to etlab.facts.display, which the analysis objects ask."""
     from etlab.devtools import DelegationInfo
     from etlab.facts import display
-    from etlab.inspector import Comparison, EventBlock, Inspector
+    from etlab.inspector import Comparison, EventBlock, Inspector, MemorySummary
+    from etlab.visualizer._memory_view import memory_summary_html
 
     display.register(Inspector, html=inspector_html, show=show)
+    display.register(MemorySummary, html=memory_summary_html)
     display.register(EventBlock, html=event_block_html)
     display.register(DelegationInfo, html=delegation_info_html)
     display.register("etlab.fleet.FleetDiff", show=FleetDiffView)  # by name: fleet loads duckdb, pyarrow

@@ -232,6 +232,21 @@ def _observed_traces(fig: go.Figure, seen, row: int, at, steps: int) -> None:
     fig.update_xaxes(title_text="runtime instruction (execution order)", matches="x", row=row, col=1)
 
 
+def memory_summary_html(summary) -> str:
+    """The notebook repr of a MemorySummary (Inspector.memory_summary()): the tracked peak, bytes by owner,
+    load against run, and planned against observed when the plan was given."""
+    import html
+
+    from etlab.visualizer._reprs import _style, _table
+
+    parts = [f"<p>{html.escape(repr(summary))}</p>", _table(summary.owners), _table(summary.phases)]
+    if len(summary.arenas):
+        parts.append(_table(summary.arenas))
+    if len(summary.tensors):
+        parts.append(_table(summary.tensors))
+    return f"{_style()}<div class='etlab-repr etlab-theme' data-etlab-view='memory-summary'>{''.join(parts)}</div>"
+
+
 class MemoryTimeline(widgets.VBox):
     """The memory plan of one method of an ExecutorchProgramManager (or a memory_plan_dataframe()), and with
     `inspector` (a run with allocation events) what the run observed on the same axis.

@@ -54,3 +54,12 @@ def test_the_dashboards_memory_tab_draws_what_the_run_observed(mlp_run):
     dash = show(ins, mlp_run.manager)
     memory = dash.views["memory"]
     assert memory.observed is not None and memory.observed.peak_bytes == P.peak(2)[0]
+
+
+def test_the_summary_shows_itself_as_tables():
+    import etlab.visualizer  # noqa: F401  (registers the reprs)
+
+    summary = Inspector(etdump_data=serialize_etdump(memory_dump(runs=2))).memory_summary()
+    page = summary._repr_html_()
+    assert "data-etlab-view='memory-summary'" in page and "tracked peak" in page
+    assert "delegate:XnnpackBackend" in page and "load + run" in page
