@@ -20,7 +20,7 @@ import os
 
 from etlab.facts.program_info import ProgramInfo
 from etlab.schema import load_pte
-from etlab.schema.program import DataLocation, DelegateCall, PteFile
+from etlab.schema.program import DelegateCall, PteFile
 from etlab.schema.xnnpack import deserialize_xnnpack
 
 XNNPACK = "XnnpackBackend"
@@ -36,14 +36,6 @@ def read_pte(pte) -> PteFile:
     if isinstance(pte, (str, os.PathLike, bytes, bytearray, memoryview)):
         return load_pte(pte)
     raise TypeError(f"pte must be a path to a .pte, its bytes or a PteFile; got {type(pte).__name__}")
-
-
-def _payload(pte: PteFile, delegate) -> bytes:
-    """A delegate's processed bytes (the loader checked the reference is in range)."""
-    ref = delegate.processed
-    if ref.location == DataLocation.INLINE:
-        return bytes(pte.program.backend_delegate_data[ref.index].data or b"")
-    return bytes(pte.segments[ref.index])
 
 
 def node_handles(node_ids: list[int], covered: tuple[int, ...]) -> list[tuple[int, ...] | None]:
@@ -91,7 +83,7 @@ def delegate_node_handles(pte, program: ProgramInfo) -> NodeHandles:
                 known = method.delegates.get((c, i))
                 if delegate.id != XNNPACK or (known is not None and known.debug_handles):
                     continue
-                graph = deserialize_xnnpack(_payload(pte, delegate), what=f"{plan.name}: delegate {i}").graph
+                graph = deserialize_xnnpack(pte.delegate_bytes(delegate), what=f"{plan.name}: delegate {i}").graph
                 ids = [int(n.debug_handle or 0) for n in graph.xnodes or ()]
                 calls[(c, i)] = node_handles(ids, tuple(method.instruction_debug_handles.get((c, i), ())))
         if calls:

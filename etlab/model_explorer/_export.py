@@ -16,6 +16,7 @@ from pathlib import Path
 
 from etlab.devtools import get_delegation_info
 from etlab.errors import FormatError
+from etlab.model_explorer._delegate_layers import expand_xnnpack_calls
 from etlab.model_explorer._graphs import to_me_graph
 from etlab.model_explorer._node_data import OVERLAYS, node_data, quant_node_data
 from etlab.schema import write_atomic
@@ -84,7 +85,8 @@ def recorded_graphs(obj, kinds=None, method: str | None = None) -> list[tuple[Gr
 
 
 def pte_graphs(pte, method: str | None = None) -> list[GraphModel]:
-    """Each method's instruction graph of a parsed .pte (`etlab.schema.program.PteFile`)."""
+    """Each method's instruction graph of a parsed .pte (`etlab.schema.program.PteFile`), XNNPACK calls
+    as layers of the nodes their payload runs (`_delegate_layers`)."""
     from etlab.jupyter import instruction_graph
 
     plans = list(pte.program.execution_plan or ())
@@ -93,7 +95,7 @@ def pte_graphs(pte, method: str | None = None) -> list[GraphModel]:
         if not plans:
             names = [str(p.name) for p in pte.program.execution_plan or ()]
             raise ValueError(f"no method {method!r} in the program; methods are {names}")
-    return [instruction_graph(p) for p in plans]
+    return [expand_xnnpack_calls(instruction_graph(p), pte, p) for p in plans]
 
 
 def load_graphs(source, *, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:

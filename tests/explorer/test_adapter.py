@@ -57,6 +57,35 @@ def connected(g: dict) -> int:
     return len({find(x) for x in parent})
 
 
+def check_xnnpack_layers(graphs: list[dict], pte_path) -> None:
+    """Each XNNPACK call of the .pte is a layer holding the call and one node per payload node, in order;
+    the payload's nodes read only the call or each other; what reads the call's results reads them."""
+    from etlab.schema import load_pte
+    from etlab.schema.program import DelegateCall
+    from etlab.schema.xnnpack import deserialize_xnnpack, node_kind
+
+    pte = load_pte(pte_path)
+    for plan in pte.program.execution_plan:
+        g = next(g for g in graphs if g["id"] == f"{plan.name} (instructions)")
+        for step, ins in enumerate(plan.chains[0].instructions):
+            if not isinstance(ins.instr_args, DelegateCall):
+                continue
+            delegate = plan.delegates[ins.instr_args.delegate_index]
+            xnodes = deserialize_xnnpack(pte.delegate_bytes(delegate)).graph.xnodes
+            layer = f"XnnpackBackend · instruction {step}"  # sections of a large payload sit below it
+            inside = [n for n in g["nodes"] if layer in n["namespace"].split("/")]
+            call = [n for n in inside if n["label"] == "XnnpackBackend call"]
+            assert len(call) == 1 and [n["label"] for n in inside if n is not call[0]] == \
+                [node_kind(x) for x in xnodes], (plan.name, step)
+            ids = {n["id"] for n in inside}
+            for n in inside:
+                if n is not call[0]:
+                    assert {e["sourceNodeId"] for e in n["incomingEdges"]} <= ids
+            outside_readers = [n for n in g["nodes"] if n["id"] not in ids
+                               and any(e["sourceNodeId"] in ids for e in n["incomingEdges"])]
+            assert all(call[0]["id"] not in {e["sourceNodeId"] for e in n["incomingEdges"]} for n in outside_readers)
+
+
 @pytest.fixture(scope="module", params=sorted(ZOO))
 def zoo_files(request, tmp_path_factory):
     name = request.param
@@ -80,6 +109,7 @@ def test_zoo_files_convert_to_model_explorer_graphs(zoo_files):
             assert {g["id"] for g in response["graphs"]} == {f"{m} (instructions)" for m in et.methods}
             if name != "cond":  # a .pte method's instructions are one piece (the Lab's data-flow rule)
                 assert all(connected(g) == 1 for g in response["graphs"]), name
+            check_xnnpack_layers(response["graphs"], d / "model.pte")
         else:
             kinds = {g["id"].rsplit("(", 1)[1].rstrip(")") for g in response["graphs"]}
             assert {"ATen", "Edge"} <= kinds, (name, kinds)
