@@ -37,31 +37,38 @@ def _named(ep) -> dict[str, str]:
     return out
 
 
-def _last_json(stdout: str) -> dict:
-    return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
-
-
-def test_upstream_reads_the_named_data_of_etlabs_record(ref_python, tmp_path):
+@pytest.fixture(scope="module")
+def both_ways(ref_python, tmp_path_factory):
+    """etlab's record of the mlp (upstream layout), and upstream's answers: what it read from that record,
+    what it wrote in its own record of its own lowering (one reference process)."""
+    out = tmp_path_factory.mktemp("xnnpack_etrecord")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         model, inputs = zoo.make_mlp()
     edge = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()],
                                        generate_etrecord=True)
-    et = edge.to_executorch()
-    et.get_etrecord().save(tmp_path / "mlp.etrecord", format="upstream")
-    ours = _named(edge.exported_program())
-    got = _last_json(run_ref(ref_python, REF_SCRIPT, "read", tmp_path / "mlp.etrecord").stdout)["named"]
-    assert got == ours and len(ours) == 6
+    edge.to_executorch().get_etrecord().save(out / "ours.etrecord", format="upstream")
+    done = run_ref(ref_python, REF_SCRIPT, "--read", out / "ours.etrecord", "--write", ZOO, "mlp", out)
+    answers = {}
+    for line in done.stdout.splitlines():
+        if line.startswith("{"):
+            answers.update(json.loads(line))
+    return out, _named(edge.exported_program()), answers
 
 
-def test_etlab_re_emits_upstreams_record_alone(ref_python, tmp_path):
-    theirs = _last_json(run_ref(ref_python, REF_SCRIPT, "write", ZOO, "mlp", tmp_path).stdout)["named"]
-    recorded = parse_etrecord(tmp_path / "mlp.etrecord").edge_dialect_program
+def test_upstream_reads_the_named_data_of_etlabs_record(both_ways):
+    _, ours, answers = both_ways
+    assert answers["read"] == ours and len(ours) == 6
+
+
+def test_etlab_re_emits_upstreams_record_alone(both_ways):
+    out, _, answers = both_ways
+    recorded = parse_etrecord(out / "mlp.etrecord").edge_dialect_program
     recorded = recorded["forward"] if isinstance(recorded, dict) else recorded
-    assert _named(recorded) == theirs and len(theirs) == 6
+    assert _named(recorded) == answers["written"] and len(answers["written"]) == 6
     again = EdgeProgramManager({"forward": recorded}).to_executorch().buffer
-    inputs = torch.load(tmp_path / "mlp_inputs.pt", weights_only=True)
+    inputs = torch.load(out / "mlp_inputs.pt", weights_only=True)
     runtime = Runtime.get()
-    want = runtime.load_program(tmp_path / "mlp.pte").load_method("forward").execute(list(inputs))
+    want = runtime.load_program(out / "mlp.pte").load_method("forward").execute(list(inputs))
     got = runtime.load_program(again).load_method("forward").execute(list(inputs))
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-6)
