@@ -101,8 +101,9 @@ def test_zoo_files_convert_to_model_explorer_graphs(zoo_files):
     name, d, et = zoo_files
     for path in (d / "model.pte", d / "model.etrecord"):
         response = me_graphs(path)
-        graphs = main.to_graph_classes(response)  # Model Explorer's own dataclasses, strict
+        graphs = main.checked_graph_classes(response)  # Model Explorer's own dataclasses, strict
         assert len(graphs) == len(response["graphs"]) > 0
+        assert main.to_graph_classes(response) == graphs  # the adapter's direct build: the same objects
         for g in response["graphs"]:
             check_graph(g)
         if path.suffix == ".pte":
