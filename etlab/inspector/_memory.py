@@ -66,77 +66,90 @@ def memory_frame(c: ETDumpColumns) -> pd.DataFrame:
     event belongs to (one per method loaded; None in run blocks); instruction/chain: of the profile event
     the allocation belongs to, None when that is a framework event (a load, a whole run) or there is none.
     """
-    rows: dict[str, list] = {k: [] for k in FRAME_COLUMNS}
+    # per block with allocation events: its allocation rows, the row each belongs to (-1: none) and names
+    alloc_rows, owner_rows, names, block_of, run_of, load_of, order_of = [], [], [], [], [], [], []
+    init_code = c.strings.index(METHOD_INIT) if METHOD_INIT in c.strings else -2
     runs_seen = 0
     for b, r in enumerate(c.runs):
-        phase = "load" if r.name == me.LOAD_BLOCK else "run"
-        run_index = None if phase == "load" else runs_seen
-        runs_seen += phase == "run"
+        is_run = r.name != me.LOAD_BLOCK
+        runs_seen += is_run
         sl = slice(r.first_event, r.first_event + r.num_events)
         if not c.has_allocation[sl].any():
             continue
-        kinds = [_KINDS.get(int(k), "empty") for k in c.kind[sl].tolist()]
-        owners = me.owner_positions(kinds)
-        first = r.first_event
-        alloc_rows = [first + i for i, k in enumerate(kinds) if k == "allocation"]
-        ids = c.allocator_id[alloc_rows].tolist()
+        owners = np.asarray(me.owner_positions([_KINDS.get(k, "empty") for k in c.kind[sl].tolist()]), np.int64)
+        mine = np.flatnonzero(c.has_allocation[sl])
+        ids = c.allocator_id[r.first_event + mine].tolist()
         base = me.allocator_base(ids)
-        init_code = c.strings.index(METHOD_INIT) if METHOD_INIT in c.strings else -2
-        init_before = np.cumsum(c.has_profile[sl] & (c.name_code[sl] == init_code))
-        for order, (row, aid) in enumerate(zip(alloc_rows, ids)):
-            name = me.allocator_name(r.allocator_names, aid, base)
-            parsed = me.parse_allocator(name)
-            own = owners[row - first]
-            ev_name = c.string(int(c.name_code[first + own])) if own >= 0 else None
-            framework = own < 0 or ev_name in FRAMEWORK_EVENT_NAMES or int(c.chain_index[first + own]) < 0
-            size = int(c.allocation_size[row])
-            if size >= 1 << 63:
-                raise FormatError(f"{c.what}: run block {b}: an allocation event's size {size} is not a size "
-                                  "(past 2**63 bytes)")
-            inits = int(init_before[own]) - 1 if own >= 0 else int(init_before[-1])
-            rows["block"].append(b)
-            rows["block_name"].append(r.name)
-            rows["phase"].append(phase)
-            rows["run"].append(run_index)
-            rows["load"].append(max(inits, 0) if phase == "load" else None)
-            rows["order"].append(order)
-            rows["allocator_id"].append(aid)
-            rows["allocator"].append(name)
-            rows["owner"].append(owner_of(name))
-            rows["kind"].append(parsed.kind)
-            rows["mem_id"].append(parsed.mem_id)
-            rows["backend"].append(parsed.backend)
-            rows["what"].append(parsed.what)
-            rows["size"].append(size)
-            rows["bytes"].append(parsed.sign * size)
-            rows["chain"].append(None if framework else int(c.chain_index[first + own]))
-            rows["instruction"].append(None if framework else int(c.instruction_id[first + own]))
-            rows["event"].append(ev_name)
-            rows["op"].append(kernel_of_event(ev_name) if ev_name else None)
-    df = pd.DataFrame(rows, columns=FRAME_COLUMNS)
-    return df.astype({"block": "int64", "run": "Int64", "load": "Int64", "order": "int64", "allocator_id": "int64",
-                      "mem_id": "Int64", "size": "int64", "bytes": "int64", "chain": "Int64", "instruction": "Int64"})
+        names += [me.allocator_name(r.allocator_names, aid, base) for aid in ids]
+        own = owners[mine]
+        alloc_rows.append(r.first_event + mine)
+        owner_rows.append(np.where(own >= 0, r.first_event + own, -1))
+        block_of.append(np.full(len(mine), b, np.int64))
+        run_of.append(np.full(len(mine), runs_seen - 1 if is_run else -1, np.int64))
+        # which method's load: the n-th Method::init of the block the event belongs to
+        inits = np.cumsum(c.has_profile[sl] & (c.name_code[sl] == init_code))
+        load = np.where(own >= 0, inits[np.maximum(own, 0)] - 1, inits[-1])
+        load_of.append(np.maximum(load, 0) if not is_run else np.full(len(mine), -1, np.int64))
+        order_of.append(np.arange(len(mine), dtype=np.int64))
+    if not alloc_rows:
+        return pd.DataFrame({k: [] for k in FRAME_COLUMNS}).astype(_FRAME_TYPES)
+    rows, own = np.concatenate(alloc_rows), np.concatenate(owner_rows)
+    block, size = np.concatenate(block_of), c.allocation_size[rows]
+    bad = np.flatnonzero(size >= np.uint64(1 << 63))
+    if len(bad):
+        raise FormatError(f"{c.what}: run block {int(block[bad[0]])}: an allocation event's size {int(size[bad[0]])} "
+                          "is not a size (past 2**63 bytes)")
+    size = size.astype(np.int64)
+    parsed = {n: me.parse_allocator(n) for n in set(names)}
+    owner = {n: owner_of(n) for n in parsed}
+    p = [parsed[n] for n in names]
+    has_owner = own >= 0
+    safe = np.where(has_owner, own, 0)
+    ev_code = np.where(has_owner, c.name_code[safe], -1)
+    ev_names = [c.string(int(x)) for x in ev_code.tolist()]
+    framework = ~has_owner | (c.chain_index[safe] < 0) | np.isin(
+        ev_code, [c.strings.index(n) for n in FRAMEWORK_EVENT_NAMES if n in c.strings])
+    run, load = np.concatenate(run_of), np.concatenate(load_of)
+    df = pd.DataFrame({
+        "block": block, "block_name": [c.runs[b].name for b in block.tolist()],
+        "phase": np.where(run >= 0, "run", "load"), "run": pd.array(np.where(run >= 0, run, 0), "Int64"),
+        "load": pd.array(np.where(load >= 0, load, 0), "Int64"), "order": np.concatenate(order_of),
+        "allocator_id": c.allocator_id[rows].astype(np.int64), "allocator": names,
+        "owner": [owner[n] for n in names], "kind": [x.kind for x in p], "mem_id": [x.mem_id for x in p],
+        "backend": [x.backend for x in p], "what": [x.what for x in p], "size": size,
+        "bytes": size * np.array([x.sign for x in p], dtype=np.int64),
+        "chain": pd.array(np.where(framework, 0, c.chain_index[safe]), "Int64"),
+        "instruction": pd.array(np.where(framework, 0, c.instruction_id[safe]), "Int64"),
+        "event": ev_names, "op": [kernel_of_event(n) if n else None for n in ev_names],
+    }, columns=FRAME_COLUMNS)
+    df.loc[run < 0, "run"] = pd.NA
+    df.loc[load < 0, "load"] = pd.NA
+    df.loc[framework, ["chain", "instruction"]] = pd.NA
+    return df.astype(_FRAME_TYPES)
 
 
-def _transient(kind: str, phase: str) -> bool:
-    return phase == "run" and kind in TRANSIENT_KINDS
+_FRAME_TYPES = {"block": "int64", "run": "Int64", "load": "Int64", "order": "int64", "allocator_id": "int64",
+                "mem_id": "Int64", "size": "int64", "bytes": "int64", "chain": "Int64", "instruction": "Int64"}
 
 
-def _run_timeline(events: pd.DataFrame, held: int) -> pd.DataFrame:
-    """The tracked bytes at each instruction of one run: what load holds (`held`), plus the accumulated
-    bytes so far, plus the transient bytes of that instruction; one row per instruction with events."""
-    ev = events[~events["kind"].isin(MEASURED_KINDS)]
+def _timeline(frame: pd.DataFrame, held: int) -> pd.DataFrame:
+    """The tracked bytes at each instruction of each run: what load holds (`held`), plus the accumulated bytes
+    so far in the run, plus the transient bytes of that instruction; one row per run and instruction with
+    events, in the order the run reached them (vectorized over all runs at once)."""
+    ev = frame[(frame["phase"] == "run") & ~frame["kind"].isin(MEASURED_KINDS)]
+    cols = ["run", "instruction", "accumulated", "transient", "bytes"]
     if not len(ev):
-        return pd.DataFrame(columns=["instruction", "accumulated", "transient", "bytes"])
+        return pd.DataFrame({c: np.zeros(0, np.int64) for c in cols})
     transient = ev["kind"].isin(TRANSIENT_KINDS).to_numpy()
-    acc = np.cumsum(np.where(transient, 0, ev["bytes"].to_numpy()))
-    steps = ev["instruction"].astype("float64").fillna(-1).astype(np.int64).to_numpy()
-    out = pd.DataFrame({"instruction": steps, "accumulated": acc,
-                        "transient": np.where(transient, ev["bytes"].to_numpy(), 0)})
-    out = out.groupby("instruction", sort=False).agg(accumulated=("accumulated", "last"),
-                                                     transient=("transient", "sum")).reset_index()
+    size = ev["bytes"].to_numpy()
+    t = pd.DataFrame({"run": ev["run"].to_numpy(np.int64), "instruction": _steps(ev),
+                      "grow": np.where(transient, 0, size), "transient": np.where(transient, size, 0)})
+    t["accumulated"] = t.groupby("run", sort=False)["grow"].cumsum()
+    out = t.groupby(["run", "instruction"], sort=False).agg(accumulated=("accumulated", "last"),
+                                                            transient=("transient", "sum")).reset_index()
     out["bytes"] = held + out["accumulated"] + out["transient"]
-    return out
+    out = out.sort_values("run", kind="stable").reset_index(drop=True)
+    return out[cols].astype("int64")
 
 
 @dataclass
@@ -184,22 +197,30 @@ def block_peaks(frame: pd.DataFrame) -> pd.DataFrame:
     """One row per block and owner: at load its bytes, in a run its peak there (a transient owner's most at
     one instruction, another's largest running total, at least 0; a measurement's growth over the block)
     and the instruction of that peak (-1: none, or the block as a whole)."""
-    rows = []
-    for (block, owner), ev in frame.groupby(["block", "owner"], sort=True):
-        kind, phase, run = ev["kind"].iloc[0], ev["phase"].iloc[0], ev["run"].iloc[0]
-        steps = _steps(ev)
-        if phase == "run" and kind in TRANSIENT_KINDS:
-            sums = ev["bytes"].groupby(steps, sort=False).sum()
-            peak, at = int(sums.max()), int(sums.idxmax())
-        elif phase == "run" and kind not in MEASURED_KINDS:
-            acc = ev["bytes"].cumsum().to_numpy()
-            k = int(np.argmax(acc))
-            peak, at = (int(acc[k]), int(steps[k])) if acc[k] > 0 else (0, -1)
-        else:
-            peak, at = int(ev["bytes"].sum()), -1
-        rows.append({"block": int(block), "block_name": ev["block_name"].iloc[0], "phase": phase, "run": run,
-                     "owner": owner, "kind": kind, "bytes": peak, "instruction": at})
-    return pd.DataFrame(rows, columns=PEAK_COLUMNS).astype({"run": "Int64"})
+    if not len(frame):
+        return pd.DataFrame(columns=PEAK_COLUMNS).astype({"run": "Int64"})
+    f = frame.assign(step=_steps(frame)).reset_index(drop=True)
+    run = f["phase"] == "run"
+    transient = run & f["kind"].isin(TRANSIENT_KINDS)
+    cumulative = run & ~f["kind"].isin((*TRANSIENT_KINDS, *MEASURED_KINDS))
+    keys = ["block", "owner"]
+    first = f.groupby(keys, sort=True).agg(block_name=("block_name", "first"), phase=("phase", "first"),
+                                           run=("run", "first"), kind=("kind", "first"),
+                                           total=("bytes", "sum"))
+    first["bytes"], first["instruction"] = first["total"], -1
+    tr = f[transient].groupby([*keys, "step"], sort=False)["bytes"].sum().reset_index()
+    if len(tr):
+        best = tr.loc[tr.groupby(keys, sort=False)["bytes"].idxmax()].set_index(keys)
+        first.loc[best.index, "bytes"], first.loc[best.index, "instruction"] = best["bytes"], best["step"]
+    cu = f[cumulative]
+    if len(cu):
+        cu = cu.assign(acc=cu.groupby(keys, sort=False)["bytes"].cumsum())
+        best = cu.loc[cu.groupby(keys, sort=False)["acc"].idxmax()].set_index(keys)
+        grew = best["acc"] > 0
+        first.loc[best.index, "bytes"] = best["acc"].clip(lower=0)
+        first.loc[best.index, "instruction"] = np.where(grew, best["step"], -1)
+    out = first.reset_index()[PEAK_COLUMNS]
+    return out.astype({"block": "int64", "run": "Int64", "bytes": "int64", "instruction": "int64"})
 
 
 def _owners(peaks: pd.DataFrame) -> pd.DataFrame:
@@ -221,13 +242,6 @@ def _owners(peaks: pd.DataFrame) -> pd.DataFrame:
     return df.reset_index(drop=True).astype({"peak_run": "Int64", "peak_instruction": "Int64"})
 
 
-def _measured(frame: pd.DataFrame, phase: str, kind: str, run=None) -> int:
-    sel = (frame["phase"] == phase) & (frame["kind"] == kind)
-    if run is not None:
-        sel &= frame["run"] == run
-    return int(frame.loc[sel, "bytes"].sum())
-
-
 def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> MemorySummary:
     """The tracked peaks of a run (see the module docstring); `pte` (a PteFile) adds planned against observed."""
     frame = memory_frame(c)
@@ -235,14 +249,7 @@ def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> Mem
     peaks = block_peaks(frame)
     owners = _owners(peaks)
     load_held = int(frame.loc[(frame["phase"] == "load") & ~frame["kind"].isin(MEASURED_KINDS), "bytes"].sum())
-    parts = []
-    for run, ev in frame[frame["phase"] == "run"].groupby("run", sort=True):
-        t = _run_timeline(ev, load_held)
-        if len(t):
-            parts.append(t.assign(run=int(run)))
-    timeline = (pd.concat(parts, ignore_index=True) if parts else
-                pd.DataFrame(columns=["instruction", "accumulated", "transient", "bytes", "run"]))
-    timeline = timeline[["run", "instruction", "accumulated", "transient", "bytes"]].astype("int64")
+    timeline = _timeline(frame, load_held)
     peak, peak_run, peak_instr = load_held, None, None
     if len(timeline):
         k = int(timeline["bytes"].to_numpy().argmax())
@@ -250,19 +257,20 @@ def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> Mem
             peak, peak_run = int(timeline["bytes"].iat[k]), int(timeline["run"].iat[k])
             instr = int(timeline["instruction"].iat[k])
             peak_instr = None if instr < 0 else instr
-    run_ids = sorted(int(r) for r in frame.loc[frame["phase"] == "run", "run"].dropna().unique())
+    measured = peaks[peaks["kind"].isin(MEASURED_KINDS)]
 
-    def run_max(kind: str) -> int:
-        return max((_measured(frame, "run", kind, r) for r in run_ids), default=0)
+    def growth(phase: str, kind: str, how: str) -> int:
+        got = measured.loc[(measured["phase"] == phase) & (measured["kind"] == kind), "bytes"]
+        return int(getattr(got, how)()) if len(got) else 0
 
     phases = pd.DataFrame([
-        {"phase": "load", "tracked_bytes": load_held, "rss_bytes": _measured(frame, "load", me.RSS),
-         "peak_rss_bytes": _measured(frame, "load", me.PEAK_RSS)},
+        {"phase": "load", "tracked_bytes": load_held, "rss_bytes": growth("load", me.RSS, "sum"),
+         "peak_rss_bytes": growth("load", me.PEAK_RSS, "sum")},
         {"phase": "run", "tracked_bytes": peak - load_held if peak_run is not None else 0,
-         "rss_bytes": run_max(me.RSS), "peak_rss_bytes": run_max(me.PEAK_RSS)},
+         "rss_bytes": growth("run", me.RSS, "max"), "peak_rss_bytes": growth("run", me.PEAK_RSS, "max")},
         {"phase": "load + run", "tracked_bytes": peak,
-         "rss_bytes": _measured(frame, "load", me.RSS) + run_max(me.RSS),
-         "peak_rss_bytes": _measured(frame, "load", me.PEAK_RSS) + _measured(frame, "run", me.PEAK_RSS)},
+         "rss_bytes": growth("load", me.RSS, "sum") + growth("run", me.RSS, "max"),
+         "peak_rss_bytes": growth("load", me.PEAK_RSS, "sum") + growth("run", me.PEAK_RSS, "sum")},
     ])
     summary = MemorySummary(owners=owners, phases=phases, timeline=timeline, peak_bytes=peak, load_bytes=load_held,
                             peak_run=peak_run, peak_instruction=peak_instr, runs=n_runs,
@@ -275,18 +283,19 @@ def memory_summary(c: ETDumpColumns, pte=None, method: str | None = None) -> Mem
 def _with_tracked(peaks: pd.DataFrame, timeline: pd.DataFrame, c: ETDumpColumns, load_held: int) -> pd.DataFrame:
     """`peaks` and, for every run block, its tracked peak (owner TRACKED): the load bytes plus the most the run
     added at one instruction (a run without allocation events: the load bytes)."""
-    rows, runs_seen = [], 0
-    for b, r in enumerate(c.runs):
-        if r.name == me.LOAD_BLOCK:
-            continue
-        mine = timeline[timeline["run"] == runs_seen]
-        k = int(mine["bytes"].to_numpy().argmax()) if len(mine) else -1
-        best = int(mine["bytes"].iat[k]) if k >= 0 else load_held
-        rows.append({"block": b, "block_name": r.name, "phase": "run", "run": runs_seen, "owner": TRACKED,
-                     "kind": TRACKED, "bytes": max(best, load_held),
-                     "instruction": int(mine["instruction"].iat[k]) if k >= 0 and best > load_held else -1})
-        runs_seen += 1
-    extra = pd.DataFrame(rows, columns=PEAK_COLUMNS).astype({"run": "Int64"})
+    blocks = [b for b, r in enumerate(c.runs) if r.name != me.LOAD_BLOCK]
+    names = [c.runs[b].name for b in blocks]
+    best_bytes = np.full(len(blocks), load_held, dtype=np.int64)
+    best_instr = np.full(len(blocks), -1, dtype=np.int64)
+    if len(timeline):
+        top = timeline.loc[timeline.groupby("run", sort=False)["bytes"].idxmax()]
+        runs = top["run"].to_numpy()
+        higher = top["bytes"].to_numpy() > load_held
+        best_bytes[runs[higher]] = top["bytes"].to_numpy()[higher]
+        best_instr[runs[higher]] = top["instruction"].to_numpy()[higher]
+    extra = pd.DataFrame({"block": np.asarray(blocks, dtype=np.int64), "block_name": names, "phase": "run",
+                          "run": np.arange(len(blocks)), "owner": TRACKED, "kind": TRACKED, "bytes": best_bytes,
+                          "instruction": best_instr}, columns=PEAK_COLUMNS).astype({"run": "Int64"})
     return pd.concat([peaks, extra], ignore_index=True) if len(peaks) else extra
 
 
