@@ -4,11 +4,11 @@ Edge graphs hold functional core-ATen OpOverloads (plus dim_order_ops and regist
 every call_function node carries meta 'debug_handle' (>= 1, shared by the nodes decomposed from one
 exported node), 'stack_trace', 'nn_module_stack' and 'val'.
 
-Steps, all in place on one copy of the graph: debug handles; in-place ops to functional ops;
-per-node core decomposition (nested control-flow graphs too); views to *_copy; clone/_to_copy to
-dim-order ops; Python scalars to constant tensors; dead-code removal; user outputs made distinct;
-verification. Only when a mutation or a decomposition cannot be rewritten node by node does the
-program go through torch's `run_decompositions` (a whole re-trace).
+Steps, all in place on one copy of the graph: disabled autocast regions inlined; debug handles;
+in-place ops to functional ops; per-node core decomposition (nested control-flow graphs too); views
+to *_copy; clone/_to_copy to dim-order ops; Python scalars to constant tensors; dead-code removal;
+user outputs made distinct; verification. Only when a mutation or a decomposition cannot be rewritten
+node by node does the program go through torch's `run_decompositions` (a whole re-trace).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from torch.export.graph_signature import (
 from torch.fx import GraphModule, Node
 
 from etlab.compiler import _edge_passes as passes
+from etlab.compiler._autocast import inline_disabled_autocast
 from etlab.compiler._config import EdgeCompileConfig
 from etlab.compiler._decompose import NeedsRetrace, core_decompositions, decompose
 from etlab.compiler._errors import CompileError
@@ -191,6 +192,8 @@ def _drop_unused_placeholders(builder: _EdgeBuilder) -> None:
 
 def _lower(builder: _EdgeBuilder, config: EdgeCompileConfig) -> None:
     gm = builder.gm
+    for sub in list(all_graph_modules(gm)):
+        inline_disabled_autocast(sub)
     assign_debug_handles(gm)
     if has_mutation(gm):
         builder.add_mutations(functionalize(gm))

@@ -175,8 +175,8 @@ TIMM_ENTRIES: list[CorpusEntry] = [
     _timm_entry("levit_128s", "hybrid", "LeViT-128S: attention with conv stem, hardswish, attention bias",
                 size=224),
     _timm_entry("edgenext_xx_small", "hybrid", "EdgeNeXt-XXS: split depthwise transposed attention"),
-    # Does not compile yet: its attention runs under torch.autocast(enabled=False), which torch.export keeps
-    # as a wrap_with_autocast submodule, and etlab's edge lowering refuses any submodule not called by cond.
+    # Its attention runs under torch.autocast(enabled=False): torch.export keeps a wrap_with_autocast
+    # submodule, which the edge lowering inlines (etlab.compiler._autocast).
     _timm_entry("efficientvit_b0", "hybrid", "EfficientViT-B0: ReLU linear attention in an autocast region"),
     _timm_entry("fastvit_t8", "hybrid", "FastViT-T8: RepMixer, large-kernel conv"),
     _timm_entry("tiny_vit_5m_224", "hybrid", "TinyViT-5M: conv stages then windowed attention", size=224),
