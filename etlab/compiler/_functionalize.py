@@ -7,11 +7,12 @@ overload of the same operator with the same arguments minus `out`); later reader
 tensor read the new value instead, and a written placeholder (buffer or user input) is reported so
 the caller can add a mutation output to the signature.
 
-A write through a chain of slices and selects (`mask[a:b, c:d] = k`, Swin's shifted-window mask;
-`cache[:, pos] = x`) becomes the functional op on the view, then one `slice_scatter`/`select_scatter`
-per view back to the base, whose later readers read the scattered result. Any other mutation through
-an alias (a view read again after the write, a `view`/`permute` in the chain) cannot be rewritten node by
-node: `NeedsRetrace` sends the program through torch's full functionalization instead.
+A write through a chain of slices, selects and aliases (`mask[a:b, c:d] = k`, Swin's shifted-window
+mask; `cache[:, pos] = x`; GhostNet's `out[:, :n] += shortcut` where n is all channels: an alias)
+becomes the functional op on the view, then one `slice_scatter`/`select_scatter` per view back to the
+base, whose later readers read the scattered result. Any other mutation through an alias (a view read
+again after the write, a `view`/`permute` in the chain) cannot be rewritten node by node: `NeedsRetrace`
+sends the program through torch's full functionalization instead.
 """
 
 from __future__ import annotations
@@ -107,10 +108,12 @@ def has_mutation(gm: GraphModule) -> bool:
                and (_mutated_arg(n.target) is not None or _out_args(n.target)) for n in gm.graph.nodes)
 
 
-# A view op -> (its scatter: the base with the view's elements replaced, which view arguments it takes).
+# A view op -> (its scatter: the base with the view's elements replaced, which view arguments it takes);
+# None for an alias (all of the base: the new value is the new base).
 _SCATTERS = {
     torch.ops.aten.slice.Tensor: (torch.ops.aten.slice_scatter.default, 4),  # dim, start, end, step
     torch.ops.aten.select.int: (torch.ops.aten.select_scatter.default, 2),  # dim, index
+    torch.ops.aten.alias.default: (None, 0),
 }
 
 
@@ -151,6 +154,8 @@ def _scatter_back(gm: GraphModule, chain: list[Node], value: Node, like: Node, o
     per view, innermost first."""
     for view in reversed(chain):
         scatter, n_args = _SCATTERS[view.target]
+        if scatter is None:
+            continue
         parent = view.args[0]
         args = (parent, value, *view.args[1:1 + n_args])
         val = parent.meta.get("val")
