@@ -202,17 +202,17 @@ def test_op_kinds_each_model_lowers_to():
     assert cnn["XNNStaticTranspose"] == 1 and "XNNClamp" not in cnn and "XNNMultiply" not in cnn
 
 
-def test_one_d_convolutions_are_2d_convolutions_over_a_unit_height():
+def test_one_d_convolutions_are_2d_convolutions_over_a_unit_width():
     edge = _lower(*_seeded(MODELS["conv1ds"]))
     kinds = _kinds(edge)
     assert (kinds["XNNConv2d"], kinds["XNNDepthwiseConv2d"], kinds["XNNConvTranspose2d"]) == (2, 1, 1)
-    # each convolution reshapes [N, L, C] <-> [N, 1, L, C] (free in memory); the values between stay
+    # each convolution reshapes [N, L, C] <-> [N, L, 1, C] (free in memory, as upstream); the values between stay
     # channels-last: one transpose in, one back for each of the two outputs; batch norm, relu and the clamp fold
     assert kinds["XNNStaticReshape"] == 8 and kinds["XNNStaticTranspose"] == 3
     assert "XNNClamp" not in kinds and kinds["XNNMultiply"] == 1  # tanh * sigmoid only
     ((_, blob),) = _blobs(edge)
-    (conv,) = [n for n in blob.graph.xnodes if node_kind(n) == "XNNConv2d" and n.xnode_union.dilation_width == 2]
-    assert conv.xnode_union.dilation_height == 1 and conv.xnode_union.kernel_height == 1
+    (conv,) = [n for n in blob.graph.xnodes if node_kind(n) == "XNNConv2d" and n.xnode_union.dilation_height == 2]
+    assert conv.xnode_union.dilation_width == 1 and conv.xnode_union.kernel_width == 1
     assert (conv.output_min_max.output_min, conv.output_min_max.output_max) == (-1.0, 2.0)
 
 
@@ -458,7 +458,7 @@ def test_static_int8_patterns_become_quantized_xnnpack_nodes(name):
     assert float((got - want).abs().max()) <= 1.01 * _output_step(model)
 
 
-def test_static_int8_conv1d_runs_quantized_over_a_unit_height():
+def test_static_int8_conv1d_runs_quantized_over_a_unit_width():
     def make():
         model = nn.Sequential(nn.Conv1d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv1d(8, 8, 3, padding=2, dilation=2,
                                                                                    groups=8), nn.ReLU(),

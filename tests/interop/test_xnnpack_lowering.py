@@ -3,7 +3,7 @@
 A fast subset: small models compiled here with `XnnpackPartitioner`, all run in one reference
 process (importing upstream is most of its time):
 - the zoo's mlp and cnn and three op-coverage models (convolutions of every kind with batch norm
-  and activations folded; 1-D convolutions as unit-height 2-D ones; pooling, resizes, global pooling)
+  and activations folded; 1-D convolutions as unit-width 2-D ones; pooling, resizes, global pooling)
   match eager within 1e-4; the mlp and cnn in float16 (fp16 XNNPACK values, as upstream lowers
   float16 models) match float16 eager within 1e-2;
 - the mlp quantized by upstream's XNNPACKQuantizer (static int8, and dynamic int8), compiled by

@@ -55,7 +55,7 @@ FLAG_KEEP_DIMS = 0x40
 
 def channels_last(rank: int) -> tuple[int, ...]:
     """The permutation to the channels-last form: NCHW -> NHWC; a 3-D [N, C, L] (a 1-D convolution's
-    operand) -> [N, L, C], which is the memory order of [N, 1, L, C], the NHWC of its unit-height 2-D view."""
+    operand) -> [N, L, C], which is the memory order of [N, L, 1, C], the NHWC of its unit-width 2-D view."""
     return (0, *range(2, rank), 1)
 
 

@@ -112,11 +112,11 @@ def _conv(node: Node, ctx: Context) -> DelegationRefusal | None:
     if tensor_of(x).dim() not in (3, 4):
         return refusal("argument", f"a {tensor_of(x).dim() - 2}-D convolution; etlab lowers 1-D and 2-D "
                        "convolutions to XNNPACK", "fold the extra spatial dims into the batch, or use Conv2d")
-    if tensor_of(x).dim() == 3:  # over a unit height: reshapes around it infer at most one dynamic dim
+    if tensor_of(x).dim() == 3:  # over a unit width: reshapes around it infer at most one dynamic dim
         for t in (tensor_of(x), tensor_of(node)):
             if sum(not isinstance(d, int) for d in t.shape) > 1:
                 return refusal("dynamic_shape", f"a 1-D convolution over the shape {[str(d) for d in t.shape]}: "
-                               "XNNPACK's reshapes to and from its unit-height 2-D form infer at most one "
+                               "XNNPACK's reshapes to and from its unit-width 2-D form infer at most one "
                                "dynamic dim", "keep one dynamic dim (batch or length), or export static shapes")
     if not ctx.is_constant(weight) or (bias is not None and not ctx.is_constant(bias)):
         return refusal("argument", "the convolution's weight or bias is computed at run time; XNNPACK packs "
