@@ -96,6 +96,7 @@ class _Plan:
     keep_quant: set[str]
     quantizers: dict[str, Coverage]  # quantize node name -> its coverage
     quant_inputs: dict[str, str]  # quantize node name -> the node whose value it quantizes
+    observed: dict[str, str]  # quantize node name -> the float model's node its observer watched in calibration
     quantizer_of: dict[str, str]  # layer (first float node) -> its output's quantize node
     float_constants: Constants = None
     quant_constants: Constants = None
@@ -116,8 +117,9 @@ def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
         keep_quant.update(a.name for a in j.qnode.all_input_nodes)
     keep_float.update(a.name for a in _output_nodes(float_gm) if isinstance(a, Node))
     keep_quant.update(a.name for a in _output_nodes(quant_gm) if isinstance(a, Node))
-    quantizers, quant_inputs, quantizer_of = {}, {}, {}
+    quantizers, quant_inputs, quantizer_of, observed = {}, {}, {}, {}
     by_qnode = {j.qnode.name: j for j in joins}
+    float_inputs = {n.name for n in float_gm.graph.nodes if n.op == "placeholder"}
     for n in quant_gm.graph.nodes:
         cov = static_quantizer(n)
         if cov is None or not isinstance(n.args[0], Node):
@@ -125,10 +127,13 @@ def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
         quantizers[n.name], quant_inputs[n.name] = cov, n.args[0].name
         keep_quant.add(n.args[0].name)
         j = by_qnode.get(n.args[0].name)
+        if j is not None or n.args[0].name in float_inputs:
+            observed[n.name] = j.chain[-1].name if j is not None else n.args[0].name
+            keep_float.add(observed[n.name])
         if j is not None and j.qvalue_node.args and j.qvalue_node.args[0] is n:  # the layer's output quantizer
             quantizer_of.setdefault(j.chain[0].name, n.name)
     return _Plan(joins, join_of, input_dep, mutated_later(float_gm), keep_float, keep_quant, quantizers, quant_inputs,
-                 quantizer_of, Constants.of(float_gm), Constants.of(quant_gm),
+                 observed, quantizer_of, Constants.of(float_gm), Constants.of(quant_gm),
                  fusable_quantizers(quant_gm, keep_quant))
 
 
@@ -484,7 +489,9 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
             for acc in layers:
                 _layer_batch(acc, plan, f, q, first, batch, sqnr_of)
             for name, cov in plan.quantizers.items():
-                x = _float(q.get(plan.quant_inputs[name]))
+                # the float model's value where there is one: what calibration observed, so the dataset is
+                # compared with the calibration data, not with requantization noise (up to a step or so)
+                x = _float(f.get(plan.observed[name]) if name in plan.observed else q.get(plan.quant_inputs[name]))
                 if x is not None:
                     cov.add(x.reshape(batch, -1), first)
             p_out = [method.execute(list(x)) for x in chunk] if method is not None else None

@@ -224,3 +224,16 @@ def test_view_and_repr(planted):
     assert "<svg" in static and layer in static and "inputs with the lowest output SQNR" in static
     view.select(report.layers["layer"].iloc[0])
     assert report.layers["layer"].iloc[0] in view.details.value
+
+
+def test_coverage_of_the_calibration_data_itself_clips_nothing():
+    """Coverage compares the float model's values (what the observers saw) with each range: over the very
+    inputs that calibrated it, nothing is clipped and every range is reached (requantization noise, a step
+    or so past a range in the converted graph, is not a coverage gap)."""
+    model, inputs = make_cnn()
+    float_gm = float_graph_of(model, inputs)
+    data = [(x,) for x in _data(4, seed=5)]
+    quantized = quantize_pt2e(float_gm, EtlabQuantizer(), data)
+    r = quantization_report(float_gm, quantized, dataset=data, backend=None, progress=False)
+    assert len(r.coverage) > 10 and r.clipped().empty
+    assert (r.coverage["range_used"] > 0.9).all()  # every range reached (mean's is the dropout's: within 10%)
