@@ -77,10 +77,11 @@ class ConstantStore:
             end = off + data.nbytes
         if not self.buffers:
             return None, offsets
-        out = bytearray(end)
+        parts, pos = [], 0  # one join: the weights are copied once
         for off, data in zip(offsets[1:], self.buffers):
-            out[off : off + data.nbytes] = data
-        return bytes(out), offsets
+            parts += [bytes(off - pos), data]
+            pos = off + data.nbytes
+        return b"".join(parts), offsets
 
 
 @dataclass

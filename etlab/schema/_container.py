@@ -29,11 +29,12 @@ def assemble(flat: bytes, header_len: int, make_header: Callable[[int, int], byt
     they are padded to `header_len`, which must keep the FlatBuffer's own alignment."""
     flat_end = len(flat) + header_len
     base = align(flat_end, alignment)
-    out = bytearray(base + end)
-    out[0:4] = struct.pack("<I", struct.unpack_from("<I", flat, 0)[0] + header_len)  # the root moved
-    out[4:8] = flat[4:8]
-    out[8 : 8 + header_len] = make_header(flat_end, base).ljust(header_len, b"\0")
-    out[8 + header_len : flat_end] = flat[8:]
+    # One join: the file is allocated and the (possibly large) segments copied once.
+    parts = [struct.pack("<I", struct.unpack_from("<I", flat, 0)[0] + header_len),  # the root moved
+             flat[4:8], make_header(flat_end, base).ljust(header_len, b"\0"), memoryview(flat)[8:]]
+    pos = flat_end
     for (off, size), data in zip(placed, segments):
-        out[base + off : base + off + size] = data
-    return bytes(out)
+        parts += [bytes(base + off - pos), data]
+        pos = base + off + size
+    parts.append(bytes(base + end - pos))
+    return b"".join(parts)
