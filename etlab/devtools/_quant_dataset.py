@@ -57,6 +57,7 @@ from etlab.devtools._quant_debug import (
     QuantReport,
     _as_inputs,
     _input_dependent,
+    converted_graph,
     float_graph_of,
     join_layers,
     local_inputs,
@@ -449,11 +450,7 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     if not isinstance(memory_budget, int) or memory_budget < 1:
         raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     metric_fns = _metric_functions(metrics)
-    if isinstance(quantized, torch.export.ExportedProgram):
-        quantized = quantized.module()
-    if not isinstance(quantized, GraphModule):
-        raise TypeError("quantized must be the GraphModule convert_pt2e returned (or an ExportedProgram of it), "
-                        f"got {type(quantized).__name__}")
+    quantized = converted_graph(quantized)
     example, stream, total = _inputs_of(dataset, _as_inputs(inputs) if inputs is not None else None, limit,
                                         graph_inputs(quantized))
     started = time.perf_counter()

@@ -534,6 +534,16 @@ def _outputs(values: dict[str, Any], gm: GraphModule) -> list:
     return [values[a.name] if isinstance(a, Node) else a for a in leaves]
 
 
+def converted_graph(quantized) -> GraphModule:
+    """The converted GraphModule (convert_pt2e's output) from it or an ExportedProgram of it; a TypeError else."""
+    if isinstance(quantized, torch.export.ExportedProgram):
+        quantized = quantized.module()
+    if not isinstance(quantized, GraphModule):
+        raise TypeError("quantized must be the GraphModule convert_pt2e returned (or an ExportedProgram of it), "
+                        f"got {type(quantized).__name__}")
+    return quantized
+
+
 def quantization_report(float_model, quantized, inputs, *, runtime: bool = False, label: str = "") -> QuantReport:
     """Per-layer error of `quantized` (torchao's `convert_pt2e` output, a GraphModule, or an
     ExportedProgram of it) against `float_model` (the nn.Module, its ExportedProgram or the
@@ -544,11 +554,7 @@ def quantization_report(float_model, quantized, inputs, *, runtime: bool = False
     run with its intermediates logged), not torch's run of the converted graph; the local re-run
     then feeds each float op the runtime's own inputs."""
     args = _as_inputs(inputs)
-    if isinstance(quantized, torch.export.ExportedProgram):
-        quantized = quantized.module()
-    if not isinstance(quantized, GraphModule):
-        raise TypeError("quantized must be the GraphModule convert_pt2e returned (or an ExportedProgram of it), "
-                        f"got {type(quantized).__name__}")
+    quantized = converted_graph(quantized)
     float_gm = float_graph_of(float_model, args)
     f_values = capture_values(float_gm, args)
     q_values = capture_values(quantized, args)

@@ -76,6 +76,18 @@ def graph_with_noise(report) -> GraphModel:
     return model
 
 
+def select_layer(view, layer: str | None) -> None:
+    """A view's `select`: its details pane shows `layer`, its float graph (if any) selects it."""
+    if not layer:
+        return
+    view.details.value = view._details_html(layer)
+    if view.graph is not None:
+        try:
+            view.graph.focus(layer, kind=GRAPH_KIND)
+        except KeyError:
+            pass  # a layer drawn under another node (getitem)
+
+
 class QuantizationView(widgets.VBox):
     """Per-layer error of a quantized program (an `etlab.devtools.QuantReport`): SQNR chart linked to
     the graph and the source line, the layer table (sortable), and the float graph colored by the noise
@@ -114,14 +126,7 @@ class QuantizationView(widgets.VBox):
 
     def select(self, layer: str | None) -> None:
         """Shows `layer`'s numbers and source line, and selects it in the graph."""
-        if not layer:
-            return
-        self.details.value = self._details_html(layer)
-        if self.graph is not None:
-            try:
-                self.graph.focus(layer, kind=GRAPH_KIND)
-            except KeyError:
-                pass  # a layer drawn under another node (getitem)
+        select_layer(self, layer)
 
     def _details_html(self, layer: str | None) -> str:
         row = next((r for r in self.rows if r["layer"] == layer), None)
@@ -297,14 +302,8 @@ class DatasetQuantizationView(widgets.VBox):
         super().__init__(parts + ([self.graph] if self.graph else []), **kwargs)
 
     def select(self, layer: str | None) -> None:
-        if not layer:
-            return
-        self.details.value = self._details_html(layer)
-        if self.graph is not None:
-            try:
-                self.graph.focus(layer, kind=GRAPH_KIND)
-            except KeyError:
-                pass
+        """Shows `layer`'s numbers and source line (and selects it in the graph when shown)."""
+        select_layer(self, layer)
 
     def _details_html(self, layer: str | None) -> str:
         row = next((r for r in self.rows if r["layer"] == layer), None)
