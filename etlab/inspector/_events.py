@@ -82,8 +82,8 @@ class Event:
     instruction_id, chain_index, delegate_debug_identifier, is_delegated_op, debug_data
     (intermediate outputs; meta-device tensors when no debug buffer was given) and the raw
     delegate metadata. Fields from the ETRecord (empty without one): op_types, debug_handles,
-    num_outputs, stack_traces and module_hierarchy (keyed by graph node name), and
-    delegate_backend_name.
+    num_outputs, stack_traces and module_hierarchy (keyed by graph node name; events of the same
+    nodes share these two dicts: copy one before changing it), and delegate_backend_name.
     """
 
     name: str
