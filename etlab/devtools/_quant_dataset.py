@@ -65,6 +65,7 @@ from etlab.devtools._quant_debug import (
     rerun_float,
 )
 from etlab.devtools._quant_debug import quantization_report as one_input_report
+from etlab.errors import Error
 from etlab.facts.fx import node_op_name
 from etlab.facts.source import module_path, source_line
 
@@ -250,8 +251,8 @@ class _Layer:
     exact: int = 0
 
 
-class NotBatchAgnostic(Exception):
-    """A graph gave a value without the batch in dim 0: it runs one input at a time."""
+class NotBatchAgnostic(Error):
+    """A graph gave a value without the batch in dim 0: it runs one input at a time (caught here)."""
 
 
 def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: int, sqnr_of: dict) -> None:

@@ -483,7 +483,13 @@ REPLIES = (Stat, ErrorReply, PteView, EtdpView, EtdpGraphs, EtrecordView, BpteVi
 # --- checking a value against the contract ---------------------------------------------------------------
 
 
-class ContractError(ValueError):
+try:
+    from etlab.errors import Error as _EtlabError
+except ImportError:  # loaded by path by the .d.ts generator (_contract_ts.py), where etlab need not be installed
+    _EtlabError = Exception
+
+
+class ContractError(_EtlabError, ValueError):
     """A value that is not what the contract says; the message names where (`view.rows[3].p50`)."""
 
 
