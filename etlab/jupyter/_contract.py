@@ -485,11 +485,13 @@ REPLIES = (Stat, ErrorReply, PteView, EtdpView, EtdpGraphs, EtrecordView, BpteVi
 
 try:
     from etlab.errors import Error as _EtlabError
+
+    _BASES: tuple[type, ...] = (_EtlabError, ValueError)
 except ImportError:  # loaded by path by the .d.ts generator (_contract_ts.py), where etlab need not be installed
-    _EtlabError = Exception
+    _BASES = (ValueError,)
 
 
-class ContractError(_EtlabError, ValueError):
+class ContractError(*_BASES):
     """A value that is not what the contract says; the message names where (`view.rows[3].p50`)."""
 
 
