@@ -128,11 +128,10 @@ def processed_bytes(pte: P.PteFile, delegate: P.BackendDelegate, what: str) -> m
         if ref.index >= len(inline):
             raise LoadError(f"{what}: delegate {delegate.id!r} refers to inline data {ref.index}, "
                             f"but the program has {len(inline)}")
-        return memoryview(inline[ref.index].data or b"")
-    if ref.index >= len(pte.segments):
+    elif ref.index >= len(pte.segments):
         raise LoadError(f"{what}: delegate {delegate.id!r} refers to segment {ref.index}, "
                         f"but the program has {len(pte.segments)}")
-    return memoryview(pte.segments[ref.index])
+    return pte.delegate_bytes(delegate)
 
 
 @dataclass(frozen=True)

@@ -298,12 +298,13 @@ class PteFile:
         """The raw bytes of `program.segments[index]` (a zero-copy view when the file was mapped)."""
         return self.segments[index]
 
-    def delegate_bytes(self, delegate: BackendDelegate) -> bytes | memoryview:
-        """A delegate's processed payload, inline or in a segment (the loader checked the reference)."""
+    def delegate_bytes(self, delegate: BackendDelegate) -> memoryview:
+        """A delegate's processed payload, inline or in a segment, without a copy (the loader checked
+        the reference is in range)."""
         ref = delegate.processed
         if ref.location == DataLocation.INLINE:
-            return bytes(self.program.backend_delegate_data[ref.index].data or b"")
-        return self.segments[ref.index]
+            return memoryview(self.program.backend_delegate_data[ref.index].data or b"")
+        return memoryview(self.segments[ref.index])
 
 
 def read_extended_header(data, what: str = "program") -> ExtendedHeader | None:
