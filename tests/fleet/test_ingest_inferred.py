@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -16,12 +15,11 @@ from etlab.fleet import read_manifest
 from etlab.schema import etdump as E
 from etlab.schema import serialize_etdump
 
-REPO = Path(__file__).resolve().parents[2]
+ETLAB = str(Path(sys.executable).with_name("etlab"))  # the console script the README tells users to run
 
 
 def _etlab(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etlab.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run([ETLAB, *map(str, args)], capture_output=True, text=True, timeout=600)
 
 
 def _plain_copies(fleet, folder: Path, n: int) -> list[Path]:
