@@ -9,6 +9,9 @@ Reads one JSON request per line on stdin, {"dir": D, "methods": [...]}: loads D/
 `to_edge(programs).to_executorch().buffer` once (the deep copy of the programs is outside the timer,
 as in bench/_ref_corpus.py) and answers one JSON line {"seconds": wall, "cpu_seconds": process CPU
 time, "pte_bytes": n} or {"error": "..."}. Single-threaded like the etlab side. Exits at end of input.
+
+With "etrecord": PATH in the request, the compile runs with generate_etrecord=True (untimed) and what is
+timed is `get_etrecord().save(PATH)` alone; the answer's "bytes" is the written file's size.
 """
 
 import copy
@@ -32,6 +35,12 @@ def _time_compile(request, loaded):
         loaded.clear()  # one model at a time: keep memory flat over 44 models
         loaded[key] = {m: torch.export.load(os.path.join(request["dir"], f"{m}.pt2")) for m in request["methods"]}
     programs = copy.deepcopy(loaded[key])
+    if request.get("etrecord"):
+        record = to_edge(programs, generate_etrecord=True).to_executorch().get_etrecord()
+        t, cpu = time.perf_counter(), time.process_time()
+        record.save(request["etrecord"])
+        seconds, cpu_seconds = time.perf_counter() - t, time.process_time() - cpu
+        return {"seconds": seconds, "cpu_seconds": cpu_seconds, "bytes": os.path.getsize(request["etrecord"])}
     t, cpu = time.perf_counter(), time.process_time()
     buf = to_edge(programs).to_executorch().buffer
     seconds, cpu_seconds = time.perf_counter() - t, time.process_time() - cpu
