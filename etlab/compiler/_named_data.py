@@ -9,7 +9,6 @@ the .pte (`Program.named_data`); tagged entries go to the .ptd file named by the
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Iterable
 from typing import Any
@@ -31,8 +30,7 @@ class NamedDataStore:
         self.buffers: list[bytes] = []
         self.pte_data: dict[str, DataEntry] = {}
         self.external_data: dict[str, dict[str, DataEntry]] = {}
-        self._by_digest: dict[bytes, int] = {}
-        self._digests: list[bytes] = []
+        self._by_size: dict[int, list[int]] = {}  # byte length -> indices of the buffers that long
         self._key_buffer: dict[str, int] = {}
 
     def add_named_data(self, key: str, data, alignment: int | None = 1, external_tag: str | None = None,
@@ -46,23 +44,28 @@ class NamedDataStore:
         alignment = 1 if alignment is None else alignment
         if isinstance(alignment, bool) or not isinstance(alignment, int) or alignment <= 0:
             raise ValueError(f"NamedDataStore: alignment of {key!r} must be a positive int, got {alignment!r}")
-        raw = bytes(memoryview(data).cast("B"))
-        digest = hashlib.sha256(raw).digest()
+        raw = data if type(data) is bytes else bytes(memoryview(data).cast("B"))  # bytes are kept, not copied
         known = self._key_buffer.get(key)
         if known is not None:
-            if self._digests[known] != digest:
+            if not self._same(self.buffers[known], raw):
                 raise ValueError(f"NamedDataStore: key {key!r} is already stored with different data "
                                  f"({len(self.buffers[known])} bytes there, {len(raw)} bytes now)")
             return
-        index = self._by_digest.get(digest)
+        same_size = self._by_size.setdefault(len(raw), [])
+        index = next((i for i in same_size if self._same(self.buffers[i], raw)), None)
         if index is None:
             index = len(self.buffers)
             self.buffers.append(raw)
-            self._digests.append(digest)
-            self._by_digest[digest] = index
+            same_size.append(index)
         target = self.pte_data if external_tag is None else self.external_data.setdefault(external_tag, {})
         target[key] = DataEntry(index, alignment, tensor_layout)
         self._key_buffer[key] = index
+
+    @staticmethod
+    def _same(stored: bytes, raw: bytes) -> bool:
+        """Equal contents, compared directly (no digest: hashing every weight again cost more than the
+        comparisons, which only buffers of equal length need and which stop at the first differing byte)."""
+        return stored is raw or stored == raw
 
     def merge_named_data_store(self, other: NamedDataStoreOutput) -> None:
         """Adds every entry of another store's output (a lowered module's), keys and tags kept."""

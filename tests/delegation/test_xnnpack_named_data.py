@@ -140,6 +140,13 @@ def test_store_dedups_by_content_and_refuses_a_key_reused_for_other_data():
     assert len(out.buffers) == 1 and out.pte_data["a"].buffer_index == out.external_data["w"]["b"].buffer_index == 0
     with pytest.raises(ValueError, match="'a' is already stored with different data"):
         store.add_named_data("a", b"y" * 32)
+    mutable = bytearray(b"x" * 31 + b"y")  # as long as "a"'s bytes, one byte apart: a buffer of its own,
+    store.add_named_data("d", mutable)  # copied (a later change of the caller's buffer changes nothing)
+    mutable[0:1] = b"z"
+    out = store.get_named_data_store_output()
+    assert len(out.buffers) == 2 and out.pte_data["d"].buffer_index == 1 and out.buffers[1] == b"x" * 31 + b"y"
+    store.add_named_data("e", memoryview(b"x" * 31 + b"y"))  # equal bytes under another key: stored once
+    assert len(store.get_named_data_store_output().buffers) == 2
     with pytest.raises(ValueError, match="not a file name"):
         store.add_named_data("c", b"z", external_tag="../w")
     with pytest.raises(ValueError, match="alignment"):
