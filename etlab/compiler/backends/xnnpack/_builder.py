@@ -41,6 +41,13 @@ _FLOATS = {FLOAT32, XNNDatatype.xnn_datatype_fp16}
 _SHARED_TABLES = ("_XNNNode1x1", "_XNNNode2x1", "_XNNCat", "_XNNNodeConv", "_XNNPooling2D")
 
 
+def _c_order_bytes(data: torch.Tensor) -> bytes:
+    """The tensor's elements in row-major order as bytes, copied once: numpy gathers a strided view (a
+    permuted weight: OHWI filters) straight into the bytes object, where `.contiguous()` first would copy
+    a large weight twice."""
+    return data.detach().numpy().tobytes()
+
+
 def _table_of(kind: str, attrs: dict) -> str:
     if kind in MODELS:
         return kind
@@ -90,7 +97,7 @@ class GraphBuilder:
         datatype = datatype if datatype is not None else quant.datatype if quant is not None else self.float_datatype
         vid = len(self.xvalues)
         self.datatypes.append(datatype)
-        buffer_index = self._constant(data.detach().contiguous().numpy().tobytes(), "", external_tag) \
+        buffer_index = self._constant(_c_order_bytes(data), "", external_tag) \
             if data is not None else 0
         tensor = MODELS["XNNTensorValue"](
             datatype=datatype, num_dims=len(dims), dims=dims, constant_buffer_idx=buffer_index,

@@ -280,7 +280,7 @@ class Lowering:
             stored = data
             if datatype is None and quant is None and data.is_floating_point():  # the float type of its reader
                 stored = data.half() if self.b.float_datatype == FLOAT16 else data.float()
-            self.constant_ids[cache] = self.b.value(tuple(data.shape), data=stored.contiguous(), quant=quant,
+            self.constant_ids[cache] = self.b.value(tuple(data.shape), data=stored, quant=quant,
                                                     external_tag=self.external_tag(node), **kwargs)
         return self.constant_ids[cache]
 

@@ -83,7 +83,7 @@ def _broadcast_constant(lw: Lowering, node: Node, layout: str, rank: int, quanti
         data = data.reshape([1] * (rank - data.dim()) + list(data.shape)).permute(channels_last(rank))
     elif data.dim() == 0:
         data = data.reshape(1)
-    return lw.constant(node, data.contiguous(), f"operand-{layout}-{rank}-{spec is not None}", quant=spec)
+    return lw.constant(node, data, f"operand-{layout}-{rank}-{spec is not None}", quant=spec)
 
 
 def _binary(kind: str) -> Handler:
@@ -140,7 +140,7 @@ def _filter_layout(weight: torch.Tensor, transposed: bool, depthwise: bool, grou
         shape = weight.shape
         w = weight.reshape(g, shape[0] // g, *shape[1:]).transpose(1, 2)
         weight = w.reshape(shape[1] * g, shape[0] // g, *shape[2:])
-    return weight.permute(TO_NHWC).contiguous()
+    return weight.permute(TO_NHWC)  # a view: the builder writes its bytes in this order, copying once
 
 
 def _unit_width(weight: torch.Tensor) -> torch.Tensor:
@@ -264,7 +264,7 @@ def _fully_connected(lw: Lowering, node: Node) -> None:
     else:
         filt = lw.constant_of(node, weight, "weight").float()
         filt = filt if key == "aten.linear.default" else filt.t()
-        filter_id = lw.constant(lw.resolve(weight), filt.contiguous(), "fc-filter")
+        filter_id = lw.constant(lw.resolve(weight), filt, "fc-filter")
     if dynamic:  # activations quantized per row at run time by the Convert the dynamic quantize wrote
         x_id = lw.value(source, NCHW)
     else:
