@@ -31,7 +31,9 @@
     inspector = profile(model, inputs, iterations=10)
 """
 
+# ruff: noqa: F401  (the imports under TYPE_CHECKING re-export what __getattr__ loads lazily)
 import importlib
+from typing import TYPE_CHECKING
 
 # public name -> the module that defines it; loaded on first use, so that importing one analysis
 # (e.g. DelegationInfo for the views) does not import the compiler and runtime that profile() needs.
@@ -105,6 +107,70 @@ _LOWER = {
     "generate_etrecord": "etlab.etrecord",
     "parse_etrecord": "etlab.etrecord",
 }
+
+if TYPE_CHECKING:  # the names as a type checker sees them: what _WHERE and _LOWER load at run time
+    # (tests/test_lazy_exports.py checks the two agree)
+    from etlab import inspector
+    from etlab.devtools._amp_budget import AccuracyBudget
+    from etlab.devtools._auto_mixed_precision import MixedPrecisionResult, auto_mixed_precision, greedy_float_baseline
+    from etlab.devtools._bundled_config import ConfigValue, MethodTestCase, MethodTestSuite
+    from etlab.devtools._bundled_program import (
+        BundledProgram,
+        bundled_value,
+        check_bundle,
+        deserialize_from_flatbuffer_to_bundled_program,
+        method_test_suites_from_schema,
+        serialize_from_bundled_program_to_flatbuffer,
+        tensor_from_bundled,
+        value_from_bundled,
+    )
+    from etlab.devtools._bundled_runtime import (
+        DEFAULT_ATOL,
+        DEFAULT_RTOL,
+        BundledVerification,
+        BundledVerificationError,
+        OutputCheck,
+        bundled_test_case_count,
+        check_tolerance,
+        load_bundled_input,
+        load_bundled_program,
+        verify_bundled_program,
+        verify_method_outputs,
+    )
+    from etlab.devtools._delegation_info import (
+        NODE_COLUMNS,
+        OCCURRENCES_IN_DELEGATED_GRAPHS,
+        OCCURRENCES_IN_NON_DELEGATED_GRAPHS,
+        BackendBreakdown,
+        DelegationBreakdown,
+        DelegationInfo,
+        NodeDelegation,
+        RefusalGroup,
+        format_delegated_graph,
+        get_delegation_info,
+        lowered_modules,
+        op_type_of,
+        print_delegated_graph,
+        print_delegation_info,
+    )
+    from etlab.devtools._kv_cache import StateBuffer, kv_cache_bytes, kv_cache_dataframe, state_buffers, with_kv_cache
+    from etlab.devtools._memory_trace import (
+        PlannedTensor,
+        generate_memory_trace,
+        live_bytes_per_step,
+        memory_lower_bound,
+        memory_plan_dataframe,
+        memory_trace_events,
+        planned_tensors,
+    )
+    from etlab.devtools._profile import profile
+    from etlab.devtools._quant_cli import quant_main
+    from etlab.devtools._quant_dataset import dataset_report, quantization_report
+    from etlab.devtools._quant_dataset_report import DatasetQuantReport
+    from etlab.devtools._quant_debug import QuantReport
+    from etlab.devtools._quant_debug_fix import requantize_excluding, sensitivity_table
+    from etlab.etrecord import ETRecord, generate_etrecord, parse_etrecord
+    from etlab.inspector import Inspector
 
 __all__ = sorted([*_WHERE, *_LOWER, "bundled_program", "inspector"])
 

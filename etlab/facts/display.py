@@ -119,7 +119,7 @@ def _engine_call(tables: dict, what: str, obj, engine: str, *args, **kwargs):
     raise RuntimeError(f"the {engine} engine cannot {what} a {type(obj).__name__}")
 
 
-def json_ready(value):
+def json_ready(value: Any) -> Any:
     """The value with non-finite floats as None (JSON has no NaN: a hostile file's NaN must not stop a
     view) and tuples as lists, for the JSON the views and the Lab server send to the browser."""
     if isinstance(value, float):

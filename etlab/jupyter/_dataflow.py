@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from etlab.facts.pte_memory import members, tensor_bytes
 from etlab.schema.program import (
     DelegateCall,
+    Instruction,
     JumpFalseCall,
     KernelCall,
     MoveCall,
@@ -44,7 +45,7 @@ class Flow:
     where it came from (none for constants, state and literals)."""
 
     step: int
-    instruction: object
+    instruction: Instruction
     reads: list[int] = field(default_factory=list)
     writes: list[int] = field(default_factory=list)
     sources: dict[int, list[Source]] = field(default_factory=dict)
@@ -80,11 +81,13 @@ class _Tracker:
         if where is not None:
             self.writes[where[:2]] = (where[1], where[2], step, src, idx)
 
-    def last_write(self, idx: int):
+    def last_write(self, idx: int) -> tuple[int, int, int, Source, int] | None:
         """The latest write of a value starting at this value's bytes: (start, end, step, source, value),
         or None."""
         where = self.storage(idx)
-        w = self.writes.get(where[:2]) if where is not None else None
+        if where is None:
+            return None
+        w = self.writes.get(where[:2])
         return w if w is not None and w[0] < where[2] and where[1] < w[1] else None
 
     def sources(self, idx: int, step: int, note_view: bool = True) -> list[Source]:
@@ -130,8 +133,8 @@ def _delegate_writes(args: list[int], step: int, tracker: _Tracker, uses: dict[i
         val = tracker.values[v].val if 0 <= v < len(tracker.values) else None
         if not isinstance(val, (Tensor, TensorList)) or v in inputs or v in tracker.constants or v in tracker.by_value:
             return False
-        w = tracker.last_write(v)
-        if w is None or (w[0], w[1]) != tracker.storage(v)[1:]:
+        w, where = tracker.last_write(v), tracker.storage(v)
+        if w is None or where is None or (w[0], w[1]) != where[1:]:
             return True
         written_at, base = w[2], w[4]
         later = [s for s in uses.get(base, ()) if s > written_at]

@@ -274,6 +274,8 @@ class NumericGapView(widgets.VBox):
 
     def _on_point(self, point: dict) -> None:
         name, handles = point.get("customdata") or (None, [])
+        if self.graph is None:  # registered only with a graph; kept for a caller that drops it later
+            return
         try:
             self.graph.focus(name or None, handles=list(handles), kind="edge")
         except (KeyError, ValueError):

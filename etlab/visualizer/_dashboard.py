@@ -135,7 +135,7 @@ class Dashboard(widgets.Tab):
 
     def _link_views(self) -> None:
         graph = self.views.get("graph")
-        if graph is None:
+        if not isinstance(graph, GraphView):
             return
         keys = list(self.views)
 
@@ -159,12 +159,7 @@ class Dashboard(widgets.Tab):
         for i, (key, view) in enumerate(self.views.items()):
             buttons.append(f'<button data-tab="{key}" class="{"active" if i == 0 else ""}" '
                            f'onclick="etlabShowTab(\'{key}\')">{self._titles[key]}</button>')
-            if key == "summary":
-                parts = [_html.Fragment(view.value)]
-            elif hasattr(view, "html_fragments"):
-                parts = view.html_fragments()
-            else:
-                parts = [view.html_fragment()]
+            parts = [_html.Fragment(view.value)] if isinstance(view, widgets.HTML) else _html.view_fragments(view)
             style = "" if i == 0 else ' style="display:none"'
             frags.append(_html.Fragment(f'<section class="etlab-tab" data-tab="{key}"{style}>'))
             frags.extend(parts)

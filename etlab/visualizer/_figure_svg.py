@@ -92,7 +92,7 @@ def figure_svg(fig, width: int = 760) -> str:
         for c, _, _ in pts:
             if c not in cats:
                 cats.append(c)
-    xs = [] if categorical else [_num(c) for c in cats]
+    xs = [] if categorical else [x for c in cats if (x := _num(c)) is not None]  # every one a number
     lo, hi = (min(values), max(values)) if log else (min(0.0, min(values)), max(0.0, max(values)))
     hi = hi if hi > lo else lo + 1.0
     n_cat = max(len(cats), 1)
@@ -109,8 +109,8 @@ def figure_svg(fig, width: int = 760) -> str:
 
     def cat_pos(i: int, c) -> float:  # center along the category axis
         if not categorical:
-            a, b = min(xs), max(xs)
-            f = 0.5 if b == a else (_num(c) - a) / (b - a)
+            a, b, x = min(xs), max(xs), _num(c)
+            f = 0.5 if b == a or x is None else (x - a) / (b - a)
             return left + f * pw if not horizontal else top + f * ph
         return (top + (i + 0.5) * ph / n_cat) if horizontal else (left + (i + 0.5) * pw / n_cat)
 

@@ -14,6 +14,7 @@ parameters/buffers/constants (listed under their consumer as `weights`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -133,21 +134,16 @@ def _shape_facts(node: Node) -> tuple[list[list], list[str], int | None]:
                 sum(s.nbytes for s in specs) if specs else None)
     shapes, dtypes, total = [], [], 0
     for t in vals:
-        dims = []
-        numel = 1
+        dims: list[int | str] = []
         for d in t.shape:
             try:
                 dims.append(int(d))
-                numel *= int(d)
             except (TypeError, ValueError):  # a symbolic size without a hint
                 dims.append(str(d))
-                numel = None if numel is None else numel
         shapes.append(dims)
         dtypes.append(str(t.dtype).replace("torch.", ""))
-        if total is not None and all(isinstance(d, int) for d in dims):
-            total += numel * t.dtype.itemsize
-        else:
-            total = None
+        sizes = [d for d in dims if isinstance(d, int)]
+        total = total + math.prod(sizes) * t.dtype.itemsize if total is not None and len(sizes) == len(dims) else None
     return shapes, dtypes, total
 
 
@@ -161,7 +157,7 @@ def _user_input_names(ep: ExportedProgram | None, gm: GraphModule) -> tuple[set[
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     if ep is None:
         return set(placeholders), set()
-    user = set(ep.graph_signature.user_inputs)
+    user = {name for name in ep.graph_signature.user_inputs if isinstance(name, str)}
     return user, {p for p in placeholders if p not in user}
 
 
@@ -338,10 +334,11 @@ def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: s
     bound = {name: src for name, src in zip(sig_inputs, inputs)}
     first = len(b.model.nodes)
     outputs = _add_graph(b, inner_gm, original, kind, value_of=bound, top=False)
-    gid = f"delegate:{node.args[0].name}"
+    lowered_name = node.args[0].name if isinstance(node.args[0], Node) else str(node.args[0])
+    gid = f"delegate:{lowered_name}"
     members = b.model.nodes[first:]
     parent = _common_parent(b, [m.group for m in members])
-    b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · {node.args[0].name}", kind="delegate", parent=parent,
+    b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · {lowered_name}", kind="delegate", parent=parent,
                                backend=backend)
     for m in members:
         m.group, m.backend = gid, backend

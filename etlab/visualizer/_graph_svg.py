@@ -51,7 +51,7 @@ def overlay_fills(models, overlay: str) -> list[dict[int, tuple[str, bool]]]:
     its coloring."""
     value = OVERLAY_VALUES.get(overlay)
     vals = [v for m in models for n in m.nodes if (v := value(n)) is not None and v > 0] if value else []
-    if not vals:
+    if value is None or not vals:
         return [{} for _ in models]
     center = next((m.latency_center for m in models if m.latency_center), None) if overlay == "latency" else None
     if center:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import overload
+from typing import Protocol, overload, runtime_checkable
 
 from etlab.facts.display import json_ready
 from etlab.schema import write_atomic
@@ -172,6 +172,30 @@ class Fragment:
     libraries: tuple[str, ...] = ()  # shared libraries its module loads (defined once in the page's head)
 
 
+@runtime_checkable
+class HasFragments(Protocol):
+    """A view that exports as several page pieces (e.g. a table, a chart and the graph it links to)."""
+
+    def html_fragments(self) -> list[Fragment]: ...
+
+
+@runtime_checkable
+class HasFragment(Protocol):
+    """A view that exports as one page piece."""
+
+    def html_fragment(self) -> Fragment: ...
+
+
+def view_fragments(view: object) -> list[Fragment]:
+    """The page pieces of any view (a dashboard tab, a saved view): its `html_fragments()`, else its one
+    `html_fragment()`; a TypeError names a view that can do neither."""
+    if isinstance(view, HasFragments):
+        return view.html_fragments()
+    if isinstance(view, HasFragment):
+        return [view.html_fragment()]
+    raise TypeError(f"{type(view).__name__} has no HTML export (html_fragments or html_fragment)")
+
+
 def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id: str | None = None,
                        expose: str | None = None, libraries: tuple[str, ...] = ()) -> Fragment:
     """Renders an anywidget ES module into a div with `state` as its model's traits.
@@ -288,9 +312,11 @@ def static_html(widget, depth: int = 0) -> str:
 
 
 @overload
-def with_static_fallback(widget, bundle: tuple[dict, dict] | None) -> tuple[dict, dict] | None: ...
+def with_static_fallback(widget, bundle: None) -> None: ...
 @overload
-def with_static_fallback(widget, bundle: dict | tuple | None) -> dict | tuple | None: ...
+def with_static_fallback(widget, bundle: dict) -> dict: ...
+@overload
+def with_static_fallback(widget, bundle: tuple[dict, dict]) -> tuple[dict, dict]: ...
 
 
 def with_static_fallback(widget, bundle):

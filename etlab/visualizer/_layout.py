@@ -170,7 +170,7 @@ def _order(layers: list[list[str]], preds, succs) -> list[list[str]]:
 def _pav(desired: list[float], weights: list[float], offsets: list[float]) -> list[float]:
     """Positions x_i nearest (weighted least squares) to `desired` with x_i - x_{i-1} >= the spacing
     between them: isotonic regression on desired - offset (offsets: cumulative minimal spacing)."""
-    blocks: list[list[float]] = []  # [weighted sum, weight, count]
+    blocks: list[list[float]] = []  # [weighted sum, weight, count (a whole number)]
     for d, w, o in zip(desired, weights, offsets):
         blocks.append([(d - o) * w, w, 1])
         while len(blocks) > 1 and blocks[-2][0] / blocks[-2][1] > blocks[-1][0] / blocks[-1][1]:
@@ -180,7 +180,7 @@ def _pav(desired: list[float], weights: list[float], offsets: list[float]) -> li
             blocks[-1][2] += c
     out = []
     for s, w, c in blocks:
-        out.extend([s / w] * c)
+        out.extend([s / w] * int(c))
     return [y + o for y, o in zip(out, offsets)]
 
 

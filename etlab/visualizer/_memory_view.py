@@ -131,16 +131,17 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Fig
                         row_heights=heights, subplot_titles=titles)
     fig.update_annotations(x=0, xanchor="left")  # subplot titles left-aligned
     for i, m in enumerate(mem_ids):
-        part = df[df["mem_id"] == m]
+        part = df.loc[df["mem_id"] == m]
         first, last = part["first_step"].to_numpy(), part["last_step"].to_numpy()
         width = last - first + 1
         hover = [
-            f"<b>{r.tensor}</b><br>op: {r.producing_op}<br>{r.dtype} {list(r.shape)} · {r.size:,} bytes · "
-            f"offset {r.offset:,}<br>"
-            + ("input, before instruction 0" if r.producing_op == "placeholder" else f"written by {at(r.first_step)}")
-            + f"<br>last read by {at(r.last_step)}"
-            + (f"<br>module: {r.module}" if r.module else "") + (f"<br>{r.source}" if r.source else "")
-            for r in part.itertuples(index=False)
+            f"<b>{r['tensor']}</b><br>op: {r['producing_op']}<br>{r['dtype']} {list(r['shape'])} · {r['size']:,} "
+            f"bytes · offset {r['offset']:,}<br>"
+            + ("input, before instruction 0" if r["producing_op"] == "placeholder"
+               else f"written by {at(r['first_step'])}")
+            + f"<br>last read by {at(r['last_step'])}"
+            + (f"<br>module: {r['module']}" if r["module"] else "") + (f"<br>{r['source']}" if r["source"] else "")
+            for r in part.to_dict("records")
         ]
         colors = [TENSOR_COLORS[zlib.crc32(str(r).encode()) % len(TENSOR_COLORS)] for r in part["storage"]]
         fig.add_trace(go.Bar(
@@ -178,7 +179,9 @@ def memory_figure(df: pd.DataFrame, *, title: str = "", observed=None) -> go.Fig
                                      line={"dash": "dot", "color": "#e45756"},
                                      name="arena size", showlegend=i == 0, legendgroup="arena",
                                      hovertemplate=f"arena {arena:,} bytes<extra></extra>"), row=2 * i + 2, col=1)
-            fig.add_hline(y=arena, line={"dash": "dot", "color": "#e45756", "width": 1}, row=2 * i + 1, col=1)
+            # plotly leaves row/col unannotated (default "all"), so a checker infers str; it takes subplot numbers
+            fig.add_hline(y=arena, line={"dash": "dot", "color": "#e45756", "width": 1},
+                          row=2 * i + 1, col=1)  # pyright: ignore[reportArgumentType]
         fig.update_yaxes(title_text="offset (bytes)", row=2 * i + 1, col=1)
         fig.update_yaxes(title_text="bytes", rangemode="tozero", row=2 * i + 2, col=1)
         fig.update_xaxes(title_text="runtime instruction (execution order)", row=2 * i + 2, col=1)
@@ -280,10 +283,11 @@ class MemoryTimeline(widgets.VBox):
         """Per memory id: tensors, arena bytes, lower bound, and how much of the arena the bound is."""
         rows = []
         sizes = list(self.data.attrs.get("buffer_sizes") or [])
+        mem_ids = self.data["mem_id"].to_numpy()
         for m in sorted(int(x) for x in self.data["mem_id"].unique()):
             bound = int(_live_bytes(self.data, m).max())
             arena = sizes[m] if m < len(sizes) else None
-            rows.append({"mem_id": m, "tensors": int((self.data["mem_id"] == m).sum()), "arena_bytes": arena,
+            rows.append({"mem_id": m, "tensors": int((mem_ids == m).sum()), "arena_bytes": arena,
                          "lower_bound": bound, "efficiency": bound / arena if arena else None})
         return pd.DataFrame(rows)
 

@@ -44,20 +44,21 @@ def phase_figure(table: pd.DataFrame, kv: pd.DataFrame) -> go.Figure:
     runs = table.attrs.get("runs", pd.DataFrame())
     kv_bytes = kv.attrs.get("kv_cache_bytes", {})
     fig = go.Figure()
-    for row in table.itertuples(index=False):
-        part = runs[runs["method"] == row.method] if len(runs) else runs
-        kv_b = kv_bytes.get(row.method)
+    for row in table.to_dict("records"):
+        method, phase = row["method"], row["phase"]
+        part = runs[runs["method"] == method] if len(runs) else runs
+        kv_b = kv_bytes.get(method)
         fig.add_trace(go.Box(
-            y=part["latency_per_token"] if len(part) else [], name=f"{row.method} ({row.phase})",
-            boxpoints="all", jitter=0.3, pointpos=0, marker={"color": PHASE_COLORS.get(row.phase, "#54a24b")},
-            hovertemplate=f"{row.method}: %{{y:.4g}} {unit}/token<extra></extra>",
-            legendgroup=row.method, showlegend=True,
-            meta={"etlab": "phase", "method": row.method, "tokens_per_run": int(row.tokens_per_run)},
+            y=part["latency_per_token"] if len(part) else [], name=f"{method} ({phase})",
+            boxpoints="all", jitter=0.3, pointpos=0, marker={"color": PHASE_COLORS.get(phase, "#54a24b")},
+            hovertemplate=f"{method}: %{{y:.4g}} {unit}/token<extra></extra>",
+            legendgroup=method, showlegend=True,
+            meta={"etlab": "phase", "method": method, "tokens_per_run": int(row["tokens_per_run"])},
         ))
         if kv_b:  # a legend entry for the method's KV cache (bytes), the band the memory view draws
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", marker={"color": KV_COLOR, "symbol": "square"},
-                                     name=f"{row.method} KV cache: {kv_b:,} bytes",
-                                     legendgroup=row.method, meta={"etlab": "kv_cache", "bytes": int(kv_b)}))
+                                     name=f"{method} KV cache: {kv_b:,} bytes",
+                                     legendgroup=method, meta={"etlab": "kv_cache", "bytes": int(kv_b)}))
     fig.update_layout(title=f"latency per token by phase ({unit}/token; prefill: per prompt token)",
                       yaxis_title=f"{unit} per token", template="plotly_white", height=420,
                       margin={"l": 70, "r": 20, "t": 60, "b": 60},

@@ -1,0 +1,36 @@
+"""etlab.devtools loads its names lazily (`_WHERE`, `_LOWER`) and lists the same names under `if TYPE_CHECKING:`
+for pyright (`make lint`): the two lists must agree, or a checker sees a name the package cannot load, or a
+lazily loaded name is typed as a module."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import etlab.devtools as devtools
+
+
+def _type_checking_imports(path: Path) -> dict[str, str]:
+    """name -> module, from the imports in the module's `if TYPE_CHECKING:` blocks."""
+    out = {}
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for imp in node.body:
+                if isinstance(imp, ast.ImportFrom):
+                    out.update({a.asname or a.name: imp.module or "" for a in imp.names})
+    return out
+
+
+def test_devtools_type_checking_imports_match_lazy_exports():
+    seen = _type_checking_imports(Path(devtools.__file__))
+    expected = {name: f"etlab.devtools.{mod}" for name, mod in devtools._WHERE.items()}
+    expected.update(devtools._LOWER)
+    expected["inspector"] = "etlab"
+    assert seen == expected
+    assert set(devtools.__all__) == set(expected) | {"bundled_program"}
+
+
+def test_devtools_lazy_names_load_from_where_the_checker_looks():
+    for name, mod in devtools._WHERE.items():
+        assert getattr(devtools, name) is getattr(importlib.import_module(f"etlab.devtools.{mod}"), name), name
