@@ -77,6 +77,8 @@ class EdgeProgramManager:
 
     @property
     def methods(self) -> set[str]:
+        """The names of the program's methods (upstream's property), e.g. {'forward'}; what `exported_program(name)`
+        accepts."""
         return set(self._edge_programs)
 
     def exported_program(self, method_name: str = "forward") -> ExportedProgram:
@@ -160,14 +162,19 @@ class ExecutorchProgramManager:
 
     @property
     def methods(self) -> set[str]:
+        """The names of the compiled program's methods, the entry points a runtime `Program` can load."""
         return set(self._compiled.et_programs)
 
     @property
     def executorch_program(self) -> P.Program:
+        """The program as the schema's dataclasses (`etlab.schema.program.Program`): the execution plans before
+        serialization, for inspecting what the .pte will hold."""
         return self._compiled.program
 
     @property
     def buffer(self) -> bytes:
+        """The .pte file's bytes, serialized once on first use (delegate blobs and constants as aligned segments) and
+        cached: write them with `write_to_file` or load them with `etlab.runtime`."""
         if self._buffer is None:
             # Delegate blobs are whole segments: a stricter delegate alignment raises the segment alignment.
             alignment = max(self.config.segment_alignment, self.config.delegate_alignment or 0,
@@ -207,6 +214,8 @@ class ExecutorchProgramManager:
 
     @property
     def instruction_id_to_num_outs_map(self) -> dict[str, dict[int, int]]:
+        """Per method, instruction index -> how many outputs it writes: the Inspector needs it to pair an ETDump's
+        logged outputs with the instruction that produced them."""
         return {name: dict(m.instruction_id_to_num_outs_map) for name, m in self._compiled.methods.items()}
 
     @property

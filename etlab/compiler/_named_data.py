@@ -77,6 +77,8 @@ class NamedDataStore:
                                     entry.tensor_layout)
 
     def get_named_data_store_output(self) -> NamedDataStoreOutput:
+        """A snapshot of the store for serialization: the deduplicated buffers, the keys placed in the .pte, and per
+        external tag the keys written to that tag's .ptd (tags without data are left out)."""
         return NamedDataStoreOutput(list(self.buffers), dict(self.pte_data),
                                     {tag: dict(v) for tag, v in self.external_data.items() if v})
 

@@ -74,6 +74,8 @@ class PercentileObserver(MinMaxObserver):
         self.register_buffer("batches", torch.tensor(0, dtype=torch.int64))
 
     def forward(self, x_orig: torch.Tensor) -> torch.Tensor:
+        """Records one calibration batch (non-finite values ignored, large tensors subsampled) and returns it unchanged,
+        so the observer sits transparently in the prepared model."""
         if x_orig.numel() == 0:
             return x_orig
         x = x_orig.detach().to(self.min_val.dtype if self.min_val.numel() else torch.float32).reshape(-1)
@@ -138,6 +140,8 @@ def _weight_spec(per_channel: bool) -> QuantizationSpec:
 
 
 def is_dynamic(config: QuantizationConfig) -> bool:
+    """Whether the config quantizes activations at run time (dynamic quantization): such ops need no calibration and
+    keep float activations between ops."""
     return config.input_activation is not None and config.input_activation.is_dynamic
 
 

@@ -46,14 +46,17 @@ class TensorSpec:
 
     @property
     def numel(self) -> int:
+        """The element count of the shape (its upper bound when the shape is dynamic)."""
         return math.prod(self.shape)
 
     @property
     def nbytes(self) -> int:
+        """The bytes the tensor's data takes (numel times the dtype's size), before alignment."""
         return self.numel * self.dtype.itemsize
 
     @property
     def allocated_memory(self) -> int:
+        """The bytes memory planning reserves for the tensor: `nbytes` rounded up to the planner's alignment."""
         return align(self.nbytes)
 
     def root(self) -> TensorSpec:
@@ -69,6 +72,9 @@ class TensorSpec:
 
 
 def spec_from_val(val: torch.Tensor, range_constraints: dict, name: str = "") -> TensorSpec:
+    """The TensorSpec of a traced value (a node's meta['val']), symbolic dimensions replaced by the upper bound export's
+    range constraints give; a ValueError naming the value when a dimension is unbounded, since memory planning needs
+    a size."""
     shape, dynamic = [], False
     for s in val.shape:
         if isinstance(s, int):

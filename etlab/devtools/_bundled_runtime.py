@@ -88,6 +88,8 @@ def load_bundled_input(method: Method, index: int) -> list:
 
 
 def expected_outputs(method: Method, index: int) -> list:
+    """The expected outputs a bundled program records for one test case of a loaded method, decoded to tensors and
+    scalars; errors name the method, the case and the output."""
     case = _test_case(method, index)
     return [value_from_bundled(v, f"method {method.name!r}: bundled test case {index}: expected output {k}")
             for k, v in enumerate(case.expected_outputs or [])]
@@ -126,6 +128,7 @@ class BundledVerification:
 
     @property
     def ok(self) -> bool:
+        """Whether every output matched within the tolerance."""
         return all(o.ok for o in self.outputs)
 
     def __bool__(self) -> bool:
@@ -143,6 +146,8 @@ class BundledVerification:
 
 
 def compare_output(index: int, actual: Any, expected: Any, rtol: float, atol: float) -> OutputCheck:
+    """One output checked against its expected value: dtype and shape must match exactly, floats within rtol/atol (NaN
+    matches NaN), everything else equal; the OutputCheck says how far off and why it failed."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(actual, torch.Tensor):
             return OutputCheck(index, False, problem=f"expected a tensor, got {type(actual).__name__}")

@@ -82,6 +82,7 @@ class RefusalGroup:
 
     @property
     def count(self) -> int:
+        """How many nodes were left out for this reason (the whole group, even when the listed nodes are capped)."""
         return len(self.nodes)
 
 

@@ -134,6 +134,7 @@ class ETDumpColumns:
 
     @property
     def debug_rows(self) -> np.ndarray:
+        """The row indices of the debug events (logged intermediate or output values), in file order."""
         return np.flatnonzero(self.has_debug)
 
     def string(self, code: int) -> str | None:

@@ -96,6 +96,8 @@ class LoweredBackendModule(torch.nn.Module):
         self.named_data_store_output = named_data_store_output
 
     def forward(self, *args):
+        """Calls the delegate (`executorch_call_delegate`), so a graph that holds this module traces and runs like the
+        program the runtime will execute."""
         return executorch_call_delegate(self, *args)
 
     def eager_module(self) -> torch.nn.Module:

@@ -230,6 +230,8 @@ def _check_paths(args) -> None:
 
 
 def fleet_main(argv: list[str] | None = None) -> int:
+    """`etlab fleet ...` (ingest, query, diff, synthesize): runs the subcommand and returns the exit code; bad input and
+    SQL errors print one line naming the problem and return 2 instead of a traceback."""
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
     try:
         _check_paths(args)

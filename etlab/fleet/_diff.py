@@ -147,14 +147,17 @@ class FleetDiff:
 
     @property
     def unit(self) -> str:
+        """The unit of the compared metric: bytes for memory, nanoseconds for latency."""
         return "bytes" if self.metric == "memory" else "ns"
 
     @property
     def regressions(self) -> pd.DataFrame:
+        """The rows flagged as significantly worse in B than in A (after the multiple-comparison correction)."""
         return self.table[self.table["flag"] == "regression"]
 
     @property
     def improvements(self) -> pd.DataFrame:
+        """The rows flagged as significantly better in B than in A."""
         return self.table[self.table["flag"] == "improvement"]
 
     @property

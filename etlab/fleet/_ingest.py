@@ -84,6 +84,7 @@ class IngestSummary:
 
     @property
     def files_bad(self) -> int:
+        """How many files were skipped (see `bad` for each one's reason)."""
         return len(self.bad)
 
     def format(self, max_bad: int = 20) -> str:

@@ -143,11 +143,16 @@ class DelegationView(widgets.VBox):
                 f"{lines}</table>{refusal_groups_html(self.info)}</div>")
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the backend summary, the operator
+        table, the refusal table when nodes were left out, and the graph when shown; clicks keep working in the page
+        through the shared glue script."""
         refusals = [self.refusal_table] if self.refusal_table.rows else []
         return _fragments("Delegation", [_html.Fragment(self._summary_html()), self.table] + refusals +
                           ([self.graph] if self.graph else []))
 
     def save_html(self, path: str | os.PathLike, title: str = "Delegation") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))
 
 
@@ -200,6 +205,8 @@ class NumericGapView(widgets.VBox):
                          **kwargs)
 
     def above_threshold(self) -> list:
+        """The matched outputs whose gap exceeds the current threshold (the red points): where to look first for a
+        numerical divergence."""
         return [r for r in self.rows if r.gap > self.threshold]
 
     def dropped_html(self) -> str:
@@ -282,6 +289,9 @@ class NumericGapView(widgets.VBox):
             pass
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the gap chart (a point click
+        selects its node), the matched-outputs table and the graph when shown; clicks keep working in the page
+        through the shared glue script."""
         eid = _html.new_id("gap")
         plot = _html.plotly_fragment(self.figure, element_id=eid)
         # a click on a point selects its node in the page's graph (dashboard glue listens for etlab:focus)
@@ -296,6 +306,8 @@ class NumericGapView(widgets.VBox):
         return _fragments("Numeric gap", parts)
 
     def save_html(self, path: str | os.PathLike, title: str = "Numeric gap") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))
 
 
@@ -426,8 +438,12 @@ class ProfileView(widgets.VBox):
         return fig
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the op table, the module rollup
+        and the per-run timeline; clicks keep working in the page through the shared glue script."""
         return _fragments("Profile", [self.table, _html.plotly_fragment(self.rollup_figure),
                                       _html.plotly_fragment(self.timeline_figure)])
 
     def save_html(self, path: str | os.PathLike, title: str = "Profile") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))

@@ -10,6 +10,8 @@ _PROG = "etlab report"
 
 
 def report_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    """The argument parser of `etlab report` (the run's .etdp, its ETRecord, --pte, -o), onto `parser` when one is
+    given; the CLI-usage tests read it to check the README's commands."""
     from etlab.inspector import PROGRESS_HELP
 
     parser = parser or argparse.ArgumentParser(

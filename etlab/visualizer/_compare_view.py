@@ -254,6 +254,9 @@ class CompareView(widgets.VBox):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the summary note, the rows table,
+        the A/B latency chart, the numeric-difference chart when both runs logged values, and the graph colored by
+        B/A; clicks keep working in the page through the shared glue script."""
         parts = [_html.Fragment(self._note_html()), self.table, _html.plotly_fragment(self.figure)]
         if self.numeric is not None:
             parts.append(_html.plotly_fragment(self.numeric))

@@ -168,6 +168,8 @@ class Dashboard(widgets.Tab):
         return _html.page(title, frags, extra_head=_TAB_CSS)
 
     def save_html(self, path: str | os.PathLike, title: str = "etlab report") -> os.PathLike:
+        """Writes every tab as one offline HTML page (tab buttons switch sections without a kernel) atomically to `path`
+        and returns it: the report to attach to a bug or share."""
         return _html.write_page(path, self.page(title))
 
 

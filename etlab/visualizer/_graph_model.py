@@ -56,6 +56,9 @@ class GraphNode:
 
 @dataclass
 class GraphGroup:
+    """A box in the graph view: an nn.Module scope (`module_type`, collapsible) or a delegated partition (`backend`,
+    outlined in its color); `parent` nests it."""
+
     id: str
     label: str
     kind: str  # "module" | "delegate"
@@ -66,6 +69,9 @@ class GraphGroup:
 
 @dataclass
 class GraphModel:
+    """One graph as the graph view draws it (nodes, edges, groups), independent of torch.fx, so the same drawing serves
+    the ATen, edge and runtime graphs and a graph read back from an ETRecord or .pte."""
+
     title: str
     kind: str
     method: str
@@ -90,12 +96,16 @@ class GraphModel:
         }
 
     def node_named(self, name: str) -> GraphNode:
+        """The node with this name; a KeyError naming the graph kind when there is none (a focus request for a node
+        another stage renamed)."""
         for n in self.nodes:
             if n.name == name:
                 return n
         raise KeyError(f"no node {name!r} in the {self.kind} graph")
 
     def nodes_with_handle(self, handle: int) -> list[GraphNode]:
+        """The nodes carrying this debug handle: how an ETDump event or a node of another stage's graph finds its
+        counterpart here."""
         return [n for n in self.nodes if handle in n.handles]
 
 
@@ -108,6 +118,8 @@ def _shallow(obj) -> dict:
 
 
 def node_handles(node: Node) -> list[int]:
+    """The debug handles of an fx node (none, one, or several after fusion), as a sorted list whatever form the meta
+    holds them in."""
     h = node.meta.get("debug_handle")
     if isinstance(h, int) and not isinstance(h, bool):
         return [h]

@@ -167,6 +167,8 @@ class GraphView(anywidget.AnyWidget):
                 "selected": {}, "options": self.options}
 
     def html_fragment(self) -> _html.Fragment:
+        """The graph as a page piece: the same view module the widget runs, with its state inlined, so the saved graph
+        stays interactive offline."""
         return _html.anywidget_fragment(_html.graph_module_source(), self.state(), what="GraphView",
                                         expose="etlabGraphView")
 

@@ -23,6 +23,7 @@ _ids = itertools.count(1)
 
 
 def new_id(prefix: str) -> str:
+    """A DOM element id unique within the process (`etlab-<prefix>-<n>`), so several views on one page never collide."""
     return f"etlab-{prefix}-{next(_ids)}"
 
 
@@ -176,14 +177,18 @@ class Fragment:
 class HasFragments(Protocol):
     """A view that exports as several page pieces (e.g. a table, a chart and the graph it links to)."""
 
-    def html_fragments(self) -> list[Fragment]: ...
+    def html_fragments(self) -> list[Fragment]:
+        """The view's page pieces, in order."""
+        ...
 
 
 @runtime_checkable
 class HasFragment(Protocol):
     """A view that exports as one page piece."""
 
-    def html_fragment(self) -> Fragment: ...
+    def html_fragment(self) -> Fragment:
+        """The view's one page piece."""
+        ...
 
 
 def view_fragments(view: object) -> list[Fragment]:
@@ -213,6 +218,8 @@ def anywidget_fragment(module_source: str, state: dict, *, what: str, element_id
 
 
 def plotly_fragment(fig, *, element_id: str | None = None, height: int | None = None) -> Fragment:
+    """A plotly figure as a page piece (plotly.js itself is loaded once in the page's head, hence `needs_plotly`),
+    responsive, at `height` pixels when given."""
     import plotly.io as pio
 
     eid = element_id or new_id("plot")
@@ -224,6 +231,7 @@ def plotly_fragment(fig, *, element_id: str | None = None, height: int | None = 
 
 @cache
 def plotly_js() -> str:
+    """The bundled plotly.js source, checked safe to inline in a <script> element: a saved page needs no network."""
     from plotly.offline import get_plotlyjs
 
     return script_safe(get_plotlyjs(), "plotly.js")
@@ -279,6 +287,8 @@ def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
 
 
 def write_page(path: str | os.PathLike, text: str) -> os.PathLike:
+    """Writes an HTML page atomically (a reader never sees half a report) and returns the path; a TypeError when `path`
+    is not a path, since every view's `save_html` ends here."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"save_html: path must be a str or os.PathLike, got {type(path).__name__}")
     return write_atomic(path, text.encode("utf-8"))

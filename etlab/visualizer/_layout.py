@@ -61,6 +61,8 @@ def shape_text(node) -> str:
 
 
 def node_label(node) -> str:
+    """The text a node's box shows: the short op name for ops, the node's name otherwise; the layout sizes boxes from
+    it."""
     return short_op(node.op) if node.kind in ("op", "control_flow") else node.name
 
 
@@ -69,6 +71,8 @@ def _text_width(*lines: str) -> float:
 
 
 def node_size(node) -> tuple[float, float]:
+    """The (width, height) of a node's box in layout units, from its label and shape text, so boxes fit their text and
+    the layout leaves room for it."""
     return _text_width(node_label(node), shape_text(node)), float(NODE_H)
 
 

@@ -277,6 +277,7 @@ class MemoryTimeline(widgets.VBox):
 
     @property
     def num_tensors(self) -> int:
+        """How many planned tensors the timeline draws (rows of the plan table)."""
         return len(self.data)
 
     def summary(self) -> pd.DataFrame:
@@ -292,9 +293,12 @@ class MemoryTimeline(widgets.VBox):
         return pd.DataFrame(rows)
 
     def html_fragment(self) -> _html.Fragment:
+        """The timeline as a page piece: the plotly chart in an element that names the view and its tensor count."""
         frag = _html.plotly_fragment(self.figure, element_id=_html.new_id("memory"))
         frag.body = f'<div data-etlab-view="memory" data-tensors="{self.num_tensors}">{frag.body}</div>'
         return frag
 
     def save_html(self, path: str | os.PathLike, title: str | None = None) -> os.PathLike:
+        """Writes the timeline as one offline HTML page atomically to `path` (title: the method's memory plan) and
+        returns it."""
         return _html.write_page(path, _html.page(title or f"Memory plan of {self.method!r}", [self.html_fragment()]))

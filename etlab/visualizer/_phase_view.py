@@ -102,9 +102,13 @@ class PhaseView(widgets.VBox):
         return bool(methods) and any(phase_of(m) in ("prefill", "decode") for m in methods)
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the phases table and the
+        per-token latency chart; clicks keep working in the page through the shared glue script."""
         plot = _html.plotly_fragment(self.figure, element_id=_html.new_id("phases"))
         plot.body = f'<div data-etlab-view="phases" data-methods="{len(self.data)}">{plot.body}</div>'
         return [self.table.html_fragment(), plot]
 
     def save_html(self, path: str | os.PathLike, title: str = "Phases") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))

@@ -39,10 +39,14 @@ class PlotView(anywidget.AnyWidget):
         _html.serve_libraries(self)
 
     def update(self, fig: go.Figure) -> None:
+        """Replaces the figure; the front end redraws from the synced JSON without re-creating the widget (the threshold
+        slider uses it)."""
         self.fig = fig
         self.figure = _figure_json(fig)
 
     def on_click(self, callback: Callable[[dict], None]) -> None:
+        """Calls `callback(point)` for each clicked point (curve, index, customdata, label, id): how a chart selects a
+        node in the graph."""
         self.observe(lambda change: change["new"] and callback(change["new"]), names="clicked")
 
     def static_html(self) -> str:
@@ -53,4 +57,5 @@ class PlotView(anywidget.AnyWidget):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def html_fragment(self) -> _html.Fragment:
+        """The chart as a page piece (plotly.js loaded once by the page)."""
         return _html.plotly_fragment(self.fig)

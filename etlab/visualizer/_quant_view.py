@@ -118,6 +118,8 @@ class QuantizationView(widgets.VBox):
                          **kwargs)
 
     def summary_text(self) -> str:
+        """One paragraph: the report's summary and the layers that introduced the most error, with the tools that keep
+        them in float."""
         if not self.rows:
             return "No layer of the quantized program was joined to the float model."
         names = ", ".join(self.worst_layers)
@@ -164,6 +166,8 @@ class QuantizationView(widgets.VBox):
         return fig
 
     def static_html(self) -> str:
+        """A plain HTML copy (summary, details, the first 40 table rows) for front ends without the widget, such as a
+        rendered notebook."""
         return (f"<p class='etlab-note'>{html.escape(self.summary_text())}</p>{self.details.value}"
                 f"{self.table.static_html(max_rows=40)}")
 
@@ -181,6 +185,8 @@ class QuantizationView(widgets.VBox):
         return parts
 
     def save_html(self, path: str | os.PathLike, title: str = "Quantization") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))
 
 
@@ -323,11 +329,16 @@ class DatasetQuantizationView(widgets.VBox):
                 f"<code>{html.escape(row['source'] or 'no source line recorded')}</code></div>")
 
     def static_html(self) -> str:
+        """A plain HTML copy (summary, details, both charts, the first rows of the layer and input tables) for front
+        ends without the widget."""
         return (f"<p class='etlab-note'>{html.escape(self.report.summary())}</p>{self.details.value}"
                 f"{self.plot.static_html()}{self.coverage_plot.static_html()}"
                 f"{self.table.static_html(max_rows=40)}{self.inputs_table.static_html(max_rows=20)}")
 
     def html_fragments(self) -> list[_html.Fragment]:
+        """The view's pieces for an offline page (the dashboard's tab or `save_html`): the heading with the input count,
+        the summary, the SQNR distributions, calibration coverage, the layer table and the worst inputs; clicks keep
+        working in the page through the shared glue script."""
         return [_html.Fragment(f"<h2 style='font-size:15px'>Quantization over {self.report.inputs} inputs</h2>"
                                f"<p class='etlab-note'>{html.escape(self.report.summary())}</p>"
                                f"{self.details.value}"),
@@ -335,6 +346,8 @@ class DatasetQuantizationView(widgets.VBox):
                 self.inputs_table.html_fragment()]
 
     def save_html(self, path: str | os.PathLike, title: str = "Quantization over a dataset") -> os.PathLike:
+        """Writes the view as one offline HTML page (its pieces from `html_fragments()`, scripts inlined, no server or
+        network needed) atomically to `path` and returns it."""
         return _html.write_page(path, _html.page(title, self.html_fragments()))
 
 

@@ -29,9 +29,12 @@ class ProgramSources:
     inspector: Any = None  # etlab.inspector.Inspector
 
     def available(self) -> list[str]:
+        """The graph kinds present, in pipeline order ('aten', 'edge', 'runtime'): what a GraphView can show."""
         return [k for k in ("aten", "edge", "runtime") if getattr(self, k) is not None]
 
     def graph(self, kind: str):
+        """The graph of one kind; a ValueError that lists the kinds present and says what would provide the missing one
+        (an ETRecord, to_executorch())."""
         g = getattr(self, kind, None) if kind in ("aten", "edge", "runtime") else None
         if g is None:
             have = self.available()

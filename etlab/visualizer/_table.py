@@ -58,6 +58,7 @@ class TableView(anywidget.AnyWidget):
         super().__init__(columns=cols, rows=[_clean(r) for r in rows], title=title, height=height, **kwargs)
 
     def state(self) -> dict:
+        """The widget's synced state (columns, rows, title, height, no click yet), which the saved page inlines too."""
         return {"columns": self.columns, "rows": self.rows, "title": self.title, "height": self.height,
                 "clicked": {}}
 
@@ -74,4 +75,6 @@ class TableView(anywidget.AnyWidget):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def html_fragment(self) -> _html.Fragment:
+        """The table as a page piece: the same view module as the widget with the rows inlined, so sorting and filtering
+        work offline."""
         return _html.anywidget_fragment(_html.table_module_source(), self.state(), what="TableView")

@@ -119,6 +119,8 @@ class DemoPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(BACKEND_ID, list(compile_specs or []))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        """Tags the nodes DemoBackend will take (one tag per convex group) and records, on every node it leaves out,
+        why: the delegation explainer's reasons."""
         gm = exported_program.graph_module
         order = {node: i for i, node in enumerate(gm.graph.nodes)}
         proposed = CapabilityBasedPartitioner(gm, _DemoSupport(), allows_single_node_partition=True)
@@ -151,8 +153,13 @@ def _identifier_style(compile_specs: list[CompileSpec]) -> str:
 
 
 class DemoBackend(BackendDetails):
+    """The demo delegate's ahead-of-time half: lowers a tagged partition to the demo bytecode that `etlab.runtime`'s
+    DemoBackend runtime interprets (a small, readable model of a real backend)."""
+
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        """The partition as demo bytecode plus its debug-handle map (delegate instruction -> the edge nodes it
+        computes), which lets the Inspector attribute delegate events to source ops."""
         builder = DelegateMappingBuilder(generated_identifiers=_identifier_style(compile_specs) == "generated")
         program = _DemoLowering(edge_program, builder).run()
         return PreprocessResult(encode_demo_program(program), builder.get_delegate_mapping())
