@@ -45,9 +45,14 @@ def _scalar_info(kind: str, typ) -> str:
 
 
 @cache
+@cache
 def make_enum(qualified: str) -> type[enum.IntEnum]:
-    """The IntEnum for a schema enum ("program.TensorShapeDynamism"), built from the layouts."""
-    return enum.IntEnum(qualified.rsplit(".", 1)[1], LAYOUTS["enums"][qualified]["values"])
+    """The IntEnum for a schema enum ("program.TensorShapeDynamism"), built from the layouts; one class per
+    enum, however many schema modules ask for it (program, etdump and flat_tensor all use ScalarType)."""
+    schema, name = qualified.rsplit(".", 1)
+    cls = enum.IntEnum(name, LAYOUTS["enums"][qualified]["values"])
+    cls.__doc__ = f"The {name} enum of upstream's {schema}.fbs, with its numbering (what the files store)."
+    return cls
 
 
 @cache
@@ -198,6 +203,8 @@ class TableCodec:
     # -- encoding -------------------------------------------------------------------------------
 
     def encode(self, root, *, size_prefixed: bool = False, identifier: bool = True) -> bytes:
+        """The FlatBuffer bytes of a dataclass tree (optionally size-prefixed, with or without the file identifier):
+        the writing half of the codec the readers verify against."""
         builder = flatbuffers.Builder(1024)
         off = self._pack(builder, root, self.root)
         ident = self.identifier if identifier else None

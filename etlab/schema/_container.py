@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 
 
 def align(n: int, alignment: int) -> int:
+    """`n` rounded up to a multiple of `alignment`."""
     return (n + alignment - 1) // alignment * alignment
 
 

@@ -13,21 +13,29 @@ BUNDLED_PROGRAM_VERSION = 2  # the schema version upstream 1.x writes
 
 @dataclass
 class Int:
+    """An int input or expected output of a bundled test case."""
+
     int_val: int = 0
 
 
 @dataclass
 class Bool:
+    """A bool input or expected output of a bundled test case."""
+
     bool_val: bool = False
 
 
 @dataclass
 class Double:
+    """A float input or expected output of a bundled test case."""
+
     double_val: float = 0.0
 
 
 @dataclass
 class Tensor:
+    """A tensor input or expected output of a bundled test case, with its data inline."""
+
     scalar_type: ScalarType = ScalarType.FLOAT
     sizes: list[int] | None = field(default_factory=list)
     data: bytes | memoryview | None = b""
@@ -39,23 +47,33 @@ ValueUnion = Tensor | Int | Bool | Double
 
 @dataclass
 class Value:
+    """One input or expected output of a bundled test case."""
+
     val: ValueUnion | None = None
 
 
 @dataclass
 class BundledMethodTestCase:
+    """One test of a method: the inputs to feed it and the outputs it must produce (within a tolerance chosen at
+    verification)."""
+
     inputs: list[Value] | None = field(default_factory=list)
     expected_outputs: list[Value] | None = field(default_factory=list)
 
 
 @dataclass
 class BundledMethodTestSuite:
+    """The test cases of one method, by name."""
+
     method_name: str | None = None
     test_cases: list[BundledMethodTestCase] | None = field(default_factory=list)
 
 
 @dataclass
 class BundledProgram:
+    """The root of a .bpte file: a .pte program with test cases per method, so a device can check it computes what
+    the model did."""
+
     version: int = BUNDLED_PROGRAM_VERSION
     method_test_suites: list[BundledMethodTestSuite] | None = field(default_factory=list)
     program: bytes | memoryview | None = b""

@@ -54,11 +54,15 @@ ValueType = make_enum("etdump.ValueType")
 
 @dataclass
 class Null:
+    """A logged value with no data (a None output)."""
+
     pass
 
 
 @dataclass
 class Tensor:
+    """A logged tensor's metadata (dtype, sizes, strides) and the offset of its bytes in the debug buffer."""
+
     scalar_type: ScalarType = ScalarType.FLOAT
     sizes: list[int] | None = field(default_factory=list)
     strides: list[int] | None = field(default_factory=list)
@@ -67,36 +71,50 @@ class Tensor:
 
 @dataclass
 class Int:
+    """A logged int value."""
+
     int_val: int = 0
 
 
 @dataclass
 class Bool:
+    """A logged bool value (also marks whether a debug event is a method output)."""
+
     bool_val: bool = False
 
 
 @dataclass
 class Float:
+    """A logged float value."""
+
     float_val: float = 0.0
 
 
 @dataclass
 class Double:
+    """A logged double value."""
+
     double_val: float = 0.0
 
 
 @dataclass
 class String:
+    """A logged string value."""
+
     string_val: str | None = None
 
 
 @dataclass
 class TensorList:
+    """A logged list of tensors."""
+
     tensors: list[Tensor] | None = field(default_factory=list)
 
 
 @dataclass
 class Value:
+    """A logged value: `val` says which of the fields holds it; `output` marks a method output."""
+
     val: ValueType = ValueType.Null
     tensor: Tensor | None = None
     tensor_list: TensorList | None = None
@@ -109,6 +127,9 @@ class Value:
 
 @dataclass
 class DebugEvent:
+    """A value an instruction or a delegate produced at run time, logged for numerical debugging: where it came from
+    (chain, instruction or delegate debug id, name) and the value."""
+
     chain_index: int = 0
     instruction_id: int = -1
     debug_entry: Value | None = None
@@ -119,12 +140,17 @@ class DebugEvent:
 
 @dataclass
 class AllocationEvent:
+    """An allocation during the run: which allocator and how many bytes."""
+
     allocator_id: int = 0
     allocation_size: int = 0
 
 
 @dataclass
 class ProfileEvent:
+    """A timed span (start and end ticks) of an instruction, a delegate or a framework step, with the ids that join
+    it back to the program."""
+
     name: str | None = None
     chain_index: int = 0
     instruction_id: int = -1
@@ -137,6 +163,8 @@ class ProfileEvent:
 
 @dataclass
 class Event:
+    """One entry of a run block: a profile, allocation or debug event (exactly one set)."""
+
     profile_event: ProfileEvent | None = None
     allocation_event: AllocationEvent | None = None
     debug_event: DebugEvent | None = None
@@ -144,11 +172,16 @@ class Event:
 
 @dataclass
 class Allocator:
+    """A named memory allocator that allocation events refer to by index."""
+
     name: str | None = None
 
 
 @dataclass
 class RunData:
+    """One block of a run (e.g. one method's executions): its events in order, the allocators they name, and the
+    bundled input it ran when run from a bundled program."""
+
     name: str | None = None
     bundled_input_index: int = -1
     allocators: list[Allocator] | None = field(default_factory=list)
@@ -167,6 +200,8 @@ class DebugBufferDigest:
 
 @dataclass
 class ETDump:
+    """The root of an .etdp file: the run blocks a traced run wrote."""
+
     version: int = 0
     run_data: list[RunData] | None = field(default_factory=list)
     debug_buffer: DebugBufferDigest | None = None

@@ -18,6 +18,8 @@ ScalarType = make_enum("scalar_type.ScalarType")
 
 @dataclass
 class TensorLayout:
+    """How to read a named blob as a tensor: dtype, sizes and dim order."""
+
     scalar_type: ScalarType = ScalarType.FLOAT
     sizes: list[int] | None = field(default_factory=list)
     dim_order: list[int] | None = field(default_factory=list)
@@ -25,12 +27,16 @@ class TensorLayout:
 
 @dataclass
 class DataSegment:
+    """A byte range of the .ptd's data (offset from the segment base, size)."""
+
     offset: int = 0
     size: int = 0
 
 
 @dataclass
 class NamedData:
+    """A tensor stored by key (its fully qualified name): the segment with its bytes and their layout."""
+
     key: str | None = None
     segment_index: int = 0
     tensor_layout: TensorLayout | None = None
@@ -38,6 +44,8 @@ class NamedData:
 
 @dataclass
 class FlatTensor:
+    """The root of a .ptd file: external tensor data (e.g. weights kept out of the .pte), looked up by key."""
+
     version: int = 0
     segments: list[DataSegment] | None = field(default_factory=list)
     named_data: list[NamedData] | None = field(default_factory=list)
@@ -52,6 +60,9 @@ _HEADER_PADDED = 48  # _FH.size rounded up to the FlatBuffer alignment (16)
 
 @dataclass
 class FlatTensorHeader:
+    """The fixed-size header in front of a .ptd's FlatBuffer: where the FlatBuffer and the segment data start and how
+    large they are."""
+
     flatbuffer_offset: int
     flatbuffer_size: int
     segment_base_offset: int
@@ -111,4 +122,6 @@ def serialize_ptd(flat_tensor: FlatTensor, segments=(), *, segment_alignment: in
 
 
 def reserialize_ptd(ptd: PtdFile, *, segment_alignment: int = 128) -> bytes:
+    """A loaded .ptd written back to bytes (its segments re-placed at `segment_alignment`): how a round trip shows
+    the reader lost nothing."""
     return serialize_ptd(ptd.flat_tensor, ptd.segments, segment_alignment=segment_alignment)

@@ -23,28 +23,40 @@ DataLocation = make_enum("program.DataLocation")
 
 @dataclass
 class ContainerMetadata:
+    """The pytree specs of a method's inputs and outputs, encoded as strings: how a runtime rebuilds nested Python
+    arguments and results from the flat value lists."""
+
     encoded_inp_str: str | None = None
     encoded_out_str: str | None = None
 
 
 @dataclass
 class Null:
+    """A value slot with nothing in it (an optional argument left out, or a value not yet set)."""
+
     pass
 
 
 @dataclass
 class AllocationDetails:
+    """Where memory planning placed a tensor: a memory id (a buffer in `non_const_buffer_sizes`) and a byte offset
+    split into two 32-bit halves, as the schema stores it."""
+
     memory_id: int = 0
     memory_offset_low: int = 0
     memory_offset_high: int = 0
 
     @property
     def memory_offset(self) -> int:
+        """The byte offset within the buffer, the two halves joined."""
         return self.memory_offset_low | (self.memory_offset_high << 32)
 
 
 @dataclass
 class ExtraTensorInfo:
+    """What a tensor's basic record cannot say: the segment of mutable data, the fully qualified name that finds
+    external data (.ptd) by key, where the data lives and on which device."""
+
     mutable_data_segments_idx: int = 0
     fully_qualified_name: str | None = None
     location: TensorDataLocation = TensorDataLocation.SEGMENT
@@ -54,6 +66,10 @@ class ExtraTensorInfo:
 
 @dataclass
 class Tensor:
+    """A tensor value in a method's value list: dtype, sizes and dim order, and where its data comes from
+    (`data_buffer_idx` for a constant, `allocation_info` for a planned tensor, neither for a tensor the caller
+    supplies)."""
+
     scalar_type: ScalarType = ScalarType.FLOAT
     storage_offset: int = 0
     sizes: list[int] | None = field(default_factory=list)
@@ -68,46 +84,65 @@ class Tensor:
 
 @dataclass
 class Int:
+    """A scalar int value (argument or result) in a method's value list."""
+
     int_val: int = 0
 
 
 @dataclass
 class Bool:
+    """A scalar bool value in a method's value list."""
+
     bool_val: bool = False
 
 
 @dataclass
 class Double:
+    """A scalar float value in a method's value list (a double on the wire)."""
+
     double_val: float = 0.0
 
 
 @dataclass
 class String:
+    """A string value in a method's value list (e.g. a reduction mode argument)."""
+
     string_val: str | None = None
 
 
 @dataclass
 class IntList:
+    """A list of ints as kernels take them (e.g. a size or dims argument): `items` are value indices of Int values,
+    so each element can come from a run-time value."""
+
     items: list[int] | None = field(default_factory=list)
 
 
 @dataclass
 class DoubleList:
+    """A list of floats stored inline (e.g. scales)."""
+
     items: list[float] | None = field(default_factory=list)
 
 
 @dataclass
 class BoolList:
+    """A list of bools stored inline."""
+
     items: list[bool] | None = field(default_factory=list)
 
 
 @dataclass
 class TensorList:
+    """A list of tensors (e.g. cat's inputs): `items` are indices of Tensor values."""
+
     items: list[int] | None = field(default_factory=list)
 
 
 @dataclass
 class OptionalTensorList:
+    """A list of optional tensors (e.g. index's indices): `items` are value indices, -1 standing for None."""
+
     items: list[int] | None = field(default_factory=list)
 
 
@@ -118,41 +153,58 @@ KernelTypes = (
 
 @dataclass
 class EValue:
+    """One entry of a method's value list: the union the kernels read their arguments from and write their results
+    to."""
+
     val: KernelTypes | None = None
 
 
 @dataclass
 class Operator:
+    """A kernel the method calls, by operator name and overload (e.g. aten::add, out): the runtime resolves it in its
+    operator registry when the method loads."""
+
     name: str | None = None
     overload: str | None = None
 
 
 @dataclass
 class KernelCall:
+    """An instruction that calls `operators[op_index]` with `args` (value indices, the out arguments last)."""
+
     op_index: int = 0
     args: list[int] | None = field(default_factory=list)
 
 
 @dataclass
 class DelegateCall:
+    """An instruction that runs `delegates[delegate_index]` on `args` (value indices of its inputs and outputs)."""
+
     delegate_index: int = 0
     args: list[int] | None = field(default_factory=list)
 
 
 @dataclass
 class MoveCall:
+    """An instruction that copies value `move_from` into `move_to` (control flow joins)."""
+
     move_from: int = 0
     move_to: int = 0
 
 
 @dataclass
 class JumpFalseCall:
+    """An instruction that jumps to `destination_instruction` when the bool value `cond_value_index` is false
+    (control flow)."""
+
     cond_value_index: int = 0
     destination_instruction: int = 0
 
 
 @dataclass
 class FreeCall:
+    """An instruction that releases a dynamically allocated tensor's memory early."""
+
     value_index: int = 0
 
 
@@ -161,11 +213,15 @@ InstructionArguments = KernelCall | DelegateCall | MoveCall | JumpFalseCall | Fr
 
 @dataclass
 class Instruction:
+    """One step of a chain: a kernel call, delegate call, move, conditional jump or free."""
+
     instr_args: InstructionArguments | None = None
 
 
 @dataclass
 class Frame:
+    """One Python stack frame (file, line, function, source text) of the code an instruction came from."""
+
     filename: str | None = None
     lineno: int = 0
     name: str | None = None
@@ -174,23 +230,32 @@ class Frame:
 
 @dataclass
 class FrameList:
+    """The stack trace of one instruction."""
+
     items: list[Frame] | None = field(default_factory=list)
 
 
 @dataclass
 class BackendDelegateDataReference:
+    """Where a delegate's processed bytes are: inline in the program (`backend_delegate_data[index]`) or in a data
+    segment (`segments[index]`)."""
+
     location: DataLocation = DataLocation.INLINE
     index: int = 0
 
 
 @dataclass
 class CompileSpec:
+    """A key/value option the backend was compiled with, handed to the runtime backend's init as well."""
+
     key: str | None = None
     value: bytes | memoryview | None = b""
 
 
 @dataclass
 class BackendDelegate:
+    """A delegated partition: the backend id that runs it, where its processed bytes are, and the compile specs."""
+
     id: str | None = None
     processed: BackendDelegateDataReference | None = None
     compile_specs: list[CompileSpec] | None = field(default_factory=list)
@@ -198,6 +263,9 @@ class BackendDelegate:
 
 @dataclass
 class Chain:
+    """A sequence of instructions with its own inputs and outputs (value indices) and, optionally, a stack trace per
+    instruction; methods run their chains in order."""
+
     inputs: list[int] | None = field(default_factory=list)
     outputs: list[int] | None = field(default_factory=list)
     instructions: list[Instruction] | None = field(default_factory=list)
@@ -206,6 +274,8 @@ class Chain:
 
 @dataclass
 class NonConstBufferDevice:
+    """The device (type, index) a planned memory buffer lives on, for buffers not on the CPU."""
+
     buffer_idx: int = 0
     device_type: DeviceType = DeviceType.CPU
     device_index: int = 0
@@ -213,6 +283,9 @@ class NonConstBufferDevice:
 
 @dataclass
 class ExecutionPlan:
+    """One method: its value list, inputs and outputs (value indices), chains of instructions, the operators and
+    delegates they call, and the sizes of the memory buffers planning laid tensors into (entry 0 is reserved)."""
+
     name: str | None = None
     container_meta_type: ContainerMetadata | None = None
     values: list[EValue] | None = field(default_factory=list)
@@ -227,34 +300,49 @@ class ExecutionPlan:
 
 @dataclass
 class Buffer:
+    """Constant tensor data stored inside the FlatBuffer (older files; newer ones put constants in a segment)."""
+
     storage: bytes | memoryview | None = b""
 
 
 @dataclass
 class BackendDelegateInlineData:
+    """A delegate's processed bytes stored inside the FlatBuffer rather than in a segment."""
+
     data: bytes | memoryview | None = b""
 
 
 @dataclass
 class DataSegment:
+    """A byte range after the FlatBuffer (offset from the segment base, size) holding constants or delegate data."""
+
     offset: int = 0
     size: int = 0
 
 
 @dataclass
 class SubsegmentOffsets:
+    """Offsets of tensors within one data segment (the constant segment, mutable data): tensor i's data starts at
+    `offsets[i]`."""
+
     segment_index: int = 0
     offsets: list[int] | None = field(default_factory=list)
 
 
 @dataclass
 class NamedData:
+    """A blob shared by key (e.g. a delegate's weights): the segment that holds it, found by the runtime's named data
+    map."""
+
     key: str | None = None
     segment_index: int = 0
 
 
 @dataclass
 class Program:
+    """The root of a .pte file: the execution plans (methods) and where their constants, delegate payloads, segments
+    and named data are."""
+
     version: int = 0
     execution_plan: list[ExecutionPlan] | None = field(default_factory=list)
     constant_buffer: list[Buffer] | None = field(default_factory=list)

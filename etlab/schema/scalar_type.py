@@ -11,6 +11,12 @@ if TYPE_CHECKING:
     import torch
 
 ScalarType = make_enum("scalar_type.ScalarType")
+ScalarType.__doc__ = """A tensor's element type as ExecuTorch files store it (c10's numbering: FLOAT is 6, LONG 4);
+`scalar_type_to_dtype` / `dtype_to_scalar_type` convert to and from torch.
+
+>>> ScalarType(6).name
+'FLOAT'
+"""
 
 @functools.cache
 def _tables() -> tuple[dict, dict]:
