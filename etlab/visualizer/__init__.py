@@ -21,7 +21,7 @@ from etlab.visualizer._cli import report_main
 from etlab.visualizer._compare_view import CompareView, capture_warning, comparison_html
 from etlab.visualizer._dashboard import Dashboard, show
 from etlab.visualizer._fleet_view import FleetDiffView
-from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphNode, build_graph_model
+from etlab.visualizer._graph_model import GraphGroup, GraphModel, GraphModelBuilder, GraphNode, build_graph_model
 from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._memory_view import MemoryTimeline
 from etlab.visualizer._plot_view import PlotView
@@ -49,6 +49,7 @@ __all__ = [
     "FleetDiffView",
     "GraphGroup",
     "GraphModel",
+    "GraphModelBuilder",
     "GraphNode",
     "GraphView",
     "MemoryTimeline",

@@ -176,19 +176,25 @@ def _user_input_names(ep: ExportedProgram | None, gm: GraphModule) -> tuple[set[
 # --- building -----------------------------------------------------------------------------------
 
 
-class _Builder:
+class GraphModelBuilder:
+    """Builds a GraphModel node by node, whatever the graph was read from (torch.fx here, an ETRecord's JSON
+    graphs in etlab.model_explorer): module groups made on demand from nn_module_stack entries, backend colors in
+    order of first use, edges deduplicated, and only the groups that end up holding nodes kept."""
+
     def __init__(self, title: str, kind: str, method: str):
         self.model = GraphModel(title=title, kind=kind, method=method)
         self.groups: dict[str, GraphGroup] = {}
         self.edges: set[tuple[int, int]] = set()
 
     def backend_color(self, backend: str) -> str:
+        """The backend's color, the next of BACKEND_COLORS the first time a backend is seen."""
         colors = self.model.backend_colors
         if backend not in colors:
             colors[backend] = BACKEND_COLORS[len(colors) % len(BACKEND_COLORS)]
         return colors[backend]
 
     def module_group(self, stack: list[tuple[str, str]]) -> str | None:
+        """The id of the innermost module group of a (path, type) stack, creating the groups along it."""
         parent = None
         for path, typ in stack:
             if path not in self.groups:
@@ -198,26 +204,38 @@ class _Builder:
             parent = path
         return parent
 
-    def add_node(self, node: Node, kind: str, group: str | None, *, op: str | None = None,
-                 handles: list[int] | None = None, backend: str | None = None) -> GraphNode:
-        shapes, dtypes, nbytes = _shape_facts(node)
-        stack = module_stack(node.meta.get("nn_module_stack"))
-        trace = node.meta.get("stack_trace") or ""
-        g = GraphNode(id=len(self.model.nodes), name=node.name, kind=kind, op=op or node_op_name(node), group=group,
-                      handles=node_handles(node) if handles is None else handles, shapes=shapes, dtypes=dtypes,
-                      bytes=nbytes, module=stack[-1][0] if stack else "", module_type=stack[-1][1] if stack else "",
-                      source=source_line(trace), stack_trace=trace, backend=backend)
-        self.model.nodes.append(g)
-        return g
+    def append(self, node: GraphNode) -> GraphNode:
+        """Adds a node (its `id` must be its position, `len(model.nodes)` before the call) and returns it."""
+        self.model.nodes.append(node)
+        return node
 
-    def link(self, src: int | None, dst: int) -> None:
-        if src is not None and src != dst:
+    def link(self, src: object, dst: int) -> None:
+        """An edge from node `src` to node `dst`; anything but another node's id (a weight, a missing producer)
+        draws none."""
+        if isinstance(src, int) and src != dst:
             self.edges.add((src, dst))
 
+    def common_parent(self, groups: list[str | None]) -> str | None:
+        """The deepest group that holds all of `groups` (None: the top level)."""
+        chains = []
+        for gid in groups:
+            chain = []
+            while gid is not None:
+                chain.append(gid)
+                gid = self.groups[gid].parent
+            chains.append(chain[::-1])
+        common = None
+        for level in zip(*chains):
+            if all(x == level[0] for x in level):
+                common = level[0]
+            else:
+                break
+        return common
+
     def finish(self) -> GraphModel:
-        used = {n.group for n in self.model.nodes if n.group}
+        """The model, with the groups that hold nodes (and their ancestors) and the edges in order."""
         keep: set[str] = set()
-        for gid in used:  # keep groups holding nodes and their ancestors
+        for gid in {n.group for n in self.model.nodes if n.group}:
             while gid is not None and gid not in keep:
                 keep.add(gid)
                 gid = self.groups[gid].parent
@@ -226,23 +244,17 @@ class _Builder:
         return self.model
 
 
-def _common_parent(b: _Builder, groups: list[str | None]) -> str | None:
-    chains = []
-    for gid in groups:
-        chain = []
-        while gid is not None:
-            chain.append(gid)
-            gid = b.groups[gid].parent
-        chains.append(chain[::-1])
-    if not chains:
-        return None
-    common = None
-    for level in zip(*chains):
-        if all(x == level[0] for x in level):
-            common = level[0]
-        else:
-            break
-    return common
+class _Builder(GraphModelBuilder):
+    def add_node(self, node: Node, kind: str, group: str | None, *, op: str | None = None,
+                 handles: list[int] | None = None, backend: str | None = None) -> GraphNode:
+        shapes, dtypes, nbytes = _shape_facts(node)
+        stack = module_stack(node.meta.get("nn_module_stack"))
+        trace = node.meta.get("stack_trace") or ""
+        return self.append(GraphNode(
+            id=len(self.model.nodes), name=node.name, kind=kind, op=op or node_op_name(node), group=group,
+            handles=node_handles(node) if handles is None else handles, shapes=shapes, dtypes=dtypes, bytes=nbytes,
+            module=stack[-1][0] if stack else "", module_type=stack[-1][1] if stack else "",
+            source=source_line(trace), stack_trace=trace, backend=backend))
 
 
 def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: str,
@@ -295,7 +307,7 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
                 g.weights.append(src[1])
             elif isinstance(src, list):
                 for s in src:
-                    b.link(s if isinstance(s, int) else None, g.id)
+                    b.link(s, g.id)
             elif isinstance(src, int):
                 b.link(src, g.id)
         value[node.name] = g.id
@@ -313,7 +325,7 @@ def _join_partition(b: _Builder, g: GraphNode, partition: tuple[str, int]) -> No
         group = b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · instruction {instruction}", kind="delegate",
                                            parent=g.group, backend=backend)
     else:
-        group.parent = _common_parent(b, [group.parent, g.group])
+        group.parent = b.common_parent([group.parent, g.group])
     g.group, g.backend = gid, backend
 
 
@@ -335,10 +347,10 @@ def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: s
         if original is not None:
             stacks = [module_stack(n.meta.get("nn_module_stack"))
                       for n in original.graph_module.graph.nodes if n.op == "call_function"]
-        group = _common_parent(b, [b.module_group(s) for s in stacks]) if stacks else None
+        group = b.common_parent([b.module_group(s) for s in stacks]) if stacks else None
         g = b.add_node(node, "delegate", group, op=f"delegate: {backend}", handles=handles, backend=backend)
         for src in inputs:
-            b.link(src if isinstance(src, int) else None, g.id)
+            b.link(src, g.id)
         n_out = len(node.meta.get("val") or ()) if isinstance(node.meta.get("val"), (list, tuple)) else 1
         return [g.id] * max(n_out, 1)
     inner_gm = original.graph_module
@@ -349,7 +361,7 @@ def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: s
     lowered_name = node.args[0].name if isinstance(node.args[0], Node) else str(node.args[0])
     gid = f"delegate:{lowered_name}"
     members = b.model.nodes[first:]
-    parent = _common_parent(b, [m.group for m in members])
+    parent = b.common_parent([m.group for m in members])
     b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · {lowered_name}", kind="delegate", parent=parent,
                                backend=backend)
     for m in members:
