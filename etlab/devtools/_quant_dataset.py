@@ -27,14 +27,13 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pandas as pd
 import torch
 from torch.fx import GraphModule, Node
-from torch.utils._pytree import tree_flatten
 
+from etlab.devtools._quant_dataset_plan import FLOAT, QUANT, CoverageTask, LayerTask, _Plan, make_plan, output_nodes
 from etlab.devtools._quant_dataset_report import (
     COVERAGE_COLUMNS,
     LAYER_COLUMNS,
@@ -43,25 +42,21 @@ from etlab.devtools._quant_dataset_report import (
     DatasetQuantReport,
     _pooled_sqnr,
 )
-from etlab.devtools._quant_dataset_run import Constants, fusable_quantizers, run_keeping, static_quantizer
+from etlab.devtools._quant_dataset_run import Stepper
 from etlab.devtools._quant_dataset_stats import (
-    Coverage,
+    CoverageBatch,
     Stream,
-    _max_abs,
     batch_metrics,
     max_abs_stream,
+    raw_ranges,
     sqnr_stream,
 )
 from etlab.devtools._quant_debug import (
     LayerJoin,
     QuantReport,
     _as_inputs,
-    _input_dependent,
     converted_graph,
     float_graph_of,
-    join_layers,
-    local_inputs,
-    mutated_later,
     rerun_float,
 )
 from etlab.devtools._quant_debug import quantization_report as one_input_report
@@ -76,71 +71,8 @@ MAX_BATCH = 32
 # --- running the graphs on a batch -------------------------------------------------------------------
 
 
-def _output_nodes(gm: GraphModule) -> list:
-    out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
-    leaves, _ = tree_flatten(out.args[0])
-    return leaves
-
-
 def _float(x) -> torch.Tensor | None:
     return x if isinstance(x, torch.Tensor) and x.is_floating_point() else None
-
-
-@dataclass
-class _Plan:
-    """What one report needs from each graph, worked out once."""
-
-    joins: list[LayerJoin]
-    join_of: dict[str, LayerJoin]
-    input_dep: set[str]
-    mutated: set[str]
-    keep_float: set[str]
-    keep_quant: set[str]
-    quantizers: dict[str, Coverage]  # quantize node name -> its coverage
-    quant_inputs: dict[str, str]  # quantize node name -> the node whose value it quantizes
-    observed: dict[str, str]  # quantize node name -> the float model's node its observer watched in calibration
-    quantizer_of: dict[str, str]  # layer (first float node) -> its output's quantize node
-    float_constants: Constants = None
-    quant_constants: Constants = None
-    fusable: frozenset[str] = frozenset()
-
-
-def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
-    joins = join_layers(float_gm, quant_gm)
-    join_of = {j.chain[-1].name: j for j in joins}
-    input_dep = _input_dependent(float_gm)
-    keep_float = {n.name for n in float_gm.graph.nodes if n.name not in input_dep}  # weights, constants
-    keep_quant: set[str] = set()
-    for j in joins:
-        keep_float.add(j.chain[-1].name)
-        for n in j.chain:
-            keep_float.update(a.name for a in n.all_input_nodes)
-        keep_quant.add(j.qvalue_node.name)
-        keep_quant.update(a.name for a in j.qnode.all_input_nodes)
-    keep_float.update(a.name for a in _output_nodes(float_gm) if isinstance(a, Node))
-    keep_quant.update(a.name for a in _output_nodes(quant_gm) if isinstance(a, Node))
-    quantizers, quant_inputs, quantizer_of, observed = {}, {}, {}, {}
-    by_qnode = {j.qnode.name: j for j in joins}
-    float_inputs = {n.name for n in float_gm.graph.nodes if n.op == "placeholder"}
-    for n in quant_gm.graph.nodes:
-        cov = static_quantizer(n)
-        if cov is None or not isinstance(n.args[0], Node):
-            continue
-        quantizers[n.name], quant_inputs[n.name] = cov, n.args[0].name
-        keep_quant.add(n.args[0].name)
-        j = by_qnode.get(n.args[0].name)
-        if j is not None or n.args[0].name in float_inputs:
-            observed[n.name] = j.chain[-1].name if j is not None else n.args[0].name
-            keep_float.add(observed[n.name])
-        if j is not None and j.qvalue_node.args and j.qvalue_node.args[0] is n:  # the layer's output quantizer
-            quantizer_of.setdefault(j.chain[0].name, n.name)
-    return _Plan(joins, join_of, input_dep, mutated_later(float_gm), keep_float, keep_quant, quantizers, quant_inputs,
-                 observed, quantizer_of, Constants.of(float_gm), Constants.of(quant_gm),
-                 fusable_quantizers(quant_gm, keep_quant))
-
-
-def _nbytes(values: dict[str, Any], names: Iterable[str]) -> int:
-    return sum(values[n].nbytes for n in names if isinstance(values.get(n), torch.Tensor))
 
 
 # --- the dataset --------------------------------------------------------------------------------------
@@ -255,32 +187,89 @@ class NotBatchAgnostic(Error):
     """A graph gave a value without the batch in dim 0: it runs one input at a time (caught here)."""
 
 
-def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: int, sqnr_of: dict) -> None:
-    j = acc.join
-    end = j.chain[-1]
-    ref, val = _float(f.get(end.name)), _float(q.get(j.qvalue_node.name))
-    if ref is None or val is None or ref.shape != val.shape:
-        return
-    rows = np.arange(first, first + batch)
-    feeds = local_inputs(j, plan.join_of, f, q, plan.input_dep)
-    total = batch_metrics(ref, val, batch)
-    sqnr_of[(end.name, id(val))] = total["sqnr"]
-    local = None
-    if not any(n.name in plan.mutated for n in j.chain):
-        local_ref = _float(rerun_float(j.chain, feeds, f))
-        if local_ref is not None and local_ref.shape == val.shape:
-            local = batch_metrics(local_ref, val, batch, value_norm=total["b_norm"])
-    inherited = []
-    for name, v in feeds.items():
-        ref_in = _float(f.get(name))
-        if _float(v) is None or ref_in is None or ref_in.shape != v.shape:
-            continue
-        key = (name, id(v))
-        inherited.append(sqnr_of[key] if key in sqnr_of else batch_metrics(ref_in, v, batch)["sqnr"])
-    ok = np.ones(batch, dtype=bool)
-    if j.quantized:  # as degenerate_reason: an SQNR of a zero, tiny or rounded-away value means nothing
-        peak = _max_abs(ref.detach().reshape(batch, -1)) if ref.numel() else np.zeros(batch)
-        ok = ~((peak < 1e-6) | np.isnan(peak) | total["b_zero"])
+@dataclass
+class _LayerBatch:
+    """One layer's numbers for one batch, committed to its streams once the whole batch has run."""
+
+    total: dict
+    local: dict | None
+    inherited: np.ndarray | None
+    ok: np.ndarray
+
+
+class _Batch:
+    """Both graphs stepped through one batch (see _quant_dataset_plan): per task the measurement, then the
+    outputs. Values are read from the steppers by node name; `sqnr_of` (float node, converted graph's value)
+    -> SQNR per input lets a layer reuse the total error measured where its input was computed, `ranges` the
+    float values' raw per-input extremes (a layer's degenerate check and its output quantizer's coverage)."""
+
+    def __init__(self, plan: _Plan, fs: Stepper, qs: Stepper, batch: int):
+        self.plan, self.fs, self.qs, self.batch = plan, fs, qs, batch
+        self.sqnr_of: dict[tuple[str, str], np.ndarray] = {}
+        self.ranges: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def value(self, ref: tuple[str, str]):
+        graph, name = ref
+        return (self.fs if graph == FLOAT else self.qs).values.get(name)
+
+    def canonical(self, ref: tuple[str, str]) -> tuple[str, str]:
+        graph, name = ref
+        return ref if graph == FLOAT else (graph, self.qs.alias.get(name, name))
+
+    def float_ranges(self, name: str, x: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
+        if name not in self.ranges:
+            self.ranges[name] = raw_ranges(x, self.batch)
+        return self.ranges[name]
+
+    def _check_batch(self, name: str, v) -> None:
+        if self.batch > 1 and _float(v) is not None and (v.dim() == 0 or v.shape[0] != self.batch):
+            raise NotBatchAgnostic(f"{name} has shape {list(v.shape)} on a batch of {self.batch}")
+
+    def layer(self, task: LayerTask) -> _LayerBatch | None:
+        j, batch = task.join, self.batch
+        end = j.chain[-1]
+        ref, val = self.fs.values.get(end.name), self.qs.values.get(j.qvalue_node.name)
+        self._check_batch(end.name, ref)
+        self._check_batch(j.qvalue_node.name, val)
+        ref, val = _float(ref), _float(val)
+        if ref is None or val is None or ref.shape != val.shape:
+            return None
+        feeds = {name: self.value(src) for name, src in task.feeds.items()}
+        total = batch_metrics(ref, val, batch)
+        self.sqnr_of[(end.name, self.canonical((QUANT, j.qvalue_node.name))[1])] = total["sqnr"]
+        local = None
+        if task.local:
+            reads = {name: self.fs.values[name] for name in task.reads}
+            local_ref = _float(rerun_float(j.chain, feeds, reads))
+            if local_ref is not None and local_ref.shape == val.shape:
+                local = batch_metrics(local_ref, val, batch, value_norm=total["b_norm"])
+            del local_ref
+        inherited = []
+        for name, src in task.feeds.items():
+            v, ref_in = _float(feeds[name]), _float(self.fs.values.get(name))
+            if v is None or ref_in is None or ref_in.shape != v.shape:
+                continue
+            key = (name, self.canonical(src)[1]) if src[0] == QUANT else None
+            inherited.append(self.sqnr_of[key] if key in self.sqnr_of else batch_metrics(ref_in, v, batch)["sqnr"])
+        ok = np.ones(batch, dtype=bool)
+        if j.quantized:  # as degenerate_reason: an SQNR of a zero, tiny or rounded-away value means nothing
+            lo, hi = self.float_ranges(end.name, ref)
+            peak = np.maximum(-lo, hi)
+            ok = ~((peak < 1e-6) | np.isnan(peak) | total["b_zero"])
+        return _LayerBatch(total, local, np.minimum.reduce(inherited) if inherited else None, ok)
+
+    def coverage(self, task: CoverageTask) -> CoverageBatch | None:
+        # the float model's value where there is one: what calibration observed, so the dataset is compared
+        # with the calibration data, not with requantization noise (up to a step or so)
+        x = _float(self.value(task.source))
+        if x is None:
+            return None
+        raw = self.float_ranges(task.source[1], x) if task.source[0] == FLOAT else None
+        return self.plan.quantizers[task.node].measure(x, self.batch, raw)
+
+
+def _commit_layer(acc: _Layer, m: _LayerBatch, first: int, batch: int) -> None:
+    rows, ok, total, local = np.arange(first, first + batch), m.ok, m.total, m.local
     acc.inputs += batch
     acc.degenerate += int((~ok).sum())
     acc.exact += int(((local if local is not None else total)["sqnr"] == math.inf).sum())
@@ -288,8 +277,8 @@ def _layer_batch(acc: _Layer, plan: _Plan, f: dict, q: dict, first: int, batch: 
     acc.max_abs.add(total["max_abs"], rows)
     if local is not None:
         acc.local.add(local["sqnr"][ok], rows[ok])
-    if inherited:
-        acc.inherited.add(np.minimum.reduce(inherited)[ok], rows[ok])
+    if m.inherited is not None:
+        acc.inherited.add(m.inherited[ok], rows[ok])
     cos = total["cosine"][~np.isnan(total["cosine"])]
     acc.cosine_total += float(cos.sum())
     acc.cosine_n += cos.size
@@ -385,7 +374,7 @@ def _layer_row(order: int, acc: _Layer, plan: _Plan) -> dict:
 
 
 def _outputs(values: dict, gm: GraphModule) -> list:
-    return [values.get(a.name) if isinstance(a, Node) else a for a in _output_nodes(gm)]
+    return [values.get(a.name) if isinstance(a, Node) else a for a in output_nodes(gm)]
 
 
 def _agrees(batched: list, single: list) -> bool:
@@ -407,24 +396,65 @@ def _has_batch_of_one(example: tuple) -> bool:
     return bool(tensors) and all(x.dim() and x.shape[0] == 1 for x in tensors)
 
 
-def _run_chunk(float_gm: GraphModule, quantized: GraphModule, plan: _Plan, chunk: list[tuple]) -> tuple[dict, dict]:
-    """Both graphs on a batch of inputs; a batch of more than one is checked first (NotBatchAgnostic): its
-    float outputs' row 0 against a batch-1 run, and every layer's values carrying the batch in dim 0."""
-    args = _stack(chunk)
-    f = run_keeping(float_gm, args, plan.keep_float, plan.float_constants)
-    batch = len(chunk)
-    if batch > 1 and not _agrees(_outputs(f, float_gm),
-                                 _outputs(run_keeping(float_gm, chunk[0], plan.keep_float, plan.float_constants),
-                                          float_gm)):
-        raise NotBatchAgnostic("a batched run's outputs differ from one input's")
-    q = run_keeping(quantized, args, plan.keep_quant, plan.quant_constants, plan.fusable)
-    if batch > 1:
-        for j in plan.joins:
-            for name, v in ((j.chain[-1].name, f.get(j.chain[-1].name)),
-                            (j.qvalue_node.name, q.get(j.qvalue_node.name))):
-                if _float(v) is not None and (v.dim() == 0 or v.shape[0] != batch):
-                    raise NotBatchAgnostic(f"{name} has shape {list(v.shape)} on a batch of {batch}")
-    return f, q
+@dataclass
+class _Engine:
+    """The two graphs' steppers, reused batch after batch (their constants computed once)."""
+
+    float_gm: GraphModule
+    quantized: GraphModule
+    plan: _Plan
+    fs: Stepper = None
+    qs: Stepper = None
+    checked: bool = False  # a batch of more than one input was checked against a batch-1 run
+    peak_bytes: int = 0  # the most bytes both graphs' live values took at once (measured on request)
+
+    def __post_init__(self):
+        p = self.plan
+        self.fs = Stepper(self.float_gm, p.keep_float, p.float_constants)
+        self.qs = Stepper(self.quantized, p.keep_quant, p.quant_constants, p.fusable)
+
+    def _measure(self) -> None:
+        live = {**self.fs.live_bytes(), **self.qs.live_bytes()}
+        self.peak_bytes = max(self.peak_bytes, sum(live.values()))
+
+    def run(self, chunk: list[tuple], measure: bool = False) -> tuple[list, dict, list, list]:
+        """Both graphs on a batch of inputs, every task measured on the way: (per layer a _LayerBatch or None,
+        per quantize node a CoverageBatch, float outputs, converted outputs). The first batch of more than one
+        input is checked (NotBatchAgnostic): its float outputs' row 0 against a batch-1 run, and every
+        layer's values carrying the batch in dim 0. measure: record `peak_bytes`."""
+        args, batch, plan = _stack(chunk), len(chunk), self.plan
+        if batch > 1 and not self.checked:
+            self.fs.start(chunk[0])
+            single = _outputs(self._finish(self.fs), self.float_gm)
+        for s in (self.fs, self.qs):
+            s.start(args)
+            s.on_step = self._measure if measure else None
+        b = _Batch(plan, self.fs, self.qs, batch)
+        layers: dict[str, _LayerBatch | None] = {}
+        coverage: dict[str, CoverageBatch | None] = {}
+        for task, release in zip(plan.tasks, plan.release_after):
+            for graph, name in task.needs:
+                (self.fs if graph == FLOAT else self.qs).advance_to(name)
+            if isinstance(task, LayerTask):
+                layers[task.join.chain[0].name] = b.layer(task)
+            else:
+                coverage[task.node] = b.coverage(task)
+            for graph, name in release:
+                (self.fs if graph == FLOAT else self.qs).values.pop(name, None)
+        f_out, q_out = _outputs(self._finish(self.fs), self.float_gm), _outputs(self._finish(self.qs), self.quantized)
+        for s in (self.fs, self.qs):
+            s.on_step = None
+        if batch > 1 and not self.checked:
+            if not _agrees(f_out, single):
+                raise NotBatchAgnostic("a batched run's outputs differ from one input's")
+            self.checked = True
+        return [layers.get(j.chain[0].name) for j in plan.joins], coverage, f_out, q_out
+
+    @staticmethod
+    def _finish(stepper: Stepper) -> dict:
+        stepper.finish()
+        values, stepper.values = stepper.values, {}
+        return values
 
 
 def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, backend: str | None = "xnnpack",
@@ -468,14 +498,16 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     layers = [_Layer(j) for j in plan.joins]
     rows: list[dict] = []
     energy = np.zeros(2)  # the outputs' signal and noise over the dataset
+    engine = _Engine(float_gm, quantized, plan)
     bar = tqdm(total=total, unit="input", desc="quantization report", disable=not progress, leave=False)
     size, first = 1, 0
     try:
         pending = list(itertools.islice(stream, 1))
         while pending:
             chunk = pending
+            sizing = first == 0 and _has_batch_of_one(example)
             try:
-                f, q = _run_chunk(float_gm, quantized, plan, chunk)
+                layer_batches, coverage_batches, f_out, q_out = engine.run(chunk, measure=sizing)
             except (NotBatchAgnostic, RuntimeError) as e:
                 if len(chunk) == 1:
                     raise
@@ -483,23 +515,20 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
                              f"{str(e).splitlines()[0][:120] if str(e) else ''})")
                 size, stream, pending = 1, itertools.chain(chunk[1:], stream), chunk[:1]
                 continue
-            batch, sqnr_of = len(chunk), {}
-            for acc in layers:
-                _layer_batch(acc, plan, f, q, first, batch, sqnr_of)
-            for name, cov in plan.quantizers.items():
-                # the float model's value where there is one: what calibration observed, so the dataset is
-                # compared with the calibration data, not with requantization noise (up to a step or so)
-                x = _float(f.get(plan.observed[name]) if name in plan.observed else q.get(plan.quant_inputs[name]))
-                if x is not None:
-                    cov.add(x.reshape(batch, -1), first)
+            batch = len(chunk)
+            for acc, m in zip(layers, layer_batches):
+                if m is not None:
+                    _commit_layer(acc, m, first, batch)
+            for name, m in coverage_batches.items():
+                if m is not None:
+                    plan.quantizers[name].commit(m, first)
             p_out = [method.execute(list(x)) for x in chunk] if method is not None else None
-            for r in _output_rows(_outputs(f, float_gm), _outputs(q, quantized), p_out, first, batch, metric_fns):
+            for r in _output_rows(f_out, q_out, p_out, first, batch, metric_fns):
                 energy += r.pop("_energy")
                 rows.append(r)
             bar.update(batch)
-            if first == 0 and _has_batch_of_one(example):  # sized from the first input's kept values
-                per_input = _nbytes(f, plan.keep_float & plan.input_dep) + _nbytes(q, plan.keep_quant)
-                size = batch_size or max(1, min(MAX_BATCH, memory_budget // max(per_input, 1)))
+            if sizing:  # sized from the first input's peak memory
+                size = batch_size or max(1, min(MAX_BATCH, memory_budget // max(engine.peak_bytes, 1)))
             first += batch
             pending = list(itertools.islice(stream, size))
     finally:

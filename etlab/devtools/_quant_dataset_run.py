@@ -1,12 +1,16 @@
-"""Running the float and converted graphs on a batch for the report over a dataset, doing no more than it
-needs: only the values the report reads are kept (the rest freed after their last use), the values no input
-reaches (weights dequantized per channel) computed once, and a quantize -> dequantize pair whose int8 value
-nobody reads run as one fake-quantize pass (the same values as the two decomposed ops, a third of the time).
-The guard torch.export adds for the example's batch size is skipped: the caller checks a batch against a
-batch-1 run (see _quant_dataset)."""
+"""Running the float and converted graphs side by side on a batch, one node at a time, for the report over a
+dataset (`Stepper`): each graph advances only as far as the next per-layer measurement needs, the values the
+report reads are held until their last reader is done and every other value is freed after its last use, so
+memory is a few layers' activations of one batch rather than every kept value of both graphs.
+
+Doing no more than it needs: the values no input reaches (weights dequantized per channel) are computed once,
+and a quantize -> dequantize pair whose int8 value nobody reads runs as one fake-quantize pass (the same values
+as the two decomposed ops, a third of the time). The guard torch.export adds for the example's batch size is
+skipped: the caller checks a batch against a batch-1 run (see _quant_dataset)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,54 +30,6 @@ def static_quantizer(node: Node) -> Coverage | None:
     if not all(isinstance(v, (int, float)) for v in (scale, zp, qmin, qmax)) or not scale > 0:
         return None
     return Coverage(node.name, float(scale), int(zp), (qmin - zp) * scale, (qmax - zp) * scale)
-
-
-class _Keep(Interpreter):
-    """Runs a GraphModule keeping only the values named in `keep` (the rest are freed after their last
-    use); the guard export adds for the example's batch size is skipped (see the module doc)."""
-
-    def __init__(self, gm: GraphModule, keep: set[str], constants: Constants | None = None,
-                 fusable: frozenset[str] = frozenset()):
-        super().__init__(gm, garbage_collect_values=True)
-        self.keep = keep
-        self.constants = constants
-        self.fusable = fusable
-        self.fused: set[str] = set()
-        self.values: dict[str, Any] = {}
-
-    def _fake_quantize(self, n: Node):
-        """quantize -> dequantize as one pass (torch's fake_quantize: the same values, a third of the time),
-        stored as the quantize node's value for its dequantize users; None when it does not apply."""
-        x = self.env.get(n.args[0])
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-            return None
-        scale, zp, qmin, qmax = n.args[1:5]
-        if not qmin <= zp <= qmax:
-            return None
-        self.fused.add(n.name)
-        return torch.fake_quantize_per_tensor_affine(x, float(scale), int(zp), int(qmin), int(qmax))
-
-    def run_node(self, n: Node) -> Any:
-        if n.op == "call_module" and str(n.target).startswith("_guards"):
-            return None
-        if self.fused and n.args and isinstance(n.args[0], Node) and n.args[0].name in self.fused:
-            out = self.env[n.args[0]]  # a dequantize of a fused quantize: its value is already dequantized
-            if n.name in self.keep:
-                self.values[n.name] = out
-            return out
-        cache = self.constants
-        out = None
-        if cache is not None and n.name in cache.values:
-            out = cache.values[n.name]
-        elif n.name in self.fusable:
-            out = self._fake_quantize(n)
-        if out is None:
-            out = super().run_node(n)
-            if cache is not None and n.name in cache.names:
-                cache.values[n.name] = out
-        if n.name in self.keep:
-            self.values[n.name] = out
-        return out
 
 
 @dataclass
@@ -104,9 +60,111 @@ def fusable_quantizers(gm: GraphModule, keep: set[str]) -> frozenset[str]:
     return frozenset(out)
 
 
+def _storage_bytes(values) -> dict[int, int]:
+    out = {}
+    for v in values:
+        if isinstance(v, torch.Tensor) and v.device.type == "cpu":
+            s = v.untyped_storage()
+            out[s.data_ptr()] = s.nbytes()
+    return out
+
+
+class Stepper(Interpreter):
+    """Runs a GraphModule one node at a time (`advance_to`), holding the values named in `pinned` in `values`
+    until the caller releases them, and freeing every other value after its last use.
+
+    alias: a dequantize of a fused quantize returns the quantize's (already dequantized) value; `alias` maps
+    such a dequantize to its quantize, so that callers caching by value see one value, not two."""
+
+    def __init__(self, gm: GraphModule, pinned: set[str], constants: Constants | None = None,
+                 fusable: frozenset[str] = frozenset()):
+        super().__init__(gm, garbage_collect_values=False)
+        self.order: list[Node] = list(gm.graph.nodes)
+        self.position = {n.name: i for i, n in enumerate(self.order)}
+        last: dict[Node, int] = {}
+        for i, n in enumerate(self.order):
+            for a in n.all_input_nodes:
+                last[a] = i
+        self.free_after: list[list[Node]] = [[] for _ in self.order]
+        for a, i in last.items():
+            if a.name not in pinned:
+                self.free_after[i].append(a)
+        self.pinned = pinned
+        self.constants = constants
+        self.fusable = fusable
+        self.fused: set[str] = set()
+        self.alias: dict[str, str] = {}
+        self.values: dict[str, Any] = {}
+        self.pos = 0
+        self.on_step: Callable[[], None] | None = None  # called after every node (memory measurement)
+
+    def start(self, args: tuple) -> None:
+        self.env = {}
+        self.args_iter = iter(args)
+        self.values = {}
+        self.pos = 0
+
+    def advance_to(self, name: str) -> None:
+        """Runs the nodes up to and including `name`."""
+        target = self.position[name]
+        while self.pos <= target:
+            self._step()
+
+    def finish(self) -> Any:
+        """Runs the rest of the graph; the output node's value."""
+        while self.pos < len(self.order):
+            self._step()
+        return self.env.get(self.order[-1])
+
+    def live_bytes(self) -> dict[int, int]:
+        return _storage_bytes([*self.env.values(), *self.values.values()])
+
+    def _step(self) -> None:
+        n = self.order[self.pos]
+        out = self._run(n)
+        self.env[n] = out
+        if n.name in self.pinned:
+            self.values[n.name] = out
+        for a in self.free_after[self.pos]:
+            self.env.pop(a, None)
+        self.pos += 1
+        if self.on_step is not None:
+            self.on_step()
+
+    def _fake_quantize(self, n: Node):
+        """quantize -> dequantize as one pass (torch's fake_quantize: the same values, a third of the time),
+        stored as the quantize node's value for its dequantize users; None when it does not apply."""
+        x = self.env.get(n.args[0])
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            return None
+        scale, zp, qmin, qmax = n.args[1:5]
+        if not qmin <= zp <= qmax:
+            return None
+        self.fused.add(n.name)
+        return torch.fake_quantize_per_tensor_affine(x, float(scale), int(zp), int(qmin), int(qmax))
+
+    def _run(self, n: Node) -> Any:
+        if n.op == "call_module" and str(n.target).startswith("_guards"):
+            return None
+        if self.fused and n.args and isinstance(n.args[0], Node) and n.args[0].name in self.fused:
+            self.alias[n.name] = n.args[0].name
+            return self.env[n.args[0]]  # a dequantize of a fused quantize: its value is already dequantized
+        cache = self.constants
+        if cache is not None and n.name in cache.values:
+            return cache.values[n.name]
+        out = self._fake_quantize(n) if n.name in self.fusable else None
+        if out is None:
+            with torch.no_grad():
+                out = self.run_node(n)
+            if cache is not None and n.name in cache.names:
+                cache.values[n.name] = out
+        return out
+
+
 def run_keeping(gm: GraphModule, args: tuple, keep: set[str], constants: Constants | None = None,
                 fusable: frozenset[str] = frozenset()) -> dict[str, Any]:
-    with torch.no_grad():
-        runner = _Keep(gm, keep, constants, fusable)
-        runner.run(*args)
+    """One whole run of `gm` on `args`: the values named in `keep` (the rest freed after their last use)."""
+    runner = Stepper(gm, keep, constants, fusable)
+    runner.start(args)
+    runner.finish()
     return runner.values

@@ -101,64 +101,100 @@ def max_abs_stream() -> Stream:
     return Stream(MAX_ABS_EDGES)
 
 
+def rows(x: torch.Tensor, batch: int | None = None) -> torch.Tensor:
+    """x as (batch, n), one row per input, without a copy where the layout allows (contiguous, or channels-last
+    as the converted graph's convolutions leave it). Element order within a row follows the layout: only for
+    reductions that ignore it (norms, extremes), never to pair two tensors element by element."""
+    batch = x.shape[0] if batch is None else batch
+    if x.dim() == 4 and x.shape[0] == batch and not x.is_contiguous() \
+            and x.is_contiguous(memory_format=torch.channels_last):
+        return x.permute(0, 2, 3, 1).reshape(batch, -1)
+    return x.reshape(batch, -1)
+
+
 def _squared_norms(x: torch.Tensor) -> np.ndarray:
     """Per-row squared L2 norms of a (batch, n) tensor, as float64 (one vectorised pass: a row-wise dot
     product through bmm or a multiply-and-sum is several times slower on CPU)."""
     return torch.linalg.vector_norm(x, dim=1).to(torch.float64).numpy() ** 2
 
 
+def raw_ranges(x: torch.Tensor, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (min, max) of a batch, NaN and infinities included (amin and amax: aminmax(dim=) is 10x slower,
+    vector_norm's inf-norm 40x)."""
+    flat = rows(x.detach(), batch)
+    if flat.shape[1] == 0:
+        nan = np.full(flat.shape[0], math.nan)
+        return nan, nan.copy()
+    return flat.amin(1).to(torch.float64).numpy(), flat.amax(1).to(torch.float64).numpy()
+
+
 def _max_abs(x: torch.Tensor) -> np.ndarray:
-    """Per-row max |x|: amin and amax (vector_norm's inf-norm is 40x slower on CPU, abs() allocates)."""
-    return torch.maximum(-x.amin(1), x.amax(1)).to(torch.float64).numpy()
+    """Per-row max |x| of a (batch, n) tensor."""
+    lo, hi = raw_ranges(x)
+    return np.maximum(-lo, hi)
 
 
 def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None, *,
                   value_norm: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """`error_metrics` for every row of a batch (dim 0 = input): sqnr, cosine, max_abs, mse, and `b_zero`
-    (the value is all zero: rounded away). Three norms and the difference's extremes per row; the cosine
-    comes from the norms (|a|^2 + |b|^2 - |a-b|^2 = 2 a.b), whose rounding is far below the 5 digits shown.
-    Rows with a non-finite norm go through `error_metrics` itself, which knows what a matching -inf mask
-    means. batch: rows (default dim 0; 1 for a value without a batch dim). value_norm: the value's squared
-    norms when already known (a layer's value is compared with two references: total and local)."""
+    (the value is all zero: rounded away). One difference and three norms per row and the difference's
+    extremes, each a single pass in the tensors' own layout; the cosine comes from the norms
+    (|a|^2 + |b|^2 - |a-b|^2 = 2 a.b), whose rounding is far below the 5 digits shown. Rows with a non-finite
+    norm go through `error_metrics` itself, which knows what a matching -inf mask means. batch: rows (default
+    dim 0; 1 for a value without a batch dim). value_norm: the value's squared norms when already known (a
+    layer's value is compared with two references: total and local)."""
     batch = reference.shape[0] if batch is None else batch
     dtype = torch.float64 if torch.float64 in (reference.dtype, value.dtype) else torch.float32
-    a = reference.detach().reshape(batch, -1).to(dtype)
-    b = value.detach().reshape(batch, -1).to(dtype)
-    if a.shape[1] == 0:
+    a, b = reference.detach().to(dtype), value.detach().to(dtype)
+    n = a.numel() // batch if batch else 0
+    if n == 0:
         ones = np.ones(batch)
         return {"sqnr": ones * math.inf, "cosine": ones, "max_abs": ones * 0.0, "mse": ones * 0.0,
-                "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0}
-    d = a - b
-    noise, signal = _squared_norms(d), _squared_norms(a)
-    b_sum = _squared_norms(b) if value_norm is None else value_norm.copy()
+                "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0, "b_norm": ones * 0.0}
+    d = rows(a - b, batch)
+    noise, signal = _squared_norms(d), _squared_norms(rows(a, batch))
+    b_sum = _squared_norms(rows(b, batch)) if value_norm is None else value_norm.copy()
+    max_abs = _max_abs(d)
+    del d
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         sqnr = np.where(noise == 0, math.inf, np.where(signal == 0, -math.inf, 10.0 * np.log10(signal / noise)))
         norm = np.sqrt(signal) * np.sqrt(b_sum)
         cross = 0.5 * (signal + b_sum - noise)
         cosine = np.where(norm > 0, np.clip(cross / norm, -1.0, 1.0), np.where(signal == b_sum, 1.0, 0.0))
-    max_abs = _max_abs(d)
-    out = {"sqnr": sqnr, "cosine": cosine, "max_abs": max_abs, "mse": noise / a.shape[1], "b_zero": b_sum == 0,
+    out = {"sqnr": sqnr, "cosine": cosine, "max_abs": max_abs, "mse": noise / n, "b_zero": b_sum == 0,
            "signal": signal, "noise": noise, "b_norm": b_sum}
     bad = ~(np.isfinite(noise) & np.isfinite(signal) & np.isfinite(b_sum))
-    for i in np.nonzero(bad)[0]:  # rare: infinities, NaN, float32 overflow
-        m = error_metrics(a[i], b[i])
-        out["sqnr"][i], out["cosine"][i], out["max_abs"][i], out["mse"][i] = m.sqnr, m.cosine, m.max_abs, m.mse
-        out["b_zero"][i] = not bool(b[i].any())
+    if bad.any():  # rare: infinities, NaN, float32 overflow (rows paired element by element: one layout)
+        a2, b2 = a.reshape(batch, -1), b.reshape(batch, -1)
+        for i in np.nonzero(bad)[0]:
+            m = error_metrics(a2[i], b2[i])
+            out["sqnr"][i], out["cosine"][i], out["max_abs"][i], out["mse"][i] = m.sqnr, m.cosine, m.max_abs, m.mse
+            out["b_zero"][i] = not bool(b2[i].any())
     return out
 
 
-def row_ranges(x: torch.Tensor, batch: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per-row (min, max) of a batch over its finite elements (NaN for a row with none)."""
-    flat = x.detach().reshape(x.shape[0] if batch is None else batch, -1)
-    if flat.shape[1] == 0:
-        nan = np.full(flat.shape[0], math.nan)
-        return nan, nan.copy()
-    lo, hi = (t.to(torch.float64).numpy() for t in (flat.amin(1), flat.amax(1)))  # aminmax(dim=) is 10x slower
+def row_ranges(x: torch.Tensor, batch: int | None = None,
+               raw: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per-row (min, max) of a batch over its finite elements (NaN for a row with none). raw: `raw_ranges`
+    of x when already computed."""
+    lo, hi = raw_ranges(x, batch) if raw is None else (raw[0].copy(), raw[1].copy())
     bad = ~(np.isfinite(lo) & np.isfinite(hi))
-    for i in np.nonzero(bad)[0]:
-        row = flat[i][torch.isfinite(flat[i])]
-        lo[i], hi[i] = (float(row.min()), float(row.max())) if row.numel() else (math.nan, math.nan)
+    if bad.any():
+        flat = rows(x.detach(), batch)
+        for i in np.nonzero(bad)[0]:
+            row = flat[i][torch.isfinite(flat[i])]
+            lo[i], hi[i] = (float(row.min()), float(row.max())) if row.numel() else (math.nan, math.nan)
     return lo, hi
+
+
+@dataclass
+class CoverageBatch:
+    """One batch's values at a quantize node: per input its finite range and clipped element count."""
+
+    lo: np.ndarray
+    hi: np.ndarray
+    clipped: np.ndarray
+    elements: int
 
 
 @dataclass
@@ -179,24 +215,36 @@ class Coverage:
     inputs: int = 0
     first_clipped_input: int = -1
 
-    def add(self, x: torch.Tensor, first_input: int) -> None:
-        """Adds a batch (dim 0 = input) of the values that enter the quantize node."""
-        lo, hi = row_ranges(x)
-        self.seen_min = float(np.nanmin([self.seen_min, *lo]))
-        self.seen_max = float(np.nanmax([self.seen_max, *hi]))
-        batch = x.shape[0]
-        self.inputs += batch
-        self.elements += x.numel()
+    def measure(self, x: torch.Tensor, batch: int | None = None,
+                raw: tuple[np.ndarray, np.ndarray] | None = None) -> CoverageBatch:
+        """A batch (dim 0 = input) of the values that enter the quantize node, measured (see `commit`).
+        raw: `raw_ranges` of x when already computed."""
+        batch = x.shape[0] if batch is None else batch
+        lo, hi = row_ranges(x, batch, raw)
+        clipped = np.zeros(batch, dtype=np.int64)
         half = 0.5 * self.scale
         outside = (lo < self.lo - half) | (hi > self.hi + half)
-        for i in np.nonzero(outside)[0]:  # counted only where a row's range says there is something to count
-            row = x[i].detach()
-            n = int(((row < self.lo - half) | (row > self.hi + half)).sum())
-            self.clipped += n
-            if n:
-                self.clipped_inputs += 1
-                if self.first_clipped_input < 0:
-                    self.first_clipped_input = first_input + int(i)
+        if outside.any():  # counted only where a row's range says there is something to count
+            flat = rows(x.detach(), batch)
+            for i in np.nonzero(outside)[0]:
+                clipped[i] = int(((flat[i] < self.lo - half) | (flat[i] > self.hi + half)).sum())
+        return CoverageBatch(lo, hi, clipped, x.numel())
+
+    def commit(self, m: CoverageBatch, first_input: int) -> None:
+        """Adds a measured batch whose first input is `first_input` in the dataset."""
+        self.seen_min = float(np.nanmin([self.seen_min, *m.lo]))
+        self.seen_max = float(np.nanmax([self.seen_max, *m.hi]))
+        self.inputs += len(m.lo)
+        self.elements += m.elements
+        self.clipped += int(m.clipped.sum())
+        hit = np.nonzero(m.clipped)[0]
+        self.clipped_inputs += hit.size
+        if hit.size and self.first_clipped_input < 0:
+            self.first_clipped_input = first_input + int(hit[0])
+
+    def add(self, x: torch.Tensor, first_input: int) -> None:
+        """Adds a batch (dim 0 = input) of the values that enter the quantize node."""
+        self.commit(self.measure(x), first_input)
 
     def row(self) -> dict:
         span = self.hi - self.lo
