@@ -76,25 +76,39 @@ def graph_with_noise(report) -> GraphModel:
     return model
 
 
-def select_layer(view, layer: str | None) -> None:
-    """A view's `select`: its details pane shows `layer`, its float graph (if any) selects it."""
-    if not layer:
-        return
-    view.details.value = view._details_html(layer)
-    if view.graph is not None:
-        try:
-            view.graph.focus(layer, kind=GRAPH_KIND)
-        except KeyError:
-            pass  # a layer drawn under another node (getitem)
+class _LayerView(widgets.VBox):
+    """What both quantization views share: rows keyed by layer, a details pane and an optional float graph;
+    `select(layer)` shows a layer in both."""
 
-
-class QuantizationView(widgets.VBox):
-    """Per-layer error of a quantized program (an `etlab.devtools.QuantReport`): SQNR chart linked to
-    the graph and the source line, the layer table (sortable), and the float graph colored by the noise
-    each layer introduced. `worst`: how many of the worst layers (by local SQNR) the note names."""
+    rows: list[dict]
+    details: widgets.HTML
+    graph: GraphView | None
 
     def _repr_mimebundle_(self, **kwargs):
         return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+
+    def select(self, layer: str | None) -> None:
+        """Shows `layer`'s numbers and source line in the details pane, and selects it in the graph when shown."""
+        if not layer:
+            return
+        self.details.value = self._details_html(layer)
+        if self.graph is not None:
+            try:
+                self.graph.focus(layer, kind=GRAPH_KIND)
+            except KeyError:
+                pass  # a layer drawn under another node (getitem)
+
+    def _row(self, layer: str | None) -> dict | None:
+        return next((r for r in self.rows if r["layer"] == layer), None)
+
+    def _details_html(self, layer: str | None) -> str:
+        raise NotImplementedError
+
+
+class QuantizationView(_LayerView):
+    """Per-layer error of a quantized program (an `etlab.devtools.QuantReport`): SQNR chart linked to
+    the graph and the source line, the layer table (sortable), and the float graph colored by the noise
+    each layer introduced. `worst`: how many of the worst layers (by local SQNR) the note names."""
 
     def __init__(self, report, *, show_graph: bool = True, worst: int = 3, **kwargs):
         if not hasattr(report, "layers") or not hasattr(report, "worst"):
@@ -126,12 +140,8 @@ class QuantizationView(widgets.VBox):
         return (f"{self.report.summary()}. Worst by local error (what a layer introduced, not what it inherited): "
                 f"{names}. Keep them in float with etlab.devtools.requantize_excluding / sensitivity_table.")
 
-    def select(self, layer: str | None) -> None:
-        """Shows `layer`'s numbers and source line, and selects it in the graph."""
-        select_layer(self, layer)
-
     def _details_html(self, layer: str | None) -> str:
-        row = next((r for r in self.rows if r["layer"] == layer), None)
+        row = self._row(layer)
         if row is None:
             return ""
         folded = f" (with {', '.join(row['folded'])} folded in)" if row["folded"] else ""
@@ -271,13 +281,10 @@ def coverage_figure(report) -> go.Figure:
     return fig
 
 
-class DatasetQuantizationView(widgets.VBox):
+class DatasetQuantizationView(_LayerView):
     """Quantization error over a dataset (an `etlab.devtools.DatasetQuantReport`): per-layer distributions of
     the local SQNR, calibration coverage, the layer table and the worst inputs. A click on a layer shows its
     numbers and source line (and selects it in the float graph when `show_graph`)."""
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, report, *, show_graph: bool = False, worst: int = 3, inputs: int = 20, **kwargs):
         if not hasattr(report, "distributions") or not hasattr(report, "per_input"):
@@ -307,12 +314,8 @@ class DatasetQuantizationView(widgets.VBox):
         parts = [self.note, self.plot, self.details, self.coverage_plot, self.table, self.inputs_table]
         super().__init__(parts + ([self.graph] if self.graph else []), **kwargs)
 
-    def select(self, layer: str | None) -> None:
-        """Shows `layer`'s numbers and source line (and selects it in the graph when shown)."""
-        select_layer(self, layer)
-
     def _details_html(self, layer: str | None) -> str:
-        row = next((r for r in self.rows if r["layer"] == layer), None)
+        row = self._row(layer)
         if row is None:
             return ""
         clip = ""
