@@ -19,6 +19,8 @@ ITERATIONS = 20
 
 
 def main(argv: list[str] | None = None) -> Path:
+    """`python -m etlab.demo`: compiles the demo model, runs it with ETDump and intermediates, writes the HTML
+    dashboard and returns the report's path."""
     parser = argparse.ArgumentParser(prog="python -m etlab.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="demo_out", help="folder for model.pte, model.etrecord, run.etdp, run.bin")

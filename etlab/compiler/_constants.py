@@ -16,6 +16,9 @@ DEFAULT_EXTERNAL_FILE = "_default_external_constant"  # upstream's name for the 
 
 @dataclass
 class ConstantValue:
+    """Where a constant tensor's data went: its index in the program's constant buffers, or (with `external_name`)
+    its entry in a .ptd."""
+
     buffer_index: int
     external_name: str | None = None
 
@@ -47,6 +50,8 @@ class ConstantStore:
         return bool(self.external) and spec.fqn is not None
 
     def lookup(self, spec: TensorSpec) -> ConstantValue:
+        """The placement of a constant's data, adding it on first sight: tensors viewing the same storage, shape,
+        strides, dtype and dim order share one buffer, so tied weights are stored once."""
         t = spec.data
         if t is None:
             raise ValueError(f"constant {spec.name} has no data")
@@ -92,6 +97,8 @@ class DelegateStore:
     _index: dict[bytes, int] = field(default_factory=dict)
 
     def add(self, data: bytes) -> int:
+        """The index of a delegate payload, storing it unless identical bytes are there already (two identical
+        partitions share one blob)."""
         data = bytes(data)
         if data not in self._index:
             self._index[data] = len(self.blobs)

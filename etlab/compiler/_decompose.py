@@ -38,6 +38,8 @@ class NeedsRetrace(Exception):
 
 @functools.cache
 def core_decompositions() -> dict:
+    """The decomposition table to_edge applies: torch's core ATen table plus the few ops the runtime's kernels cover
+    once decomposed."""
     from torch._decomp import core_aten_decompositions, get_decompositions
 
     table = dict(core_aten_decompositions())
@@ -47,6 +49,8 @@ def core_decompositions() -> dict:
 
 
 def is_view_copy(op) -> bool:
+    """Whether an op is a view_copy variant (e.g. aten::view_copy), the copy-semantics op the edge dialect uses in
+    place of a view."""
     return isinstance(op, OpOverload) and torch.Tag.view_copy in op.tags
 
 
@@ -459,6 +463,8 @@ def _splice(node: Node, rec: _Recording, input_nodes: list[Node], outs: list) ->
 
 
 def decompose_node(node: Node, fake_mode, config: EdgeCompileConfig) -> None:
+    """Replaces one node by its decomposition in place (a local rule first, else the recorded trace of the op's
+    decomposition, cached per signature); NeedsRetrace when the op mints data-dependent sizes."""
     rule = RULES.get(node.target)
     if rule is not None and rule(node, fake_mode):
         return

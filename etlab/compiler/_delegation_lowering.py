@@ -66,12 +66,14 @@ class WorkingProgram:
 
     @classmethod
     def from_program(cls, ep: ExportedProgram) -> WorkingProgram:
+        """The parts of an ExportedProgram, with the next free debug handle, ready for partitions to be cut out."""
         sig = ep.graph_signature
         return cls(ep.graph_module, list(sig.input_specs), list(sig.output_specs), dict(ep.state_dict),
                    dict(ep.constants), dict(ep.range_constraints), list(ep.module_call_graph),
                    ep.example_inputs, list(ep.verifiers), _max_debug_handle(ep.graph_module) + 1)
 
     def to_program(self) -> ExportedProgram:
+        """The parts put back together as an ExportedProgram, its graph linted and recompiled first."""
         self.graph_module.graph.lint()
         self.graph_module.recompile()
         return ExportedProgram(
@@ -82,6 +84,7 @@ class WorkingProgram:
             constants=self.constants, verifiers=self.verifiers)
 
     def take_debug_handle(self) -> int:
+        """A debug handle no node of the program uses yet (for a delegate call node)."""
         handle = self.next_debug_handle
         self.next_debug_handle += 1
         return handle

@@ -40,6 +40,9 @@ _SYM_KERNELS = {
 
 @dataclass
 class EmittedMethod:
+    """One method as emitted: its execution plan and the maps the devtools need (debug handles and delegates per
+    instruction, outputs per instruction)."""
+
     plan: P.ExecutionPlan
     debug_handle_map: dict[int, list[int]] = field(default_factory=dict)
     delegate_map: dict[int, dict] = field(default_factory=dict)

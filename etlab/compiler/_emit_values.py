@@ -26,11 +26,14 @@ class ValueTable:
         self.node_index: dict[Node, int] = {}
 
     def add(self, val) -> int:
+        """Appends one value to the method's value list and returns its index."""
         self.values.append(P.EValue(val))
         return len(self.values) - 1
 
     # -- tensors --------------------------------------------------------------------------------------------
     def spec(self, spec: TensorSpec, node: Node | None = None) -> int:
+        """The value index of a TensorSpec, adding its Tensor value the first time: every node sharing the spec
+        refers to one value."""
         idx = self._spec_index.get(id(spec))
         if idx is None:
             idx = self._spec_index[id(spec)] = self.add(self._tensor(spec, node))

@@ -67,6 +67,9 @@ def _fresh_branch_outputs(branch: GraphModule) -> None:
 
 
 def to_out_variants(gm: GraphModule) -> None:
+    """Retargets each functional op call (in cond branches too) to its out variant, since the runtime's kernels write
+    into memory that planning placed; view_copy nodes that are not outputs become views instead. A CompileError
+    names an op with no out variant (no kernel could run it)."""
     output_users = set(_outputs(gm))
     for node in gm.graph.nodes:
         if node.op != "call_function":

@@ -12,6 +12,8 @@ INHERITED_META = ("stack_trace", "nn_module_stack", "source_fn_stack", "torch_fn
 
 
 def inherit_meta(new: Node, old: Node, val=None) -> Node:
+    """Copies the metadata a replacement node must keep (stack trace, module stack, debug handle...) from `old` to
+    `new`, with `val` when given; returns `new`."""
     for key in INHERITED_META:
         if key in old.meta:
             new.meta[key] = old.meta[key]
@@ -27,6 +29,7 @@ def call(graph: torch.fx.Graph, target, args, kwargs=None, *, like: Node, val=No
 
 
 def getitem(graph: torch.fx.Graph, source: Node, index: int, *, val=None) -> Node:
+    """A getitem node taking output `index` of a multi-output node, with the source's metadata."""
     return call(graph, operator.getitem, (source, index), like=source, val=val)
 
 

@@ -137,6 +137,8 @@ def lower_bound(blocks: list[Block], num_steps: int) -> int:
 
 
 def naive(blocks: list[Block], mem_id: int) -> int:
+    """Places blocks one after another, never reusing memory: the baseline (and a debugging aid when reuse is
+    suspected)."""
     offset = 0
     for b in blocks:
         b.offset = offset
@@ -145,6 +147,8 @@ def naive(blocks: list[Block], mem_id: int) -> int:
 
 
 def greedy(blocks: list[Block], mem_id: int) -> int:
+    """Best-fit placement tried in a few block orders, keeping the smallest arena; stops early once an order reaches
+    the lower bound (the bytes live at the busiest step)."""
     orders = [
         lambda b: (-b.size, b.start),
         lambda b: (b.start, -b.size),

@@ -16,6 +16,7 @@ _TENSOR_OPTIONS = {"dtype", "layout", "device", "pin_memory"}
 
 
 def is_out_variant(op: OpOverload) -> bool:
+    """Whether an op overload writes into out arguments (an `.out` variant)."""
     return any(a.is_out for a in op._schema.arguments)
 
 
@@ -51,6 +52,7 @@ def out_variant(op: OpOverload) -> OpOverload | None:
 
 
 def out_argument_names(op: OpOverload) -> list[str]:
+    """The names of an op's out arguments, in schema order."""
     return [a.name for a in op._schema.arguments if a.is_out]
 
 

@@ -19,6 +19,9 @@ from etlab.schema import program as P
 
 @dataclass
 class CompiledProgram:
+    """Everything to_executorch produces: the program, its segments, per method the emitted plan, the planned graph
+    and memory plan, and the .ptd files of external constants."""
+
     program: P.Program
     segments: list[bytes]
     methods: dict[str, EmittedMethod]
@@ -71,6 +74,8 @@ def _constant_method_plan(name: str, value) -> P.ExecutionPlan:
 
 def compile_program(edge_programs: dict[str, ExportedProgram], constant_methods: dict | None,
                     config: ExecutorchBackendConfig) -> CompiledProgram:
+    """Plans memory for every method, emits them, and assembles the program with its constant and delegate segments:
+    the core of to_executorch."""
     constants = ConstantStore(alignment=config.constant_tensor_alignment or 16, external=config.external_constants)
     delegates = DelegateStore()
     methods, et_programs, plans = {}, {}, {}

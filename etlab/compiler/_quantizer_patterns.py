@@ -51,6 +51,8 @@ def anchor_kind(node: Node) -> str | None:
 
 
 def is_annotated(node: Node) -> bool:
+    """Whether a quantizer pattern has already annotated the node (patterns run in order and never annotate a node
+    twice)."""
     annotation = node.meta.get(_KEY)
     return annotation is not None and annotation._annotated
 

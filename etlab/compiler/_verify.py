@@ -71,6 +71,8 @@ def _check_bounded(node: Node, range_constraints: dict) -> None:
 
 
 def verify_graph(gm: GraphModule, config: EdgeCompileConfig, range_constraints: dict) -> None:
+    """Checks an edge graph before it goes on: ops in the edge dialect with consistent dtypes (when IR validity is
+    checked) and every dynamic size bounded; a CompileError names the node."""
     for node in gm.graph.nodes:
         if node.op != "call_function":
             continue
@@ -81,6 +83,8 @@ def verify_graph(gm: GraphModule, config: EdgeCompileConfig, range_constraints: 
 
 
 def verify_outputs(gm: GraphModule, first_user_output: int) -> None:
+    """Checks that every user output of a method is a tensor, as the runtime requires; a CompileError names the
+    output."""
     out_node = gm.graph.output_node()
     outs = out_node.args[0] if isinstance(out_node.args[0], (tuple, list)) else [out_node.args[0]]
     for i, o in enumerate(list(outs)[first_user_output:]):

@@ -47,9 +47,12 @@ class FlatBuffer:
         self.budget = self.n + 1024
 
     def fail(self, msg: str):
+        """Raises a FormatError naming the file: every bounds check ends here."""
         raise FormatError(f"{self.what}: {msg}")
 
     def spend(self, nbytes: int, ctx: str):
+        """Charges `nbytes` of decoding work to the file's budget; a FormatError when aliased offsets would make the
+        decode out of proportion to the file."""
         self.budget -= int(nbytes)
         if self.budget < 0:
             self.fail(f"{ctx}: offsets alias one another far more than any writer does (decode would "
@@ -323,6 +326,8 @@ class Tables:
         return self.read((name, dtype, default))[0]
 
     def present(self, name: str) -> np.ndarray:
+        """Per table, whether it stores field `name` (absent fields take the schema default); a FormatError when a
+        field would overrun its table."""
         if not len(self.pos):
             return np.zeros(0, dtype=bool)
         voff = self.voffs[self.fields[name][0]].astype(np.int64)

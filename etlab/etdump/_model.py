@@ -42,6 +42,8 @@ def _value(v: ValueColumns, j: int) -> s.Value | None:
 
 
 def columns_to_model(c: ETDumpColumns) -> s.ETDump:
+    """The schema dataclasses (etlab.schema.etdump.ETDump) of a columnar read: what writers and round-trip checks
+    use."""
     debug_row = np.full(len(c), -1, dtype=np.int64)
     debug_row[c.has_debug] = np.arange(int(c.has_debug.sum()))
     runs = []

@@ -58,6 +58,7 @@ def op_type_of(node: Node) -> str:
 
 
 def is_getitem(node: Node) -> bool:
+    """Whether a node only picks one output of a multi-output node (no kernel runs for it)."""
     return node.op == "call_function" and node.target is operator.getitem
 
 

@@ -84,14 +84,17 @@ class AllocatorName:
 
     @property
     def sign(self) -> int:
+        """+1 when the allocator's events add bytes, -1 when they release them."""
         return -1 if self.released else 1
 
 
 def planned(mem_id: int) -> str:
+    """The allocator name the runtime logs planned arena `mem_id` under."""
     return f"{PLANNED}:{int(mem_id)}"
 
 
 def shared(mem_id: int) -> str:
+    """The allocator name the runtime logs shared (cross-method) arena `mem_id` under."""
     return f"{SHARED}:{int(mem_id)}"
 
 

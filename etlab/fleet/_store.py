@@ -136,10 +136,12 @@ def drop_manifest_rows(store: Path, drop) -> int:
 
 
 def manifest_parts(store: Path) -> list[Path]:
+    """The store's file-manifest Parquet parts, in order."""
     return sorted((store / FILES_DIR).glob("files-*.parquet"))
 
 
 def event_parts(store: Path) -> list[Path]:
+    """The store's event Parquet parts (partitioned by program and build), in order."""
     return sorted((store / EVENTS_DIR).glob("program=*/build=*/*.parquet"))
 
 

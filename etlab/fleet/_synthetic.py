@@ -75,6 +75,9 @@ class FleetSpec:
 
 @dataclass(frozen=True)
 class Device:
+    """A simulated device: its name, class, and the factor its latencies are multiplied by (its class's, with a
+    per-device spread)."""
+
     name: str
     device_class: str
     speed: float

@@ -44,6 +44,8 @@ _OP = struct.Struct("<BBBBiH")
 
 
 class Opcode(IntEnum):
+    """The demo backend's operations (its bytecode's opcodes)."""
+
     ADD = 1
     MUL = 2
     MM = 3
@@ -52,6 +54,8 @@ class Opcode(IntEnum):
 
 
 class ValueKind(IntEnum):
+    """Whether a demo value is computed at run time or constant data stored in the payload."""
+
     ACTIVATION = 0
     CONSTANT = 1
 
@@ -66,6 +70,9 @@ class DemoValue:
 
 @dataclass
 class DemoOp:
+    """One demo instruction: opcode, value ids in and out, integer attributes, and the debug id the runtime reports
+    it under."""
+
     opcode: Opcode
     inputs: list[int]
     outputs: list[int]
@@ -76,12 +83,15 @@ class DemoOp:
 
 @dataclass
 class DemoProgram:
+    """A lowered partition in the demo format: its values, inputs, outputs and ops in order."""
+
     values: list[DemoValue] = field(default_factory=list)
     inputs: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     ops: list[DemoOp] = field(default_factory=list)
 
     def add_value(self, shape, data: torch.Tensor | None = None) -> int:
+        """Adds a value of `shape` (constant when `data` is given) and returns its id."""
         self.values.append(DemoValue(tuple(int(d) for d in shape), data))
         return len(self.values) - 1
 
