@@ -52,11 +52,15 @@ class Focus(TypedDict):
 
 
 class OperatorCount(TypedDict):
+    """How many kernel calls of one operator a method's instructions make."""
+
     name: str
     calls: int
 
 
 class DelegateCount(TypedDict):
+    """How many delegate calls of one delegate (by index and backend) a method makes."""
+
     index: int
     backend: str
     calls: int
@@ -93,6 +97,8 @@ class MemoryBlock(TypedDict):
 
 
 class Latency(TypedDict):
+    """A node's or row's latency statistics over the runs (in the run's time unit; null when missing or not finite)."""
+
     p50: float | None
     p10: float | None
     p90: float | None
@@ -106,6 +112,9 @@ class Latency(TypedDict):
 
 
 class GraphNode(TypedDict):
+    """A node of a drawn graph (etlab.visualizer.GraphNode as JSON): what it computes, its group, debug handles,
+    shapes and the overlays' values."""
+
     id: int
     name: str
     kind: Literal["op", "input", "output", "delegate", "control_flow"]
@@ -126,6 +135,8 @@ class GraphNode(TypedDict):
 
 
 class GraphGroup(TypedDict):
+    """A box of a drawn graph: an nn.Module scope or a delegated partition (etlab.visualizer.GraphGroup as JSON)."""
+
     id: str
     label: str
     kind: Literal["module", "delegate"]
@@ -155,12 +166,16 @@ class Graph(TypedDict):
 
 
 class BackendShare(TypedDict):
+    """What one backend took: its partitions and the nodes in them."""
+
     backend: str
     partitions: int
     nodes: int
 
 
 class LeftOutNode(TypedDict):
+    """A node no backend took, with the partitioner's reason and hint, its module and source line."""
+
     node: str
     op: str
     reason: str
@@ -171,6 +186,8 @@ class LeftOutNode(TypedDict):
 
 
 class RefusalGroup(TypedDict):
+    """The nodes left out for one category of reason, with the group's full count (`nodes` may be capped)."""
+
     category: str
     count: int
     nodes: list[LeftOutNode]
@@ -209,6 +226,9 @@ class PteView(Versioned):
 
 
 class ProfileRow(TypedDict):
+    """One row of the run's profile table: an instruction's or delegate event's share of the time and its latency
+    statistics."""
+
     name: str
     ops: str
     module: str
@@ -241,6 +261,8 @@ class Span(TypedDict):
 
 
 class RunSummary(TypedDict):
+    """The whole-method timing of a run file: how many runs, the unit, and p50/min/max."""
+
     runs: int
     unit: str
     p50: float | None
@@ -249,6 +271,9 @@ class RunSummary(TypedDict):
 
 
 class RunBlock(TypedDict):
+    """One run block of an ETDump: its name and how many events of each kind it holds, and the span it covers in
+    ticks."""
+
     name: str
     events: int
     profile_events: int
@@ -269,6 +294,8 @@ class MemoryOwner(TypedDict):
 
 
 class MemoryPhase(TypedDict):
+    """Memory at one phase of a run (load, execute): bytes the tracker saw and the process's resident set."""
+
     phase: str
     tracked_bytes: int
     rss_bytes: int
@@ -334,6 +361,8 @@ class EtdpGraphs(TypedDict):
 
 
 class ModuleRow(TypedDict):
+    """A row of the ETRecord viewer's module tree: a module or delegate group, its depth and how many nodes it holds."""
+
     id: str
     label: str
     kind: str
@@ -343,6 +372,8 @@ class ModuleRow(TypedDict):
 
 
 class DelegateAt(TypedDict):
+    """Which backend the delegate call at a runtime instruction runs."""
+
     instruction: int
     backend: str
 
@@ -373,17 +404,23 @@ class BundledValue(TypedDict):
 
 
 class BundledCase(TypedDict):
+    """One bundled test case as the viewer lists it: its inputs and expected outputs."""
+
     index: int
     inputs: list[BundledValue]
     expected: list[BundledValue]
 
 
 class BundledSuite(TypedDict):
+    """The test cases of one method of a bundled program."""
+
     method: str
     cases: list[BundledCase]
 
 
 class Tolerance(TypedDict):
+    """The relative and absolute tolerance an output check used."""
+
     rtol: float
     atol: float
 
@@ -400,6 +437,8 @@ class BpteView(Versioned):
 
 
 class OutputVerdict(TypedDict):
+    """One output's check: whether it matched, how far off (max abs diff, mismatched elements), and why not."""
+
     index: int
     ok: bool
     max_abs_diff: float | None
@@ -410,6 +449,8 @@ class OutputVerdict(TypedDict):
 
 
 class CaseVerdict(TypedDict):
+    """One test case's verdict, with the tolerance used and each output's check."""
+
     method: str
     index: int
     ok: bool
@@ -431,6 +472,9 @@ class VerifyReport(TypedDict):
 
 
 class CompareRow(TypedDict):
+    """A row of a two-run comparison: an instruction's p50 in A and B, the difference and ratio, and the node it
+    shows."""
+
     name: str
     instruction: int | None
     ops: str
@@ -454,6 +498,9 @@ class CompareView(TypedDict):
 
 
 class ArtifactFile(TypedDict):
+    """A file the artifacts browser lists: its kind, size, time, the program it belongs to, and an error when it does
+    not read."""
+
     path: str
     kind: Literal["pte", "etdp", "etrecord", "bpte", "ptd"]
     size: int
@@ -463,6 +510,8 @@ class ArtifactFile(TypedDict):
 
 
 class ArtifactGroup(TypedDict):
+    """The artifacts of one program (a .pte with its runs, records and bundles), or of none."""
+
     program: str | None
     files: list[ArtifactFile]
 
@@ -500,6 +549,7 @@ def _hints(td) -> dict:
 
 
 def is_typeddict(tp) -> bool:
+    """Whether `tp` is a TypedDict class (what the contract checker and the .d.ts generator walk into)."""
     return isinstance(tp, type) and issubclass(tp, dict) and hasattr(tp, "__required_keys__")
 
 

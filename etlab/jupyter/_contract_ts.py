@@ -34,6 +34,8 @@ def load_contract():
 
 
 def ts_type(tp, contract) -> str:
+    """The TypeScript spelling of a contract field's Python type (unions, literals, lists, dicts, nested TypedDicts
+    as their `I` interfaces); a TypeError for a type the contract must not use."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if tp is type(None) or tp is None:
         return "null"
@@ -77,6 +79,7 @@ def typeddicts(contract) -> list[type]:
 
 
 def render(contract) -> str:
+    """The whole contract.d.ts text: one exported interface per TypedDict, with its docstring as the comment."""
     parts = [HEADER]
     for td in typeddicts(contract):
         doc = " ".join((td.__doc__ or "").split())
@@ -91,6 +94,8 @@ def render(contract) -> str:
 
 
 def main(argv: list[str]) -> int:
+    """`python _contract_ts.py OUT [--check]`: writes the .d.ts, or with --check exits 1 when OUT differs from what
+    the contract says (the stale-file test)."""
     if not argv or argv[0].startswith("-"):
         print(__doc__, file=sys.stderr)
         return 2

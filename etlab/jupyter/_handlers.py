@@ -82,6 +82,8 @@ class ViewHandler(_Base):
 
     @tornado.web.authenticated
     async def get(self, kind: str):
+        """Answers one viewer's JSON (pte, etdp, etrecord or bpte) for `path`, built in a worker process; a 400 names
+        a missing argument."""
         path = self.arg("path")
         if path is None:
             return self._error(400, "path: missing query argument")
@@ -104,6 +106,7 @@ class StatHandler(_Base):
 
     @tornado.web.authenticated
     def get(self):
+        """Answers the file's size and version, or the path error's status and message."""
         try:
             result = self.service.stat(self.arg("path") or "")
         except PathError as e:
@@ -118,6 +121,8 @@ class VerifyHandler(_Base):
 
     @tornado.web.authenticated
     async def post(self):
+        """Runs the bundle's test cases in a worker with a time limit above the verifier's own, and answers the
+        verdicts."""
         path = self.arg("path", "")
         await self.run_json("verify", path, path, self.arg("rtol"), self.arg("atol"),
                             seconds=max(self.pool.budget.seconds, VERIFY_TIMEOUT_S + 30))
@@ -128,6 +133,7 @@ class ArtifactsHandler(_Base):
 
     @tornado.web.authenticated
     async def get(self):
+        """Answers the folder's artifacts grouped by program."""
         folder = self.arg("folder", "")
         await self.run_json("artifacts", folder, folder)
 
@@ -137,6 +143,7 @@ class CompareHandler(_Base):
 
     @tornado.web.authenticated
     async def get(self):
+        """Answers the comparison of runs a and b (with the program when given); a 400 when either run is missing."""
         a, b = self.arg("a"), self.arg("b")
         if not a or not b:
             return self._error(400, "compare: give two runs, a= and b=")
@@ -150,6 +157,8 @@ class ModuleHandler(_Base):
 
     @tornado.web.authenticated
     def get(self, name: str):
+        """Serves one view module or stylesheet with a JavaScript/CSS content type (a module script needs it), or a
+        404 naming an unknown module."""
         try:
             source = view_module(name)
         except KeyError:

@@ -76,6 +76,7 @@ class LabServer:
     log_path: Path | None = None
 
     def url(self, path: str = "lab") -> str:
+        """The URL of `path` on this server, with the token, ready for a browser."""
         sep = "&" if "?" in path else "?"
         return f"http://127.0.0.1:{self.port}/{path}{sep}token={self.token}"
 
@@ -94,6 +95,8 @@ class LabServer:
         return cmd, {**os.environ, **jupyter_dirs(self.base)}
 
     def start(self, timeout_s: float = 90.0) -> LabServer:
+        """Starts the server (output to `server.log`) and waits until it answers, up to `timeout_s`; the log's tail
+        is in the error when it does not come up."""
         cmd, env = self.command()
         self.log_path = self.base / "server.log"
         log = self._log = open(self.log_path, "wb")  # the server writes to it until stopped
@@ -128,6 +131,8 @@ class LabServer:
             return e.code, json.loads(e.read() or b"{}")
 
     def log(self) -> str:
+        """What the server has written so far (empty before it starts): the first thing to read when a test against
+        it fails."""
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
     def stop(self) -> None:
@@ -168,6 +173,8 @@ class MakeLab(LabServer):
     repo: Path = field(default_factory=lambda: Path(__file__).resolve().parents[2])
 
     def command(self) -> tuple[list[str], dict[str, str]]:
+        """The `make lab-server` command line and environment (the outer make's jobserver variables removed); a
+        FileNotFoundError when `repo` is not a checkout."""
         if not (self.repo / "Makefile").is_file():
             raise FileNotFoundError(f"{self.repo}: no Makefile (make lab-server runs in an etlab checkout)")
         cmd = ["make", "-C", str(self.repo), "--no-print-directory", "lab-server", f"LAB_ROOT={self.root}",

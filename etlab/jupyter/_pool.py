@@ -47,6 +47,9 @@ _OK, _ERR = b"O", b"E"
 
 @dataclass(frozen=True)
 class Budget:
+    """What the Lab server's workers may spend: seconds per request, memory per worker, and how many workers stay
+    warm and may run at once."""
+
     seconds: float = 120.0
     memory_mb: int = 4096
     workers: int = 2
@@ -242,6 +245,7 @@ class WorkerPool:
                 self._waiting -= 1
 
     def release(self, worker: _Worker, name: str) -> None:
+        """Returns a worker after a request; workers beyond the warm count that have idled long enough are stopped."""
         worker.last, worker.idle_since = name, time.monotonic()
         stale = []
         with self._cond:
@@ -313,6 +317,7 @@ class WorkerPool:
                 del self._files[name]
 
     def close(self) -> None:
+        """Stops the idle workers and the zygote (busy ones stop when their request ends): the server's shutdown."""
         with self._cond:
             idle, self._idle = self._idle, []
             self._count -= len(idle)

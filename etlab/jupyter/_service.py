@@ -65,6 +65,7 @@ class Service:
     # -- reading, named relative to the root ------------------------------------------------------------
 
     def rel(self, path: Path) -> str:
+        """A path under the root as the viewers name it (relative, with forward slashes)."""
         return path.relative_to(self.root).as_posix()
 
     def _named(self, path: Path, fn):
@@ -128,11 +129,15 @@ class Service:
     # -- endpoints ----------------------------------------------------------------------------------------
 
     def stat(self, rel: str) -> Stat:
+        """The file's size and version (mtime in ns as text), confined to the root: what the viewers poll to offer a
+        reload."""
         path = confine(self.root, rel)
         size, mtime = file_version(path)
         return {"path": self.rel(path), "size": size, "mtime_ns": str(mtime)}
 
     def pte(self, rel: str, method: str | None = None) -> PteView:
+        """The .pte viewer's data for one method, with the delegation facts of an ETRecord of the same program beside
+        it (a .pte holds no graph)."""
         path = confine(self.root, rel, kinds=("pte",))
         view = self._versioned(path, ("pte", method),
                                lambda: self._named(path, lambda: pte_view(self._load(path, "pte"), method=method)))
@@ -140,6 +145,7 @@ class Service:
         return cast(PteView, {**view, "delegation": self._delegation(record, view.get("method")) if record else None})
 
     def etrecord(self, rel: str, method: str = "forward") -> EtrecordView:
+        """The ETRecord viewer's data for one method (graphs, module tree, delegates), with its delegation facts."""
         path = confine(self.root, rel, kinds=("etrecord",))
         view = self._versioned(path, ("etrecord", method), lambda: self._named(
             path, lambda: etrecord_view(self._load(path, "etrecord"), method=method)))
@@ -154,6 +160,8 @@ class Service:
         return cast(Delegation, {**view, "source": self.rel(record)}) if view else None
 
     def bpte(self, rel: str) -> BpteView:
+        """The bundled-program viewer's data: each method's test cases (inputs and expected outputs summarized),
+        cached by the file's version."""
         path = confine(self.root, rel, kinds=("bpte",))
         return cast(BpteView, self._versioned(path, ("bpte",), lambda: self._named(
             path, lambda: bpte_view(self._load(path, "bpte"), name=self.rel(path)))))

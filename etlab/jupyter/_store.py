@@ -95,6 +95,8 @@ class Cache:
         self._lock = threading.Lock()
 
     def get(self, key, compute: Callable[[], T]) -> T:
+        """The cached value for `key`, else `compute()`'s (computed outside the lock, so a slow file does not block
+        other requests; the oldest entry goes when full)."""
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)

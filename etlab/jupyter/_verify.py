@@ -48,6 +48,8 @@ def verify(path: str, name: str, rtol: float | None = None, atol: float | None =
 
 
 def main(argv: list[str]) -> int:
+    """Parses the command line and prints the verification report as one JSON object; a bad file or tolerance prints
+    a JSON error naming it instead (still exit 0: the server reads the JSON), anything else ends with a traceback."""
     ap = argparse.ArgumentParser(prog="python -m etlab.jupyter._verify", description=__doc__)
     ap.add_argument("path", help="the .bpte")
     ap.add_argument("name", nargs="?", help="how the report names it (default: the path)")

@@ -13,11 +13,13 @@ export interface IErrorReply {
   error: string;
 }
 
+/** How many kernel calls of one operator a method's instructions make. */
 export interface IOperatorCount {
   name: string;
   calls: number;
 }
 
+/** How many delegate calls of one delegate (by index and backend) a method makes. */
 export interface IDelegateCount {
   index: number;
   backend: string;
@@ -37,6 +39,7 @@ export interface IMethodSummary {
   constant_bytes: number;
 }
 
+/** A node's or row's latency statistics over the runs (in the run's time unit; null when missing or not finite). */
 export interface ILatency {
   p50: number | null;
   p10: number | null;
@@ -50,6 +53,7 @@ export interface ILatency {
   note?: string;
 }
 
+/** A node of a drawn graph (etlab.visualizer.GraphNode as JSON): what it computes, its group, debug handles, shapes and the overlays' values. */
 export interface IGraphNode {
   id: number;
   name: string;
@@ -70,6 +74,7 @@ export interface IGraphNode {
   gap: number | null;
 }
 
+/** A box of a drawn graph: an nn.Module scope or a delegated partition (etlab.visualizer.GraphGroup as JSON). */
 export interface IGraphGroup {
   id: string;
   label: string;
@@ -106,12 +111,14 @@ export interface IMemoryBlock {
   dtype: string;
 }
 
+/** What one backend took: its partitions and the nodes in them. */
 export interface IBackendShare {
   backend: string;
   partitions: number;
   nodes: number;
 }
 
+/** A node no backend took, with the partitioner's reason and hint, its module and source line. */
 export interface ILeftOutNode {
   node: string;
   op: string;
@@ -122,6 +129,7 @@ export interface ILeftOutNode {
   handle: number | null;
 }
 
+/** The nodes left out for one category of reason, with the group's full count (`nodes` may be capped). */
 export interface IRefusalGroup {
   category: string;
   count: number;
@@ -157,6 +165,7 @@ export interface IPteView {
   delegation: IDelegation | null;
 }
 
+/** One run block of an ETDump: its name and how many events of each kind it holds, and the span it covers in ticks. */
 export interface IRunBlock {
   name: string;
   events: number;
@@ -179,6 +188,7 @@ export interface IFocus {
   instruction: number | null;
 }
 
+/** One row of the run's profile table: an instruction's or delegate event's share of the time and its latency statistics. */
 export interface IProfileRow {
   name: string;
   ops: string;
@@ -210,6 +220,7 @@ export interface ISpan {
   depth: number;
 }
 
+/** The whole-method timing of a run file: how many runs, the unit, and p50/min/max. */
 export interface IRunSummary {
   runs: number;
   unit: string;
@@ -229,6 +240,7 @@ export interface IMemoryOwner {
   peak_instruction: number | null;
 }
 
+/** Memory at one phase of a run (load, execute): bytes the tracker saw and the process's resident set. */
 export interface IMemoryPhase {
   phase: string;
   tracked_bytes: number;
@@ -291,6 +303,7 @@ export interface IEtdpGraphs {
   mtime_ns?: string;
 }
 
+/** A row of the ETRecord viewer's module tree: a module or delegate group, its depth and how many nodes it holds. */
 export interface IModuleRow {
   id: string;
   label: string;
@@ -300,6 +313,7 @@ export interface IModuleRow {
   nodes: number;
 }
 
+/** Which backend the delegate call at a runtime instruction runs. */
 export interface IDelegateAt {
   instruction: number;
   backend: string;
@@ -331,17 +345,20 @@ export interface IBundledValue {
   value?: number | boolean;
 }
 
+/** One bundled test case as the viewer lists it: its inputs and expected outputs. */
 export interface IBundledCase {
   index: number;
   inputs: IBundledValue[];
   expected: IBundledValue[];
 }
 
+/** The test cases of one method of a bundled program. */
 export interface IBundledSuite {
   method: string;
   cases: IBundledCase[];
 }
 
+/** The relative and absolute tolerance an output check used. */
 export interface ITolerance {
   rtol: number;
   atol: number;
@@ -360,6 +377,7 @@ export interface IBpteView {
   tolerance: ITolerance;
 }
 
+/** One output's check: whether it matched, how far off (max abs diff, mismatched elements), and why not. */
 export interface IOutputVerdict {
   index: number;
   ok: boolean;
@@ -370,6 +388,7 @@ export interface IOutputVerdict {
   text: string;
 }
 
+/** One test case's verdict, with the tolerance used and each output's check. */
 export interface ICaseVerdict {
   method: string;
   index: number;
@@ -390,6 +409,7 @@ export interface IVerifyReport {
   cases: ICaseVerdict[];
 }
 
+/** A row of a two-run comparison: an instruction's p50 in A and B, the difference and ratio, and the node it shows. */
 export interface ICompareRow {
   name: string;
   instruction: number | null;
@@ -412,6 +432,7 @@ export interface ICompareView {
   warning: string | null;
 }
 
+/** A file the artifacts browser lists: its kind, size, time, the program it belongs to, and an error when it does not read. */
 export interface IArtifactFile {
   path: string;
   kind: 'pte' | 'etdp' | 'etrecord' | 'bpte' | 'ptd';
@@ -421,6 +442,7 @@ export interface IArtifactFile {
   error: string | null;
 }
 
+/** The artifacts of one program (a .pte with its runs, records and bundles), or of none. */
 export interface IArtifactGroup {
   program: string | null;
   files: IArtifactFile[];
