@@ -500,3 +500,28 @@ def test_untraced_runs_take_the_prepared_steps_within_one_step_of_node_by_node(r
     XNNPACK_BACKEND.execute(plan, [x, logged], recorder)
     assert len(recorder.events) == len(plan.nodes)
     torch.testing.assert_close(logged, slow, rtol=0, atol=0.04 * 1.001)
+
+
+@pytest.mark.parametrize("core", ["native", "python"])
+def test_a_0d_output_of_a_delegate_is_its_1_element_value(tmp_path, core):
+    """XNNPACK's graph holds a 0-d tensor as [1] (torchvision's Swin copies a scalar inside a partition):
+    the delegate writes it into the program's 0-d output, as it reads a 0-d input."""
+    from etlab.compiler import to_edge_transform_and_lower
+    from etlab.compiler.backends.xnnpack import XnnpackPartitioner
+    from etlab.runtime import Runtime
+
+    class ScalarCopy(torch.nn.Module):
+        def forward(self, x, s):
+            return x * 2, s.clone()
+
+    inputs = (torch.randn(3, 4), torch.tensor(1.5))
+    edge = to_edge_transform_and_lower(torch.export.export(ScalarCopy(), inputs), partitioner=[XnnpackPartitioner()])
+    assert "executorch_call_delegate" in str(edge.exported_program().graph)
+    (tmp_path / "m.pte").write_bytes(edge.to_executorch().buffer)
+    try:
+        method = Runtime.get(core=core).load_program(tmp_path / "m.pte").load_method("forward")
+    except (ImportError, RuntimeError) as err:  # the native core is an optional build
+        pytest.skip(f"runtime core {core!r} unavailable: {err}")
+    doubled, scalar = method.execute(list(inputs))
+    torch.testing.assert_close(doubled, inputs[0] * 2)
+    assert scalar.shape == () and scalar.item() == 1.5

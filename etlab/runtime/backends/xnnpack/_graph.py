@@ -237,6 +237,9 @@ def _store_output(spec: ValueSpec, levels: torch.Tensor, out: torch.Tensor) -> N
         levels = to_levels(levels, spec.quant)
     if spec.quant is not None and spec.quant.kind == "tensor":
         levels = to_integers(levels, spec.quant, out.dtype)
+    if out.dim() == 0 and spec.shape == (1,) and levels.numel() == 1:
+        out.copy_(levels.reshape(()))  # a 0-d tensor is [1] in XNNPACK's graph (as for inputs, `_bind_arguments`)
+        return
     if out.shape != levels.shape:
         # A dynamic shape: this run's output differs from the last one's (smaller or larger) and must fit
         # the value's declared upper bound (the graph's dims), which is what the program planned for it.
