@@ -8,8 +8,15 @@ import importlib
 import pytest
 
 # Modules whose public entry points carry examples; each must keep at least one.
-MODULES = ["etlab.errors", "etlab.schema.etdump", "etlab.schema.scalar_type", "etlab.fleet._diff", "etlab.fleet._tags",
-           "etlab.compiler._tensor_spec"]
+MODULES = [
+    "etlab.errors",
+    # the file formats
+    "etlab.schema.program", "etlab.schema._load_any", "etlab.schema.etdump", "etlab.schema.scalar_type",
+    # export -> edge -> delegation -> .pte
+    "etlab.compiler._manager", "etlab.compiler._tensor_spec",
+    # profile a model in one call; a fleet of runs
+    "etlab.devtools._profile", "etlab.fleet._ingest", "etlab.fleet._diff", "etlab.fleet._tags",
+]
 
 
 @pytest.mark.parametrize("name", MODULES)

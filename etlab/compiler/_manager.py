@@ -258,7 +258,22 @@ class ExecutorchProgramManager:
 @with_young_heap_gc
 def to_edge(programs, constant_methods: dict | None = None, compile_config: EdgeCompileConfig | None = None,
             generate_etrecord: bool = False) -> EdgeProgramManager:
-    """Lowers exported program(s) to the Edge dialect. `programs`: an ExportedProgram ('forward') or a dict."""
+    """Lowers exported program(s) to the Edge dialect. `programs`: an ExportedProgram ('forward') or a dict
+    (method name -> ExportedProgram). `generate_etrecord=True` keeps the ATen graphs for the ETRecord.
+
+    >>> import torch
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> exported = torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))
+    >>> edge = to_edge(exported)
+    >>> sorted(edge.methods)
+    ['forward']
+    >>> [str(n.target) for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    ['aten.mul.Tensor', 'aten.add.Tensor']
+    >>> bytes(edge.to_executorch().buffer[4:8])  # the .pte, ready for etlab.runtime
+    b'ET12'
+    """
     methods = _as_methods(programs)
     config = compile_config or EdgeCompileConfig()
     edge = {name: to_edge_program(ep, config) for name, ep in methods.items()}
@@ -275,7 +290,18 @@ def to_edge_transform_and_lower(programs, transform_passes=None, partitioner=Non
 
     As upstream's: the ops each partitioner's `ops_to_not_decompose` names stay whole in the Edge
     graph where its filter accepts the node (an XNNPACK `linear` is one node, not permute + addmm),
-    and one of them left undelegated afterwards is a CompileError."""
+    and one of them left undelegated afterwards is a CompileError.
+
+    >>> import torch
+    >>> from etlab.compiler.backends import DemoPartitioner
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> exported = torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))
+    >>> edge = to_edge_transform_and_lower(exported, partitioner=[DemoPartitioner()])
+    >>> [n.target.__name__ for n in edge.exported_program().graph.nodes if n.op == "call_function"]
+    ['executorch_call_delegate', 'getitem']
+    """
     from etlab.compiler._delegation import (
         check_kept_whole_delegated,
         edge_config_after_keep_whole,

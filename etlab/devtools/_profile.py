@@ -35,6 +35,20 @@ def profile(model, inputs, *, iterations: int = 10, debug: bool = True, method_n
     method_name: the method of an exported program to run (a module exports as "forward").
     inputs per method ({"prefill": ..., "decode": ...}): an LLM's phases, `iterations` generations of
     one prefill and `decode_steps` decode steps in one ETDump (see `_phase_profile`); returns a PhaseProfile.
+
+    >>> import tempfile, torch
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> with tempfile.TemporaryDirectory() as workdir:
+    ...     inspector = profile(AddMul(), (torch.ones(2, 2), torch.full((2, 2), 3.0)), iterations=3,
+    ...                         progress=False, workdir=workdir)
+    ...     ops = sorted(e for e in inspector.to_dataframe()["event_name"] if e.startswith("native_call_"))
+    ...     gap = inspector.calculate_numeric_gap()
+    >>> ops  # the kernels the runtime ran, timed over the 3 runs
+    ['native_call_add.out', 'native_call_mul.out']
+    >>> [(ops, [float(x) for x in g]) for ops, g in zip(gap["aot_ops"], gap["gap"])]  # eager vs runtime, per op
+    [(['mul'], [0.0]), (['add'], [0.0])]
     """
     if isinstance(inputs, Mapping):
         from etlab.devtools._phase_profile import profile_phases

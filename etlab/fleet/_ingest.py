@@ -293,6 +293,22 @@ def ingest(sources, store, *, pattern: str | None = None, tags: dict | None = No
     workers: processes (default: all cores; 1 runs in this process). Files already stored (same
     path, size, mtime) are not read again; files that were bad are tried again (a file still bad for
     the same reason adds no manifest row).
+
+    A synthetic fleet (3 devices, builds A and B, a regression planted in B), ingested and compared:
+
+    >>> import os, tempfile
+    >>> from etlab.fleet import PATH_PATTERN, FleetDB, FleetSpec, diff, generate_fleet
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     files, store = os.path.join(d, "etdp"), os.path.join(d, "store")
+    ...     _ = generate_fleet(files, FleetSpec(devices_per_class=1, sessions=1, runs=4))
+    ...     summary = ingest(files, store, pattern=PATH_PATTERN, workers=1)
+    ...     with FleetDB(store) as db:
+    ...         devices = db.sql("SELECT count(DISTINCT device) AS n FROM events")["n"].item()
+    ...     flagged = diff(store, base={"build": "A"}, head={"build": "B"}, n_boot=200).regressions["op"].tolist()
+    >>> summary.files_ingested, summary.bad, devices
+    (6, [], 3)
+    >>> flagged  # the planted regression, found
+    ['convolution.out']
     """
     from tqdm.auto import tqdm
 

@@ -11,7 +11,17 @@ from etlab.schema.program import deserialize_pte
 
 
 def load_file(source, *, what: str | None = None):
-    """Reads any of the four formats, chosen by its identifier. Returns the parsed model."""
+    """Reads any of the four formats, chosen by its identifier. Returns the parsed model.
+
+    >>> import os, tempfile
+    >>> from etlab.schema.program import ExecutionPlan, Program, serialize_pte
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     path = os.path.join(d, "model.pte")
+    ...     with open(path, "wb") as f:
+    ...         _ = f.write(serialize_pte(Program(execution_plan=[ExecutionPlan(name="forward")])))
+    ...     type(load_file(path)).__name__
+    'PteFile'
+    """
     view, name = read_bytes(source, what=what)
     ident = bytes(view[4:8]) if len(view) >= 8 else b""
     readers = {b"ET12": deserialize_pte, b"FT01": deserialize_ptd, b"BP08": deserialize_bundled_program}

@@ -445,6 +445,15 @@ def deserialize_pte(data, *, what: str = "program") -> PteFile:
     """Parses a .pte from bytes, a memoryview or an mmap; segment bytes are zero-copy views.
 
     Raises FormatError (naming `what`, typically the file path) on any defect.
+
+    >>> data = serialize_pte(Program(execution_plan=[ExecutionPlan(name="forward")]))
+    >>> bytes(data[4:8])  # the file identifier
+    b'ET12'
+    >>> [plan.name for plan in deserialize_pte(data).program.execution_plan]
+    ['forward']
+    >>> deserialize_pte(data[:6], what="model.pte")
+    Traceback (most recent call last):
+    etlab.errors.FormatError: model.pte: 6 bytes is too short for a .pte file
     """
     view = memoryview(data).cast("B")
     if len(view) < 8:
