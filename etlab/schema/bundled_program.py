@@ -5,31 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from etlab.schema._codec import TableCodec, make_enum
+from etlab.schema._scalars import Bool, Double, Int
 
 ScalarType = make_enum("scalar_type.ScalarType")
 
 BUNDLED_PROGRAM_VERSION = 2  # the schema version upstream 1.x writes
 
 
-@dataclass
-class Int:
-    """An int input or expected output of a bundled test case."""
 
-    int_val: int = 0
-
-
-@dataclass
-class Bool:
-    """A bool input or expected output of a bundled test case."""
-
-    bool_val: bool = False
-
-
-@dataclass
-class Double:
-    """A float input or expected output of a bundled test case."""
-
-    double_val: float = 0.0
 
 
 @dataclass

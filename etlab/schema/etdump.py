@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
+from etlab.schema._scalars import Bool, Double, Int
+from etlab.schema._scalars import Null as Null  # tables of etdump.fbs: the codec needs them here
+from etlab.schema._scalars import String as String
 
 # etlab's runtime ends a run that dropped logged values (debug buffer full) with a zero-length
 # profile event of this name; its delegate_debug_metadata is the count in ASCII digits.
@@ -52,12 +55,6 @@ ScalarType = make_enum("scalar_type.ScalarType")
 ValueType = make_enum("etdump.ValueType")
 
 
-@dataclass
-class Null:
-    """A logged value with no data (a None output)."""
-
-    pass
-
 
 @dataclass
 class Tensor:
@@ -69,18 +66,6 @@ class Tensor:
     offset: int = 0
 
 
-@dataclass
-class Int:
-    """A logged int value."""
-
-    int_val: int = 0
-
-
-@dataclass
-class Bool:
-    """A logged bool value (also marks whether a debug event is a method output)."""
-
-    bool_val: bool = False
 
 
 @dataclass
@@ -90,18 +75,6 @@ class Float:
     float_val: float = 0.0
 
 
-@dataclass
-class Double:
-    """A logged double value."""
-
-    double_val: float = 0.0
-
-
-@dataclass
-class String:
-    """A logged string value."""
-
-    string_val: str | None = None
 
 
 @dataclass

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
 from etlab.schema._container import assemble, place_segments
+from etlab.schema._scalars import DataSegment
 
 ScalarType = make_enum("scalar_type.ScalarType")
 
@@ -24,13 +25,6 @@ class TensorLayout:
     sizes: list[int] | None = field(default_factory=list)
     dim_order: list[int] | None = field(default_factory=list)
 
-
-@dataclass
-class DataSegment:
-    """A byte range of the .ptd's data (offset from the segment base, size)."""
-
-    offset: int = 0
-    size: int = 0
 
 
 @dataclass

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
 from etlab.schema._container import align, assemble, place_segments
+from etlab.schema._scalars import Bool, DataSegment, Double, Int, Null, String
 
 ScalarType = make_enum("scalar_type.ScalarType")
 TensorShapeDynamism = make_enum("program.TensorShapeDynamism")
@@ -29,12 +30,6 @@ class ContainerMetadata:
     encoded_inp_str: str | None = None
     encoded_out_str: str | None = None
 
-
-@dataclass
-class Null:
-    """A value slot with nothing in it (an optional argument left out, or a value not yet set)."""
-
-    pass
 
 
 @dataclass
@@ -82,32 +77,8 @@ class Tensor:
     extra_tensor_info: ExtraTensorInfo | None = None
 
 
-@dataclass
-class Int:
-    """A scalar int value (argument or result) in a method's value list."""
-
-    int_val: int = 0
 
 
-@dataclass
-class Bool:
-    """A scalar bool value in a method's value list."""
-
-    bool_val: bool = False
-
-
-@dataclass
-class Double:
-    """A scalar float value in a method's value list (a double on the wire)."""
-
-    double_val: float = 0.0
-
-
-@dataclass
-class String:
-    """A string value in a method's value list (e.g. a reduction mode argument)."""
-
-    string_val: str | None = None
 
 
 @dataclass
@@ -311,13 +282,6 @@ class BackendDelegateInlineData:
 
     data: bytes | memoryview | None = b""
 
-
-@dataclass
-class DataSegment:
-    """A byte range after the FlatBuffer (offset from the segment base, size) holding constants or delegate data."""
-
-    offset: int = 0
-    size: int = 0
 
 
 @dataclass
