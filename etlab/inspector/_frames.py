@@ -10,9 +10,10 @@ plus "_"); the Event objects keep plain graph node names.
 
 from __future__ import annotations
 
+import functools
 import io
 import sys
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -87,20 +88,62 @@ def _percentiles(d: np.ndarray) -> np.ndarray:
 
 def frame_from_columns(cols: dict, include_units: bool, unit: str, keyed: bool = False) -> pd.DataFrame:
     """The frame of `cols`; `keyed`: its stack_traces / module_hierarchy dicts are keyed as upstream's
-    already (`upstream_node_keys`; the Inspector's joins make them once per handle set)."""
+    already (`upstream_node_keys`; the Inspector's joins make them once per handle set).
+
+    Every column is built with its final dtype (object arrays for lists, dicts and mixed ids; the
+    string dtype pandas infers for text), so pandas need not infer, copy or check anything: on the
+    small frames of most programs that inference was a fifth of the Inspector's time."""
     names = stat_columns(include_units, unit)
-    stats = cols.pop("stats")
-    ordered = {"event_block_name": cols["event_block_name"], "event_name": cols["event_name"], "raw": cols["raw"]}
-    for i, n in enumerate(names):
-        ordered[n] = stats[i]
+    stats = np.asarray(cols.pop("stats"), dtype=np.float64)
+    n = len(cols["event_name"])
+    arrays = [_text(cols["event_block_name"]), _text(cols["event_name"]), _objects(cols["raw"], n)]
+    arrays += list(stats.reshape(6, n))
     for k in ("op_types", "delegate_debug_identifier", "stack_traces", "module_hierarchy", "is_delegated_op",
               "delegate_backend_name", "debug_data", "start_time"):
-        rekey = not keyed and k in ("stack_traces", "module_hierarchy")
-        ordered[k] = [upstream_node_keys(d) for d in cols[k]] if rekey else cols[k]
-    for k in ("delegate_debug_identifier", "delegate_backend_name"):
-        # strings and None: kept as objects (pandas 3 would infer a string dtype and turn None into NaN)
-        ordered[k] = pd.Series(ordered[k], dtype=object)
-    return TensorFrame(ordered)  # to_parquet writes the debug_data tensors (etlab.inspector._export)
+        if k == "is_delegated_op":
+            arrays.append(np.fromiter(cols[k], dtype=bool, count=n))
+        elif not keyed and k in ("stack_traces", "module_hierarchy"):
+            arrays.append(_objects([upstream_node_keys(d) for d in cols[k]], n))
+        else:  # delegate ids and backend names too: ints, strings and None stay objects, as upstream's
+            arrays.append(_objects(cols[k], n))
+    columns = ["event_block_name", "event_name", "raw", *names, "op_types", "delegate_debug_identifier",
+               "stack_traces", "module_hierarchy", "is_delegated_op", "delegate_backend_name", "debug_data",
+               "start_time"]
+    return _frame(arrays, columns, n)  # a TensorFrame: to_parquet writes the debug_data tensors (_export)
+
+
+@functools.cache
+def _text_dtype():
+    """The dtype pandas gives a column of Python strings (pandas 3: its string dtype; 2.x: object)."""
+    return pd.Series(["a"]).dtype
+
+
+def _text(values: list) -> Any:
+    dtype = _text_dtype()
+    return _objects(values, len(values)) if dtype == np.dtype(object) else pd.array(values, dtype=dtype)
+
+
+def _objects(values: list, n: int) -> np.ndarray:
+    """A 1-D object array of `values` (lists stay cells, never a second dimension)."""
+    return np.fromiter(values, dtype=object, count=n)
+
+
+@functools.cache
+def _column_index(columns: tuple) -> pd.Index:
+    return pd.Index(columns)  # immutable: frames may share it, as pandas' own operations do
+
+
+def _frame(arrays: list, columns: list[str], n: int) -> pd.DataFrame:
+    """A TensorFrame of typed, equally long 1-D arrays, without pandas' per-column inference and checks
+    (DataFrame._from_arrays, pandas' own constructor for such arrays; the public one if it is gone)."""
+    from_arrays = getattr(TensorFrame, "_from_arrays", None)
+    if from_arrays is not None:
+        try:
+            return from_arrays(arrays, columns=_column_index(tuple(columns)), index=pd.RangeIndex(n),
+                               verify_integrity=False)
+        except TypeError:  # another signature in some pandas version
+            pass
+    return TensorFrame(dict(zip(columns, arrays)), copy=False)
 
 
 def upstream_node_keys(by_node: dict) -> dict:

@@ -28,6 +28,7 @@ from etlab.schema.program import DelegateCall, KernelCall, PteFile
 KERNEL, DELEGATE = "K", "D"
 # An ETRecord's operators disagree with the run's kernels on more than this share of kernel calls: another program.
 MAX_DISAGREEING_KERNELS = 0.25
+_SMALL = 4096
 
 
 class PairingError(Error, ValueError):
@@ -88,19 +89,28 @@ def run_calls(cols) -> list[RunCall]:
     blocks = [r.name or "" for r in cols.runs]
     block_ids = {b: i for i, b in enumerate(dict.fromkeys(blocks))}
     block_of_run = np.array([block_ids[b] for b in blocks], dtype=np.int64)
-    keys = np.stack([block_of_run[cols.run[rows]], cols.chain_index[rows].astype(np.int64),
-                     cols.instruction_id[rows].astype(np.int64), (cols.name_code[rows] == op_code).astype(np.int64)],
-                    axis=1)
-    _, first = np.unique(keys, axis=0, return_index=True)  # runs repeat the same calls: one row per call
+    cols_ = (block_of_run[cols.run[rows]], cols.chain_index[rows], cols.instruction_id[rows],
+             cols.name_code[rows] == op_code)
+    # runs repeat the same calls: one row per call, in the order first logged
+    if len(rows) < _SMALL:  # a dict beats numpy's row-wise unique on few calls
+        seen: dict = {}
+        for i, key in zip(rows.tolist(), zip(*(c.tolist() for c in cols_))):
+            seen.setdefault(key, i)
+        unique_rows = list(seen.values())
+    else:
+        keys = np.stack([c.astype(np.int64) for c in cols_], axis=1)
+        _, first = np.unique(keys, axis=0, return_index=True)
+        unique_rows = rows[np.sort(first)].tolist()
+    u = np.asarray(unique_rows, dtype=np.int64)
+    prev = np.maximum(u - 1, 0)
+    kernel_code = np.where((u > 0) & (cols.run[prev] == cols.run[u]), cols.name_code[prev], -1).tolist()
     out = []
-    names, runs = cols.name_code, cols.run
-    for i in rows[np.sort(first)].tolist():
-        kind = KERNEL if names[i] == op_code else DELEGATE
-        kernel = None
-        if kind == KERNEL and i > 0 and runs[i - 1] == runs[i] and names[i - 1] >= 0:
-            prev = cols.strings[names[i - 1]]
-            kernel = kernel_of_event(prev)
-        out.append(RunCall(blocks[int(runs[i])], int(cols.chain_index[i]), int(cols.instruction_id[i]), kind, kernel))
+    for name, run, chain, ins, before in zip(cols.name_code[u].tolist(), cols.run[u].tolist(),
+                                              cols.chain_index[u].tolist(), cols.instruction_id[u].tolist(),
+                                              kernel_code):
+        kind = KERNEL if name == op_code else DELEGATE
+        kernel = kernel_of_event(cols.strings[before]) if kind == KERNEL and before >= 0 else None
+        out.append(RunCall(blocks[run], chain, ins, kind, kernel))
     return out
 
 
