@@ -1,6 +1,6 @@
-"""etlab.devtools loads its names lazily (`_WHERE`, `_LOWER`) and lists the same names under `if TYPE_CHECKING:`
-for pyright (`make lint`): the two lists must agree, or a checker sees a name the package cannot load, or a
-lazily loaded name is typed as a module."""
+"""etlab.devtools (`_WHERE`, `_LOWER`) and etlab.compiler (`_QUANTIZER`) load names lazily and list the same
+names under `if TYPE_CHECKING:` for pyright (`make lint`): the lists must agree, or a checker sees a name the
+package cannot load, or a lazily loaded name is typed as a module (or Any)."""
 
 from __future__ import annotations
 
@@ -34,3 +34,11 @@ def test_devtools_type_checking_imports_match_lazy_exports():
 def test_devtools_lazy_names_load_from_where_the_checker_looks():
     for name, mod in devtools._WHERE.items():
         assert getattr(devtools, name) is getattr(importlib.import_module(f"etlab.devtools.{mod}"), name), name
+
+
+def test_compiler_type_checking_imports_match_lazy_quantizer_names():
+    import etlab.compiler as compiler
+
+    seen = _type_checking_imports(Path(compiler.__file__))
+    assert seen == {name: "etlab.compiler._quantizer" for name in compiler._QUANTIZER}
+    assert set(compiler._QUANTIZER) <= set(compiler.__all__)

@@ -13,6 +13,8 @@ Backend authors: `Partitioner`, `PartitionResult`, `DelegationSpec`, `BackendDet
 and `delegate_external_constants_pass_unlifted` to send a delegate's weights to a .ptd.
 """
 
+from typing import TYPE_CHECKING
+
 from etlab.compiler._config import EdgeCompileConfig, ExecutorchBackendConfig
 from etlab.compiler._constants import tensor_bytes
 from etlab.compiler._delegation import (
@@ -42,7 +44,20 @@ from etlab.compiler._shapes import dim_order_of
 from etlab.compiler._tensor_spec import ALIGNMENT, TensorSpec, align
 from etlab.facts.lowered import CompileSpec, LoweredBackendModule, executorch_call_delegate
 
-# PT2E quantization (imports torchao): loaded on first use, so `import etlab.compiler` stays light.
+# PT2E quantization (imports torchao): loaded on first use, so `import etlab.compiler` stays light; a type
+# checker sees the names through the TYPE_CHECKING import (tests/test_lazy_exports.py keeps the two equal).
+if TYPE_CHECKING:
+    from etlab.compiler._quantizer import (
+        ACTIVATION_DTYPES,
+        ACTIVATION_OBSERVERS,
+        EtlabQuantizer,
+        PercentileObserver,
+        activation_observer,
+        int8_dynamic_config,
+        int8_static_config,
+        weight_spec,
+    )
+
 _QUANTIZER = ("EtlabQuantizer", "int8_dynamic_config", "int8_static_config", "ACTIVATION_DTYPES",
               "ACTIVATION_OBSERVERS", "PercentileObserver", "activation_observer", "weight_spec")
 
