@@ -20,6 +20,10 @@ graph is checked as JSON (names, expressions, operators) before torch rebuilds i
 An upstream edge program recorded before lowering (XNNPACK's) has no delegate calls; the nodes a
 delegate took are marked `node.meta[DELEGATE_PARTITION_META] = (backend, instruction)`.
 
+`record_graphs(path)` reads the recorded programs' graphs from their JSON, as torch.fx would hold them
+after deserialization (`JsonProgram`: names, targets, tensor shapes, module stacks, debug handles),
+without torch and without rebuilding a program: what drawing a graph needs.
+
 `read_program_info(path)` gives what the Inspector needs (`parse_etrecord(path).program_info()`)
 without importing torch for an etlab ETRecord; the names that need torch (`ETRecord`,
 `parse_etrecord`, ...) are imported on first use, so `import etlab.etrecord` stays light.
@@ -28,7 +32,11 @@ without importing torch for an etlab ETRecord; the names that need torch (`ETRec
 import importlib
 
 from etlab.errors import FormatError
+from etlab.etrecord._program_json import Delegate, JsonNode, JsonProgram, TensorMeta
+from etlab.etrecord._program_json import Unsupported as UnsupportedGraph
+from etlab.etrecord._program_json import op_name as target_op_name
 from etlab.etrecord._quick import read_program_info
+from etlab.etrecord._record_json import RecordGraphs, record_graphs
 from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpInfo, ProgramInfo
 
 _LAZY = {  # name -> (module, attribute): modules that import torch
@@ -39,8 +47,9 @@ _LAZY = {  # name -> (module, attribute): modules that import torch
 }
 
 __all__ = [
-    "DELEGATE_PARTITION_META", "DebugHandle", "DelegateInfo", "ETRecord", "FormatError", "MethodInfo", "OpInfo",
-    "ProgramInfo", "generate_etrecord", "parse_etrecord", "read_program_info",
+    "DELEGATE_PARTITION_META", "DebugHandle", "Delegate", "DelegateInfo", "ETRecord", "FormatError", "JsonNode",
+    "JsonProgram", "MethodInfo", "OpInfo", "ProgramInfo", "RecordGraphs", "TensorMeta", "UnsupportedGraph",
+    "generate_etrecord", "parse_etrecord", "read_program_info", "record_graphs", "target_op_name",
 ]
 
 

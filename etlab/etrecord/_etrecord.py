@@ -23,6 +23,7 @@ from torch.export import ExportedProgram
 from etlab.etrecord import _info
 from etlab.etrecord._archive import FORMAT, VERSION, dump_json, write_archive
 from etlab.etrecord._graphs import ProgramWriter
+from etlab.etrecord._maps import main_method
 from etlab.etrecord._values import TensorStore, encode_value
 from etlab.facts.program_info import DebugHandle, MethodInfo, OpInfo, ProgramInfo
 
@@ -67,12 +68,6 @@ class _Programs:
         self._ids.pop(name, None)
 
 
-def _main_name(names: list[str]) -> str | None:
-    if "forward" in names:
-        return "forward"
-    return names[0] if len(names) == 1 else None
-
-
 class _GraphLookup(Mapping):
     """ProgramInfo.graphs: upstream's graph names -> programs, rebuilt only when looked up."""
 
@@ -83,7 +78,7 @@ class _GraphLookup(Mapping):
         r = self._record
         for prefix, programs in ((EDGE_GRAPH, r._edge), (ATEN_GRAPH, r._aten)):
             if key == prefix:
-                main = _main_name(programs.names())
+                main = main_method(programs.names())
                 return programs, main
             if key.startswith(prefix + "/"):
                 return programs, key[len(prefix) + 1:]
@@ -160,7 +155,7 @@ class ETRecord:
     @property
     def exported_program(self) -> ExportedProgram | None:
         """The ATen-dialect program of "forward" (or of the only method), as upstream records it."""
-        main = _main_name(self._aten.names())
+        main = main_method(self._aten.names())
         return self._aten.get(main) if main is not None else None
 
     @exported_program.setter
@@ -312,14 +307,14 @@ class ETRecord:
         return _info.intermediate_outputs(self.edge_program(method), inputs)
 
     def _inputs_for(self, method: str):
-        if self._representative_inputs is not None and method == _main_name(self.methods):
+        if self._representative_inputs is not None and method == main_method(self.methods):
             return self._representative_inputs
         if method not in self._edge:
             return None
         return self.edge_program(method).example_inputs
 
     def _has_inputs(self, method: str) -> bool:
-        if self._representative_inputs is not None and method == _main_name(self.methods):
+        if self._representative_inputs is not None and method == main_method(self.methods):
             return True
         return self._example_inputs_recorded(method)
 

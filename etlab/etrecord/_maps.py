@@ -14,6 +14,13 @@ from etlab.facts.program_info import DebugHandle, DelegateInfo, MethodInfo, OpIn
 MAIN_CHAIN = 0  # etlab's emitter puts a whole method (cond branches inlined) in one chain
 
 
+def main_method(names: list[str]) -> str | None:
+    """The method representative inputs are for: "forward", else the only one."""
+    if "forward" in names:
+        return "forward"
+    return names[0] if len(names) == 1 else None
+
+
 def unique_handles(handles) -> DebugHandle:
     """Handles in first-seen order without repeats (a decomposed op's nodes share one handle)."""
     if isinstance(handles, int):

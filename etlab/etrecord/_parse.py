@@ -11,10 +11,11 @@ from __future__ import annotations
 from etlab.errors import FormatError
 from etlab.etrecord import _upstream
 from etlab.etrecord._archive import TENSOR_BLOB, _check_name, etlab_manifest, read_any_archive
-from etlab.etrecord._etrecord import ETRecord, _main_name, _Programs
+from etlab.etrecord._etrecord import ETRecord, _Programs
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._info import mark_partitions
 from etlab.etrecord._maps import debug_handle_map, delegate_map, num_outs_map, ops_from_json, per_method, program_ids
+from etlab.etrecord._upstream_json import upstream_ids
 from etlab.etrecord._values import TensorTable, decode_value
 
 
@@ -70,64 +71,12 @@ def _parse_etlab(entries: dict[str, bytes], where: str) -> ETRecord:
     return record
 
 
-def _split_program(base: str) -> tuple[str, str]:
-    """An upstream program entry's base name -> (which programs it belongs to, key there)."""
-    if base == _upstream.ATEN:
-        return "aten", "forward"
-    if base == _upstream.EDGE:
-        return "edge", "forward"
-    if base.startswith(_upstream.EDGE + "/"):
-        return "edge", base[len(_upstream.EDGE) + 1:]
-    return "graph_map", base if "/" in base else f"{base}/forward"
-
-
-def upstream_program_facts(entries: dict[str, bytes], where: str) -> tuple:
-    """What `_parse_upstream(entries, where).program_info()` is made of, without reading the values
-    (torch.save members) or graphs: (method names, (debug-handle, delegate, output-count maps), op
-    tables, methods with inputs to replay, methods with reference outputs); `_quick` builds the
-    ProgramInfo, leaving values and graphs to the full record."""
-    for name in entries:
-        _check_name(name, where, _upstream.is_upstream_entry)
-    ids = _upstream_ids(entries, where)
-    maps = (_upstream.debug_handle_map(entries, where) or {}, _upstream.delegate_map(entries, where) or {},
-            _upstream.num_outs_map(entries, where) or {})
-    _upstream.export_graph_id(entries, where)  # checked now, as the full reader does
-    names = list(dict.fromkeys([*ids["edge"], *maps[0]]))
-    main = _main_name(names)
-    with_inputs = {m for m in names if ("representative_inputs" in entries and m == main) or (
-        m in ids["edge"] and entries.get(ids["edge"][m] + "_example_inputs"))}
-    ops = {m: _upstream.program_ops(entries, base, where) for m, base in ids["edge"].items()}
-    return names, maps, ops, with_inputs, set(names) if "reference_outputs" in entries else set()
-
-
-def _upstream_ids(entries: dict[str, bytes], where: str) -> dict[str, dict[str, str]]:
-    """Base names of an upstream ETRecord's programs by kind ("aten", "edge", "graph_map") and key,
-    checked: every part present, nothing recorded twice, an edge program there."""
-    ids: dict[str, dict[str, str]] = {"aten": {}, "edge": {}, "graph_map": {}}
-    bases = sorted(_upstream.program_bases(entries))
-    for name in entries:
-        if name.endswith(_upstream.PARTS) and not any(name == base + part for base in bases
-                                                      for part in _upstream.PARTS):
-            raise FormatError(f"{where}: entry {name!r} belongs to no program in the file")
-    for base in bases:
-        missing = [base + p for p in _upstream.PARTS if base + p not in entries]
-        if missing:
-            raise FormatError(f"{where}: program {base!r} lacks {missing}")
-        kind, key = _split_program(base)
-        if key in ids[kind]:
-            raise FormatError(f"{where}: program {base!r} is recorded twice")
-        ids[kind][key] = base
-    if not ids["edge"]:
-        raise FormatError(f"{where}: an upstream ExecuTorch ETRecord without an edge dialect program")
-    return ids
-
-
 def _parse_upstream(entries: dict[str, bytes], where: str) -> ETRecord:
     """An upstream ETRecord's entries (names already checked) as an ETRecord; see `_upstream`.
 
     Read now: the maps, representative inputs, reference outputs and the edge programs' op tables;
     each program's tensors and graph when it is first used (each checked before it is used)."""
-    ids = _upstream_ids(entries, where)
+    ids = upstream_ids(entries, where)
     loader = _upstream.UpstreamLoader(entries, where)
     record = ETRecord(_debug_handle_map=_upstream.debug_handle_map(entries, where),
                       _delegate_map=_upstream.delegate_map(entries, where),

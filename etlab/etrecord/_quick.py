@@ -10,9 +10,10 @@ entries (no second read of the file): the recorded graphs (`ProgramInfo.graphs`)
 intermediate outputs (the numeric gap replays the graph) and the reference outputs (tensors). The
 programs' JSON and the tensor index are checked then, before anything of them is used.
 
-Upstream ExecuTorch's ETRecords keep their op types in torch.export graphs whose operators are
-resolved through torch (`_parse.upstream_program_facts`); their values (torch.save members) and
-graphs are read on first use too.
+Upstream ExecuTorch's ETRecords keep their op tables in the programs' torch.export JSON, read here
+without torch too (`_upstream_json.upstream_program_facts`: op types from the targets' names, whether
+torch registers each operator is checked when a graph is rebuilt); their values (torch.save members)
+and graphs are read on first use.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from etlab.etrecord._archive import etlab_manifest, read_any_archive
 from etlab.etrecord._maps import (
     debug_handle_map,
     delegate_map,
+    main_method,
     method_info,
     num_outs_map,
     ops_from_json,
     per_method,
     program_ids,
 )
+from etlab.etrecord._upstream_json import upstream_program_facts
 from etlab.facts.program_info import MethodInfo, ProgramInfo
 
 
@@ -86,13 +89,6 @@ class _LazyOutputs(Sequence):
         return len(self._get())
 
 
-def _main_name(names: list[str]) -> str | None:
-    """The method representative inputs are for: "forward", else the only one (as `ETRecord`)."""
-    if "forward" in names:
-        return "forward"
-    return names[0] if len(names) == 1 else None
-
-
 def _any_name(_name: str) -> bool:
     return True  # upstream entry names are checked by the full reader, which upstream files go to
 
@@ -107,8 +103,6 @@ def read_program_info(source) -> ProgramInfo:
     entries, where, upstream = read_any_archive(source, _any_name)
     full = _FullRecord(entries, where, upstream)
     if upstream:
-        from etlab.etrecord._parse import upstream_program_facts  # resolves the graphs' operators: torch
-
         return lazy_program_info(full, *upstream_program_facts(entries, where))
     manifest = etlab_manifest(entries, where)
     programs = manifest.get("programs", [])
@@ -130,7 +124,7 @@ def read_program_info(source) -> ProgramInfo:
     names = list(dict.fromkeys([*edge, *handles]))
     if any(m in edge and m not in ops for m in names):  # op tables to be collected from the graphs
         return full.record().program_info()
-    main = _main_name(names)
+    main = main_method(names)
     with_inputs = {m for m in names if (rep is not None and m == main) or (
         m in edge and isinstance(programs[edge[m]], dict) and programs[edge[m]].get("example_inputs") is not None)}
     return lazy_program_info(full, names, (handles, delegates, num_outs), ops, with_inputs,

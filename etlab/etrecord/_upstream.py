@@ -21,8 +21,6 @@ allowlist. The Inspector's op table is read from the JSON directly, so it needs 
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import math
 import re
@@ -30,127 +28,30 @@ import re
 import torch
 
 from etlab.errors import FormatError
-from etlab.etrecord._archive import UPSTREAM_IDENTIFIER, load_json
-from etlab.etrecord._graph_check import SCALAR_TARGETS, check_target, resolve_operator
+from etlab.etrecord._archive import load_json
+from etlab.etrecord._graph_check import check_target
 from etlab.etrecord._graphs import ProgramReader
 from etlab.etrecord._named import named_data_doc, parse_upstream_named_data
+from etlab.etrecord._program_json import DELEGATE_TARGET, EDGE_OP_PREFIX
 from etlab.etrecord._torch_pickle import load_torch_bytes
+from etlab.etrecord._upstream_json import (  # noqa: F401 (the JSON half, torch-free; callers use both)
+    ATEN,
+    EDGE,
+    MAPS,
+    PARTS,
+    VALUES,
+    _base64,
+    debug_handle_map,
+    delegate_map,
+    export_graph_id,
+    is_upstream_entry,
+    num_outs_map,
+    program_bases,
+    program_ops,
+)
 from etlab.etrecord._values import TensorStore, TensorTable, encode_value
-from etlab.facts.program_info import OpInfo
-from etlab.facts.source import module_hierarchy
 
-EDGE = "edge_dialect_exported_program"
-ATEN = "exported_program"
-MAPS = ("debug_handle_map", "delegate_map", "instruction_id_to_num_outs_map", "export_graph_id")
-VALUES = ("reference_outputs", "representative_inputs")
-PARTS = ("_state_dict", "_constants", "_example_inputs")
-EDGE_OP_PREFIX = "executorch.exir.dialects.edge.ops."
-DELEGATE_TARGET = "torch.ops.higher_order.executorch_call_delegate"
-_SEGMENT = r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,199}"
-_PROGRAM_NAME = re.compile(rf"{_SEGMENT}(?:/{_SEGMENT}){{0,3}}")
 _MAX_NESTED_DELEGATES = 16
-
-
-def is_upstream_entry(name: str) -> bool:
-    """Whether an upstream ETRecord may hold an entry of this name (see the module docstring)."""
-    if name == UPSTREAM_IDENTIFIER or name in MAPS or name in VALUES:
-        return True
-    for part in PARTS:
-        if name.endswith(part):
-            name = name[:-len(part)]
-            break
-    return bool(_PROGRAM_NAME.fullmatch(name)) and ".." not in name
-
-
-def _base64(text, where: str, what: str) -> bytes:
-    if not isinstance(text, str):
-        raise FormatError(f"{where}: {what} is not a base64 string")
-    try:
-        return base64.b64decode(text.encode("ascii"), validate=True)
-    except (binascii.Error, UnicodeEncodeError, ValueError):
-        raise FormatError(f"{where}: {what} is not valid base64") from None
-
-
-def _int_keys(mapping, where: str, what: str) -> dict:
-    if not isinstance(mapping, dict):
-        raise FormatError(f"{where}: {what} must be an object keyed by instruction id")
-    out = {}
-    for key, value in mapping.items():
-        if not (isinstance(key, str) and key.isascii() and key.isdigit() and len(key) < 10):
-            raise FormatError(f"{where}: {what}: key {str(key)[:40]!r} is not an instruction id")
-        out[int(key)] = value
-    return out
-
-
-def _handles(value, where: str, what: str) -> list[int]:
-    if type(value) is int:
-        return [value]
-    if isinstance(value, list) and all(type(h) is int for h in value):
-        return list(value)
-    raise FormatError(f"{where}: {what}: {str(value)[:60]} is not a debug handle or a list of them")
-
-
-def _per_method(entries, name: str, where: str) -> dict | None:
-    if name not in entries:
-        return None
-    data = load_json(entries, name, where)
-    if not isinstance(data, dict) or not all(isinstance(m, str) for m in data):
-        raise FormatError(f"{where}: {name!r} must be an object keyed by method name")
-    return data
-
-
-def debug_handle_map(entries, where: str) -> dict | None:
-    maps = _per_method(entries, "debug_handle_map", where)
-    if maps is None:
-        return None
-    return {m: {i: _handles(h, where, f"debug_handle_map[{m!r}]") for i, h in
-                _int_keys(v, where, f"debug_handle_map[{m!r}]").items()} for m, v in maps.items()}
-
-
-def delegate_map(entries, where: str) -> dict | None:
-    maps = _per_method(entries, "delegate_map", where)
-    if maps is None:
-        return None
-    out = {}
-    for method, per in maps.items():
-        what = f"delegate_map[{method!r}]"
-        out[method] = {}
-        for instruction, entry in _int_keys(per, where, what).items():
-            if not (isinstance(entry, dict) and isinstance(entry.get("name"), str)
-                    and isinstance(entry.get("delegate_map"), dict)):
-                raise FormatError(f"{where}: {what}[{instruction}] lacks a backend name or a delegate map")
-            dmap = {}
-            for ident, handles in entry["delegate_map"].items():
-                key = int(ident) if ident.isascii() and ident.isdigit() and len(ident) < 10 else ident
-                dmap[key] = tuple(_handles(handles, where, what))
-            out[method][instruction] = {"name": entry["name"], "delegate_map": dmap}
-    return out
-
-
-def num_outs_map(entries, where: str) -> dict | None:
-    maps = _per_method(entries, "instruction_id_to_num_outs_map", where)
-    if maps is None:
-        return None
-    out = {}
-    for method, per in maps.items():
-        out[method] = {}
-        for instruction, n in _int_keys(per, where, f"instruction_id_to_num_outs_map[{method!r}]").items():
-            if type(n) is not int or n < 0:  # upstream may record a list for a multi-output op
-                if not (isinstance(n, list) and all(type(x) is int for x in n)):
-                    raise FormatError(f"{where}: instruction_id_to_num_outs_map[{method!r}][{instruction}] "
-                                      "is not a count")
-                n = len(n)
-            out[method][instruction] = n
-    return out
-
-
-def export_graph_id(entries, where: str) -> int | None:
-    if "export_graph_id" not in entries:
-        return None
-    value = load_json(entries, "export_graph_id", where)
-    if type(value) is not int:
-        raise FormatError(f"{where}: export_graph_id is not an integer")
-    return value
 
 
 def torch_value(entries, name: str, where: str):
@@ -160,15 +61,11 @@ def torch_value(entries, name: str, where: str):
 class DocumentBuilder:
     """Upstream programs -> etlab program documents (one list) sharing one tensor store."""
 
-    def __init__(self, where: str, with_tensors: bool = True):
+    def __init__(self, where: str):
         self.where = where
-        self.with_tensors = with_tensors  # False: only the op table (`ops`), no torch.save member is read
         self.store = TensorStore()
         self.docs: list[dict | None] = []
-        self.ops_by_doc: dict[int, dict[int, list[OpInfo]]] = {}
         self._targets_ok: set[str] = set()
-        self._op_types: dict[tuple[str, str], str] = {}
-        self._hierarchies: dict[str, dict] = {}
 
     def add(self, program: dict, state_dict, constants, example_inputs, what: str, depth: int = 0) -> int:
         """Adds one program (and, first after it, its delegates' original programs); returns its index."""
@@ -197,9 +94,8 @@ class DocumentBuilder:
         program["verifiers"] = ["ATEN" if program.get("verifiers") == ["ATEN"] else "TRAINING"]
         program["schema_version"] = {"major": torch._export.serde.schema.SCHEMA_VERSION[0],
                                      "minor": torch._export.serde.schema.SCHEMA_VERSION[1]}
-        self.ops_by_doc[index] = self._translate_graph(program["graph_module"]["graph"], doc, where, depth)
-        if self.with_tensors:  # (a rebuild) nodes of nested graphs (cond branches), non-finite floats
-            _normalize(program["graph_module"], where)
+        self._translate_graph(program["graph_module"]["graph"], doc, where, depth)
+        _normalize(program["graph_module"], where)
         self.docs[index] = doc
         return index
 
@@ -223,17 +119,16 @@ class DocumentBuilder:
                 out.append([name, index])
         return out
 
-    def _translate_graph(self, graph: dict, doc: dict, where: str, depth: int) -> dict[int, list[OpInfo]]:
+    def _translate_graph(self, graph: dict, doc: dict, where: str, depth: int) -> None:
         nodes = graph.get("nodes")
         if not isinstance(nodes, list):
             raise FormatError(f"{where}: the graph has no node list")
-        ops: dict[int, list[OpInfo]] = {}
         handles = {}
         for node in nodes:
             if not isinstance(node, dict) or not isinstance(node.get("target"), str) \
                     or not isinstance(node.get("name"), str):
                 raise FormatError(f"{where}: a node without a name or target")
-            written = target = node["target"]
+            target = node["target"]
             if target.startswith(EDGE_OP_PREFIX):
                 target = node["target"] = "torch.ops." + target[len(EDGE_OP_PREFIX):]
             if target not in self._targets_ok:  # each distinct target checked once (an LSTM repeats a few)
@@ -250,38 +145,8 @@ class DocumentBuilder:
                 raise FormatError(f"{where}: node {node['name'][:80]!r} has debug handle {str(handle)[:40]!r}, "
                                   "not an integer")
             handles[node["name"]] = int(handle)
-            if target != "_operator.getitem":
-                ops.setdefault(int(handle), []).append(self._op_info(node["name"], written, target, meta, where))
         if handles:
             doc["debug_handles"][""] = handles
-        return ops
-
-    def _op_info(self, name: str, written: str, target: str, meta: dict, where: str) -> OpInfo:
-        """The node's OpInfo, read from its JSON. Its op type is what upstream's Inspector shows for
-        the node it deserializes (the target's `__name__`): "aten.addmm.default" for an edge op,
-        "scalar_tensor.default" for a plain torch op (upstream's edge graphs hold a few), "add" for
-        operator.add."""
-        op = self._op_types.get((written, target))
-        if op is not None:
-            pass
-        elif written.startswith(EDGE_OP_PREFIX):
-            op = written[len(EDGE_OP_PREFIX):]
-        elif target in SCALAR_TARGETS:
-            op = target.rpartition(".")[2]
-        else:
-            found = resolve_operator(target)
-            if found is None:
-                raise FormatError(f"{where}: node {name[:80]!r}: unknown operator {target[:120]!r}")
-            op = found.name() if isinstance(found, torch._ops.HigherOrderOperator) else found.__name__
-        self._op_types[(written, target)] = op
-        trace = meta.get("stack_trace") if isinstance(meta.get("stack_trace"), str) else None
-        text = meta.get("nn_module_stack")
-        hierarchy = self._hierarchies.get(text) if isinstance(text, str) else None
-        if hierarchy is None:  # nodes of one module share their stack text: parsed once per text
-            hierarchy = module_hierarchy(_nn_module_stack(text, where))
-            if isinstance(text, str) and hierarchy is not None:
-                self._hierarchies[text] = hierarchy
-        return OpInfo(name, op, trace, dict(hierarchy) if hierarchy is not None else None)
 
     def _translate_delegate(self, node: dict, doc: dict, where: str, depth: int) -> None:
         """Upstream inlines the lowered module as a JSON string argument; etlab's document keeps it
@@ -306,9 +171,6 @@ class DocumentBuilder:
         if not isinstance(specs, list) or not all(isinstance(s, dict) and isinstance(s.get("key"), str)
                                                   for s in specs):
             raise FormatError(f"{where}: {at} has malformed compile specs")
-        if not self.with_tensors:
-            self.add(lowered.get("original_module"), None, None, None, f"{at} original program", depth + 1)
-            return
         child = self.add(lowered.get("original_module"),
                          load_torch_bytes(_base64(lowered.get("original_state_dict"), where, f"{at} state dict"),
                                           f"{where}: {at} state dict"),
@@ -333,14 +195,6 @@ class DocumentBuilder:
             name = item.get("name") if isinstance(item, dict) else None
             if isinstance(name, str) and name.startswith("delegate_arg_"):
                 item["name"] = ""
-
-    def ops(self) -> dict[int, list[OpInfo]]:
-        """Debug handle -> nodes of the programs added (a program, then its delegates' originals)."""
-        out: dict[int, list[OpInfo]] = {}
-        for index in sorted(self.ops_by_doc):
-            for handle, infos in self.ops_by_doc[index].items():
-                out.setdefault(handle, []).extend(infos)
-        return out
 
     def reader(self) -> ProgramReader:
         tensors = TensorTable(self.store.index_json(), bytearray(self.store.blob()), self.where)
@@ -378,42 +232,6 @@ def _normalize(obj, where: str, depth: int = 0):
         for key, value in obj.items():
             obj[key] = _normalize(value, where, depth + 1)
     return obj
-
-
-def _nn_module_stack(text, where: str) -> dict | None:
-    """torch.export's serialized nn_module_stack ("key,path,type;...", commas inside brackets kept)."""
-    if not isinstance(text, str) or not text:
-        return None
-    out = {}
-    for item in text.split(";"):
-        parts, start, depth = [], 0, 0
-        for i, c in enumerate(item):
-            if c in "[(":
-                depth += 1
-            elif c in ")]":
-                depth -= 1
-            elif c == "," and depth == 0:
-                parts.append(item[start:i])
-                start = i + 1
-        parts.append(item[start:])
-        if len(parts) != 3:
-            raise FormatError(f"{where}: an nn_module_stack entry {item[:80]!r} is not key,path,type")
-        out[parts[0]] = (parts[1], parts[2])
-    return out
-
-
-def program_bases(entries: dict[str, bytes]) -> list[str]:
-    """Base names of the programs an upstream ETRecord holds (entries that are not parts or maps)."""
-    return [n for n in entries if n != UPSTREAM_IDENTIFIER and n not in MAPS and n not in VALUES
-            and not n.endswith(PARTS)]
-
-
-def program_ops(entries: dict[str, bytes], base: str, where: str) -> dict[int, list[OpInfo]]:
-    """The op table of one program (and its delegates' original programs), read from its JSON only:
-    what the Inspector needs, without reading a tensor or rebuilding a graph."""
-    builder = DocumentBuilder(where, with_tensors=False)
-    builder.add(load_json(entries, base, where), None, None, None, f"program {base!r}")
-    return builder.ops()
 
 
 class UpstreamLoader:

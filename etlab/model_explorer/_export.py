@@ -19,6 +19,12 @@ from etlab.errors import FormatError
 from etlab.model_explorer._delegate_layers import expand_xnnpack_calls
 from etlab.model_explorer._graphs import to_me_graph
 from etlab.model_explorer._node_data import OVERLAYS, node_data, quant_node_data
+from etlab.model_explorer._record_graphs import (
+    aten_handles_of,
+    build_json_graph_model,
+    explainer_rows,
+    partition_marks,
+)
 from etlab.schema import write_atomic
 from etlab.visualizer import GraphModel, build_graph_model, graph_models, resolve_sources
 
@@ -58,7 +64,11 @@ def _explainer_rows(edge_program) -> dict[str, dict[str, str]]:
 def _extras(model: GraphModel, sources) -> dict[int, dict[str, str]]:
     if model.kind != "edge" or sources.edge is None:
         return {}
-    rows = _explainer_rows(sources.edge)
+    return _extras_of(model, _explainer_rows(sources.edge))
+
+
+def _extras_of(model: GraphModel, rows: dict[str, dict[str, str]]) -> dict[int, dict[str, str]]:
+    """Node id -> the explainer's rows, for the op nodes outside the graph's partitions."""
     if not rows:
         return {}
     partitioned = {g.id for g in model.groups if g.kind == "delegate"}
@@ -81,6 +91,53 @@ def recorded_graphs(obj, kinds=None, method: str | None = None) -> list[tuple[Gr
             raise ValueError(f"no {', '.join(missing)} graph of method {m!r}; available: {sources.available()}")
         for model in graph_models(sources, wanted):
             out.append((model, _extras(model, sources)))
+    return out
+
+
+def record_file_graphs(path, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:
+    """`recorded_graphs(parse_etrecord(path), kinds, method)`, drawn from the record's JSON without
+    rebuilding its programs (`_record_graphs`); a record that reader does not mirror (a graph map
+    naming the views' programs, a node without a result) is rebuilt and drawn by the views' builder."""
+    from etlab.etrecord import UnsupportedGraph, record_graphs
+
+    graphs = record_graphs(path)
+    try:
+        return _json_graphs(path, graphs, kinds, method)
+    except UnsupportedGraph:
+        from etlab.etrecord import parse_etrecord
+
+        return recorded_graphs(parse_etrecord(path), kinds, method)
+
+
+def _json_graphs(path, graphs, kinds, method: str | None) -> list[tuple[GraphModel, dict]]:
+    from etlab.etrecord import UnsupportedGraph
+
+    out = []
+    for m in [method] if method else (graphs.methods or ["forward"]):
+        if graphs.graph_map_shadows(m):
+            raise UnsupportedGraph(f"{graphs.where}: the graph map holds a program the views would draw")
+        edge, aten = graphs.edge(m), graphs.aten()
+        available = [k for k, p in (("aten", aten), ("edge", edge)) if p is not None]
+        if not available:
+            raise ValueError(f"no graphs of method {m!r} in {graphs.where}")
+        wanted = [k for k in (kinds or KINDS) if k in available]
+        if kinds and len(wanted) < len(kinds):
+            missing = sorted(set(kinds) - set(wanted))
+            raise ValueError(f"no {', '.join(missing)} graph of method {m!r}; available: {available}")
+        marks = partition_marks(edge, graphs.debug_handle_map.get(m), graphs.delegate_map.get(m)) \
+            if graphs.upstream and edge is not None else {}
+        for kind in wanted:
+            if kind == "edge":
+                model = build_json_graph_model(edge, "edge", method=m, partitions=marks)
+                rows = explainer_rows(edge, marks)
+                if rows is None:  # etlab's XNNPACK rules judge the nodes left out: they read the rebuilt graph
+                    from etlab.etrecord import parse_etrecord
+
+                    rows = _explainer_rows(resolve_sources(parse_etrecord(path), m).edge)
+                out.append((model, _extras_of(model, rows)))
+            else:
+                handles_of = aten_handles_of(edge) if edge is not None and edge is not aten else None
+                out.append((build_json_graph_model(aten, "aten", method=m, handles_of=handles_of), {}))
     return out
 
 
@@ -109,9 +166,7 @@ def load_graphs(source, *, kinds=None, method: str | None = None) -> list[tuple[
 
             return [(m, {}) for m in pte_graphs(load_pte(path), method)]
         if suffix == ".etrecord":
-            from etlab.etrecord import parse_etrecord
-
-            return recorded_graphs(parse_etrecord(path), kinds, method)
+            return record_file_graphs(path, kinds, method)
         raise FormatError(f"{path}: Model Explorer's etlab adapter opens .pte and .etrecord files, "
                           f"not {suffix or 'a file without a suffix'}")
     return recorded_graphs(source, kinds, method)
