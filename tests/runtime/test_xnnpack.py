@@ -525,3 +525,46 @@ def test_a_0d_output_of_a_delegate_is_its_1_element_value(tmp_path, core):
     doubled, scalar = method.execute(list(inputs))
     torch.testing.assert_close(doubled, inputs[0] * 2)
     assert scalar.shape == () and scalar.item() == 1.5
+
+
+def test_a_tall_1d_convolution_matches_torch_untraced_and_traced():
+    """Wav2Letter's Conv1d (250 channels, kernel 32, padding 16) as XNNPACK lowers it: a 32x1 convolution on
+    NHWC [1, T, 1, C]. torch 2.13's oneDNN NHWC kernel gets this geometry wrong (errors the size of the
+    outputs, eager torch on channels-last inputs too): the backend must notice at load and not use it, and its
+    reference path must not take that kernel either."""
+    torch.manual_seed(5)
+    w, b = torch.randn(64, 250, 32) * 0.05, torch.randn(64)
+    g = GraphBuilder()
+    x = g.value((1, 100, 1, 250), role="input")
+    wv, bv = g.value((64, 32, 1, 250), data=w.permute(0, 2, 1).unsqueeze(2)), g.value((64,), data=b)  # OHWI
+    y = g.value((1, 101, 1, 64), role="output")
+    g.node("XNNConv2d", M["_XNNNodeConv"](padding_top=16, padding_bottom=16, padding_left=0, padding_right=0,
+                                          kernel_height=32, kernel_width=1, subsampling_height=1, subsampling_width=1,
+                                          dilation_height=1, dilation_width=1, group_input_channels=250,
+                                          group_output_channels=64, groups=1, input1_id=x, filter_id=wv, bias_id=bv,
+                                          output_id=y), 1, clamp=(0.0, float("inf")))
+    plan = _init(g.blob(), g.named)
+    signal = torch.randn(1, 250, 100)
+    want = F.conv1d(signal.double(), w.double(), b.double(), padding=16).relu().float()  # [1, 64, 101]
+    for context in (None, Recorder()):
+        out = torch.empty(1, 101, 1, 64)
+        XNNPACK_BACKEND.execute(plan, [signal.permute(0, 2, 1).unsqueeze(2).contiguous(), out], context)
+        torch.testing.assert_close(out[:, :, 0].permute(0, 2, 1), want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("cout, cin, kernel, size, pads", [
+    (64, 250, (32, 1), (30, 1), (0, 0, 16, 16)), (256, 500, (31, 1), (60, 1), (0, 0, 15, 15)),
+    (32, 24, (3, 3), (9, 9), (1, 1, 1, 1)), (16, 250, (1, 32), (1, 30), (16, 16, 0, 0))])
+def test_a_packed_convolution_is_right_or_refused(cout, cin, kernel, size, pads):
+    """`prepacked_conv2d` returns a kernel that computes the convolution, or None (then the node runs on
+    the reference path): never a wrong one."""
+    from etlab.runtime.backends.xnnpack._prepacked import prepacked_conv2d
+
+    torch.manual_seed(2)
+    w, b = torch.randn(cout, cin, *kernel) * 0.05, torch.randn(cout)
+    run = prepacked_conv2d(w, b, pads, (1, 1), (1, 1), 1, None, [1, cin, *size])
+    if run is None:
+        return
+    x = torch.randn(1, cin, *size)
+    want = F.conv2d(F.pad(x.double(), pads), w.double(), b.double()).float()
+    torch.testing.assert_close(run(x.permute(0, 2, 3, 1).contiguous()).permute(0, 3, 1, 2), want, rtol=1e-5, atol=1e-4)

@@ -144,8 +144,9 @@ def _conv(depthwise: bool) -> Callable[[_Node], NodeKernel]:
         def torch_weight(w):  # depthwise filters are [1, KH, KW, C*M]; dense ones [O, KH, KW, I/groups]
             return T["permute"](w, (3, 0, 1, 2)) if depthwise else T["permute"](w, (0, 3, 1, 2))
 
-        def conv(x, w, b=None):
-            y = T["conv2d"](T["pad"](_nchw(x), pads), torch_weight(w), b, stride, 0, dilation, groups)
+        def conv(x, w, b=None):  # on NCHW memory: oneDNN's NHWC kernels get some geometries wrong (`_prepacked`)
+            y = T["conv2d"](T["pad"](_nchw(x), pads).contiguous(), torch_weight(w).contiguous(), b, stride, 0,
+                            dilation, groups)
             return _nhwc(y)
 
         def prepack(w, b, clamp):

@@ -8,6 +8,13 @@ NCHW shape (no copy), the kernel writes a channels-last result, which is the NHW
 (no permute copies between nodes of a partition), and the clamp is oneDNN's post-op. The result is
 the same computation as the reference path (`conv2d` then `clamp`), with its own summation order.
 
+oneDNN's NHWC kernels are not right for every geometry: torch 2.13's oneDNN 3.12 (brg_conv_fwd) gets some
+convolutions with tall kernels wrong, eager torch too on channels-last inputs (Wav2Letter's 1-D convolution
+of 250 channels, kernel 32, lowered as a 32x1 convolution: errors the size of the outputs). So each packed
+kernel is checked once at load, on a seeded random input of its declared shape, against torch's
+convolution of the same input in NCHW (a different kernel); one that disagrees beyond float rounding is
+dropped and the node runs on the reference path.
+
 Without oneDNN (a torch built without it) `prepacked_conv2d` returns None and the node runs on
 the reference path.
 """
@@ -48,10 +55,12 @@ def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tupl
     left, right, top, bottom = pads
     symmetric = left == right and top == bottom
     padding = [top, left] if symmetric else [0, 0]
+    declared = list(input_nchw)
     if not symmetric:
         input_nchw = [input_nchw[0], input_nchw[1], input_nchw[2] + top + bottom, input_nchw[3] + left + right]
     stride_, dilation_ = list(stride), list(dilation)
-    packed = _reorder_conv_weight(weight.contiguous().to_mkldnn(), padding, stride_, dilation_, groups, input_nchw)
+    weight = weight.contiguous()  # OIHW memory (a permuted OHWI filter would make torch's reference NHWC too)
+    packed = _reorder_conv_weight(weight.to_mkldnn(), padding, stride_, dilation_, groups, input_nchw)
     bias = None if bias is None else bias.contiguous()
     attr, scalars = post_op(clamp)
     conv, pad, permute = _conv_pointwise, torch.nn.functional.pad, torch.permute
@@ -64,4 +73,17 @@ def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tupl
         y = conv(nchw, packed, bias, padding, stride_, dilation_, groups, *((attr, scalars) if fused else ("none", [])),
                  None)
         return permute(y, (0, 2, 3, 1))
-    return run
+    return run if _agrees_with_reference(run, weight, bias, pads, stride_, dilation_, groups, declared) else None
+
+
+def _agrees_with_reference(run: Callable[..., torch.Tensor], weight: torch.Tensor, bias: torch.Tensor | None,
+                           pads: tuple[int, int, int, int], stride: list[int], dilation: list[int], groups: int,
+                           input_nchw: list[int]) -> bool:
+    """Does the packed kernel compute the convolution on a seeded random input (see the module doc)?
+    Input and weight are NCHW/OIHW in memory, so torch takes an NCHW kernel for the reference.
+    The bound is far above float rounding (a sum's error grows with its length, not its value) and far
+    below a wrong kernel's error (of the order of the outputs)."""
+    x = torch.randn(input_nchw, generator=torch.Generator().manual_seed(0))
+    want = torch.nn.functional.conv2d(torch.nn.functional.pad(x, pads), weight, bias, stride, 0, dilation, groups)
+    got = run(x.permute(0, 2, 3, 1).contiguous(), False).permute(0, 3, 1, 2)
+    return bool((got - want).abs().max() <= 1e-4 * (1.0 + want.abs().max()))
