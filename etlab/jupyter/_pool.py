@@ -317,7 +317,8 @@ class WorkerPool:
                 del self._files[name]
 
     def close(self) -> None:
-        """Stops the idle workers and the zygote (busy ones stop when their request ends): the server's shutdown."""
+        """Stops the idle workers and the zygote: the server's shutdown (a worker busy with a request is not
+        stopped here)."""
         with self._cond:
             idle, self._idle = self._idle, []
             self._count -= len(idle)
