@@ -161,6 +161,12 @@ def parse_module_stack(text, where: str) -> dict | None:
         return None
     out = {}
     for item in text.split(";"):
+        if "(" not in item and "[" not in item:  # no brackets: commas only separate (most entries)
+            parts = item.split(",")
+            if len(parts) != 3:
+                raise FormatError(f"{where}: an nn_module_stack entry {item[:80]!r} is not key,path,type")
+            out[parts[0]] = (parts[1], parts[2])
+            continue
         parts, start, depth = [], 0, 0
         for i, c in enumerate(item):
             if c in "[(":

@@ -10,7 +10,8 @@ This package gives it what etlab knows, for etlab's files and upstream's alike:
   run, numeric gap, output bytes) as node-data files keyed to the same node ids;
   `etlab export-me RUN.etdp --etrecord R -o DIR` from the shell;
 - the adapter extension (`main.py`): `model-explorer model.etrecord --extensions=etlab.model_explorer`
-  opens the files directly;
+  opens the files directly; a `.etrecord` is drawn from its programs' torch.export JSON
+  (`etlab.etrecord.record_graphs`), without rebuilding them with torch, into the same graphs;
 - `show(inspector)`: Model Explorer in a notebook cell, with the latency overlay.
 """
 

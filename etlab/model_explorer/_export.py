@@ -4,7 +4,8 @@
   as nodes in the backend's colour), read from the verified file alone;
 - a `.etrecord` (etlab's or upstream's): the ATen and Edge programs of each method, module nesting as
   layers, every delegated partition a layer named by its backend, and for each node left out of a
-  partition the delegation explainer's reason;
+  partition the delegation explainer's reason; drawn from the record's JSON (`_record_graphs`), the
+  same graphs the views draw from the rebuilt programs, in a fraction of the time;
 - an Inspector (a run with its record): the same graphs, with the run's latency and numeric gap.
 """
 

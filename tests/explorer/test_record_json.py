@@ -144,3 +144,11 @@ def test_malformed_program_json_is_a_format_error_naming_file_and_member(zoo_rec
     with pytest.raises(FormatError, match=r"bad\.etrecord") as e:
         me_graphs(bad)
     assert message in str(e.value) and "program" in str(e.value)
+
+
+def test_titles_and_colours_are_the_views():
+    from etlab.model_explorer import _record_graphs
+    from etlab.visualizer import _graph_model, _graph_view
+
+    assert _record_graphs.BACKEND_COLORS == _graph_model.BACKEND_COLORS
+    assert all(_graph_view.TITLES[k] == v for k, v in _record_graphs.TITLES.items())
