@@ -16,6 +16,8 @@ MODULES = [
     "etlab.compiler._manager", "etlab.compiler._tensor_spec",
     # profile a model in one call; a fleet of runs
     "etlab.devtools._profile", "etlab.fleet._ingest", "etlab.fleet._diff", "etlab.fleet._tags",
+    # the views
+    "etlab.visualizer._graph_view",
 ]
 
 

@@ -88,6 +88,22 @@ class GraphView(anywidget.AnyWidget):
     highlights the nodes sharing its debug handles in the others. `shown`: the kinds whose panes
     start visible (default all; a toolbar checkbox per graph toggles its pane). `selected` holds
     the last clicked node; `focus(name)` selects one from Python. `save_html(path)` writes it offline.
+
+    >>> import os, tempfile, torch
+    >>> from etlab.compiler import to_edge_transform_and_lower
+    >>> from etlab.compiler.backends import DemoPartitioner
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> exported = torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))
+    >>> view = GraphView(to_edge_transform_and_lower(exported, partitioner=[DemoPartitioner()]))
+    >>> [(n.kind, n.op) for n in view.model.nodes]  # the delegate expanded: the ops it runs
+    [('input', 'input'), ('input', 'input'), ('op', 'aten.mul.Tensor'), ('op', 'aten.add.Tensor'), ('output', 'output')]
+    >>> [(g.kind, g.backend) for g in view.model.groups]  # outlined as the backend's partition
+    [('delegate', 'DemoBackend')]
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     os.path.getsize(view.save_html(os.path.join(d, "graph.html"))) > 0
+    True
     """
 
     _esm = traitlets.Unicode(_html.graph_module_source()).tag(sync=True)
