@@ -42,3 +42,31 @@ def test_a_constant_chain_rooted_in_a_portable_node_stays_out(tmp_path):
         want = model(*inputs)
     torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-5)
     assert torch.equal(got[1], want[1])
+
+
+class ClassToken(nn.Module):
+    """CaiT's class token: one expand of a parameter, read by a partition before a portable op and by one after."""
+
+    def __init__(self):
+        super().__init__()
+        self.token = nn.Parameter(torch.randn(1, 1, 4))
+
+    def forward(self, x):
+        token = self.token.expand(x.shape[0], -1, -1)
+        a = torch.cat([token, x], dim=1) * 2
+        b = torch.cumsum(a, dim=1)  # no XNNPACK lowering: splits the delegated ops in two partitions
+        return torch.cat([token, b], dim=1) + 1
+
+
+def test_a_folded_constant_read_by_two_partitions_is_an_output_of_one(tmp_path):
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model, inputs = ClassToken().eval(), (torch.randn(1, 3, 4),)
+    edge = to_edge_transform_and_lower(torch.export.export(model, inputs), partitioner=[XnnpackPartitioner()])
+    modules = lowered_modules(edge.exported_program().graph_module)
+    delegated = [str(n.target) for _, _, m in modules for n in m.original_module.graph.nodes if n.op == "call_function"]
+    assert len(modules) == 2 and delegated.count("aten.expand_copy.default") == 1  # (it failed: 'no lowering')
+    (tmp_path / "m.pte").write_bytes(edge.to_executorch().buffer)
+    got = Runtime.get().load_program(tmp_path / "m.pte").load_method("forward").execute(list(inputs))
+    with torch.no_grad():
+        torch.testing.assert_close(got[0], model(*inputs), rtol=1e-5, atol=1e-5)

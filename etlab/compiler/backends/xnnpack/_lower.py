@@ -188,8 +188,9 @@ class Lowering:
                 self.absorbed[node] = {handle} if isinstance(handle, int) else set()
                 continue
             inputs = node.all_input_nodes
-            if (not inputs or not all(n in self.constants for n in inputs) or node in self.out_ext
-                    or "choose_qparams" in op_key(node)):
+            # a partition output computed from constants (a class token expanded once, read by other
+            # partitions too) is folded as well: `_finish_output` copies the constant to the output
+            if not inputs or not all(n in self.constants for n in inputs) or "choose_qparams" in op_key(node):
                 continue
             args = torch.fx.node.map_arg(node.args, lambda n: self.constants[n])
             kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.constants[n])
