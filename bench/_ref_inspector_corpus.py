@@ -2,6 +2,7 @@
 (../shared/reference/setup.sh prints it); etlab never imports upstream.
 
   $REF bench/_ref_inspector_corpus.py JOBS.json [--repeats N] [--time-only]
+  $REF bench/_ref_inspector_corpus.py --serve PREFIX
 
 JOBS.json is a list of {"dir": D, "methods": [...], "run": METHOD, "share_mutable_buffers": B}. D holds
 <method>.pt2 (torch.export.save, written by etlab's side, so both tools see one ExportedProgram) and
@@ -13,6 +14,12 @@ then times its Inspector on those files warm, in this process: one untimed load,
 written last (atomically): {"ok": true, "seconds": [...], "cpu_seconds": [...], "rows": R} or {"ok": false,
 "error": ...}. --time-only times the Inspector again on the files made before (D/upstream_timing.json), so
 that both tools are timed in one sitting.
+
+--serve PREFIX: times upstream's Inspector on request, so that bench/inspector.py can interleave the two tools
+(upstream, etlab, upstream, ...) on one model. Each stdin line is {"dir": D, "repeats": N, "warm": B}; the
+reply is one stdout line, PREFIX then {"ok": true, "seconds": [...], "cpu_seconds": [...], "rows": R} (N timed loads,
+after one untimed load when B) or {"ok": false, "error": ...}; the prefix tells replies from whatever a
+library prints to stdout.
 """
 
 import argparse
@@ -57,24 +64,40 @@ def _job(job, repeats):
     return _time_inspector(d, repeats)
 
 
-def _time_inspector(d, repeats):
-    """Upstream's Inspector on D's files: one untimed load, then `repeats` timed ones (wall and CPU time:
-    on a shared machine the process's CPU time is the steadier measure)."""
+def _time_inspector(d, repeats, warm=True):
+    """Upstream's Inspector on D's files: one untimed load (if `warm`), then `repeats` timed ones (wall
+    and CPU time: on a shared machine the process's CPU time is the steadier measure)."""
     from executorch.devtools import Inspector
 
     etdp, buf, rec = (os.path.join(d, n) for n in ("run.etdp", "run.bin", "model.etrecord"))
     times, cpu, rows = [], [], 0
-    for k in range(repeats + 1):
+    for k in range(repeats + 1 if warm else repeats):
         t, c = time.perf_counter(), time.process_time()
         df = Inspector(etdump_path=etdp, etrecord=rec, debug_buffer_path=buf).to_dataframe()
-        if k:
+        if k or not warm:
             times.append(time.perf_counter() - t)
             cpu.append(time.process_time() - c)
         rows = len(df)
     return {"ok": True, "seconds": times, "cpu_seconds": cpu, "rows": rows}
 
 
+def _serve(prefix):
+    """The --serve loop (see the module docstring)."""
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        req = json.loads(line)
+        try:
+            result = _time_inspector(req["dir"], int(req["repeats"]), bool(req.get("warm")))
+        except Exception as e:  # reported; the next request goes on
+            text = f"{type(e).__name__}: {e}".strip().splitlines()
+            result = {"ok": False, "error": (text[0] if text else type(e).__name__)[:400]}
+        print(prefix + json.dumps(result), flush=True)
+
+
 def main():
+    if len(sys.argv) == 3 and sys.argv[1] == "--serve":
+        return _serve(sys.argv[2])
     p = argparse.ArgumentParser()
     p.add_argument("jobs")
     p.add_argument("--repeats", type=int, default=3)

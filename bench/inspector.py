@@ -1,7 +1,8 @@
 """Inspector benchmark: load + to_dataframe, etlab vs upstream ExecuTorch's Inspector on the same
 files in one run, and etlab on a 1e6-event ETDump.
 
-    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m] [--etrecord-only] [--corpus [NAME ...]]
+    .venv/bin/python bench/inspector.py [--repeats N] [--upstream-1m] [--etrecord-only]
+    .venv/bin/python bench/inspector.py --corpus [NAME ...] [--prepare-only | --no-prepare] [--rounds N]
 
 Upstream-written dumps (zoo models exported and run by upstream 1.5.1 through
 ../shared/reference/et_ref.py) and the synthetic 1e6-event dump are cached under
@@ -15,9 +16,11 @@ ETRECORD_BEGIN/END in the section, and `--etrecord-only` re-measures just those.
 
 `--corpus`: the same with upstream's `.etrecord`, over every model of etlab.models.corpus (not the zoo
 alone): etlab exports each model and saves the ExportedProgram; upstream (bench/_ref_inspector_corpus.py,
-reference python) compiles it with its ETRecord, runs it twice with ETDump and debug buffer and times its
-own Inspector warm in its process; etlab then times its Inspector on upstream's files warm in this
-process. Cached per model under ~/.cache/etlab/bench; its lines sit between CORPUS_BEGIN/END.
+reference python) compiles it with its ETRecord and runs it twice with ETDump and debug buffer (cached per
+model under ~/.cache/etlab/bench). Then, per model, both Inspectors are timed warm on upstream's files,
+interleaved: upstream's in a reference-python server (`_ref_inspector_corpus.py --serve`), etlab's in this
+process, in alternating rounds (CPU and wall medians, load average recorded). Its lines sit between
+CORPUS_BEGIN/END.
 """
 
 from __future__ import annotations
@@ -207,75 +210,124 @@ def prepare_corpus(ref: str, names: list[str]) -> None:
         subprocess.run([ref, str(REF_CORPUS), str(spec)], env=ref_env(), check=False, timeout=4 * 3600)
 
 
-def _time_ours_cpu(etdp: Path, buf: Path, record: Path, repeats: int) -> tuple[float, float, int]:
-    """etlab's Inspector on one model's files: one untimed load, then median wall and CPU seconds."""
-    Inspector(etdump_path=etdp, etrecord=record, debug_buffer_path=buf).to_dataframe()
+def _time_ours(etdp: Path, buf: Path, record: Path, repeats: int) -> tuple[list[float], list[float], int]:
+    """etlab's Inspector on one model's files, `repeats` timed loads: (wall seconds, CPU seconds, rows)."""
     wall, cpu, rows = [], [], 0
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
         rows = len(Inspector(etdump_path=etdp, etrecord=record, debug_buffer_path=buf).to_dataframe())
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
-    return median(wall), median(cpu), rows
+    return wall, cpu, rows
 
 
-def _upstream_timings(ref: str, dirs: list[Path], repeats: int) -> None:
-    """Upstream's Inspector timed again on the files made before (D/upstream_timing.json), in one sitting."""
-    with tempfile.TemporaryDirectory() as tmp:
-        spec = Path(tmp) / "jobs.json"
-        spec.write_text(json.dumps([{"dir": str(d)} for d in dirs]))
-        subprocess.run([ref, str(REF_CORPUS), str(spec), "--time-only", "--repeats", str(repeats)], env=ref_env(),
-                       check=False, timeout=3600, stdout=subprocess.DEVNULL)
+class _UpstreamTimer:
+    """bench/_ref_inspector_corpus.py --serve under the reference python: upstream's Inspector timed on
+    request, warm in its own process, so that the two tools' loads alternate."""
+
+    reply = "@@inspector-timing "  # what starts the server's replies (libraries may print to stdout too)
+
+    def __init__(self, ref: str):
+        self.proc = subprocess.Popen([ref, str(REF_CORPUS), "--serve", self.reply], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env())
+
+    def time(self, d: Path, repeats: int, warm: bool = False) -> dict:
+        self.proc.stdin.write(json.dumps({"dir": str(d), "repeats": repeats, "warm": warm}) + "\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith(self.reply):
+                return json.loads(line[len(self.reply):])
+        raise RuntimeError(f"the upstream timer ended (exit {self.proc.wait()})")
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
 
 
-def corpus_lines(ref: str, names: list[str], repeats: int, retime_upstream: bool = True) -> list[str]:
-    """Per corpus model: etlab's Inspector vs upstream's on upstream's files with upstream's .etrecord.
-    `retime_upstream=False` keeps upstream's timings of the last run (D/upstream_timing.json)."""
-    prepare_corpus(ref, names)
-    made = {n: corpus_dir(n) for n in names}
-    ready = {n: d for n, (d, done) in made.items() if done is not None and done.get("ok")}
-    when = "in an earlier sitting (--keep-upstream-timings), under a like load"
-    if retime_upstream or not all((d / "upstream_timing.json").is_file() for d in ready.values()):
-        print(f"[bench] timing upstream's Inspector on {len(ready)} models ...", file=sys.stderr, flush=True)
-        _upstream_timings(ref, list(ready.values()), 5)
-        when = "just before etlab's"
-    lines = [CORPUS_BEGIN, "", "Every model of the corpus (etlab.models.corpus) that upstream compiles and runs: "
-             "upstream-written `.pte`, `.etrecord`, 2-iteration `.etdp` and debug buffer; "
-             "`Inspector(etdump_path, etrecord=..., debug_buffer_path)` then `.to_dataframe()`, warm, in process "
-             f"on both sides (one untimed load, then the median of {repeats} for etlab and of 5 for upstream, "
-             f"bench/_ref_inspector_corpus.py), upstream's timings taken {when}. The speed-up is "
-             "of process CPU time: on this shared machine (load average "
-             f"{os.getloadavg()[0]:.0f} on {os.cpu_count()} cores) wall times are mostly waiting; they are given too.",
-             "", "| model | rows | etlab CPU (ms) | upstream CPU (ms) | speed-up (CPU) | etlab wall (ms) "
-             "| upstream wall (ms) |", "|---|---:|---:|---:|---:|---:|---:|"]
-    ratios, skipped = {}, []
-    for name in names:
-        d, done = made[name]
-        timing = d / "upstream_timing.json"
-        if name not in ready or not timing.is_file() or not json.loads(timing.read_text()).get("ok"):
-            if done is None:
-                err = _export_error(name)
-                why = "not exported here: " + (err.read_text() if err.is_file() else "not made")
+def _interleaved(timer: _UpstreamTimer, d: Path, rounds: int, ours_per_round: int, theirs_per_round: int) -> dict:
+    """Both Inspectors on model directory `d`, warm (one untimed load each), then `rounds` rounds, each
+    timing upstream's and etlab's loads back to back (which goes first alternates): medians over all
+    timed loads, and the load average over the model's measurement."""
+    load0 = os.getloadavg()[0]
+    first = timer.time(d, 0, warm=True)
+    if not first.get("ok"):
+        return {"ok": False, "error": first.get("error")}
+    files = (d / "run.etdp", d / "run.bin", d / "model.etrecord")
+    _time_ours(*files, 1)
+    ours_wall, ours_cpu, theirs_wall, theirs_cpu, rows, their_rows = [], [], [], [], 0, 0
+    for r in range(rounds):
+        for side in ("theirs", "ours") if r % 2 == 0 else ("ours", "theirs"):
+            if side == "ours":
+                w, c, rows = _time_ours(*files, ours_per_round)
+                ours_wall += w
+                ours_cpu += c
             else:
-                why = "upstream: " + (done.get("error") or "not timed")
-            skipped.append(f"{name} ({why.splitlines()[0][:120]})")
-            continue
-        theirs = json.loads(timing.read_text())
-        wall, cpu, rows = _time_ours_cpu(d / "run.etdp", d / "run.bin", d / "model.etrecord", repeats)
-        if rows != theirs["rows"]:
-            raise RuntimeError(f"{d}: etlab shows {rows} rows, upstream {theirs['rows']}")
-        up_cpu, up_wall = median(theirs["cpu_seconds"]), median(theirs["seconds"])
-        ratios[name] = up_cpu / cpu
-        lines.append(f"| {name} | {rows} | {cpu * 1e3:.1f} | {up_cpu * 1e3:.0f} | {ratios[name]:.0f}x "
-                     f"| {wall * 1e3:.1f} | {up_wall * 1e3:.0f} |")
-        print(lines[-1], file=sys.stderr, flush=True)
-    below = [n for n, r in ratios.items() if r < 20]
+                got = timer.time(d, theirs_per_round)
+                if not got.get("ok"):
+                    return {"ok": False, "error": got.get("error")}
+                theirs_wall += got["seconds"]
+                theirs_cpu += got["cpu_seconds"]
+                their_rows = got["rows"]
+    if rows != their_rows:
+        raise RuntimeError(f"{d}: etlab shows {rows} rows, upstream {their_rows}")
+    return {"ok": True, "rows": rows, "ours_cpu": median(ours_cpu), "ours_wall": median(ours_wall),
+            "theirs_cpu": median(theirs_cpu), "theirs_wall": median(theirs_wall), "n_ours": len(ours_cpu),
+            "n_theirs": len(theirs_cpu), "load": (load0 + os.getloadavg()[0]) / 2}
+
+
+def corpus_lines(ref: str, names: list[str], rounds: int = 3, ours_per_round: int = 5, theirs_per_round: int = 1,
+                 prepare: bool = True) -> list[str]:
+    """Per corpus model: etlab's Inspector vs upstream's on upstream's files with upstream's .etrecord, both
+    timed in this sitting, interleaved (`_interleaved`). `prepare=False` measures the models whose files
+    are made and lists the others as not measured."""
+    if prepare:
+        prepare_corpus(ref, names)
+    made = {n: corpus_dir(n) for n in names}
+    lines = [CORPUS_BEGIN, "", f"Every model of the corpus (etlab.models.corpus, {len(names)} models) that upstream "
+             "compiles and runs: upstream-written `.pte`, `.etrecord`, 2-iteration `.etdp` and debug buffer; "
+             "`Inspector(etdump_path, etrecord=..., debug_buffer_path)` then `.to_dataframe()`, warm (one untimed "
+             "load each), in process on both sides (upstream's in the reference python, "
+             "bench/_ref_inspector_corpus.py --serve), interleaved per model: "
+             f"{rounds} rounds of {theirs_per_round} upstream load(s) and {ours_per_round} etlab loads back to back, "
+             "which goes first alternating; medians over all timed loads. The speed-up is of process CPU time: on "
+             f"this shared machine ({os.cpu_count()} cores, other jobs running; load average per model in the "
+             "table) wall times are mostly waiting; they are given too.", "",
+             "| model | rows | etlab CPU (ms) | upstream CPU (ms) | speed-up (CPU) | etlab wall (ms) "
+             "| upstream wall (ms) | load |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    ratios, skipped, loads = {}, [], []
+    timer = _UpstreamTimer(ref)
+    try:
+        for name in names:
+            d, done = made[name]
+            if done is None or not done.get("ok"):
+                if done is not None:
+                    why = "upstream: " + (done.get("error") or "failed")
+                elif _export_error(name).is_file():
+                    why = "not exported here: " + _export_error(name).read_text()
+                else:
+                    why = "upstream's files not made in this sitting"
+                skipped.append(f"{name} ({why.splitlines()[0][:120] if why.strip() else why})")
+                continue
+            got = _interleaved(timer, d, rounds, ours_per_round, theirs_per_round)
+            if not got["ok"]:
+                skipped.append(f"{name} (upstream's Inspector: {str(got['error'])[:120]})")
+                continue
+            ratios[name] = got["theirs_cpu"] / got["ours_cpu"]
+            loads.append(got["load"])
+            lines.append(f"| {name} | {got['rows']} | {got['ours_cpu'] * 1e3:.1f} | {got['theirs_cpu'] * 1e3:.0f} "
+                         f"| {ratios[name]:.0f}x | {got['ours_wall'] * 1e3:.1f} | {got['theirs_wall'] * 1e3:.0f} "
+                         f"| {got['load']:.1f} |")
+            print(lines[-1], file=sys.stderr, flush=True)
+    finally:
+        timer.close()
+    below = [f"{n} ({r:.1f}x)" for n, r in ratios.items() if r < 20]
     if ratios:
-        lines += ["", f"Speed-up (CPU time) over {len(ratios)} corpus models: median {median(ratios.values()):.0f}x, "
-                  f"min {min(ratios.values()):.0f}x ({min(ratios, key=ratios.get)}); below the 20x target: "
-                  f"{', '.join(below) or 'none'}."]
+        lines += ["", f"Speed-up (CPU time) over {len(ratios)} corpus models, {time.strftime('%Y-%m-%d')}: median "
+                  f"{median(ratios.values()):.0f}x, min {min(ratios.values()):.1f}x ({min(ratios, key=ratios.get)}); "
+                  f"below the 20x target: {', '.join(below) or 'none'}. Load average {min(loads):.1f}-"
+                  f"{max(loads):.1f} while measuring."]
     if skipped:
-        lines += ["", f"Not measured: {'; '.join(skipped)}."]
+        lines += ["", f"Not measured ({len(skipped)}): {'; '.join(skipped)}."]
     return [*lines, "", CORPUS_END]
 
 
@@ -310,8 +362,10 @@ def main(argv=None) -> int:
     ap.add_argument("--corpus", nargs="*", metavar="NAME", default=None,
                     help="only the corpus lines (upstream's files and .etrecord), for NAMEs or every corpus model")
     ap.add_argument("--prepare-only", action="store_true", help="with --corpus: only make upstream's files")
-    ap.add_argument("--keep-upstream-timings", action="store_true",
-                    help="with --corpus: reuse upstream's Inspector timings of the last run (not re-timed)")
+    ap.add_argument("--no-prepare", action="store_true",
+                    help="with --corpus: measure only the models whose upstream files are made (no export, no "
+                    "upstream compile); the others are listed as not measured")
+    ap.add_argument("--rounds", type=int, default=3, help="with --corpus: interleaved rounds per model")
     a = ap.parse_args(argv)
     ref = reference_python()
     if ref is None:
@@ -326,7 +380,7 @@ def main(argv=None) -> int:
         if a.prepare_only:
             prepare_corpus(ref, names)
             return 0
-        replace_etrecord_lines(corpus_lines(ref, names, a.repeats, not a.keep_upstream_timings), CORPUS_BEGIN,
+        replace_etrecord_lines(corpus_lines(ref, names, a.rounds, prepare=not a.no_prepare), CORPUS_BEGIN,
                                CORPUS_END)
         return 0
     lines = ["| upstream-written file | events | rows | etlab (ms) | upstream (ms) | speed-up |",

@@ -41,6 +41,9 @@ def perf_stats(durations: np.ndarray) -> np.ndarray:
     if durations.shape[0] == 0 or m == 0:
         return np.full((6, m), np.nan)
     out = np.empty((6, m))
+    if durations.shape[0] == 1:  # one run (a method's load, say): every statistic is its time, NaN included
+        out[:] = durations[0]
+        return out
     out[:3] = _percentiles(durations)
     durations.mean(axis=0, out=out[3])
     durations.min(axis=0, out=out[4])

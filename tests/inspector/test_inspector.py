@@ -152,6 +152,23 @@ def test_fast_dataframe_equals_event_objects(inspector):
                 assert x == y, col
 
 
+def test_frame_is_what_pandas_own_constructor_builds(inspector):
+    """to_dataframe hands pandas typed columns without inference (etlab.inspector._frames._frame): the
+    frame must be the one pandas' public constructor makes of the same cells (dtypes, labels, index)."""
+    fast = inspector.to_dataframe()
+    cells = {c: fast[c].tolist() for c in fast.columns}
+    own = pd.DataFrame(cells)
+    for c in ("delegate_debug_identifier", "delegate_backend_name"):  # kept objects, as upstream's
+        own[c] = pd.Series(cells[c], dtype=object)
+    assert type(fast).__name__ == "TensorFrame"
+    pd.testing.assert_index_equal(fast.columns, own.columns, exact=True)
+    pd.testing.assert_index_equal(fast.index, own.index, exact=True)
+    assert fast.dtypes.tolist() == own.dtypes.tolist()
+    assert fast.drop(columns=["debug_data"]).astype(str).equals(own.drop(columns=["debug_data"]).astype(str))
+    fast.iloc[0, fast.columns.get_loc("raw")] = None  # a frame of its own: cells can be changed
+    assert inspector.to_dataframe()["raw"].iloc[0] is not None
+
+
 def test_no_debug_buffer_gives_meta_tensors(synthetic_files):
     ins = Inspector(etdump_path=synthetic_files[0])
     t = ins.event_blocks[1].events[0].debug_data[0]
