@@ -307,6 +307,25 @@ def test_quantized_fully_connected_is_within_one_step():
     torch.testing.assert_close(recorder.outputs[2], expected_fc, rtol=1e-5, atol=1e-5)
 
 
+
+def test_an_int8_fully_connected_runs_on_integers_within_one_step_of_the_levels_path():
+    """Untraced, the int8 fully connected node (per-channel filter, fused relu) is oneDNN's int8 inner product
+    on the input's integers; node by node on levels it is dequantize -> float linear -> requantize."""
+    g, *_ = _quantized_fc_graph()
+    plan = _init(g.blob(), g.named)
+    assert [n.kind for n in plan.nodes if n.int_fn is not None] == ["XNNFullyConnected"]
+    levels_plan = _init(g.blob(), g.named)
+    for node in levels_plan.nodes:
+        node.int_fn = None
+    x = torch.randn(3, 8) * 3
+    fast, slow = torch.empty(3, 4), torch.empty(3, 4)
+    XNNPACK_BACKEND.execute(plan, [x, fast], None)
+    run_plan(levels_plan, [x, slow], None)
+    assert (fast - slow).abs().max().item() <= 0.05 * 1.001 and (slow > 0).any()
+    levels = fast / 0.05 + 5
+    torch.testing.assert_close(levels, levels.round(), rtol=0, atol=1e-4)
+
+
 # -- hostile blobs ------------------------------------------------------------------------------------
 
 

@@ -7,9 +7,10 @@ than the op itself; here a per-tensor int8 (or uint8) value may instead be held 
 tensor `q + offset` (offset 128 for int8: oneDNN takes unsigned activations; the zero point moves
 by the same offset), and:
 
-- a convolution with per-channel int8 weights and per-tensor input and output runs as oneDNN's
-  int8 convolution (int32 accumulation, float bias and rescale, rounded to the output's levels:
-  within one quantization step of XNNPACK's fixed-point requantization);
+- a convolution or fully connected node with per-channel int8 weights and per-tensor input and output
+  runs as oneDNN's int8 convolution or inner product (int32 accumulation, float bias and rescale, rounded
+  to the output's levels: within one quantization step of XNNPACK's fixed-point requantization; a
+  classifier's filter is then read as its int8 bytes, as XNNPACK reads it, not as four times as many floats);
 - a clamp whose output has its input's quantization clamps the integers (exact);
 - transposes and reshapes between values of one quantization move the integers (exact).
 
@@ -48,12 +49,14 @@ def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int,
                constants: dict[int, torch.Tensor], clamp: tuple[float, float] | None, geometry
                ) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """fn(integers of the first input) -> integers of the output, or None when the node does not
-    qualify (then it runs on levels). `geometry`: a convolution's (pads, stride, dilation, groups)."""
+    qualify (then it runs on levels). `geometry`: `NodeKernel.geometry`."""
     qin, qout = specs[inputs[0]].quant, specs[output].quant
     if offset(qin) is None or offset(qout) is None:
         return None
     if kind in _CONV_KINDS and _ONEDNN and geometry is not None:
         return _int_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
+    if kind == "XNNFullyConnected" and _ONEDNN and geometry == (False,):
+        return _int_linear(inputs, specs, constants, qin, qout, clamp)
     same = (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin)
     if kind == "XNNClamp" and same:
         bounds = clamp_bounds(qout, clamp)
@@ -101,12 +104,42 @@ def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
     return q.clamp_(quant.qmin + off, quant.qmax + off).to(INT_DTYPE)
 
 
-def _int_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
+def _int8_weights(inputs, specs, constants, clamp) -> Quant | None:
+    """The per-channel int8 quantization of a node's constant filter, if oneDNN's int8 kernels can take the node."""
     if len(inputs) < 2 or any(v not in constants for v in inputs[1:]):
         return None
-    wspec = specs[inputs[1]]
-    wq = wspec.quant
+    wq = specs[inputs[1]].quant
     if wq is None or wq.kind != "channel" or wq.qmin != -128 or clamp not in (None, (0.0, math.inf)):
+        return None
+    return wq
+
+
+def _int_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
+    """A fully connected node ([out, in] filter, per output channel) as oneDNN's int8 inner product."""
+    wq = _int8_weights(inputs, specs, constants, clamp)
+    if wq is None or wq.axis != 0:
+        return None
+    scales = wq.scales.to(torch.float32)
+    qweight = torch.round(constants[inputs[1]] / scales.view(-1, 1)).clamp_(-128, 127).to(torch.int8).contiguous()
+    bias = constants[inputs[2]].contiguous() if len(inputs) > 2 else None
+    x_shape = specs[inputs[0]].shape
+    rows = math.prod(x_shape[:-1])
+    packed = torch.ops.onednn.qlinear_prepack(qweight, [rows, x_shape[-1]])
+    w_zp = torch.zeros(scales.numel(), dtype=torch.int32)
+    x_scale, x_zp, y_scale, y_zp = qin.scale, qin.zero_point + offset(qin), qout.scale, qout.zero_point + offset(qout)
+    attr = "relu" if clamp is not None else "none"
+    linear, out_features = torch.ops.onednn.qlinear_pointwise.default, qweight.shape[0]
+
+    def run(q: torch.Tensor) -> torch.Tensor:
+        y = linear(q.reshape(-1, q.shape[-1]), x_scale, x_zp, packed, scales, w_zp, bias, y_scale, y_zp, INT_DTYPE,
+                   attr, [], "")
+        return y.reshape(*q.shape[:-1], out_features)
+    return run
+
+
+def _int_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
+    wq = _int8_weights(inputs, specs, constants, clamp)
+    if wq is None:
         return None
     pads, stride, dilation, groups = geometry
     left, right, top, bottom = pads

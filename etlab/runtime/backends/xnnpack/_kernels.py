@@ -52,7 +52,8 @@ class NodeKernel:
     # For nodes whose weights are constants: (weight, bias or None, fused clamp or None) -> fn(x), the
     # same computation with the weights prepacked once (oneDNN, `_prepacked`) and the clamp fused.
     prepack: Callable[..., Callable[[torch.Tensor], torch.Tensor]] | None = None
-    geometry: tuple | None = None  # a convolution's (pads, stride, dilation, groups), for `_int8`
+    geometry: tuple | None = None  # for `_int8`: a convolution's (pads, stride, dilation, groups); a fully
+    # connected node's (transposed,): whether its filter is [in, out]
 
 
 class _Node:
@@ -116,7 +117,7 @@ def _fully_connected(n: _Node) -> NodeKernel:
 
     def fc(x, w, b=None):
         return T["linear"](x, T["transpose"](w, 0, 1) if transposed else w, b)
-    return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), fc)
+    return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), fc, geometry=(transposed,))
 
 
 def _conv_geometry(n: _Node) -> tuple[tuple[int, int, int, int], tuple[int, int], tuple[int, int], int]:
