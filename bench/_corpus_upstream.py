@@ -129,6 +129,19 @@ def _publish(job: PendingJob) -> Path:
     return job.final
 
 
+_LIVE: set[subprocess.Popen] = set()  # reference processes of run_jobs calls still running
+
+
+def stop_jobs() -> None:
+    """Kills the reference processes of run_jobs calls in flight (an interrupted harness); their
+    finished jobs are already published."""
+    for p in list(_LIVE):
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        _LIVE.discard(p)
+
+
 def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log=print) -> None:
     """Runs the jobs with the reference python in `parallel` processes, publishing each job as soon as
     it has finished (so an interrupted run keeps what it did). Cheap run jobs go first.
@@ -157,6 +170,7 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
             with open(logdir / f"ref-{i}.log", "w") as log_file:
                 procs.append(subprocess.Popen([ref_python, str(REF_SCRIPT), str(spec)], stdout=log_file,
                                               stderr=subprocess.STDOUT, env=ref_env(), stdin=subprocess.DEVNULL))
+                _LIVE.add(procs[-1])
         deadline = time.monotonic() + JOB_TIMEOUT_S * max(len(g) for g in groups)
         pending = list(todo)
         try:
@@ -173,6 +187,7 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
                 if p.poll() is None:
                     p.kill()
                     p.wait()
+                _LIVE.discard(p)
         for j in pending:
             if _complete(j.tmp, _marker(j.kind)):
                 _publish(j)

@@ -19,9 +19,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import warnings
@@ -342,35 +344,68 @@ def inspector_check(work: _Work, outdir: Path) -> None:
 
 
 def measure(names: list[str], *, repeat: int = 3, parallel: int = 1, ref_python: str | None = None,
-            outdir: Path | None = None, log=print) -> list[ModelResult]:
+            outdir: Path | None = None, log=print, chunk: int = 6,
+            results: list[ModelResult] | None = None) -> list[ModelResult]:
     """Runs the whole harness on `names`. Without a reference python only cached upstream results are
-    reported; the rest are n/a, "not measured"."""
+    reported; the rest are n/a, "not measured".
+
+    Pipelined by chunks of `chunk` models: upstream's jobs for one chunk run (in the reference python's
+    processes) while etlab's phase does the next chunk and the Inspector the previous one, and each
+    model's result is appended to `results` as soon as it is complete, so an interrupted run keeps the
+    models it finished."""
     global UPSTREAM_OPERATORS
     UPSTREAM_OPERATORS = up.upstream_operators(ref_python)
-    jobs: list[up.PendingJob] | None = [] if ref_python else None
-    works = []
-    for name in names:
-        t = time.perf_counter()
-        works.append(etlab_phase(CORPUS[name], repeat, jobs))
-        log(f"[corpus] etlab {name}: {time.perf_counter() - t:.1f}s")
-    if ref_python and jobs:
+    results = [] if results is None else results
+    upstream: threading.Thread | None = None
+    previous: list[_Work] = []
+
+    def start_jobs(jobs: list[up.PendingJob] | None) -> threading.Thread | None:
+        if not (ref_python and jobs):
+            return None
         log(f"[corpus] upstream: {len(jobs)} uncached jobs ({sum(j.kind == 'compile' for j in jobs)} compiles)")
-        t = time.perf_counter()
-        up.run_jobs(ref_python, jobs, parallel=parallel, log=log)
-        log(f"[corpus] upstream jobs took {time.perf_counter() - t:.1f}s")
+        thread = threading.Thread(target=up.run_jobs, args=(ref_python, jobs),
+                                  kwargs={"parallel": parallel, "log": log}, daemon=True)
+        thread.start()
+        return thread
+
     with tempfile.TemporaryDirectory() as scratch:
         out = outdir or Path(scratch)
-        for work in works:
-            try:
-                upstream_phase(work)
-            except Exception as e:
-                work.result.checks["upstream compile"] = Check(False, _short(e))
-                log(traceback.format_exc())
-            inspector_check(work, out)
-    return [w.result for w in works]
+        for start in range(0, len(names), max(chunk, 1)):
+            jobs: list[up.PendingJob] | None = [] if ref_python else None
+            works = []
+            for name in names[start:start + max(chunk, 1)]:
+                t = time.perf_counter()
+                works.append(etlab_phase(CORPUS[name], repeat, jobs))
+                log(f"[corpus] etlab {name}: {time.perf_counter() - t:.1f}s")
+            if upstream is not None:
+                upstream.join()
+            upstream = start_jobs(jobs)
+            _finish(previous, out, results, log)
+            previous = works
+        if upstream is not None:
+            upstream.join()
+        _finish(previous, out, results, log)
+    return results
 
 
-def render(results: list[ModelResult], repeat: int) -> str:
+def _finish(works: list[_Work], out: Path, results: list[ModelResult], log) -> None:
+    """Upstream's results and the Inspector check for models whose upstream jobs have finished."""
+    for work in works:
+        t = time.perf_counter()
+        try:
+            upstream_phase(work)
+        except Exception as e:
+            work.result.checks["upstream compile"] = Check(False, _short(e))
+            log(traceback.format_exc())
+        inspector_check(work, out)
+        results.append(work.result)
+        failed = [k for k, c in work.result.checks.items() if c.ok is False]
+        log(f"[corpus] {len(results)} done: {work.entry.name} {'green' if work.result.green else 'NOT green'}"
+            f"{' (failed: ' + ', '.join(failed) + ')' if failed else ''} [{time.perf_counter() - t:.1f}s]")
+
+
+def render(results: list[ModelResult], repeat: int, total: int | None = None) -> str:
+    """The `## corpus` section; `total` > len(results) marks an interrupted run's partial table."""
     green = sum(r.green for r in results)
     unmeasured = [r.name for r in results if any(c.unmeasured for c in r.checks.values())]
     ratios = [r.speedup for r in results if r.speedup]
@@ -388,6 +423,8 @@ def render(results: list[ModelResult], repeat: int) -> str:
         f"**Fully green: {green}/{len(results)}**; median compile speed-up vs upstream {median_ratio:.1f}x "
         f"(min {min(ratios, default=float('nan')):.1f}x, over {len(ratios)} models)."
         + (f" Upstream not measured for {len(unmeasured)}: {', '.join(unmeasured)}." if unmeasured else ""), "",
+        *([f"**PARTIAL: the run was stopped after {len(results)} of {total} models**; the others are not in "
+           "this table (not measured in this run).", ""] if total and total > len(results) else []),
         "| model | source | speed-up | " + " | ".join(COLUMNS) + " |",
         "|---|---|---:|" + "---|" * len(COLUMNS),
     ]
@@ -404,8 +441,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fast", action="store_true", help="only the fast subset make test runs")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--parallel", type=int, default=2, help="reference-python processes for upstream jobs")
+    p.add_argument("--chunk", type=int, default=6, help="models per pipelined step (upstream jobs of one "
+                   "chunk run while etlab does the next)")
     p.add_argument("--cached-only", action="store_true", help="report cached upstream results, start no jobs")
     p.add_argument("--no-write", action="store_true")
+    p.add_argument("--write-partial", action="store_true",
+                   help="write the section even for --models (a run over part of the corpus, marked partial)")
     p.add_argument("--out", type=Path, default=None, help="keep .pte/.etrecord/.etdp/.html per model here")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
@@ -419,12 +460,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
-    results = measure(names, repeat=a.repeat, parallel=a.parallel, ref_python=ref, outdir=a.out)
-    text = render(results, a.repeat)
+    results: list[ModelResult] = []
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops a run: keep the models it finished
+    try:
+        measure(names, repeat=a.repeat, parallel=a.parallel, ref_python=ref, outdir=a.out, chunk=a.chunk,
+                results=results)
+    except KeyboardInterrupt:
+        up.stop_jobs()
+        print(f"corpus: interrupted after {len(results)} of {len(names)} models", file=sys.stderr)
+    text = render(results, a.repeat, total=len(names))
     print(text)
-    if not a.no_write and not a.models and not a.fast:
+    if not a.no_write and not a.fast and (not a.models or a.write_partial) and results:
         write_section("corpus", text)
-    return 0 if all(r.green for r in results) else 1
+    return 0 if len(results) == len(names) and all(r.green for r in results) else 1
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

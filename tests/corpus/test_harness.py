@@ -39,3 +39,10 @@ def test_render_counts_green_and_names_failures():
     assert "Fully green: 2/3" in table
     assert "FAIL CompileError: x" in table and "n/a upstream fails: y" in table
     assert "20.0x" in table
+
+
+def test_render_marks_an_interrupted_run_as_partial():
+    ok = corpus.ModelResult("a", "torch.nn", checks={c: corpus.Check(True) for c in corpus.COLUMNS})
+    assert "PARTIAL" not in corpus.render([ok], repeat=2, total=1)
+    table = corpus.render([ok], repeat=2, total=102)
+    assert "PARTIAL: the run was stopped after 1 of 102 models" in table and "Fully green: 1/1" in table
