@@ -8,16 +8,19 @@
   outputs), upstream portable kernels and upstream XNNPACK (the same upstream export for etlab
   and upstream portable; the decoder is compiled by etlab);
 - ETDump tracing overhead (timings, no logged values) of the native core on every zoo model;
+- upstream's XNNPACK programs on etlab's host backend and on upstream (section `runtime-xnnpack`,
+  bench/runtime_xnnpack.py; `--xnnpack-only`: that section alone);
 - `--holdout`: models users bring (torchvision, timm, torchaudio, transformers, an LSTM keyword spotter),
-  compiled by etlab, against torch eager (section `runtime-holdout`, target <= 1.1x eager).
+  compiled by etlab, against torch eager (section `runtime-holdout`, bench/runtime_holdout.py, which runs
+  it alone too; target <= 1.1x eager).
 
 Every contender runs in the same alternating rounds (etlab and eager in-process; upstream in a
 long-lived worker, bench/_ref_runtime.py, asked for each of its batches in turn), each batch after
 one untimed call, on the same clock and the same thread settings: --threads (default 1, as
 upstream's portable runtime) for torch, etlab (`load_program(threads=N)`) and upstream's XNNPACK
-threadpool. The clock is the thread's CPU time by default (`--clock cpu`): on a shared machine the
-wall clock also counts the time other processes hold the cores, which swamps differences of a few
-percent; `--clock wall` times by wall clock. Load averages before and after and each contender's
+threadpool (bench/_runtime_timing.py). The clock is the thread's CPU time by default (`--clock cpu`): on
+a shared machine the wall clock also counts the time other processes hold the cores, which swamps
+differences of a few percent; `--clock wall` times by wall clock. Load averages before and after and each contender's
 spread (interquartile range of its rounds, relative to its median) are recorded.
 
     .venv/bin/python bench/runtime.py [--models cnn transformer] [--rounds 30] [--no-upstream]
@@ -27,23 +30,25 @@ spread (interquartile range of its rounds, relative to its median) are recorded.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from statistics import median, quantiles
+from statistics import median
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import ET_REF, REPO, ref_env, reference_python, run_ref, write_section
+from _common import ET_REF, REPO, reference_python, run_ref, write_section
+from _runtime_timing import CLOCKS, SETTINGS, Upstream, clock_words, configure, interleaved, load_method, met, timings
+from runtime_holdout import HOLDOUT
+from runtime_holdout import run as run_holdout
+from runtime_xnnpack import XNNPACK_MODELS, time_xnnpack, xnnpack_section
 
 from etlab.models import ZOO
-from etlab.runtime import DebugLevel, Runtime
+from etlab.runtime import DebugLevel
 from etlab.runtime._native import _core as native_core
 
 ZOO_PY = REPO / "etlab" / "models" / "zoo.py"
@@ -57,81 +62,6 @@ TARGET_TRACE_OVERHEAD = 0.01
 TARGET_SPEEDUP = 1.5  # native core vs Python core, transformer and KV-cache decoder
 MOBILENET_TOLERANCE = 1.02  # "not worse": native within 2% of the Python core (timing noise)
 CAPTURE_RUNS = 10
-
-
-CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
-_clock = CLOCKS["cpu"]
-_clock_name = "cpu"
-_threads = 1
-SPREAD = "~"  # result key suffix: a contender's interquartile range over its rounds / its median
-
-
-def local(fn):
-    """An in-process contender: `calls` timed calls after one untimed one, seconds per call on the clock."""
-    def batch(calls: int) -> float:
-        fn()
-        start = _clock()
-        for _ in range(calls):
-            fn()
-        return (_clock() - start) / calls
-    return batch
-
-
-def interleaved(contenders: dict, rounds: int = 30, per_round: int = 5, warmup: int = 3) -> dict[str, float]:
-    """Median seconds per call of each contender, in alternating rounds with the order rotated each round
-    (each follows each other equally often), each batch after one untimed call (steady state: the
-    contenders' working sets evict each other; a 500-add chain run right after eager's 500 fresh
-    tensors took twice as long). Plain callables run in process (`local`); an `Upstream.contender`
-    times its batch in the worker on the same clock. Also `<name>~`: the spread of its rounds."""
-    batches = {k: fn if getattr(fn, "is_batch", False) else local(fn) for k, fn in contenders.items()}
-    for batch in batches.values():
-        batch(warmup)
-    samples: dict[str, list[float]] = {k: [] for k in batches}
-    order = list(batches.items())
-    for r in range(rounds):
-        for name, batch in order[r % len(order):] + order[: r % len(order)]:
-            samples[name].append(batch(per_round))
-    result = {k: median(v) for k, v in samples.items()}
-    for k, v in samples.items():
-        q1, _, q3 = quantiles(v, n=4) if len(v) > 1 else (v[0], v[0], v[0])
-        result[k + SPREAD] = (q3 - q1) / result[k] if result[k] else 0.0
-    return result
-
-
-def timings(result: dict) -> dict[str, float]:
-    """The medians of an `interleaved` result (without the spreads)."""
-    return {k: v for k, v in result.items() if not k.endswith(SPREAD)}
-
-
-class Upstream:
-    """Upstream's runtime in a long-lived worker (bench/_ref_runtime.py), same threads and clock as etlab."""
-
-    def __init__(self, ref: str, threads: int):
-        self.proc = subprocess.Popen([ref, str(Path(__file__).parent / "_ref_runtime.py"), "--threads", str(threads),
-                                      "--ref-dir", str(ET_REF.parent)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env())
-
-    def _ask(self, **req) -> dict:
-        self.proc.stdin.write(json.dumps(req) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        answer = json.loads(line) if line else {"error": "the upstream worker exited"}
-        if "error" in answer:
-            raise RuntimeError(f"upstream worker, {req}: {answer['error']}")
-        return answer
-
-    def contender(self, label: str, d: Path, pte: str = "model.pte"):
-        """A contender running `d/pte` on upstream's runtime (loaded now)."""
-        self._ask(cmd="load", label=label, pte=str(d / pte), inputs=str(d / "inputs.pt"))
-
-        def batch(calls: int) -> float:
-            return self._ask(cmd="time", label=label, calls=calls, clock=_clock_name)["seconds"]
-        batch.is_batch = True
-        return batch
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(60)
 
 
 def export_upstream(ref: str, out: Path, models: list[str], xnnpack: bool, portable: bool = True) -> dict[str, Path]:
@@ -167,10 +97,6 @@ def etlab_program(out: Path, name: str) -> Path:
     return d
 
 
-def _method(d: Path, core: str, **trace):
-    return Runtime.get(core=core).load_program(d / "model.pte", threads=_threads, **trace).load_method("forward")
-
-
 def _bare_calls(method) -> tuple[list, list, list, object]:
     """The (out, lhs, rhs) tensors of every add.out of a chain method, in order, and its alpha."""
     table, plan = method._table, method.program.pte.program.execution_plan[0]
@@ -186,9 +112,9 @@ def _bare_calls(method) -> tuple[list, list, list, object]:
 
 def time_chain(d: Path, rounds: int, upstream: Upstream | None) -> dict[str, float]:
     inputs = torch.load(d / "inputs.pt", weights_only=True)
-    native = _method(d, "native")
-    python = _method(d, "python")
-    traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+    native = load_method(d, "native")
+    python = load_method(d, "python")
+    traced = load_method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
     native.execute(inputs)
     loop = native._core.plan.run  # the interpreter loop alone (inputs stay in place from the run above)
     outs, lhs, rhs, alpha = _bare_calls(native)
@@ -215,10 +141,10 @@ def capture_ms(d: Path, inputs: list) -> float:
     the plan by the runtime; a fresh program per run, loaded outside the timing)."""
     samples = []
     for _ in range(CAPTURE_RUNS):
-        method = _method(d, "native", enable_etdump=True, etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
-        start = _clock()
+        method = load_method(d, "native", enable_etdump=True, etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
+        start = SETTINGS.clock()
         method.execute(inputs)
-        samples.append(_clock() - start)
+        samples.append(SETTINGS.clock() - start)
         assert method.program.etdump_dropped_events == 0
     return sorted(samples)[len(samples) // 2] * 1e3
 
@@ -227,8 +153,8 @@ def time_model(name: str, d: Path, rounds: int, upstream_dirs: dict[str, Path], 
                ) -> dict[str, float]:
     model, _ = ZOO[name]()
     inputs = torch.load(d / "inputs.pt", weights_only=True)
-    native, python = _method(d, "native"), _method(d, "python")
-    traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+    native, python = load_method(d, "native"), load_method(d, "python")
+    traced = load_method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
     if name not in ETLAB_COMPILED:  # stateful models change with every call
         torch.testing.assert_close(native.execute(inputs)[0], model(*inputs), rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(python.execute(inputs)[0], model(*inputs), rtol=1e-4, atol=1e-4)
@@ -274,8 +200,8 @@ def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
       puts two identical contenders in this run (its noise floor).
     """
     inputs = torch.load(d / "inputs.pt", weights_only=True)
-    plain = _method(d, "native")
-    plain_b = _method(d, "native")
+    plain = load_method(d, "native")
+    plain_b = load_method(d, "native")
     for _ in range(3):
         plain.execute(inputs)  # the first calls are slower (allocation, lazy initialisation)
     start = time.perf_counter()
@@ -285,15 +211,15 @@ def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
     per_round = max(1, min(200, int(2e-3 / per_call)))
     overheads, on_s, off_s = [], [], []
     for _ in range(PAIRED_REPEATS):
-        traced = _method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
+        traced = load_method(d, "native", enable_etdump=True, etdump_max_events=1 << 30)
 
         def batch(on: bool, traced=traced) -> float:
             _set_tracing(traced, on)
             traced.execute(inputs)  # untimed: the steady state of this setting
-            t0 = _clock()
+            t0 = SETTINGS.clock()
             for _ in range(per_round):
                 traced.execute(inputs)
-            return (_clock() - t0) / per_round
+            return (SETTINGS.clock() - t0) / per_round
 
         ratios = []
         end = time.perf_counter() + seconds / PAIRED_REPEATS
@@ -317,148 +243,6 @@ def time_tracing(d: Path, seconds: float, rounds: int) -> dict[str, float]:
             "aa": separate["native_b"] / separate["native"] - 1}
 
 
-# Holdout models (issue #27): real-library architectures a user brings, timed against torch eager. From
-# etlab.models.corpus, plus an LSTM keyword-spotting model defined here (the corpus has no LSTM speech model).
-HOLDOUT = ["lstm_kws", "lstm_bidir_2layer", "gru", "ta_deepspeech", "ta_wavernn", "timm_vit_tiny_patch16_224",
-           "tv_vit_b_32_small", "vit", "timm_swin_tiny_patch4_window7_224", "tv_swin_t", "swin"]
-TARGET_EAGER = 1.1
-
-
-class LstmKeywordSpotter(torch.nn.Module):
-    """Speech-commands style: 49 frames of 40 log-mel features -> 2-layer LSTM (128) -> 12 keyword logits."""
-
-    def __init__(self):
-        super().__init__()
-        self.lstm = torch.nn.LSTM(40, 128, num_layers=2, batch_first=True)
-        self.head = torch.nn.Linear(128, 12)
-
-    def forward(self, mel):
-        out, _ = self.lstm(mel)
-        return self.head(out[:, -1])
-
-
-def _holdout_model(name: str) -> tuple[torch.nn.Module, list]:
-    if name == "lstm_kws":
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(0)
-            return LstmKeywordSpotter().eval(), [torch.randn(1, 49, 40)]
-    from etlab.models.corpus import CORPUS
-
-    module, methods = CORPUS[name].build()
-    return module, list(methods["forward"])
-
-
-def time_holdout(name: str, rounds: int) -> dict[str, float]:
-    """etlab's native core (etlab-compiled program) against eager on one holdout model, interleaved."""
-    from etlab.compiler import to_edge
-    from etlab.models.corpus import flat_tensors, max_abs_error
-
-    module, inputs = _holdout_model(name)
-    with torch.no_grad():
-        program = to_edge(torch.export.export(module, tuple(inputs))).to_executorch().buffer
-        method = Runtime.get().load_program(program, threads=_threads).load_method("forward")
-        error = max_abs_error(method.execute(inputs), flat_tensors(module(*inputs)))
-
-        def eager():
-            with torch.no_grad():
-                return module(*inputs)
-
-        start = time.perf_counter()
-        eager()
-        per_round = max(1, min(20, int(5e-3 / max(time.perf_counter() - start, 1e-6))))
-        result = interleaved({"eager": eager, "etlab": lambda: method.execute(inputs)}, rounds=rounds,
-                             per_round=per_round)
-    result["error"] = error
-    return result
-
-
-def holdout_section(results: dict[str, dict[str, float]], clock: str, threads: int, loads: tuple[float, float]
-                    ) -> str:
-    lines = [
-        "## runtime-holdout", "",
-        f"`bench/runtime.py --holdout`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average "
-        f"{loads[0]:.1f} before / {loads[1]:.1f} after{' (other jobs share the machine)' if max(loads) > 2 else ''}. "
-        "Models users bring (torchvision, timm, torchaudio, transformers from etlab.models.corpus, and an LSTM "
-        "keyword spotter defined in the bench), compiled by etlab (portable, no delegate) and run on etlab's "
-        "native core, against torch eager (`torch.no_grad`) in the same alternating rounds, "
-        f"{'thread CPU time' if clock == 'cpu' else 'wall time'}, {threads} thread(s) on both sides. Medians; "
-        "in brackets the interquartile range of the rounds relative to the median.", "",
-        "| model | eager ms | etlab ms | etlab / eager | max abs error | target |",
-        "|---|---:|---:|---:|---:|---|"]
-    for name, r in results.items():
-        ratio = r["etlab"] / r["eager"]
-        lines.append(f"| {name} | {r['eager'] * 1e3:.3f} [{r['eager~']:.0%}] | {r['etlab'] * 1e3:.3f} "
-                     f"[{r['etlab~']:.0%}] | {ratio:.2f}x | {r['error']:.1e} | <= {TARGET_EAGER}: "
-                     f"{_met(ratio <= TARGET_EAGER)} |")
-    return "\n".join([*lines, ""])
-
-
-XNNPACK_MODELS = ["cnn", "mobilenet_v2"]
-TARGET_XNNPACK = {"xnnpack": 1.5, "xnnpack-int8": 2.0}  # etlab / upstream on upstream's XNNPACK .pte
-
-
-def time_xnnpack(name: str, dirs: dict[str, Path], rounds: int, upstream: Upstream) -> dict[str, float]:
-    """Upstream's XNNPACK programs of `name` (float and int8) on etlab's host backend and on upstream's
-    runtime, with torch eager, in the same rounds; outputs checked against upstream's first."""
-    model, _ = ZOO[name]()
-    eager_inputs = torch.load(dirs[f"xnnpack:{name}"] / "inputs.pt", weights_only=True)
-
-    def eager():
-        with torch.no_grad():
-            return model(*eager_inputs)
-    contenders = {"eager": eager}
-    for kind in ("xnnpack", "xnnpack-int8"):
-        d = dirs.get(f"{kind}:{name}")
-        if d is None:
-            continue
-        inputs = torch.load(d / "inputs.pt", weights_only=True)
-        method = _method(d, "native")
-        expected = torch.load(d / "eager_outputs.pt", weights_only=True)[0]
-        got = method.execute(inputs)[0]
-        tol = 1e-4 if kind == "xnnpack" else 0.1 * float(expected.abs().max())  # int8: the quantization error
-        torch.testing.assert_close(got, expected, rtol=1e-4, atol=tol)
-        contenders[f"etlab {kind}"] = lambda method=method, inputs=inputs: method.execute(inputs)
-        contenders[f"upstream {kind}"] = upstream.contender(f"{kind}:{name}:x", d)
-    return interleaved(contenders, rounds=rounds, per_round=1 if name == "mobilenet_v2" else 5)
-
-
-def xnnpack_section(results: dict[str, dict], clock: str, threads: int, loads: tuple[float, float]) -> str:
-    """`## runtime-xnnpack`: upstream's XNNPACK-lowered programs on etlab's host backend and on upstream."""
-    lines = [
-        "## runtime-xnnpack", "",
-        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
-        f"before / {loads[1]:.1f} after. Upstream's XNNPACK-lowered programs (`et_ref.py export --xnnpack`, int8: "
-        "`--quantize`, upstream's XNNPACKQuantizer) run on etlab's host `XnnpackBackend` (no XNNPACK linked: "
-        "convolutions prepacked through oneDNN, int8 convolutions on integers through torch's x86 int8 kernels, "
-        "other nodes with torch kernels) and on upstream's runtime with XNNPACK, in the same alternating rounds, "
-        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} on both sides, {threads} thread(s) on both sides "
-        "(torch, etlab and upstream's XNNPACK threadpool). Medians; in brackets the interquartile range of the "
-        "rounds relative to the median.", "",
-        "| model | program | torch eager ms | etlab ms | upstream ms | etlab / upstream | target |",
-        "|---|---|---:|---:|---:|---:|---|"]
-    verdicts = []
-    for name, r in results.items():
-        for kind in ("xnnpack", "xnnpack-int8"):
-            if f"etlab {kind}" not in r:
-                continue
-            e, u = r[f"etlab {kind}"], r[f"upstream {kind}"]
-            ratio, target = e / u, TARGET_XNNPACK[kind]
-            lines.append(f"| {name} | {kind} | {r['eager'] * 1e3:.3f} | {e * 1e3:.3f} [{r[f'etlab {kind}~']:.0%}] | "
-                         f"{u * 1e3:.3f} [{r[f'upstream {kind}~']:.0%}] | {ratio:.2f}x | <= {target}: "
-                         f"{_met(ratio <= target)} |")
-        if "etlab xnnpack-int8" in r and "etlab xnnpack" in r:
-            faster = r["etlab xnnpack-int8"] < r["etlab xnnpack"]
-            verdicts.append(f"{name}: int8 faster than float on etlab: {_met(faster)} "
-                            f"({r['etlab xnnpack-int8'] / r['etlab xnnpack']:.2f}x its time)")
-    if verdicts:
-        lines += ["", "Targets: " + "; ".join(verdicts) + "."]
-    return "\n".join([*lines, ""])
-
-
-def _met(ok: bool) -> str:
-    return "met" if ok else "MISSED"
-
-
 def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, loads: tuple[float, float]) -> str:
     per_instr = chain["native"] / CHAIN * 1e9
     bare = chain["bare"] / CHAIN * 1e9
@@ -472,14 +256,14 @@ def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, l
         f"{' (measured under load: other jobs share the machine, absolute times are noisy)' if load > 2 else ''}. "
         "Medians of alternating rounds, each batch after one untimed call in rotating order (steady state); every "
         "contender (etlab, eager, upstream in a long-lived worker asked for each of its batches in turn) timed in "
-        f"{'thread CPU time' if clock == 'cpu' else 'wall time'} (`--clock {clock}`), {threads} thread(s) on every "
+        f"{clock_words(clock)} (`--clock {clock}`), {threads} thread(s) on every "
         "side (torch, etlab's `load_program(threads=...)`, upstream's XNNPACK threadpool); upstream = ExecuTorch "
         "1.5.1 pybindings. The same upstream-exported `.pte` runs on etlab and on upstream (the KV-cache decoder "
         "is compiled by etlab). Spread: interquartile range of the rounds relative to the median. "
         "`native` is the C++ core (`etlab/runtime/_native`, the default), `python` the reference loop "
         "(`Runtime.get(core=\"python\")`).", "",
         f"**Per-instruction tax** ({CHAIN}-add chain, (4, 4) float, `Method.execute`): native "
-        f"{per_instr:.0f} ns/instruction (target <= {TARGET_NS_PER_INSTR}: {_met(per_instr <= TARGET_NS_PER_INSTR)}); "
+        f"{per_instr:.0f} ns/instruction (target <= {TARGET_NS_PER_INSTR}: {met(per_instr <= TARGET_NS_PER_INSTR)}); "
         f"Python core {chain['python'] / CHAIN * 1e9:.0f} ns; native with ETDump timings "
         f"{chain['traced'] / CHAIN * 1e9:.0f} ns; eager `x + w` {chain['eager'] / CHAIN * 1e9:.0f} ns/op"
         + (f"; upstream portable {chain_up * 1e9 / CHAIN:.0f} ns/instruction "
@@ -488,7 +272,7 @@ def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, l
         + (f", upstream {chain['upstream~']:.0%}" if chain_up else "") + ".", "",
         f"**Interpreter's own share**: the native loop alone takes {chain['loop'] / CHAIN * 1e9:.0f} ns/instruction, "
         f"a bare C++ loop making the same `add.out` calls {bare:.0f} ns/call: {share:.0f} ns/instruction is the "
-        f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {_met(share <= TARGET_NS_INTERPRETER)}); the rest is "
+        f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {met(share <= TARGET_NS_INTERPRETER)}); the rest is "
         "ATen's own cost of a (4, 4) add. The bare loop calls `at::add_out` (through the dispatcher); the core "
         "computes add/sub/mul/div out-variants on small (<= 256 elements) contiguous float tensors itself, bit "
         "for bit as ATen's CPU kernel, and redispatches other kernels straight to the CPU kernel with key sets "
@@ -528,14 +312,14 @@ def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, l
         if name in models:
             speedup = models[name]["python"] / models[name]["native"]
             verdicts.append(f"{name} >= {TARGET_SPEEDUP}x faster than the Python core: "
-                            f"{_met(speedup >= TARGET_SPEEDUP)} ({speedup:.2f}x)")
+                            f"{met(speedup >= TARGET_SPEEDUP)} ({speedup:.2f}x)")
     if "mobilenet_v2" in models:
         ratio = models["mobilenet_v2"]["native"] / models["mobilenet_v2"]["python"]
         verdicts.append(f"MobileNetV2 not worse than the Python core (within {MOBILENET_TOLERANCE - 1:.0%}): "
-                        f"{_met(ratio <= MOBILENET_TOLERANCE)} ({ratio:.3f}x its time)")
+                        f"{met(ratio <= MOBILENET_TOLERANCE)} ({ratio:.3f}x its time)")
     worst = max((r["paired"] for r in tracing.values()), default=0.0)
     verdicts.append(f"tracing overhead <= {TARGET_TRACE_OVERHEAD:.0%} on every zoo model: "
-                    f"{_met(worst <= TARGET_TRACE_OVERHEAD)} (worst {worst * 100:+.2f}%)")
+                    f"{met(worst <= TARGET_TRACE_OVERHEAD)} (worst {worst * 100:+.2f}%)")
     lines += ["Targets: " + "; ".join(verdicts) + ".", ""]
     return "\n".join(lines)
 
@@ -552,21 +336,13 @@ def main() -> None:
     ap.add_argument("--holdout", nargs="*", default=None, choices=HOLDOUT,
                     help="only the runtime-holdout section (these models; none named: all)")
     a = ap.parse_args()
-    global _clock, _clock_name, _threads
-    _clock, _clock_name, _threads = CLOCKS[a.clock], a.clock, a.threads
     if native_core is None:
         sys.exit("bench/runtime.py needs the native runtime core: pip install --no-build-isolation -e .")
-    torch.set_num_threads(a.threads)
-    load_before = os.getloadavg()[0]
+    configure(a.clock, a.threads)
     if a.holdout is not None:
-        holdout = {}
-        for m in a.holdout or HOLDOUT:
-            holdout[m] = time_holdout(m, a.rounds)
-            print(f"holdout {m}: etlab / eager {holdout[m]['etlab'] / holdout[m]['eager']:.2f}x "
-                  f"({holdout[m]['etlab'] * 1e3:.3f} / {holdout[m]['eager'] * 1e3:.3f} ms)", flush=True)
-        write_section("runtime-holdout", holdout_section(holdout, a.clock, a.threads,
-                                                         (load_before, os.getloadavg()[0])))
+        run_holdout(a.holdout, a.rounds)
         return
+    load_before = os.getloadavg()[0]
     ref = None if a.no_upstream else reference_python()
     upstream = Upstream(ref, a.threads) if ref else None
     try:
