@@ -13,7 +13,10 @@ And layout copies of constant data (`permute_copy` of a linear layer's weight, w
 before every `addmm`; `expand_copy`, `t_copy`, ...) are computed once, at load: the output value is
 re-pointed at a private tensor holding the result (as `et_view` re-points its output), and the
 instruction does nothing when it runs. Each run used to copy every weight matrix of a transformer
-(a Swin-T moves 110 MB per call that way, half its time); eager reads the weight in place.
+(a Swin-T moves 110 MB per call that way, half its time); eager reads the weight in place. The same
+copy made again (an unrolled LSTM permutes its recurrent weight at each of its time steps) shares the
+first one's result: 49 private copies of a 256 KB weight put each step's matrix-vector product in
+main memory (5x slower than the one shared copy, which stays in cache).
 
 Only static shapes whose arguments are all known at load time; everything else, and every check,
 goes through the generic binding of `_torch_kernels`.
@@ -90,9 +93,15 @@ def _bind_constant_layout(base: KernelEntry, table: ValueTable, args: list[int],
     if any(table.resolver(s) is not None or (table.kinds[s] == TENSOR and s not in table.constant)
            for s in args[1:] if s != out_slot):  # (out is listed twice: the out argument and the return)
         return step
-    step()  # into the planned memory, then moved out of it: nothing else may overwrite the result
     out = table.values[out_slot]
-    out.set_(out.clone(memory_format=torch.preserve_format))
+    key = (base.name, args[0], tuple(("slot", s) if table.kinds[s] == TENSOR else repr(table.values[s])
+                                     for s in args[1:] if s != out_slot),
+           out.dtype, tuple(out.shape), out.stride())
+    done = table.folded.get(key)
+    if done is None:
+        step()  # into the planned memory, then moved out of it: nothing else may overwrite the result
+        done = table.folded[key] = out.clone(memory_format=torch.preserve_format)
+    out.set_(done)  # the same copy written again (a recurrent weight's, every time step): shared
     return folded_at_load
 
 
@@ -108,6 +117,31 @@ _BINDERS = {
 }
 # The layout copies keep the origin "torch": the native core runs the ones not folded as torch kernels.
 _TORCH_ORIGIN = frozenset(_LAYOUT_COPIES)
+
+
+# The view operator each copy out-variant writes out (same arguments, without `out`): the native core copies
+# small ones itself, from where the view lies (`_native/_plan.py`).
+_VIEW_OF = {
+    "aten::slice_copy.Tensor_out": ("slice", "Tensor"), "aten::select_copy.int_out": ("select", "int"),
+    "aten::squeeze_copy.out": ("squeeze", "default"), "aten::squeeze_copy.dim_out": ("squeeze", "dim"),
+    "aten::squeeze_copy.dims_out": ("squeeze", "dims"), "aten::unsqueeze_copy.out": ("unsqueeze", "default"),
+    "aten::view_copy.out": ("view", "default"), "aten::permute_copy.out": ("permute", "default"),
+    "aten::t_copy.out": ("t", "default"), "aten::transpose_copy.int_out": ("transpose", "int"),
+    "aten::expand_copy.out": ("expand", "default"), "aten::alias_copy.out": ("alias", "default"),
+    "aten::split_with_sizes_copy.out": ("split_with_sizes", "default"),
+    "aten::split_copy.Tensor_out": ("split", "Tensor"), "aten::unbind_copy.int_out": ("unbind", "int"),
+}
+
+
+@functools.cache
+def view_operator(name: str):
+    """(the view operator, the copy's schema) of a copy out-variant named `name`, or None."""
+    view = _VIEW_OF.get(name)
+    if view is None:
+        return None
+    base, overload = name.split("::", 1)[1].split(".")
+    copy = getattr(getattr(torch.ops.aten, base), overload)
+    return getattr(getattr(torch.ops.aten, view[0]), view[1]), copy._schema
 
 
 @functools.cache

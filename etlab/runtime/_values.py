@@ -94,6 +94,10 @@ class ValueTable:
     # method's planned arena bytes, which count against it (`_kernel_args`).
     memory_budget: int | None = None
     planned_bytes: int = 0
+    # Layout copies of constant data computed at load (`_direct_kernels`), by what they compute: the same
+    # copy written once per use (Edge emits a `permute_copy` of a recurrent weight at every time step)
+    # shares one result.
+    folded: dict = field(default_factory=dict)
 
     def slot_name(self, slot: int) -> str:
         return f"value {slot} ({self.kinds[slot]})"

@@ -8,7 +8,9 @@ so a run (below autograd, entered once) redispatches straight to the CPU kernel 
 dispatch mode or RecordFunction callback (the profiler) is active; Move, Free and JumpFalse on tensors; and,
 through a call back into Python, every step that needs Python (custom `register_kernel`
 kernels, primitive operators on Python scalars, delegates, and anything the native core cannot
-bind). The GIL is released while native steps run. Tracing records the same timestamps and
+bind). On small tensors the core computes some kernels itself (`small.cpp`: copies of views, one-row
+addmm/mm, sigmoid, tanh, add/sub/mul/div), where ATen's call costs more than the work: an unrolled
+LSTM step is a dozen such calls. The GIL is released while native steps run. Tracing records the same timestamps and
 debug values as the Python tracer, so both cores write the same ETDump; a run traced with
 timings only is kept in a native `TraceLog` (its run block and Method::execute event) as raw
 time-stamp-counter ticks, one counter read and one store per step, which are converted to

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from etlab.runtime._direct_kernels import folded_at_load
+from etlab.runtime._direct_kernels import folded_at_load, view_operator
 from etlab.runtime._events import watched_run
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepFailed, StepInfo, step_events
 from etlab.runtime._memory_events import step_memory_events
@@ -103,6 +103,12 @@ def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
     return [generic, (direct, lambda: select(*backend_args) == slow2d)]
 
 
+native_small_products = True
+"""Whether methods loaded from now on compute one-row float addmm/mm (a recurrent cell's matrix-vector
+product) with the core's own kernel (`small.cpp`, ~1.5x MKL's speed through ATen there; its sums round a few
+ulps apart from MKL's, within float tolerance of eager); tests holding the two cores to the same bits turn it off."""
+
+
 native_quant_kernels = True
 """Whether methods loaded from now on bind quantize/dequantize to quant.cpp's kernels; bench/quant.py
 turns it off for its "before" column (the Python kernels, called back)."""
@@ -121,6 +127,34 @@ def _quant_kernel_call(entry, table: ValueTable, slots: list[int]):
     static = all(table.is_static_shape(s) for s in tensors)
     call = native_call(entry.name, [table.values[s] for s in slots], static)
     return None if call is None else (*call, None)
+
+
+def _set_view_copy(native, c: int, entry, table: ValueTable, slots: list[int]) -> None:
+    """Makes the kernel just added a small copy (`small.h`) when it is a view-copy out-variant whose views
+    can be worked out now: the view operator applied to the source itself, at load (static shapes only;
+    the core checks at each run that the source still has the sizes and strides seen here)."""
+    view = view_operator(entry.name)
+    if view is None:
+        return
+    op, schema = view
+    n = len(schema.arguments)
+    params = slots[:n]
+    if len(params) < n or any(table.kinds[s] == TENSOR and not table.is_static_shape(s) for s in params):
+        return
+    values = [table.values[s] for s in params]
+    out = values[-1]  # the out argument (a tensor, or a list of them)
+    args = [v for a, v in zip(schema.arguments[:-1], values) if not a.kwarg_only]
+    kwargs = {a.name: v for a, v in zip(schema.arguments[:-1], values) if a.kwarg_only}
+    try:
+        views = op(*args, **kwargs)
+    except (RuntimeError, IndexError, TypeError, ValueError):
+        return  # ATen refuses the call as it stands: the kernel says why when it runs
+    views = list(views) if isinstance(views, (list, tuple)) else [views]
+    outs = list(out) if isinstance(out, list) else [out]
+    try:
+        native.set_view_copy(c, values[0], views, outs)
+    except (ValueError, TypeError):
+        pass  # not a copy the small kernel does (dtype, layout, size): ATen's kernel runs it
 
 
 def _with_context(step: Step, context, info: StepInfo) -> Step:
@@ -244,6 +278,7 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
                       context, tracer) -> NativeCore:
     """The native plan of a bound method (`chains` and `kernels` from `_binding.bind`)."""
     native = _core.NativePlan(Goto, table.values, _ET_SCALAR_TYPES)
+    native.small_products = native_small_products
     core = NativeCore(chains, native)
     log = tracer is not None and tracer.logs_intermediates
     for c, (chain, bound) in enumerate(zip(plan.chains or [], chains)):
@@ -260,7 +295,10 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
 def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: Step, info: StepInfo,
               kernels: dict, context) -> None:
     values = table.values
-    if isinstance(args, P.KernelCall) and step is not folded_at_load:  # folded: computed at load, a no-op
+    if isinstance(args, P.KernelCall) and step is folded_at_load:  # computed at load: a step doing nothing
+        native.add_nop(c, info.operator)
+        return
+    if isinstance(args, P.KernelCall):
         entry, slots = kernels[info.operator], list(args.args or [])
         call = _native_kernel_args(entry, table, slots) or _quant_kernel_call(entry, table, slots)
         calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
@@ -273,6 +311,8 @@ def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: S
                 if calls[1] is not None:
                     (name, overload, values_, _), choose = calls[1]
                     native.set_alternative(c, name, overload, values_, choose)
+                elif call is not None:
+                    _set_view_copy(native, c, entry, table, slots)
                 return
     elif isinstance(args, P.MoveCall) and table.kinds[args.move_to] == TENSOR:
         native.add_move(c, values[args.move_to], values[args.move_from])

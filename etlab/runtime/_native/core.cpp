@@ -177,26 +177,44 @@ bool same_tls(const c10::impl::LocalDispatchKeySet& a, const c10::impl::LocalDis
   return a.included_ == b.included_ && a.excluded_ == b.excluded_;
 }
 
-// The operators `run_small` may compute: the out-variants of add/sub (alpha) and mul/div.
+// The operators `run_small` may compute by name: the out-variants of add/sub (alpha), mul/div, addmm and mm
+// (copies are set by `set_view_copy`).
 Small small_kind(const std::string& name, const std::string& overload, Fast fast) {
   if (overload != "out") return Small::None;
   if (fast == Fast::TTS) return name == "aten::add" ? Small::Add : name == "aten::sub" ? Small::Sub : Small::None;
-  if (fast == Fast::TT) return name == "aten::mul" ? Small::Mul : name == "aten::div" ? Small::Div : Small::None;
+  if (fast == Fast::TT) {
+    if (name == "aten::mm") return Small::Mm;
+    return name == "aten::mul" ? Small::Mul : name == "aten::div" ? Small::Div : Small::None;
+  }
+  if (fast == Fast::TTTSS && name == "aten::addmm") return Small::Addmm;
+  if (fast == Fast::T) return name == "aten::sigmoid" ? Small::Sigmoid : name == "aten::tanh" ? Small::Tanh : Small::None;
   return Small::None;
 }
 
 // At most this many elements: above it ATen's vectorized (and, with threads, parallel) loop wins.
-constexpr int64_t kSmallElements = 256;
+constexpr int64_t kSmallElements = 4096;
 
-// A dense contiguous float32 CPU tensor of `out`'s shape: no lazy negation, no subclass or
-// functionalization (whose keys would take the call elsewhere).
+// The same sizes once unit dimensions are dropped: a broadcast that only adds unit dimensions ((1, 1, 32)
+// with (1, 32)), so the two contiguous tensors hold the same elements in the same order.
+bool same_but_units(c10::IntArrayRef a, c10::IntArrayRef b) {
+  size_t i = 0, j = 0;
+  while (true) {
+    while (i < a.size() && a[i] == 1) ++i;
+    while (j < b.size() && b[j] == 1) ++j;
+    if (i == a.size() || j == b.size()) return i == a.size() && j == b.size();
+    if (a[i++] != b[j++]) return false;
+  }
+}
+
+// A dense contiguous float32 CPU tensor of `out`'s elements (its shape, up to unit dimensions): no lazy
+// negation, no subclass or functionalization (whose keys would take the call elsewhere).
 bool small_operand(const at::Tensor& t, const at::Tensor& out) {
   static const c10::DispatchKeySet elsewhere({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
                                              c10::DispatchKey::Functionalize, c10::DispatchKey::Negative,
                                              c10::DispatchKey::Conjugate, c10::DispatchKey::ZeroTensor});
   return t.layout() == at::kStrided && t.device().is_cpu() && t.scalar_type() == at::kFloat &&
-         t.sizes().equals(out.sizes()) && t.is_contiguous() && !t.key_set().has_any(elsewhere) &&
-         t.has_storage();
+         (t.sizes().equals(out.sizes()) || same_but_units(t.sizes(), out.sizes())) && t.is_contiguous() &&
+         !t.key_set().has_any(elsewhere) && t.has_storage();
 }
 
 // `t` is `out` itself or lies apart from it (a partial overlap is left to ATen, which refuses it).
@@ -206,9 +224,13 @@ bool same_or_apart(const at::Tensor& t, const at::Tensor& out, size_t bytes) {
   return a == o || a + bytes <= o || o + bytes <= a;
 }
 
+bool is_one(const at::Scalar& s) {
+  return s.isIntegral(false) ? s.toLong() == 1 : s.isFloatingPoint() && s.toDouble() == 1.0;
+}
+
 // Computes an add/sub (alpha 1)/mul/div out-variant on small same-shape float tensors as ATen's CPU
 // kernel would, bit for bit (one IEEE operation per element); false (nothing done) for anything else.
-bool run_small(const Instr& in) {
+bool run_elementwise(const Instr& in) {
   const auto& a = in.args;
   const at::Tensor& out = a[in.fast == Fast::TTS ? 3 : 2].toTensor();
   const int64_t n = out.numel();
@@ -219,36 +241,63 @@ bool run_small(const Instr& in) {
   const size_t bytes = static_cast<size_t>(n) * sizeof(float);
   if (!same_or_apart(x, out, bytes) || !same_or_apart(y, out, bytes)) return false;
   // alpha must be exactly 1 (ATen's vectorized x + alpha * y may fuse the multiply-add)
-  if (in.fast == Fast::TTS && !(in.s0.isIntegral(false) ? in.s0.toLong() == 1
-                                                        : in.s0.isFloatingPoint() && in.s0.toDouble() == 1.0))
-    return false;
+  if (in.fast == Fast::TTS && !is_one(in.s0)) return false;
   const float* p = x.const_data_ptr<float>();
   const float* q = y.const_data_ptr<float>();
   float* o = out.mutable_data_ptr<float>();
-  // ivdep: the output is an input or lies apart from both (checked above), so each element is read
-  // before it is written and the loops may be vectorized
   switch (in.small) {
     case Small::Add:
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = p[i] + q[i];
+      add_floats(p, q, o, n);
       break;
     case Small::Sub:
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = p[i] - q[i];
+      sub_floats(p, q, o, n);
       break;
     case Small::Mul:
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = p[i] * q[i];
+      mul_floats(p, q, o, n);
       break;
     case Small::Div:
-#pragma GCC ivdep
-      for (int64_t i = 0; i < n; ++i) o[i] = p[i] / q[i];
+      div_floats(p, q, o, n);
       break;
-    case Small::None:
+    default:
       return false;
   }
   out.unsafeGetTensorImpl()->bump_version();  // as ATen's out-variant does
   return true;
+}
+
+// sigmoid/tanh out-variants on small float tensors (x may be out), as ATen's CPU kernel computes them.
+bool run_unary(const Instr& in) {
+  const at::Tensor& x = in.args[0].toTensor();
+  const at::Tensor& out = in.args[1].toTensor();
+  const int64_t n = out.numel();
+  if (n > kSmallElements || !small_operand(out, out) || !small_operand(x, out)) return false;
+  if (!same_or_apart(x, out, static_cast<size_t>(n) * sizeof(float))) return false;
+  const float* p = x.const_data_ptr<float>();
+  float* o = out.mutable_data_ptr<float>();
+  if (!(in.small == Small::Sigmoid ? sigmoid_floats(p, o, n) : tanh_floats(p, o, n))) return false;
+  out.unsafeGetTensorImpl()->bump_version();
+  return true;
+}
+
+// A small kernel of small.h (or the elementwise ones above) for `in`, when it covers the call.
+bool run_small(const Instr& in) {
+  const auto& a = in.args;
+  switch (in.small) {
+    case Small::Copy:
+      return run_view_copy(*in.copy);
+    case Small::Addmm:  // addmm.out(self, mat1, mat2, beta, alpha, out)
+      return is_one(in.s0) && is_one(in.s1) && run_gemv(&a[0].toTensor(), a[1].toTensor(), a[2].toTensor(),
+                                                        a[5].toTensor());
+    case Small::Mm:  // mm.out(self, mat2, out)
+      return run_gemv(nullptr, a[0].toTensor(), a[1].toTensor(), a[2].toTensor());
+    case Small::Sigmoid:
+    case Small::Tanh:
+      return run_unary(in);
+    case Small::None:
+      return false;
+    default:
+      return run_elementwise(in);
+  }
 }
 
 }  // namespace
@@ -302,6 +351,7 @@ Instr NativePlan::make_kernel(const std::string& name, const std::string& overlo
     if (!scalars.empty()) in.s0 = scalars[0];
     if (scalars.size() > 1) in.s1 = scalars[1];
     in.small = small_kind(name, overload, in.fast);
+    if (!small_products && (in.small == Small::Addmm || in.small == Small::Mm)) in.small = Small::None;
   }
   return in;
 }
@@ -328,6 +378,23 @@ void NativePlan::add_python(int64_t chain, const std::string& name, py::object f
   in.name = name;
   in.fn = std::move(fn);
   chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::add_nop(int64_t chain, const std::string& name) {
+  Instr in;
+  in.op = Op::Nop;
+  in.name = name;
+  chain_at(chains_, chain).instrs.push_back(std::move(in));
+}
+
+void NativePlan::set_view_copy(int64_t chain, at::Tensor src, std::vector<at::Tensor> views,
+                               std::vector<at::Tensor> outs) {
+  Chain& ch = chain_at(chains_, chain);
+  if (ch.instrs.empty() || ch.instrs.back().op != Op::Kernel || ch.instrs.back().has_result)
+    throw std::invalid_argument("a view copy is an out-variant kernel step");
+  Instr& in = ch.instrs.back();
+  in.copy = std::make_shared<const ViewCopy>(make_view_copy(src, views, outs));
+  in.small = Small::Copy;
 }
 
 void NativePlan::add_move(int64_t chain, at::Tensor dst, at::Tensor src) {
@@ -513,6 +580,8 @@ int64_t NativePlan::step(Instr& in, int64_t pc, int64_t n) {
     case Op::JumpIfFalse: {
       return at::all(in.a).item<bool>() ? pc + 1 : checked_destination(in.destination, pc, n);
     }
+    case Op::Nop:
+      return pc + 1;
   }
   return pc + 1;
 }

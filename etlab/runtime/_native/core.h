@@ -6,6 +6,8 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "small.h"
+
 #include <array>
 #include <atomic>
 #include <cstdlib>
@@ -89,7 +91,8 @@ class DebugArena {
   std::mutex mutex_;
 };
 
-enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse };
+// Nop: an instruction computed at load (a layout copy of constant data): a step with nothing to do.
+enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse, Nop };
 
 // Unboxed calling conventions of the commonest out-variants (add.out, mul.out, mm.out, exp.out,
 // addmm.out, ...): called through a typed handle with no argument stack at all.
@@ -99,9 +102,10 @@ using SigT = at::Tensor&(const at::Tensor&, at::Tensor&);
 using SigTTTSS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Scalar&,
                              const at::Scalar&, at::Tensor&);
 enum class Fast : uint8_t { None, TTS, TT, T, TTTSS };
-// Elementwise out-variants the core computes itself on small float tensors (`run_small`): for a
-// (4, 4) add, ATen's own dispatch and TensorIterator set-up cost ~20x the arithmetic.
-enum class Small : uint8_t { None, Add, Sub, Mul, Div };
+// Out-variants the core computes itself on small tensors (`run_small`; small.h): for a (4, 4) add,
+// ATen's own dispatch and TensorIterator set-up cost ~20x the arithmetic. Elementwise add/sub/mul/div on
+// float, sigmoid and tanh on float, copies of views (Copy: `Instr::copy`), one-row addmm/mm (Addmm, Mm).
+enum class Small : uint8_t { None, Add, Sub, Mul, Div, Copy, Addmm, Mm, Sigmoid, Tanh };
 
 // A value an intermediate-output trace logs after a step.
 struct LogItem {
@@ -118,6 +122,7 @@ struct Instr {
   bool has_result = false;  // a functional operator: its fresh result is pointed into `a`
   int32_t events = 0;       // ETDump events of a timed step (what the tracer counts against its limit)
   std::vector<c10::IValue> args;  // Kernel: the argument stack, built at load time
+  std::shared_ptr<const ViewCopy> copy;  // Small::Copy: where each output's view lies in the source
   at::Scalar s0, s1;              // the fast path's Scalar arguments, in order
   std::optional<c10::TypedOperatorHandle<SigTTS>> tts;
   std::optional<c10::TypedOperatorHandle<SigTT>> tt;
@@ -298,6 +303,10 @@ class NativePlan {
   void add_move(int64_t chain, at::Tensor dst, at::Tensor src);
   void add_free(int64_t chain, at::Tensor t);
   void add_jump(int64_t chain, at::Tensor cond, int64_t destination);
+  void add_nop(int64_t chain, const std::string& name);
+  // Makes the last kernel of `chain` (a view-copy out-variant) a small copy: `views` are the view
+  // operator's results on `src` (made at load), one per output in `outs`.
+  void set_view_copy(int64_t chain, at::Tensor src, std::vector<at::Tensor> views, std::vector<at::Tensor> outs);
   void add_log(int64_t chain, int64_t index, py::object value, int64_t slot);
   void set_event_counts(int64_t chain, std::vector<int64_t> counts);
 
@@ -319,6 +328,9 @@ class NativePlan {
   // Whether the bindings release the GIL around a run (always, but for the test that shows the
   // GIL-release test can fail: tests/runtime/test_cores.py).
   bool release_gil = true;
+  // Whether kernels added from now on compute one-row float products (addmm/mm) with small.h's
+  // matrix-vector kernel, whose sums round a few ulps apart from MKL's (false: ATen's, bit for bit).
+  bool small_products = true;
   int64_t instruction_count() const;
   // How many steps are of each kind: native kernels (unboxed, boxed), Python call-backs, others.
   std::vector<int64_t> step_counts() const;

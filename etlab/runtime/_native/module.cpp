@@ -174,6 +174,8 @@ PYBIND11_MODULE(_core, m) {
       .def("add_move", &NativePlan::add_move)
       .def("add_free", &NativePlan::add_free)
       .def("add_jump", &NativePlan::add_jump)
+      .def("add_nop", &NativePlan::add_nop)
+      .def("set_view_copy", &NativePlan::set_view_copy)
       .def("add_log", &NativePlan::add_log)
       .def_readonly("failed_chain", &NativePlan::failed_chain)
       .def_readonly("failed_index", &NativePlan::failed_index)
@@ -183,6 +185,8 @@ PYBIND11_MODULE(_core, m) {
         return py::dict(py::arg("unboxed") = c[0], py::arg("boxed") = c[1], py::arg("python") = c[2],
                         py::arg("other") = c[3]);
       })
+      .def_readwrite("small_products", &NativePlan::small_products,
+                     "False: one-row float addmm/mm through ATen (bit for bit the Python core's results)")
       .def_readwrite("release_gil", &NativePlan::release_gil,
                      "False makes runs hold the GIL: only for the test that shows the GIL-release test can fail")
       .def("run", [](NativePlan& p) { without_gil(p.release_gil, [&] { p.run(); return 0; }); })
