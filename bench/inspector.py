@@ -282,7 +282,6 @@ def corpus_lines(ref: str, names: list[str], rounds: int = 3, ours_per_round: in
     are made and lists the others as not measured."""
     if prepare:
         prepare_corpus(ref, names)
-    made = {n: corpus_dir(n) for n in names}
     lines = [CORPUS_BEGIN, "", f"Every model of the corpus (etlab.models.corpus, {len(names)} models) that upstream "
              "compiles and runs: upstream-written `.pte`, `.etrecord`, 2-iteration `.etdp` and debug buffer; "
              "`Inspector(etdump_path, etrecord=..., debug_buffer_path)` then `.to_dataframe()`, warm (one untimed "
@@ -298,7 +297,7 @@ def corpus_lines(ref: str, names: list[str], rounds: int = 3, ours_per_round: in
     timer = _UpstreamTimer(ref)
     try:
         for name in names:
-            d, done = made[name]
+            d, done = corpus_dir(name)  # looked at when reached: files still being made may be ready by then
             if done is None or not done.get("ok"):
                 if done is not None:
                     why = "upstream: " + (done.get("error") or "failed")
