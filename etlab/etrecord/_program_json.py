@@ -331,14 +331,14 @@ class _GraphReader:
         hop = target.startswith("torch.ops.higher_order.")
         single = len(outputs) == 1 and isinstance(outputs[0], dict)
         kind = next(iter(outputs[0]), "") if single else ""
-        getitems: list[tuple[str, object]] = []
+        getitems: list[tuple[str, object, int]] = []  # (name, value, index in the node's results)
         # torch's schema defaults the flag to False: a higher-order op's one result is then a 1-tuple
         if hop and not raw.get("is_hop_single_tensor_return", False) and kind in (_ONE_TENSOR, *_SYM):
             names = _arg_names(outputs[0], at)
             if len(names) != 1:
                 raise Unsupported(f"{at}: a higher-order op's single result that is not one value")
             node.name = _name(serialized, at, "name")
-            getitems = [(names[0], self.val(names[0]))]
+            getitems = [(names[0], self.val(names[0]), 0)]
         elif single and _ONE_TENSOR in outputs[0]:
             node.name = _arg_names(outputs[0], at)[0]
             node.val = self.val(node.name)
@@ -353,7 +353,7 @@ class _GraphReader:
             node.name = _name(serialized, at, "name")
             items = _list(outputs[0].get("as_tensors"), at, "as_tensors") if single and "as_tensors" in outputs[0] \
                 else outputs
-            for item in items:
+            for index, item in enumerate(items):
                 item = _dict(item, at, "an output")
                 if "name" in item and len(item) == 1:
                     item = {_ONE_TENSOR: item}
@@ -361,7 +361,7 @@ class _GraphReader:
                 if kind in (_ONE_TENSOR, *_SYM):
                     name = _arg_names(item, at)
                     if name:
-                        getitems.append((name[0], self.val(name[0])))
+                        getitems.append((name[0], self.val(name[0]), index))
                 elif kind != "as_none":
                     raise Unsupported(f"{at}: an output of kind {kind!r}")
         node.serialized = serialized if isinstance(serialized, str) else ""
@@ -371,11 +371,11 @@ class _GraphReader:
                 self.handles[node.serialized] = node.own_handle
         node.refusal = self.refusals.get(node.name)
         if getitems:
-            node.val = [v for _, v in getitems]
+            node.val = [v for _, v, _ in getitems]
         out = [node]
-        for i, (name, val) in enumerate(getitems):
-            out.append(JsonNode(name=name, op="call_function", target=GETITEM, inputs=[node.name], val=val, index=i,
-                                **common))
+        for name, val, index in getitems:
+            out.append(JsonNode(name=name, op="call_function", target=GETITEM, inputs=[node.name], val=val,
+                                index=index, **common))
         return out
 
     def _handle(self, meta: dict, at: str):

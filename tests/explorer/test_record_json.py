@@ -152,3 +152,17 @@ def test_titles_and_colours_are_the_views():
 
     assert _record_graphs.BACKEND_COLORS == _graph_model.BACKEND_COLORS
     assert all(_graph_view.TITLES[k] == v for k, v in _record_graphs.TITLES.items())
+
+
+def test_a_record_the_reader_does_not_mirror_is_rebuilt_and_drawn(zoo_records, monkeypatch):
+    from etlab.etrecord import UnsupportedGraph
+    from etlab.model_explorer import _export
+
+    path = next(p for p in zoo_records if p.name.startswith("cnn-etlab"))
+    expected = [to_me_graph(m, x) for m, x in record_file_graphs(path)]
+
+    def refuse(*_args):
+        raise UnsupportedGraph("a node without a result")
+
+    monkeypatch.setattr(_export, "_json_graphs", refuse)
+    assert [to_me_graph(m, x) for m, x in record_file_graphs(path)] == expected
