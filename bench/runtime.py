@@ -275,8 +275,8 @@ def render(chain: dict, models: dict, tracing: dict, threads: int, clock: str, l
         f"interpreter's (target <= {TARGET_NS_INTERPRETER}: {met(share <= TARGET_NS_INTERPRETER)}); the rest is "
         "ATen's own cost of a (4, 4) add. The bare loop calls `at::add_out` (through the dispatcher); the core "
         "computes add/sub/mul/div out-variants on small (<= 4096 elements) contiguous float tensors itself, bit "
-        "for bit as ATen's CPU kernel (and, in `small.cpp`, sigmoid, tanh, copies of views and one-row products), "
-        "and redispatches other kernels straight to the CPU kernel with key sets "
+        "for bit as ATen's CPU kernel (as are `small.cpp`'s sigmoid, tanh and view copies; its one-row products "
+        "within float tolerance), and redispatches other kernels straight to the CPU kernel with key sets "
         "resolved at load, so its share comes out below zero.", "",
         "| model | eager ms | python core ms | native core ms | native vs python | native traced ms "
         "| traced vs native (separate methods) | capturing intermediates ms | upstream portable ms "
