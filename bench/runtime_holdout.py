@@ -118,11 +118,14 @@ def run(models: list[str], rounds: int) -> dict[str, dict[str, float]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("models", nargs="*", choices=HOLDOUT, help="these models (none named: all)")
+    ap.add_argument("models", nargs="*", help=f"these models (none named: all): {', '.join(HOLDOUT)}")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--clock", choices=sorted(CLOCKS), default="cpu")
     a = ap.parse_args()
+    unknown = [m for m in a.models if m not in HOLDOUT]
+    if unknown:  # (argparse's choices refuse an empty positional list)
+        ap.error(f"unknown model(s) {', '.join(unknown)} (choose from {', '.join(HOLDOUT)})")
     configure(a.clock, a.threads)
     run(a.models, a.rounds)
 
