@@ -98,19 +98,21 @@ def recorded_graphs(obj, kinds=None, method: str | None = None) -> list[tuple[Gr
 def record_file_graphs(path, kinds=None, method: str | None = None) -> list[tuple[GraphModel, dict]]:
     """`recorded_graphs(parse_etrecord(path), kinds, method)`, drawn from the record's JSON without
     rebuilding its programs (`_record_graphs`); a record that reader does not mirror (a graph map
-    naming the views' programs, a node without a result) is rebuilt and drawn by the views' builder."""
+    naming the views' programs, a node without a result) or whose explainer rows need etlab's XNNPACK
+    rules (upstream's XNNPACK records: nodes left out without a recorded reason; the rules read torch.fx
+    nodes) is rebuilt and drawn by the views' builder."""
     from etlab.etrecord import UnsupportedGraph, record_graphs
 
     graphs = record_graphs(path)
     try:
-        return _json_graphs(path, graphs, kinds, method)
+        return _json_graphs(graphs, kinds, method)
     except UnsupportedGraph:
         from etlab.etrecord import parse_etrecord
 
         return recorded_graphs(parse_etrecord(path), kinds, method)
 
 
-def _json_graphs(path, graphs, kinds, method: str | None) -> list[tuple[GraphModel, dict]]:
+def _json_graphs(graphs, kinds, method: str | None) -> list[tuple[GraphModel, dict]]:
     from etlab.etrecord import UnsupportedGraph
 
     out = []
@@ -129,12 +131,10 @@ def _json_graphs(path, graphs, kinds, method: str | None) -> list[tuple[GraphMod
             if graphs.upstream and edge is not None else {}
         for kind in wanted:
             if kind == "edge":
-                model = build_json_graph_model(edge, "edge", method=m, partitions=marks)
                 rows = explainer_rows(edge, marks)
                 if rows is None:  # etlab's XNNPACK rules judge the nodes left out: they read the rebuilt graph
-                    from etlab.etrecord import parse_etrecord
-
-                    rows = _explainer_rows(resolve_sources(parse_etrecord(path), m).edge)
+                    raise UnsupportedGraph(f"{graphs.where}: nodes left out of XNNPACK without a recorded reason")
+                model = build_json_graph_model(edge, "edge", method=m, partitions=marks)
                 out.append((model, _extras_of(model, rows)))
             else:
                 handles_of = aten_handles_of(edge) if edge is not None and edge is not aten else None

@@ -74,6 +74,23 @@ def test_upstreams_files_draw_the_same_graphs(upstream_artifacts, xnnpack):  # n
         main.checked_graph_classes(me_graphs(path))
 
 
+def test_upstreams_xnnpack_partitions_from_json_are_the_marked_graphs(xnnpack):  # noqa: F811
+    """Upstream's XNNPACK record keeps the edge graph before lowering: the nodes each delegate call took
+    become its partition layer, from the debug-handle and delegate maps, as on the rebuilt graph. (The
+    adapter still rebuilds this record: the explainer judges the nodes left out with etlab's rules.)"""
+    from etlab.model_explorer._record_graphs import build_json_graph_model, partition_marks
+
+    path = xnnpack / "model.etrecord"
+    graphs = record_graphs(path)
+    edge = graphs.edge("forward")
+    marks = partition_marks(edge, graphs.debug_handle_map["forward"], graphs.delegate_map["forward"])
+    assert marks
+    mine = build_json_graph_model(edge, "edge", method="forward", partitions=marks)
+    theirs = next(m for m, _ in recorded_graphs(parse_etrecord(path)) if m.kind == "edge")
+    assert mine.nodes == theirs.nodes and mine.groups == theirs.groups and mine.edges == theirs.edges
+    assert any(g.kind == "delegate" and g.backend == "XnnpackBackend" for g in mine.groups)
+
+
 def test_drawing_a_record_neither_imports_torch_nor_rebuilds_a_program(zoo_records, tmp_path):
     path = next(p for p in zoo_records if p.name.startswith("cnn-etlab"))
     code = ("import sys, json; from etlab.etrecord import record_graphs; "
