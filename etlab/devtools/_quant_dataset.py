@@ -27,6 +27,7 @@ import math
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -42,7 +43,7 @@ from etlab.devtools._quant_dataset_report import (
     DatasetQuantReport,
     _pooled_sqnr,
 )
-from etlab.devtools._quant_dataset_run import Stepper
+from etlab.devtools._quant_dataset_run import Stepper, _storage_bytes
 from etlab.devtools._quant_dataset_stats import (
     CoverageBatch,
     Scratch,
@@ -430,7 +431,7 @@ class _Engine:
         self.qs = Stepper(self.quantized, p.keep_quant, p.quant_constants, p.fusable)
 
     def _measure(self) -> None:
-        live = {**self.fs.live_bytes(), **self.qs.live_bytes()}
+        live = {**self.fs.live_bytes(), **self.qs.live_bytes(), **_storage_bytes([self.scratch.buffer])}
         self.peak_bytes = max(self.peak_bytes, sum(live.values()))
 
     def run(self, chunk: list[tuple], measure: bool = False) -> tuple[list, dict, list, list]:
@@ -482,10 +483,51 @@ class _Engine:
         return values
 
 
+def _split_chunk(chunk: list[tuple], parts: int) -> list[tuple[int, list[tuple]]]:
+    """(offset, sub-batch) pairs: chunk in `parts` nearly equal contiguous slices (none empty)."""
+    parts = max(1, min(parts, len(chunk)))
+    bounds = [round(i * len(chunk) / parts) for i in range(parts + 1)]
+    return [(bounds[i], chunk[bounds[i]:bounds[i + 1]]) for i in range(parts)]
+
+
+class _Workers:
+    """A batch split across `n` engines on threads, each op single-threaded meanwhile: torch's own intra-op
+    threads synchronise after every op, which a shared machine turns into waiting (a reduction 10x slower on
+    2 threads than on 1 under load), while whole sub-batches on their own threads never wait on each other.
+    The shipped program runs on the calling thread at the same time."""
+
+    def __init__(self, engines: list[_Engine]):
+        self.engines = engines
+        self.pool = None
+        if len(engines) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self.pool = ThreadPoolExecutor(len(engines), thread_name_prefix="quant-report")
+
+    def run(self, chunk: list[tuple], measure: bool, alongside: Callable[[], Any]) -> tuple[list, Any]:
+        """[(offset, size, engine result)] per sub-batch of the chunk, and what `alongside()` returned (run
+        meanwhile)."""
+        if self.pool is None or len(chunk) == 1:
+            return [(0, len(chunk), self.engines[0].run(chunk, measure))], alongside()
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            futures = [(offset, len(part), self.pool.submit(engine.run, part))
+                       for engine, (offset, part) in zip(self.engines, _split_chunk(chunk, len(self.engines)))]
+            extra = alongside()
+            return [(offset, size, f.result()) for offset, size, f in futures], extra
+        finally:
+            torch.set_num_threads(threads)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
 def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, backend: str | None = "xnnpack",
                    program=None, metrics=None, batch_size: int | None = None,
                    memory_budget: int = DEFAULT_MEMORY_BUDGET, limit: int | None = None, progress: bool = True,
-                   label: str = "") -> DatasetQuantReport:
+                   label: str = "", workers: int | None = None) -> DatasetQuantReport:
     """Per-layer quantization error of `quantized` (convert_pt2e's GraphModule) against `float_model` over
     every input of `dataset` (an iterable of the model's inputs: tensors or tuples; a DataLoader's batches are
     split into single inputs), with the output metrics of the program that ships. See DatasetQuantReport.
@@ -496,13 +538,16 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     (float_outputs, quantized_outputs) -> float per input, or a dict of them by name. inputs: the example
     the float model is exported with (default: the first input). batch_size: inputs per batch of the torch
     passes (default: as many as `memory_budget` bytes of kept values allow, at most 32). limit: stop after
-    this many inputs. progress: a progress bar (tqdm)."""
+    this many inputs. progress: a progress bar (tqdm). workers: threads a batch is split across (default
+    torch.get_num_threads(); each runs single-threaded ops, see _Workers)."""
     from tqdm.auto import tqdm
 
     if backend is not None and backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
     if batch_size is not None and (not isinstance(batch_size, int) or batch_size < 1):
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
     if not isinstance(memory_budget, int) or memory_budget < 1:
         raise ValueError(f"memory_budget must be a positive number of bytes, got {memory_budget!r}")
     metric_fns = _metric_functions(metrics)
@@ -523,7 +568,7 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     layers = [_Layer(j) for j in plan.joins]
     rows: list[dict] = []
     energy = np.zeros(2)  # the outputs' signal and noise over the dataset
-    engine = _Engine(float_gm, quantized, plan)
+    pool = _Workers([_Engine(float_gm, quantized, plan) for _ in range(workers or torch.get_num_threads())])
     bar = tqdm(total=total, unit="input", desc="quantization report", disable=not progress, leave=False)
     size, first = 1, 0
     try:
@@ -532,32 +577,37 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
             chunk = pending
             sizing = first == 0 and _has_batch_of_one(example)
             try:
-                layer_batches, coverage_batches, f_out, q_out = engine.run(chunk, measure=sizing)
+                parts, p_out = pool.run(chunk, sizing, lambda c=chunk: [method.execute(list(x)) for x in c]
+                                        if method is not None else None)
             except (NotBatchAgnostic, RuntimeError) as e:
                 if len(chunk) == 1:
                     raise
                 notes.append(f"one input at a time: the graphs are not batch-agnostic ({type(e).__name__}: "
                              f"{str(e).splitlines()[0][:120] if str(e) else ''})")
                 size, stream, pending = 1, itertools.chain(chunk[1:], stream), chunk[:1]
+                pool.engines = pool.engines[:1]
                 continue
-            batch = len(chunk)
-            for acc, m in zip(layers, layer_batches):
-                if m is not None:
-                    _commit_layer(acc, m, first, batch)
-            for name, m in coverage_batches.items():
-                if m is not None:
-                    plan.quantizers[name].commit(m, first)
-            p_out = [method.execute(list(x)) for x in chunk] if method is not None else None
-            for r in _output_rows(f_out, q_out, p_out, first, batch, metric_fns):
-                energy += r.pop("_energy")
-                rows.append(r)
-            bar.update(batch)
+            for offset, batch, (layer_batches, coverage_batches, f_out, q_out) in parts:
+                start = first + offset
+                for acc, m in zip(layers, layer_batches):
+                    if m is not None:
+                        _commit_layer(acc, m, start, batch)
+                for name, m in coverage_batches.items():
+                    if m is not None:
+                        plan.quantizers[name].commit(m, start)
+                sub_p = p_out[offset:offset + batch] if p_out is not None else None
+                for r in _output_rows(f_out, q_out, sub_p, start, batch, metric_fns):
+                    energy += r.pop("_energy")
+                    rows.append(r)
+            bar.update(len(chunk))
             if sizing:  # sized from the first input's peak memory
-                size = batch_size or max(1, min(MAX_BATCH, memory_budget // max(engine.peak_bytes, 1)))
-            first += batch
+                per_input = max(pool.engines[0].peak_bytes, 1)
+                size = batch_size or max(1, min(MAX_BATCH * len(pool.engines), memory_budget // per_input))
+            first += len(chunk)
             pending = list(itertools.islice(stream, size))
     finally:
         bar.close()
+        pool.close()
     if not rows:
         raise ValueError("dataset is empty: a report over a dataset needs at least one input")
     layer_rows = [_layer_row(i, acc, plan) for i, acc in enumerate(layers) if acc.inputs]

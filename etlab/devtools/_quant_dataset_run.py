@@ -115,10 +115,10 @@ class Stepper(Interpreter):
             for a in n.all_input_nodes:
                 last[a] = i
         self.free_after: list[list[Node]] = [[] for _ in self.order]
-        for a, i in last.items():
-            if a.name not in pinned:
-                self.free_after[i].append(a)
+        for a, i in last.items():  # a pinned value lives on in `values`, not in the environment
+            self.free_after[i].append(a)
         self.pinned = pinned
+        self.dependent = _input_dependent(gm)
         self.constants = constants
         self.fusable = fusable
         self.fused: set[str] = set()
@@ -146,7 +146,10 @@ class Stepper(Interpreter):
         return self.env.get(self.order[-1])
 
     def live_bytes(self) -> dict[int, int]:
-        return _storage_bytes([*self.env.values(), *self.values.values()])
+        """Storage -> bytes of the values held now that an input reaches (weights and constants left out:
+        they do not grow with the batch)."""
+        return _storage_bytes([*(v for n, v in self.env.items() if n.name in self.dependent),
+                               *(v for n, v in self.values.items() if n in self.dependent)])
 
     def _step(self) -> None:
         n = self.order[self.pos]
