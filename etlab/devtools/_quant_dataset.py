@@ -448,7 +448,8 @@ class _Engine:
         return self._run(chunk, measure)
 
     def _run(self, chunk: list[tuple], measure: bool) -> tuple[list, dict, list, list]:
-        args, batch, plan = _stack(chunk, self.channels_last), len(chunk), self.plan
+        # one input at a time stays in the example's layout: it then reproduces the single-input report exactly
+        args, batch, plan = _stack(chunk, self.channels_last and len(chunk) > 1), len(chunk), self.plan
         if batch > 1 and not self.checked:
             self.fs.start(chunk[0])
             single = _outputs(self._finish(self.fs), self.float_gm)

@@ -237,3 +237,52 @@ def test_coverage_of_the_calibration_data_itself_clips_nothing():
     r = quantization_report(float_gm, quantized, dataset=data, backend=None, progress=False)
     assert len(r.coverage) > 10 and r.clipped().empty
     assert (r.coverage["range_used"] > 0.9).all()  # every range reached (mean's is the dropout's: within 10%)
+
+
+def _per_input_reference(float_gm, quantized, data) -> dict[str, np.ndarray]:
+    """The straightforward computation: one single-input report per input (both graphs run whole, every value
+    kept, quantize/dequantize as decomposed ops), stacked to (inputs, layers) per metric."""
+    ones = [quantization_report(float_gm, quantized, x) for x in data]
+    cols = ("sqnr", "local_sqnr", "input_sqnr", "cosine", "max_abs")
+    out = {c: np.stack([o.layers[c].to_numpy(float) for o in ones]) for c in cols}
+    out["layer"] = ones[0].layers["layer"].to_numpy()
+    out["output_sqnr"] = np.array([o.output_sqnr for o in ones])
+    return out
+
+
+def _check_against_reference(report, ref, db: float, rel: float) -> None:
+    layers = report.layers.set_index("layer").loc[ref["layer"]]
+    for col in ("sqnr", "local_sqnr", "input_sqnr"):
+        per = ref[col]
+        finite = np.isfinite(per).all(0)
+        assert finite.sum() > 10, col
+        np.testing.assert_allclose(layers[f"{col}_mean"].to_numpy(float)[finite], per[:, finite].mean(0), atol=db,
+                                   err_msg=col)
+        if col != "input_sqnr":
+            np.testing.assert_allclose(layers[f"{col}_min"].to_numpy(float)[finite], per[:, finite].min(0), atol=db,
+                                       err_msg=col)
+            # p95 from the streamed histogram: the 5th percentile to one 0.1 dB bin
+            p95 = np.quantile(per[:, finite], 0.05, axis=0, method="lower")
+            assert np.all(np.abs(layers[f"{col}_p95"].to_numpy(float)[finite] - p95) <= 0.1 + db + 1e-9), col
+    np.testing.assert_allclose(layers["cosine_mean"].to_numpy(float), ref["cosine"].mean(0), atol=1e-5)
+    np.testing.assert_allclose(layers["max_abs_max"].to_numpy(float), ref["max_abs"].max(0), rtol=rel, atol=1e-7)
+    np.testing.assert_allclose(report.per_input["output_sqnr"].to_numpy(float), ref["output_sqnr"], atol=db)
+
+
+@pytest.mark.slow  # 7 single-input reports and two over the dataset (~10 s of CPU)
+def test_dataset_statistics_equal_the_per_input_reports(cnn):
+    """The streamed, batched, fused computation against the straightforward one (a single-input report per
+    input, aggregated with numpy). One input at a time it is the same computation: equal to float rounding.
+    Batched (and channels-last) the convolutions round differently, which moves an element across a
+    quantization step here and there: equal within a quarter of a dB (one flipped element of the last layer's
+    10 outputs moves its local SQNR by ~0.13 dB) and a step of max-abs error."""
+    float_gm, quantized = cnn
+    data = _data(7, seed=4)
+    ref = _per_input_reference(float_gm, quantized, data)
+    one = quantization_report(float_gm, quantized, dataset=data, backend=None, batch_size=1, workers=1,
+                              progress=False)
+    _check_against_reference(one, ref, db=1e-3, rel=1e-5)
+    batched = quantization_report(float_gm, quantized, dataset=data, backend=None, batch_size=4, workers=2,
+                                  progress=False)
+    assert batched.batch_size == 4 and not batched.notes
+    _check_against_reference(batched, ref, db=0.25, rel=0.5)
