@@ -15,7 +15,8 @@ int16 value would leave the delegate), or float. Observers run once over the cal
 configuration then uses the ranges they computed (no histogram search per configuration).
 
 The search, each configuration measured by quantizing (prepare, calibrate, convert) and running the
-converted model on the dataset in torch:
+converted model on the dataset in torch (the evaluator: `_amp_search`; steps 1-5: `_amp_phases`; steps 6-7
+and the result: here):
 1. all int8 as the quantizer says; met: done.
 2. observers (zero cost at run time): each value's lowest-MSE grid; values an outlier stretches,
    clipped one at a time; one observer for every value. Judged by the budget's metric.
@@ -41,177 +42,31 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Sequence
 
 import pandas as pd
-import torch
-from torch.fx import GraphModule
 
 from etlab.devtools._amp_budget import AccuracyBudget, as_budget, dataset_sqnr
 from etlab.devtools._amp_config import (
-    Layer,
     PrecisionConfig,
-    Probe,
     choose_observers,
     configured_quantizer,
     layer_of_node,
     probe,
 )
+from etlab.devtools._amp_phases import _run_search, _stricter, _weight_numel
 from etlab.devtools._amp_result import MixedPrecisionResult
 from etlab.devtools._amp_runtime import compile_program, runtime_latency_ms, runtime_outputs
-from etlab.devtools._quant_debug import _as_inputs, float_graph_of, quantization_report
-from etlab.devtools._quant_debug_fix import quantize_pt2e
+from etlab.devtools._amp_search import _Eval, _samples, _Search
+from etlab.devtools._quant_debug import float_graph_of, quantization_report
 
 BACKENDS = ("xnnpack", "portable")
-OUTLIER_RATIO = 0.5  # a value is outlier-stretched when another observer's range is under half its min-max range
-MIN_GAP_CLOSED = 0.05  # an observer change for every value is kept when it closes at least this much of the gap
 RUNTIME_ROUNDS = 3  # searches run when the runtime misses what torch met (each with a stricter target)
 MAX_COST_CANDIDATES = 4  # configurations as good by float-layer count, compiled and timed to pick the cheapest
 OBSERVERS = ("minmax", "histogram", "percentile", "percentile_99.9")
 STEP_COLUMNS = ["step", "phase", "change", "layers", "metric", "sqnr_db", "met", "float_layers", "kept", "why"]
 LAYER_COLUMNS = ["layer", "op", "module", "precision", "weights", "activation", "observer", "alone_in_float",
                  "why"]
-
-
-# --- inputs ---------------------------------------------------------------------------------------
-
-
-def _samples(dataset, what: str, limit: int | None = None) -> list[tuple]:
-    if isinstance(dataset, torch.Tensor) or dataset is None or isinstance(dataset, (str, bytes)):
-        raise TypeError(f"{what} must be an iterable of model inputs (tensors or tuples of tensors), "
-                        f"got {type(dataset).__name__}")
-    try:
-        iterator = iter(dataset)
-    except TypeError:
-        raise TypeError(f"{what} must be an iterable of model inputs, got {type(dataset).__name__}") from None
-    out = []
-    for i, sample in enumerate(iterator):
-        if limit is not None and i >= limit:
-            break
-        try:
-            args = _as_inputs(sample)
-        except TypeError as e:
-            raise TypeError(f"{what}[{i}]: {e}") from None
-        if not all(isinstance(a, torch.Tensor) for a in args):
-            raise TypeError(f"{what}[{i}]: every input must be a tensor, got "
-                            f"{', '.join(type(a).__name__ for a in args)}")
-        out.append(args)
-    if not out:
-        raise ValueError(f"{what} is empty; give at least one input")
-    shapes = [tuple(a.shape for a in s) for s in out]
-    if any(len(s) != len(shapes[0]) for s in shapes):
-        raise ValueError(f"{what}: samples have different numbers of inputs")
-    return out
-
-
-# --- the evaluator --------------------------------------------------------------------------------
-
-
-@dataclass
-class _Eval:
-    config: PrecisionConfig
-    metric: float
-    sqnr: float
-    met: bool
-    converted: GraphModule | None  # dropped for configurations that miss the budget (memory); see _Search.model
-
-
-class _Search:
-    """Evaluates configurations (cached), records the steps."""
-
-    def __init__(self, float_gm, probe_: Probe, factory, budget: AccuracyBudget, samples, calibration, ranges,
-                 progress):
-        self.float_gm, self.probe, self.factory, self.budget = float_gm, probe_, factory, budget
-        self.samples, self.calibration, self.ranges, self.progress = samples, calibration, ranges, progress
-        with torch.no_grad():
-            self.reference = [float_gm(*s) for s in samples]
-        self.cache: dict[PrecisionConfig, _Eval] = {}
-        self.steps: list[dict] = []
-        self.recorded: set = set()
-        self.max_candidates = 24
-        self.observer_names: list[str] = sorted({n for r in (ranges or {}).values() for n in r})
-        self.int8: _Eval | None = None  # the all-int8 evaluation
-        self.alone: dict[str, _Eval] = {}  # layer -> its evaluation alone in float
-        self.goal = budget  # the user's budget; self.budget: the target the search meets in torch
-        self.rounds = 0
-
-    def retarget(self, target: AccuracyBudget) -> None:
-        """Searches for `target` from now on (cached evaluations judged again)."""
-        self.step_note(f"target for torch's run tightened to {target}", "the runtime missed the budget the "
-                       "search met in torch, by the margin shown; the search runs again for the stricter target")
-        self.budget = target
-        for ev in self.cache.values():
-            ev.met = target.met(ev.metric)
-
-    def step_note(self, change: str, why: str) -> None:
-        self.steps.append({"step": len(self.steps), "phase": "retarget", "change": change, "layers": "",
-                           "metric": math.nan, "sqnr_db": math.nan, "met": False, "float_layers": math.nan,
-                           "kept": True, "why": why})
-
-    def quantize(self, config: PrecisionConfig, ranges=True) -> GraphModule:
-        quantizer = configured_quantizer(self.factory(), config, self.probe.layers, self.ranges if ranges else None)
-        return quantize_pt2e(self.float_gm, quantizer, self.calibration)
-
-    def evaluate(self, config: PrecisionConfig) -> _Eval:
-        if config not in self.cache:
-            converted = self.quantize(config)
-            with torch.no_grad():
-                outputs = [converted(*s) for s in self.samples]
-            metric = self.budget.measure(self.reference, outputs)
-            met = self.budget.met(metric)
-            keep = met or not self.cache  # the all-int8 model is kept too (the cost comparison compiles it)
-            self.cache[config] = _Eval(config, metric, dataset_sqnr(self.reference, outputs), met,
-                                       converted if keep else None)
-        return self.cache[config]
-
-    def model(self, ev: _Eval) -> GraphModule:
-        """The converted model of an evaluation (quantized again when it was dropped: same calibration, same
-        fixed ranges, so the same model)."""
-        return ev.converted if ev.converted is not None else self.quantize(ev.config)
-
-    def better(self, a: _Eval, b: _Eval) -> bool:
-        """a is closer to (or further within) the budget than b; SQNR breaks ties (top-1 is a step)."""
-        ma, mb = self.budget.margin(a.metric), self.budget.margin(b.metric)
-        return ma > mb or (ma == mb and a.sqnr > b.sqnr)
-
-    def step(self, phase: str, change: str, layers: Iterable[str], ev: _Eval, kept: bool, why: str) -> None:
-        """Records one step of the path (a trial repeated by a later round of pruning is recorded once)."""
-        layers = list(layers)
-        key = (phase, change, tuple(layers), ev.config, self.budget.threshold)
-        if key in self.recorded:
-            return
-        self.recorded.add(key)
-        row = {"step": len(self.steps), "phase": phase, "change": change, "layers": ", ".join(layers),
-               "metric": ev.metric, "sqnr_db": ev.sqnr, "met": ev.met, "float_layers": len(ev.config.float_layers),
-               "kept": kept, "why": why}
-        self.steps.append(row)
-        if self.progress is not None:
-            self.progress(f"[{row['step']}] {phase}: {change} {row['layers']} -> {self.budget.name} "
-                          f"{ev.metric:.4g} ({'met' if ev.met else 'missed'}){' kept' if kept else ''}")
-
-
-def _fmt(budget: AccuracyBudget, v: float) -> str:
-    return f"{budget.name} {v:.4g}"
-
-
-# --- ranking ----------------------------------------------------------------------------------------
-
-
-def _report_ranking(float_gm, converted, samples, layers: Sequence[Layer], k: int) -> list[str]:
-    """Layers ordered by the error they introduce, averaged over up to `k` samples (local SQNR, dB)."""
-    owner = layer_of_node(layers)
-    total: dict[str, list[float]] = {}
-    for s in samples[:k]:
-        report = quantization_report(float_gm, converted, s)
-        for _, row in report.layers.iterrows():
-            name = owner.get(row["layer"])
-            value = row["local_sqnr"]
-            if name is not None and bool(row["ranked"]) and not (isinstance(value, float) and math.isnan(value)):
-                total.setdefault(name, []).append(max(float(value), -1e9))
-    mean = {n: sum(v) / len(v) for n, v in total.items()}
-    ranked = sorted(mean, key=lambda n: mean[n])
-    return ranked + [layer.name for layer in layers if layer.name not in mean]
 
 
 # --- the search -------------------------------------------------------------------------------------
@@ -273,206 +128,6 @@ def auto_mixed_precision(float_model, dataset, *, budget, quantizer_factory: Cal
         search.retarget(_stricter(budget, search.budget, gap))
     return _finish(search, best, program, outputs, metric, backend, latency_runs, measure_cost, list(observers))
 
-
-def _stricter(goal: AccuracyBudget, target: AccuracyBudget, gap: float) -> AccuracyBudget:
-    """`target` moved by 1.5x `gap` (the torch-vs-runtime difference seen) further into the good side."""
-    shift = 1.5 * max(gap, 0.0) + 1e-9
-    threshold = target.threshold + shift if goal.higher_is_better else max(target.threshold - shift, 0.0)
-    if goal.metric in ("top1", "cosine", "min_cosine"):  # their best value is 1
-        threshold = min(threshold, 1.0)
-    return replace(target, threshold=threshold)
-
-
-def _run_search(search: _Search, chosen: dict, mse: dict, allow_int16: bool, max_candidates: int) -> _Eval:
-    budget, layers = search.budget, search.probe.layers
-    base = search.evaluate(PrecisionConfig())
-    search.step("int8", "all layers int8", [], base, True,
-                "the quantizer's own configuration" + (": budget met, nothing to change" if base.met else
-                                                       f": misses {budget}"))
-    search.int8 = base
-    if base.met:
-        return base
-    current = base
-    current = _observer_phase(search, current, chosen, mse)
-    if current.met:
-        return current
-    # sensitivity of each candidate layer kept in float alone
-    ranking = _report_ranking(search.float_gm, search.model(current), search.samples, layers, k=4)
-    candidates = ranking[:max_candidates]
-    alone: dict[str, _Eval] = {}
-    for name in candidates:
-        alone[name] = search.evaluate(current.config.with_(float_layers={name}))
-    search.alone = alone
-    order = sorted(candidates, key=lambda n: (-budget.margin(alone[n].metric), -alone[n].sqnr, ranking.index(n)))
-    order += [n for n in ranking if n not in order]
-    top = order[0]
-    search.step("sensitivity", "each candidate alone in float", [], alone[top], False,
-                f"{len(candidates)} candidates (of {len(layers)} layers, by local SQNR over the dataset); best alone: "
-                f"{top} -> {_fmt(budget, alone[top].metric)}")
-    # shortest prefix that meets the budget: doubling, then bisection
-    def prefix(k: int) -> _Eval:
-        return search.evaluate(current.config.with_(float_layers=order[:k]))
-
-    hi = 1
-    while hi < len(order) and not prefix(hi).met:
-        hi *= 2
-    hi = min(hi, len(order))
-    found = prefix(hi)
-    if not found.met:
-        search.step("prefix", "every layer in float", order, found, True,
-                    f"the budget is not met even with all {len(order)} layers in float (the float model's own "
-                    "outputs differ from its graph's?)" if len(order) == len(layers) else "not met")
-        return found
-    lo = hi // 2  # prefix(lo) missed (or lo == 0)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if prefix(mid).met:
-            hi = mid
-        else:
-            lo = mid
-    current = prefix(hi)
-    search.step("prefix", f"the {hi} most useful layers in float", order[:hi], current, True,
-                f"shortest prefix of the sensitivity ranking that meets {budget}")
-    # pruning (least useful first) and cheaper fixes for what stays float, until nothing changes: a
-    # cheaper fix for one layer can make another float layer unnecessary
-    for _ in range(len(layers)):
-        before = current.config
-        current = _prune(search, current, order)
-        current = _cheaper_fixes(search, current, order, allow_int16)
-        if current.config == before:
-            break
-    return current
-
-
-def _observer_phase(search: _Search, current: _Eval, chosen: dict[str, str], mse: dict) -> _Eval:
-    """Observers for the activation values: (1) each value's lowest-MSE observer; (2) outlier-stretched
-    values clipped one at a time (`_clip_outlier_values`); (3) one observer for every value. A grid's MSE
-    weighs every element alike, the budget may not (a clipped outlier nothing reads costs nothing), so
-    each is judged by the budget's metric; (1) and (3) are kept only when they close at least
-    MIN_GAP_CLOSED of the gap to the budget (a grid that clips everywhere for a rounding-level gain would
-    cost more than it buys once the search fixes the layers that matter)."""
-    start = current
-    needed = MIN_GAP_CLOSED * abs(search.budget.margin(current.metric))
-
-    def closes(ev: _Eval, than: _Eval) -> bool:
-        return search.budget.margin(ev.metric) - search.budget.margin(than.metric) >= needed and search.better(ev, than)
-
-    changed = {v: o for v, o in chosen.items() if o != "minmax"}
-    if changed:
-        detail = ", ".join(f"{o}: {sum(1 for x in changed.values() if x == o)}" for o in sorted(set(changed.values())))
-        ev = search.evaluate(current.config.with_(observers=chosen))
-        keep = closes(ev, current)
-        search.step("observers", "lowest-MSE observer per value", sorted(changed), ev, keep,
-                    f"each activation's grid with the lowest MSE over the calibration data ({detail} values; the "
-                    "rest min-max)" + (": closes part of the gap" if keep else
-                                       f": closes less than {MIN_GAP_CLOSED:.0%} of the gap to the budget"))
-        if keep:
-            current = ev
-    if current.met:
-        return current
-    current = _clip_outlier_values(search, current)
-    if current.met:
-        return current
-    names = sorted({n for per_value in mse.values() for n in per_value} - {"minmax"})
-    best, best_row = current, None
-    for name in names:
-        ev = search.evaluate(start.config.with_(observers={v: name for v in mse}))
-        keep = closes(ev, best)
-        search.step("observers", f"{name} observer for every value", [], ev, False,
-                    f"every activation calibrated by the {name} observer"
-                    + (": better than the grids before" if keep else ": no better than the grids before"))
-        if keep:
-            best, best_row = ev, len(search.steps) - 1
-    if best_row is not None:
-        search.steps[best_row]["kept"] = True
-    return best
-
-
-def _clip_outlier_values(search: _Search, current: _Eval) -> _Eval:
-    """Values whose min-max range an outlier stretched (another observer's range under OUTLIER_RATIO of it),
-    most stretched first, each tried with that observer alone and kept when the budget's metric improves:
-    a grid's MSE counts a clipped outlier even when nothing downstream reads it (a dead channel), the
-    budget does not."""
-    config = current.config
-    tried = []
-    for value, by_observer in search.ranges.items():
-        full = by_observer.get("minmax")
-        if full is None or full[1] - full[0] <= 0:
-            continue
-        width = {n: r[1] - r[0] for n, r in by_observer.items() if n != "minmax"}
-        if not width:
-            continue
-        name = min(width, key=width.get)
-        ratio = width[name] / (full[1] - full[0])
-        if ratio < OUTLIER_RATIO and config.observer_of.get(value) != name:
-            tried.append((ratio, value, name))
-    for ratio, value, name in sorted(tried)[:search.max_candidates]:
-        cfg = current.config
-        ev = search.evaluate(cfg.with_(observers={**cfg.observer_of, value: name}))
-        keep = search.budget.margin(ev.metric) > search.budget.margin(current.metric)
-        search.step("observers", f"{name} observer for one value", [value], ev, keep,
-                    f"its min-max range is {1 / ratio:.0f}x the {name} range (an outlier stretches it): "
-                    + ("clipping it brings the metric closer to the budget" if keep else "clipping it does not help"))
-        if keep:
-            current = ev
-            if ev.met:
-                break
-    return current
-
-
-def _prune(search: _Search, current: _Eval, order: list[str]) -> _Eval:
-    """Each float layer, least useful first, quantized again where the budget still holds."""
-    for name in sorted(current.config.float_layers, key=order.index, reverse=True):
-        trial = search.evaluate(current.config.with_(float_layers=current.config.float_layers - {name}))
-        search.step("prune", "quantize again", [name], trial, trial.met,
-                    "the budget holds without it in float" if trial.met else "needed: the budget breaks without it")
-        if trial.met:
-            current = trial
-    return current
-
-
-def _cheaper_fixes(search: _Search, current: _Eval, order: list[str], allow_int16: bool) -> _Eval:
-    """For each float layer, the cheapest fix that meets the budget with it quantized: another observer
-    for the values it reads and writes (free at run time), per-channel weights (when the quantizer gave
-    per-tensor), 16-bit output activations (portable), or both."""
-    by_name = {layer.name: layer for layer in search.probe.layers}
-    for name in sorted(current.config.float_layers, key=order.index):
-        layer, cfg = by_name[name], current.config
-        rungs = []
-        values = [v for v in (*layer.inputs, layer.output) if v in search.ranges]
-        for observer in search.observer_names:
-            if observer != "minmax" and values and any(cfg.observer_of.get(v) != observer for v in values):
-                rungs.append((f"{observer} observer on its inputs and output",
-                              {"observers": {**cfg.observer_of, **{v: observer for v in values}}}))
-        if layer.per_channel is False:
-            rungs.append(("per-channel weights", {"per_channel": cfg.per_channel | {name}}))
-        if allow_int16 and layer.output is not None:
-            rungs.append(("16-bit output activations", {"int16": cfg.int16 | {layer.output}}))
-            if layer.per_channel is False:
-                rungs.append(("per-channel weights and 16-bit output activations",
-                              {"per_channel": cfg.per_channel | {name}, "int16": cfg.int16 | {layer.output}}))
-        for label, changes in rungs:
-            trial = search.evaluate(cfg.with_(float_layers=cfg.float_layers - {name}, **changes))
-            search.step("cheaper fix", label + " instead of float", [name], trial, trial.met,
-                        "meets the budget with the layer quantized" if trial.met else "not enough: stays float")
-            if trial.met:
-                current = trial
-                break
-    return current
-
-
-def _weight_numel(search: _Search, config: PrecisionConfig) -> int:
-    """Elements of the weights the float layers of `config` keep in float (what they add to the .pte)."""
-    gm, total = search.probe.graph, 0
-    nodes = {n.name: n for n in gm.graph.nodes}
-    for layer in search.probe.layers:
-        node = nodes.get(layer.weight or "")
-        if layer.name in config.float_layers and node is not None and node.op == "get_attr":
-            obj = gm
-            for part in str(node.target).split("."):
-                obj = getattr(obj, part, None)
-            total += obj.numel() if isinstance(obj, torch.Tensor) else 0
-    return total
 
 
 def _cheapest(search: _Search, best: _Eval, backend: str, latency_runs: int, limit: int = MAX_COST_CANDIDATES):
