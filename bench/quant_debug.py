@@ -135,7 +135,8 @@ def bench_dataset(n: int, backend: str, seed: int = 0) -> dict:
     wall, cpu = time.perf_counter() - t, time.process_time() - cpu
     return {"inputs": n, "backend": backend, "quantize_s": quantize_s, "wall_s": wall, "cpu_s": cpu,
             "load_before": load_before, "load_after": os.getloadavg()[0], "batch": report.batch_size,
-            "layers": len(report.layers), "summary": report.summary(), "threads": torch.get_num_threads()}
+            "layers": len(report.layers), "summary": report.summary(), "threads": torch.get_num_threads(),
+            "top1": report.output.get("top1_agreement", float("nan"))}
 
 
 def dataset_section(r: dict) -> str:
@@ -152,7 +153,9 @@ def dataset_section(r: dict) -> str:
         f"inflated by the load; the CPU time is this process's, all threads). `quantization_report(float_graph, "
         f"quantized, dataset=...)` on the zoo's MobileNetV2 (int8, EtlabQuantizer calibrated on 16 inputs), the "
         f"{r['backend']} program compiled and run on etlab's runtime for every input, per-layer total / local / "
-        f"inherited error of {r['layers']} layers streamed in batches of {r['batch']}, torch threads {r['threads']}.",
+        f"inherited error of {r['layers']} layers: both graphs stepped side by side through batches of "
+        f"{r['batch']} inputs split across {r['threads']} single-threaded workers (torch threads "
+        f"{r['threads']}), each value freed once the last measurement that reads it is done.",
         "",
         "| inputs | backend | report wall (s) | report CPU (s) | wall per input (ms) | CPU per input (ms) | "
         "quantize (s) |",

@@ -3,10 +3,12 @@ output metrics, and calibration coverage, streamed in memory that does not grow 
 
 `quantization_report(float_model, quantized, dataset=...)` lands here. Per batch of inputs:
 
-- the float graph and the converted (quantized) graph run in torch with the values the report needs kept,
-  every joined layer's total error, local error (its float op re-run on the quantized inputs) and
-  inherited error (its inputs' SQNR) measured per input (`_quant_dataset_stats.batch_metrics`) and folded
-  into streaming statistics (mean, p95, worst input);
+- the float graph and the converted (quantized) graph are stepped through side by side in torch
+  (`_quant_dataset_plan`, `_quant_dataset_run.Stepper`): as soon as both graphs have computed a layer,
+  its total error, local error (its float op re-run on the quantized inputs, for the whole batch at once)
+  and inherited error (its inputs' SQNR) are measured per input (`_quant_dataset_stats.batch_metrics`),
+  and each value is freed once the last measurement that reads it is done; a batch's numbers are folded
+  into streaming statistics (mean, p95, worst input) once the whole batch has run;
 - the program that ships (`backend`: "xnnpack" or "portable", compiled from the converted graph, or a
   `.pte` given) runs each input on etlab's runtime: its outputs against the float model's give top-1
   agreement, cosine, SQNR and the user's metrics; against the converted graph's, how far the shipped
@@ -17,7 +19,8 @@ output metrics, and calibration coverage, streamed in memory that does not grow 
 Batches: the exported graphs are specialised to the example's batch of 1, but most are batch-agnostic
 (convolutions, linears, pools). The first batch is checked against a batch-1 run (every kept value has
 the batch in dim 0, the outputs agree); a graph that is not batch-agnostic runs one input at a time.
-The batch size follows `memory_budget` (bytes the kept values of one batch may take).
+The batch size follows `memory_budget` (bytes both graphs' live values take at most, measured on the first
+input); a batch is split across `workers` threads (see _Workers).
 """
 
 from __future__ import annotations
@@ -538,7 +541,7 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     compiled `.pte` (path, bytes or ExecutorchProgramManager) to run instead. metrics: a callable
     (float_outputs, quantized_outputs) -> float per input, or a dict of them by name. inputs: the example
     the float model is exported with (default: the first input). batch_size: inputs per batch of the torch
-    passes (default: as many as `memory_budget` bytes of kept values allow, at most 32). limit: stop after
+    passes (default: as many as `memory_budget` bytes of live values allow, at most 32 per worker). limit: stop after
     this many inputs. progress: a progress bar (tqdm). workers: threads a batch is split across (default
     torch.get_num_threads(); each runs single-threaded ops, see _Workers)."""
     from tqdm.auto import tqdm

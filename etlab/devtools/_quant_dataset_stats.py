@@ -5,9 +5,9 @@ input they came from, and a histogram on fixed bins: SQNR in 0.1 dB steps, max-a
 a decade. Percentiles (the p95 a budget is written against) come from the histogram, exact to one
 bin; mean, min and max are exact. Memory is per layer and metric, whatever N is.
 
-The per-input numbers are computed for a whole batch at once (`batch_metrics`): the four dot
-products of `error_metrics` per row of a (batch, -1) view, so a batch of 16 inputs costs a few
-large reductions instead of 16 small ones.
+The per-input numbers are computed for a whole batch at once (`batch_metrics`): the norms of
+`error_metrics` per row of a (batch, -1) view, a large layer's input by input so that its row stays in
+cache from the subtraction to the last reduction over it.
 """
 
 from __future__ import annotations
