@@ -14,12 +14,19 @@ from per-class field lists, and each shared (memoized) object is converted once.
 The memo lives only inside `fast_serialization()`: torch's module functions are swapped for the
 memoized ones and restored afterwards (a lock keeps concurrent saves from restoring under each other).
 The objects are shared between nodes; the serializer only reads them (it turns them into dicts).
+
+The cyclic garbage collector is paused inside too: a save allocates hundreds of thousands of small
+dicts and lists, none of them cyclic garbage, and each time they crossed the thresholds Python walked
+the whole heap (the programs' FX graphs with it): half of a save's CPU time on a MobileViT or a Llama
+with a KV cache (0.4-0.8 s instead of 0.25-0.45 s), the difference between slower and faster than
+upstream's save.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import math
 import threading
 
@@ -110,13 +117,17 @@ def _to_dict_function():
 @contextlib.contextmanager
 def fast_serialization():
     """Within: torch.export's serializer memoizes static tensor metadata and plain ints, and converts
-    its dataclasses to dicts faster (see module doc)."""
+    its dataclasses to dicts faster; the cyclic garbage collector is paused (see module doc)."""
     with _LOCK:
         saved = serde.serialize_tensor_meta, serde.serialize_sym_int, serde._dataclass_to_dict
         serde.serialize_sym_int = _memoized_sym_int(saved[1])
         serde.serialize_tensor_meta = _memoized_tensor_meta(saved[0])
         serde._dataclass_to_dict = _to_dict_function()
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             yield
         finally:
             serde.serialize_tensor_meta, serde.serialize_sym_int, serde._dataclass_to_dict = saved
+            if collecting:
+                gc.enable()
