@@ -163,6 +163,8 @@ class GraphBuilder:
                 raise ValueError(f"{kind} would mix datatypes (input {x.name}, filter {w.name}, output {y.name})")
 
     def serialize(self) -> bytes:
+        """The XNNPACK payload bytes: the graph (values, nodes, inputs, outputs in order) with its constant data
+        region."""
         graph = MODELS["XNNGraph"](
             version="0", xnodes=self.xnodes, xvalues=self.xvalues, num_externs=self.num_externs,
             input_ids=list(self.input_ids), output_ids=[vid for _, vid in sorted(self.output_ids)],
