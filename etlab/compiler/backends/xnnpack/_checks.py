@@ -21,6 +21,8 @@ _CONSTANT_KINDS = (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TEN
 
 
 def refusal(category: str, reason: str, hint: str = "") -> DelegationRefusal:
+    """A DelegationRefusal attributed to XNNPACK: why a node was left out (category, reason) and what would change
+    that (hint)."""
     return DelegationRefusal(BACKEND_ID, category, reason, hint)
 
 
@@ -71,11 +73,13 @@ class Context:
 
 
 def tensor_of(node) -> torch.Tensor | None:
+    """The traced tensor value of a node (meta['val']), or None for anything else."""
     val = node.meta.get("val") if isinstance(node, Node) else None
     return val if isinstance(val, torch.Tensor) else None
 
 
 def is_static(t: torch.Tensor) -> bool:
+    """Whether every dimension of the tensor is a plain int (no symbolic size)."""
     return all(isinstance(d, int) for d in t.shape)
 
 
@@ -88,10 +92,13 @@ def dim_upper(d) -> int | None:
 
 
 def is_bounded(t: torch.Tensor) -> bool:
+    """Whether every dimension has an upper bound (XNNPACK needs one for each dynamic size)."""
     return all(dim_upper(d) is not None for d in t.shape)
 
 
 def value_refusal(node: Node, what: str, dtypes=(torch.float32, torch.float16)) -> DelegationRefusal | None:
+    """Why XNNPACK cannot take this operand (not a single tensor, a dtype it lacks, an unbounded size), or None when
+    it can."""
     t = tensor_of(node)
     if t is None:
         return refusal("other", f"{what} {node.name!r} is not a single tensor (no tensor meta['val'])",
@@ -146,6 +153,7 @@ def check_values(node: Node, tensor_args: list, dtypes=FLOAT_DTYPES) -> Delegati
 
 
 def arg_of(node: Node, index: int, name: str, default=None):
+    """A node's argument by position, else by keyword, else `default` (edge nodes may carry either)."""
     if len(node.args) > index:
         return node.args[index]
     return node.kwargs.get(name, default)
