@@ -32,6 +32,9 @@ ACTIVATIONS = {"aten.relu.default", "aten.hardtanh.default", "aten.clamp.default
 
 @dataclass
 class FusionPlan:
+    """What lowering folds into other nodes: values that alias others, clamps fused into their producers, batch norms
+    folded into convolutions, N-D linears."""
+
     alias: dict[Node, Node] = field(default_factory=dict)  # node -> the node whose value it is
     clamp: dict[Node, tuple[float, float]] = field(default_factory=dict)  # producer -> fused (min, max)
     batch_norm: dict[Node, Node] = field(default_factory=dict)  # convolution -> batch norm folded into it
@@ -40,6 +43,7 @@ class FusionPlan:
     hardswish: dict[Node, Node] = field(default_factory=dict)  # the div ending a decomposed hardswish -> x
 
     def absorbed_handles(self, node: Node) -> set[int]:
+        """The debug handles of the nodes folded into `node`, so the delegate's events still name them."""
         handles = set()
         for alias, target in self.alias.items():
             handle = alias.meta.get("debug_handle")
@@ -74,6 +78,7 @@ def activation_bounds(node: Node) -> tuple[float, float] | None:
 
 
 def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[Node]) -> FusionPlan:
+    """Decides the fusions for a partition's call nodes (given its constants and outputs)."""
     p = FusionPlan()
     for node in calls:
         key = op_key(node)
