@@ -98,6 +98,8 @@ class Lowering:
     # --- driver ---------------------------------------------------------------------------------
 
     def run(self) -> tuple[bytes, dict[int, tuple[int, ...]], NamedDataStoreOutput]:
+        """Lowers the partition: the payload bytes, the debug-handle map (XNNPACK node -> edge handles) and named
+        data for weights kept outside the payload."""
         sig = self.ep.graph_signature
         targets = {**sig.inputs_to_parameters, **sig.inputs_to_buffers, **sig.inputs_to_lifted_tensor_constants}
         user_inputs = []
@@ -215,12 +217,14 @@ class Lowering:
         return node
 
     def has(self, node: Node, layout: str) -> bool:
+        """Whether the node's value already exists in `layout` (NCHW or NHWC) in the graph being built."""
         node = self.resolve(node)
         if is_dq(node) and node not in self.values:
             node = node.args[0]
         return layout in self.values.get(node, {})
 
     def preferred_layout(self, node: Node) -> str:
+        """The layout to read the node in: NCHW for constants and for values that exist in NCHW, else NHWC."""
         node = self.resolve(node)
         if is_dq(node) and node not in self.values:
             node = node.args[0]
@@ -260,6 +264,7 @@ class Lowering:
         return vid
 
     def plan_consumers(self, node: Node) -> set[Node]:
+        """The nodes that consume `node`'s value after fusion."""
         return _fusion.consumers(self.plan, node)
 
     def constant_of(self, user: Node, arg: Node, what: str) -> torch.Tensor:
@@ -425,7 +430,9 @@ class Lowering:
         self.b.node("XNNHardswish", self.handle(div), self.clamp_of(div), input_id=xid, output_id=out)
 
     def clamp_of(self, node: Node) -> tuple[float, float] | None:
+        """The (min, max) clamp fused into the node's output, or None."""
         return self.plan.clamp.get(node)
 
     def unused_id(self) -> int:
+        """The id XNNPACK reads as 'no value' (an absent optional operand)."""
         return INVALID_VALUE_ID
