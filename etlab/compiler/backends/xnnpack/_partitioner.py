@@ -81,6 +81,8 @@ class XnnpackPartitioner(Partitioner):
         self.delegation_spec = DelegationSpec(BACKEND_ID, list(compile_specs or []))
 
     def partition(self, exported_program: ExportedProgram) -> PartitionResult:
+        """Tags the nodes XNNPACK takes (one tag per partition) and records on every node it leaves out why, for the
+        delegation explainer."""
         gm = exported_program.graph_module
         ctx = Context(exported_program)
         calls = [n for n in gm.graph.nodes if n.op == "call_function"]
@@ -244,6 +246,8 @@ class XnnpackBackend(BackendDetails):
 
     @staticmethod
     def preprocess(edge_program: ExportedProgram, compile_specs: list[CompileSpec]) -> PreprocessResult:
+        """One partition as an XNNPACK payload plus its debug-handle map (compile spec: fused or none); a
+        DelegationError names an unknown spec."""
         fused_map = False
         for spec in compile_specs:
             if spec.key != DEBUG_MAP_KEY or spec.value not in (b"fused", b"none"):
