@@ -52,10 +52,12 @@ SAME_PARAMS_OPS = {"aten.max_pool2d_with_indices.default", "aten.max_pool2d.defa
 
 
 def is_q(node) -> bool:
+    """Whether a node quantizes a tensor per-tensor (quantize_per_tensor)."""
     return isinstance(node, Node) and node.op == "call_function" and op_key(node) == Q_TENSOR
 
 
 def is_dq(node) -> bool:
+    """Whether a node dequantizes a tensor per-tensor (dequantize_per_tensor)."""
     return isinstance(node, Node) and node.op == "call_function" and op_key(node) == DQ_TENSOR
 
 
@@ -75,6 +77,7 @@ def q_params(node: Node) -> tuple[float, int, int, int, torch.dtype]:
 
 
 def spec_of(node: Node) -> QuantSpec:
+    """The XNNPACK quantization of a q/dq node's output (datatype, scale, zero point)."""
     scale, zero_point, _qmin, _qmax, dtype = q_params(node)
     return QuantSpec(_INT_DTYPES[dtype], scale=scale, zero_point=zero_point)
 
@@ -179,6 +182,7 @@ def _dynamic_rule(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 
 def is_dynamic_q(node) -> bool:
+    """Whether a node quantizes dynamically (its scale and zero point chosen at run time)."""
     return isinstance(node, Node) and node.op == "call_function" and op_key(node) == Q_DYNAMIC
 
 
@@ -219,6 +223,7 @@ class QuantWeight:
     axis: int
 
     def spec(self) -> QuantSpec:
+        """The weight's XNNPACK quantization: per-tensor qint8, or per-channel qcint8 along `axis`."""
         if self.scales.numel() == 1 and self.axis < 0:
             return QuantSpec(XNNDatatype.xnn_datatype_qint8, scale=float(self.scales.reshape(())))
         return QuantSpec(XNNDatatype.xnn_datatype_qcint8, scales=tuple(float(s) for s in self.scales),
@@ -284,6 +289,7 @@ def fc_weight(node: Node, constants: dict) -> QuantWeight | None:
 
 
 def linear_input(node: Node):
+    """The activation operand of a linear-like node (addmm's second argument, mm's first)."""
     return node.args[1] if op_key(node) == "aten.addmm.default" else node.args[0]
 
 
@@ -364,5 +370,6 @@ def quantize_bias(bias: torch.Tensor, input_scale: float, weight: QuantWeight) -
 
 
 def tensor_dtype(node) -> torch.dtype | None:
+    """The dtype of a node's tensor value, or None."""
     t = tensor_of(node)
     return None if t is None else t.dtype
