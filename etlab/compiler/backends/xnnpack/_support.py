@@ -215,6 +215,7 @@ def _max_pool(node: Node, ctx: Context) -> DelegationRefusal | None:
 
 
 def key_users_need_indices(node: Node) -> bool:
+    """Whether anything uses max_pool2d_with_indices' indices (XNNPACK computes only the values)."""
     if op_key(node) != "aten.max_pool2d_with_indices.default":
         return False
     return any(op_key(u) != "getitem" or u.args[1] != 0 for u in node.users)
