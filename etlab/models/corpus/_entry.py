@@ -22,6 +22,7 @@ class MethodAsForward(nn.Module):
         self.module, self.method = module, method
 
     def forward(self, *args):
+        """Calls the wrapped module's method on the same arguments."""
         return getattr(self.module, self.method)(*args)
 
 
