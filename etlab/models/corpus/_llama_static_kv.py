@@ -96,12 +96,15 @@ class LlamaStaticKV(nn.Module):
         return self.head(self.norm(x))[:, -1]
 
     def prefill(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
+        """Fills the cache with a prompt's keys and values at `input_pos` and returns the last token's logits."""
         return self._step(tokens, input_pos)
 
     def decode(self, token: Tensor, input_pos: Tensor) -> Tensor:
+        """One generation step: writes the token's key and value at `input_pos` and returns its logits."""
         return self._step(token, input_pos)
 
     def forward(self, tokens: Tensor, input_pos: Tensor) -> Tensor:
+        """`prefill` (what a single-method export takes)."""
         return self.prefill(tokens, input_pos)
 
 
