@@ -88,6 +88,7 @@ class MLP(nn.Module):
         self.fc3 = nn.Linear(hidden, d_out)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Three linear layers with ReLU between them: (batch, in) -> (batch, out)."""
         x = torch.relu(self.fc1(x))
         x = torch.relu(self.fc2(x))
         return self.fc3(x)
@@ -130,6 +131,7 @@ class InvertedResidual(nn.Module):
         self.conv = nn.Sequential(*layers)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The block's output, with the input added back when shapes allow (stride 1, same channels)."""
         y = self.conv(x)
         return x + y if self.use_residual else y
 
@@ -178,6 +180,7 @@ class MobileNetV2(nn.Module):
         self.classifier = nn.Sequential(nn.Dropout(dropout), nn.Linear(last, num_classes))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Class logits of an image batch: features, global mean pool, linear classifier."""
         x = self.features(x)
         x = x.mean((2, 3))
         return self.classifier(x)
@@ -221,6 +224,8 @@ class CausalSelfAttention(nn.Module):
         self.register_buffer("causal_mask", mask, persistent=False)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Multi-head attention of each position over itself and earlier ones (the causal mask buffer hides later
+        positions)."""
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=-1)
         q = q.view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
@@ -244,6 +249,7 @@ class Block(nn.Module):
         self.mlp = nn.Sequential(nn.Linear(d_model, hidden), nn.GELU(), nn.Linear(hidden, d_model))
 
     def forward(self, x: Tensor) -> Tensor:
+        """One pre-norm transformer step: x + attention(norm(x)), then + MLP(norm(x))."""
         x = x + self.attn(self.ln1(x))
         return x + self.mlp(self.ln2(x))
 
@@ -262,6 +268,7 @@ class TinyGPT(nn.Module):
         self.lm_head = nn.Linear(d_model, vocab, bias=False)
 
     def forward(self, tokens: Tensor) -> Tensor:
+        """Next-token logits (batch, seq, vocab) of int64 tokens (batch, seq)."""
         t = tokens.shape[1]
         pos = torch.arange(t, device=tokens.device)
         x = self.tok_emb(tokens) + self.pos_emb(pos)
@@ -304,6 +311,8 @@ class KVCacheDecoder(nn.Module):
         self.register_buffer("v_cache", torch.zeros(shape))
 
     def forward(self, token: Tensor, input_pos: Tensor) -> Tensor:
+        """The logits of one token at `input_pos`, writing its key and value into the cache buffers in place (a
+        mutable-buffer export), attending to positions <= input_pos."""
         x = self.tok_emb(token) + self.pos_emb(input_pos)  # (1, 1, d)
         h = self.ln(x)
         q, k, v = self.qkv(h).split(h.shape[-1], dim=-1)
@@ -343,6 +352,7 @@ class DynamicBatchNet(nn.Module):
         self.fc = nn.Linear(8, 5)
 
     def forward(self, x: Tensor) -> Tensor:
+        """Logits of an image batch of any size (the batch dimension is exported symbolic)."""
         x = torch.relu(self.conv(x))
         return self.fc(x.mean((2, 3)))
 
@@ -366,10 +376,12 @@ class TwoMethods(nn.Module):
         self.head = nn.Linear(8, 3)
 
     def encode(self, x: Tensor) -> Tensor:
+        """The second method: a normalized embedding from the shared encoder (differs from forward by design)."""
         # Shares weights with forward; normalized so the two methods differ clearly.
         return F.normalize(torch.tanh(self.encoder(x)), dim=-1)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The first method: a sigmoid score from the shared encoder and the head."""
         return torch.sigmoid(self.head(torch.relu(self.encoder(x))))
 
 
@@ -399,6 +411,8 @@ class CondNet(nn.Module):
         self.lin = nn.Linear(8, 8)
 
     def forward(self, x: Tensor) -> Tensor:
+        """torch.cond on the input's sum: ReLU(linear(x)) + 1 when positive, else 2 sin(x): a program with two branch
+        graphs."""
         def true_fn(x: Tensor) -> Tensor:
             return torch.relu(self.lin(x)) + 1.0
 
