@@ -148,6 +148,8 @@ def load_json(entries: dict[str, bytes], name: str, where: str):
 
 
 def dump_json(obj) -> bytes:
+    """Compact UTF-8 JSON of an archive member; NaN and infinities are refused (a ValueError), since readers of the
+    format reject them."""
     return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("utf-8")
 
 
