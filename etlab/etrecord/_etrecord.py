@@ -187,6 +187,8 @@ class ETRecord:
 
     @property
     def methods(self) -> list[str]:
+        """The methods the record knows, in the order it holds them: those with an edge program, then those with only
+        debug maps."""
         return list(dict.fromkeys([*self._edge.names(), *(self._debug_handle_map or {})]))
 
     def edge_program(self, method: str = "forward") -> ExportedProgram:
