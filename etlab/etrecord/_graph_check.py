@@ -147,6 +147,9 @@ _DUNDER_OPS = frozenset({"__and__", "__or__", "__xor__", "__lshift__", "__rshift
 
 
 def check_target(target, where: str) -> None:
+    """Checks that a JSON graph node's target names an operator registered in this process
+    (torch.ops.<ns>.<op>.<overload>) or one of the known scalar functions (operator.add, ...); a FormatError
+    naming `where` otherwise, so a hostile record cannot name an arbitrary callable."""
     if not isinstance(target, str):
         raise FormatError(f"{where}: a node target is not a string")
     if target in SCALAR_TARGETS:
