@@ -61,6 +61,8 @@ class ProgramWriter:
         self._keep: list[ExportedProgram] = []  # keeps id()s unique while writing
 
     def add(self, ep: ExportedProgram, what: str) -> int:
+        """The document index of an ExportedProgram, writing it on first sight (a program given twice is stored
+        once); a TypeError names anything else."""
         if not isinstance(ep, ExportedProgram):
             raise TypeError(f"{what}: expected a torch.export.ExportedProgram, got {type(ep).__name__}")
         if id(ep) in self._ids:
@@ -186,6 +188,8 @@ class ProgramReader:
             self._check_document(index, doc)
 
     def check_id(self, index, what: str) -> int:
+        """The program index a record entry refers to, if the file holds it; a FormatError naming the entry
+        otherwise."""
         if type(index) is not int or index not in self.docs:
             raise FormatError(f"{self.where}: {what} refers to program {index!r}, which the file does not hold")
         return index
@@ -232,6 +236,7 @@ class ProgramReader:
                 raise FormatError(f"{where}: delegate {d['attr']!r} has malformed named data")
 
     def program(self, index: int) -> ExportedProgram:
+        """The ExportedProgram at `index`, rebuilt from its document on first use and cached."""
         index = self.check_id(index, "a graph")
         ep = self._built.get(index)
         if ep is None:
