@@ -34,12 +34,14 @@ def handle_list(handle) -> list[int]:
 
 
 def ops_to_json(ops: dict[int, list[OpInfo]]) -> list:
+    """The per-handle op records (name, op type, stack trace, module hierarchy) as plain JSON lists."""
     return [[h, [[o.name, o.op_type, o.stack_trace,
                   [[k, p, t] for k, (p, t) in o.module_hierarchy.items()] if o.module_hierarchy is not None else None]
                  for o in infos]] for h, infos in ops.items()]
 
 
 def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
+    """The per-handle op records read back from JSON; a FormatError naming `where` for anything malformed."""
     ops: dict[int, list[OpInfo]] = {}
     try:
         for handle, infos in data:
@@ -57,6 +59,8 @@ def ops_from_json(data, where: str) -> dict[int, list[OpInfo]]:
 
 def method_info(debug_handle_map: dict | None, delegate_map: dict | None, num_outs: dict | None,
                 ops: dict[int, list[OpInfo]], reference_outputs=None, aot=None) -> MethodInfo:
+    """One method's facts for the Inspector from the record's maps: handles per instruction, outputs per instruction,
+    delegate entries, ops per handle and reference outputs."""
     handles = {(MAIN_CHAIN, int(i)): unique_handles(h) for i, h in (debug_handle_map or {}).items()}
     occurrences = {(MAIN_CHAIN, int(i)): tuple(handle_list(h)) for i, h in (debug_handle_map or {}).items()}
     num_outs = {int(i): int(n) for i, n in (num_outs or {}).items()}
@@ -104,6 +108,7 @@ def per_method(manifest: dict, key: str, where: str) -> dict | None:
 
 
 def debug_handle_map(manifest: dict, where: str) -> dict | None:
+    """The manifest's per-method debug handle maps (instruction -> handles), checked; None when the record has none."""
     maps = per_method(manifest, "debug_handle_map", where)
     if maps is None:
         return None
@@ -119,6 +124,8 @@ def debug_handle_map(manifest: dict, where: str) -> dict | None:
 
 
 def delegate_map(manifest: dict, where: str) -> dict | None:
+    """The manifest's per-method delegate maps (delegate instruction -> backend and its own handle map), checked;
+    None when absent."""
     maps = per_method(manifest, "delegate_map", where)
     if maps is None:
         return None
@@ -139,6 +146,7 @@ def delegate_map(manifest: dict, where: str) -> dict | None:
 
 
 def num_outs_map(manifest: dict, where: str) -> dict | None:
+    """The manifest's per-method outputs-per-instruction maps, checked; None when absent."""
     maps = per_method(manifest, "instruction_id_to_num_outs_map", where)
     if maps is None:
         return None
