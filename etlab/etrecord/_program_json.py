@@ -66,6 +66,8 @@ class Unsupported(Error):
 
 @dataclass
 class TensorMeta:
+    """A JSON graph node's tensor: its dims (ints, or a symbolic size's text), dtype and element size."""
+
     dims: list  # ints, or the expression text of a symbolic size without a hint
     dtype: str
     itemsize: int
@@ -96,6 +98,8 @@ class JsonNode:
 
 @dataclass
 class Delegate:
+    """A delegated partition in a JSON graph: the attribute holding it, its backend, and its original program."""
+
     attr: str
     backend: str
     original: JsonProgram
@@ -103,11 +107,15 @@ class Delegate:
 
 @dataclass
 class JsonProgram:
+    """A program read from a record's JSON graph without rebuilding torch objects: its nodes and user inputs, for
+    viewers that only draw it."""
+
     nodes: list[JsonNode]
     user_inputs: set[str]
     where: str
 
     def node_map(self) -> dict[str, JsonNode]:
+        """The nodes by name."""
         return {n.name: n for n in self.nodes}
 
 
