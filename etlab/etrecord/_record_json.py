@@ -39,6 +39,7 @@ class RecordGraphs:
 
     @property
     def methods(self) -> list[str]:
+        """The methods of the record: those with an edge program, then those with only debug maps."""
         return list(dict.fromkeys([*self.edge_ids, *self.debug_handle_map]))
 
     def graph_map_shadows(self, method: str) -> bool:
