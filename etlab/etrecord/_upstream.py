@@ -55,6 +55,8 @@ _MAX_NESTED_DELEGATES = 16
 
 
 def torch_value(entries, name: str, where: str):
+    """A torch.save member of an upstream record, loaded with the restricted loader; None when the record does not
+    have it."""
     return load_torch_bytes(entries[name], f"{where}: entry {name!r}") if name in entries else None
 
 
@@ -197,6 +199,7 @@ class DocumentBuilder:
                 item["name"] = ""
 
     def reader(self) -> ProgramReader:
+        """A ProgramReader over the documents built so far and their shared tensor store."""
         tensors = TensorTable(self.store.index_json(), bytearray(self.store.blob()), self.where)
         return ProgramReader(self.docs, tensors, self.where)
 
@@ -244,6 +247,8 @@ class UpstreamLoader:
         self.docs = _ExampleInputsIndex(entries)
 
     def program(self, base: str):
+        """The upstream record's program named `base`, rebuilt (graph JSON, state dict, constants) on first use and
+        cached."""
         if base not in self._built:
             builder = DocumentBuilder(self.where)
             builder.add(load_json(self.entries, base, self.where),
