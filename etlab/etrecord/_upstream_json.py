@@ -76,6 +76,7 @@ def _per_method(entries, name: str, where: str) -> dict | None:
 
 
 def debug_handle_map(entries, where: str) -> dict | None:
+    """An upstream record's debug handle maps, per method, checked; None when absent."""
     maps = _per_method(entries, "debug_handle_map", where)
     if maps is None:
         return None
@@ -84,6 +85,7 @@ def debug_handle_map(entries, where: str) -> dict | None:
 
 
 def delegate_map(entries, where: str) -> dict | None:
+    """An upstream record's delegate maps, per method, checked; None when absent."""
     maps = _per_method(entries, "delegate_map", where)
     if maps is None:
         return None
@@ -104,6 +106,7 @@ def delegate_map(entries, where: str) -> dict | None:
 
 
 def num_outs_map(entries, where: str) -> dict | None:
+    """An upstream record's outputs-per-instruction maps, per method, checked; None when absent."""
     maps = _per_method(entries, "instruction_id_to_num_outs_map", where)
     if maps is None:
         return None
@@ -121,6 +124,8 @@ def num_outs_map(entries, where: str) -> dict | None:
 
 
 def export_graph_id(entries, where: str) -> int | None:
+    """The id upstream records for the exported graph (to match graph-module ids), or None; a FormatError when not an
+    integer."""
     if "export_graph_id" not in entries:
         return None
     value = load_json(entries, "export_graph_id", where)
