@@ -38,6 +38,9 @@ if sys.byteorder != "little":  # pragma: no cover - every platform etlab runs on
 
 @dataclass(frozen=True)
 class TensorEntry:
+    """Where one stored tensor's bytes are in the record's blob (offset, size) and how to view them (dtype, shape,
+    strides)."""
+
     dtype: str
     shape: tuple[int, ...]
     strides: tuple[int, ...]
@@ -116,10 +119,12 @@ class TensorStore:
                         torch.empty(0, dtype=torch.uint8), what)
 
     def index_json(self) -> list[dict]:
+        """The tensor index as JSON (one entry per stored tensor)."""
         return [{"dtype": e.dtype, "shape": list(e.shape), "strides": list(e.strides), "offset": e.offset,
                  "nbytes": e.nbytes} for e in self.entries]
 
     def blob(self) -> bytes:
+        """All stored tensors' bytes, concatenated in index order."""
         return b"".join(self._chunks)
 
 
@@ -169,12 +174,14 @@ class TensorTable:
         return len(self.entries)
 
     def check_index(self, index, what: str) -> int:
+        """A tensor index an entry refers to, if the file has it; a FormatError naming the entry otherwise."""
         if type(index) is not int or not 0 <= index < len(self.entries):
             raise FormatError(f"{self.where}: {what} refers to tensor {index!r}, but the file has "
                               f"{len(self.entries)} tensors")
         return index
 
     def tensor(self, index, what: str = "a value") -> torch.Tensor:
+        """Tensor `index`, a view of the file's buffer built on first use and cached."""
         index = self.check_index(index, what)
         cached = self._built.get(index)
         if cached is None:
@@ -182,6 +189,7 @@ class TensorTable:
         return cached
 
     def raw_bytes(self, index, what: str) -> bytes:
+        """The bytes of stored entry `index` (a byte string stored as a tensor)."""
         e = self.entries[self.check_index(index, what)]
         return bytes(self._blob[e.offset:e.offset + e.nbytes])
 
@@ -229,6 +237,8 @@ _NON_FINITE = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
 
 
 def decode_value(data, tensors: TensorTable, what: str, depth: int = 0):
+    """A JSON value of the record with its tensor references resolved (nesting bounded, so a hostile file cannot
+    recurse without end)."""
     if depth > _MAX_DEPTH:
         raise FormatError(f"{tensors.where}: {what} is nested more than {_MAX_DEPTH} levels deep")
     if data is None or isinstance(data, (bool, int, float, str)):
