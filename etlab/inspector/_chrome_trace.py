@@ -43,6 +43,8 @@ def _kernel_twins(names: list[str], run, chain: list, instr: list, delegated) ->
 
 def chrome_trace(c: ETDumpColumns, source: TimeScale, target: TimeScale,
                  delegate_time_scale_converter: Callable | None = None) -> dict:
+    """The ETDump's profile events as a Chrome trace (chrome://tracing, Perfetto): one track per run, with a second
+    track for its delegate events that overlap others, times in microseconds (cycle counts kept as they are)."""
     rows = np.flatnonzero(c.has_profile)
     cycles = source == TimeScale.CYCLES
     to_us = 1.0 if cycles else time_scale_factor(source, TimeScale.US)
@@ -106,4 +108,5 @@ def chrome_trace(c: ETDumpColumns, source: TimeScale, target: TimeScale,
 
 
 def write_chrome_trace(trace: dict, path) -> None:
+    """Writes a Chrome trace as compact JSON, atomically (a viewer never opens half a file)."""
     write_atomic(path, json.dumps(trace, separators=(",", ":")).encode())
