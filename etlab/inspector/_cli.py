@@ -143,6 +143,7 @@ class Progress:
                 self.shown = False
 
     def close(self) -> None:
+        """Stops the progress line and clears it from the terminal."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
