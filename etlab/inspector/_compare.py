@@ -179,10 +179,12 @@ class Comparison:
 
     @property
     def only_in_a(self) -> list[CompareRow]:
+        """The ops run A has and run B lacks (removed, or renamed so they did not pair)."""
         return [r for r in self.rows if r.present == "a"]
 
     @property
     def only_in_b(self) -> list[CompareRow]:
+        """The ops run B has and run A lacks."""
         return [r for r in self.rows if r.present == "b"]
 
     def top(self, n: int = 10, by: str = "latency") -> list[CompareRow]:
