@@ -250,6 +250,7 @@ class MethodJoin:
     by_handle: bool
 
     def side(self, which: str) -> SideKeys | None:
+        """The keys of run `which` ('a' or 'b'), or None when that run lacks the method."""
         return self.a if which == "a" else self.b
 
     def link(self, which: str, block: str, handle: int) -> tuple:
@@ -342,6 +343,7 @@ class Rejoin:
         return program.method_for_block(block) if program is not None else None
 
     def method(self, block: str) -> MethodJoin:
+        """The join of one event block's methods, built on first use and cached."""
         if block in self._methods:
             return self._methods[block]
         ma, mb = self._method("a", block), self._method("b", block)
