@@ -51,26 +51,32 @@ class PerfData:
 
     @property
     def p10(self) -> float:
+        """The 10th percentile duration."""
         return float(np.percentile(self.raw, 10))
 
     @property
     def p50(self) -> float:
+        """The median duration: the number to compare across runs (robust to outliers)."""
         return float(np.percentile(self.raw, 50))
 
     @property
     def p90(self) -> float:
+        """The 90th percentile duration."""
         return float(np.percentile(self.raw, 90))
 
     @property
     def avg(self) -> float:
+        """The mean duration."""
         return float(np.mean(self.raw))
 
     @property
     def min(self) -> float:
+        """The shortest duration."""
         return float(min(self.raw))
 
     @property
     def max(self) -> float:
+        """The longest duration."""
         return float(max(self.raw))
 
 
