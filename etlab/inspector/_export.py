@@ -51,4 +51,6 @@ class TensorFrame(pd.DataFrame):
         return TensorFrame
 
     def to_parquet(self, path=None, *args, **kwargs):
+        """Writes the frame to Parquet with tensor cells converted to a storable form (see the module docstring);
+        other arguments as pandas'."""
         return pd.DataFrame.to_parquet(parquet_ready(pd.DataFrame(self)), path, *args, **kwargs)
