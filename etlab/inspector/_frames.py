@@ -32,6 +32,7 @@ HIDDEN_WHEN_PRINTING = ("raw", "start_time", "delegate_debug_identifier", "stack
 
 
 def stat_columns(include_units: bool, unit: str) -> list[str]:
+    """The statistic column names, with the unit when `include_units` (e.g. 'p50 (ms)')."""
     return [f"{s} ({unit})" if include_units else s for s in STAT_NAMES]
 
 
@@ -236,6 +237,7 @@ def display_or_print(df: pd.DataFrame, file: IO[str] | None = None) -> None:
 
 
 def tsv_text(df: pd.DataFrame) -> str:
+    """The frame as tab-separated text: what `save_data_to_tsv` writes and the CLI prints for --format tsv."""
     buf = io.StringIO()
     df.to_csv(buf, sep="\t")
     return buf.getvalue()
