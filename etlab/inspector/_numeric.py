@@ -136,6 +136,9 @@ def _plot(results: dict[str, list]) -> None:
 
 @dataclass
 class RuntimeIntermediate:
+    """One logged runtime output paired with what it computes: the debug handles, the instruction, the values and the
+    op names."""
+
     handles: DebugHandle
     instruction: int
     output: Any          # the event's debug_data (a list of values)
@@ -256,6 +259,9 @@ def _check_same_shape(inspector: Inspector, handles: DebugHandle, ops, aot_value
 
 
 def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
+    """Per matched op, the distance between the eager model's intermediate output and the runtime's (`distance`:
+    'MSE', 'L1', 'SNR' or a function (aot, runtime) -> float); a ValueError when the Inspector has no recorded
+    program."""
     import torch
 
     program = inspector._program
