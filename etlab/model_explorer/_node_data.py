@@ -88,6 +88,7 @@ def node_data(models: list[GraphModel], overlay: Overlay) -> dict:
 
 
 def overlay_named(key: str) -> Overlay:
+    """The overlay with key `key`; a ValueError listing the keys otherwise."""
     for o in OVERLAYS:
         if o.key == key:
             return o
