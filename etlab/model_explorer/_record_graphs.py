@@ -29,6 +29,7 @@ def _op(node: JsonNode) -> str:
 
 
 def node_handles(handle) -> list[int]:
+    """A JSON node's debug handles (none, one or several) as a sorted list."""
     if type(handle) is int:
         return [handle]
     if isinstance(handle, list):
