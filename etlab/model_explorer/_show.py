@@ -50,6 +50,7 @@ class ModelExplorerSession:
     log: list[str] = field(default_factory=list)
 
     def stop(self) -> None:
+        """Stops the server (terminate, then kill if it has not exited after 10 s) and removes its working folder."""
         if self.process.poll() is None:
             self.process.terminate()
             try:
