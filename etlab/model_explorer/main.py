@@ -57,4 +57,5 @@ class EtlabAdapter(Adapter):
         super().__init__()
 
     def convert(self, model_path: str, settings: dict) -> ModelExplorerGraphs:
+        """Model Explorer's adapter entry: the graphs of a .pte or .etrecord file in Model Explorer's graph classes."""
         return {"graphs": to_graph_classes(me_graphs(model_path))}
