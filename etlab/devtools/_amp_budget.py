@@ -122,6 +122,7 @@ class AccuracyBudget:
         return _named_metric(self.metric, reference, quantized)
 
     def met(self, value: float) -> bool:
+        """Whether a measured value meets the budget (strictly when `strict`); NaN never does."""
         if math.isnan(value):
             return False
         if self.higher_is_better:
@@ -133,6 +134,7 @@ class AccuracyBudget:
         return (value - self.threshold) if self.higher_is_better else (self.threshold - value)
 
     def better(self, a: float, b: float) -> bool:
+        """Whether value `a` is further on the good side of the threshold than `b` (how the search ranks candidates)."""
         return self.margin(a) > self.margin(b)
 
     def __str__(self) -> str:
@@ -168,6 +170,8 @@ def _pair(ref, out, i: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def sqnr_db(signal: float, noise: float) -> float:
+    """Signal-to-quantization-noise ratio in dB from signal and noise powers (inf without noise, -inf without
+    signal)."""
     if noise == 0.0:
         return math.inf
     if signal == 0.0:
