@@ -70,11 +70,14 @@ class PrecisionConfig:
     observers: tuple[tuple[str, str], ...] = ()  # (value, observer name), sorted; absent: the quantizer's own
 
     def with_(self, **changes) -> PrecisionConfig:
+        """A copy with some fields replaced (layer sets frozen, observers as sorted pairs), so configs stay hashable
+        for the search's cache."""
         return dataclasses.replace(self, **{k: frozenset(v) if k != "observers" else tuple(sorted(v.items()))
                                             for k, v in changes.items()})
 
     @property
     def observer_of(self) -> dict[str, str]:
+        """The per-layer observer choice as a dict (layer -> observer name)."""
         return dict(self.observers)
 
     def to_dict(self) -> dict:
@@ -362,4 +365,5 @@ def layer_of_node(layers: Sequence[Layer]) -> dict[str, str]:
 
 
 def finite(x: float) -> float:
+    """The value with infinities replaced by +-1e9, for sorting and arithmetic that must not see inf."""
     return x if math.isfinite(x) else (1e9 if x > 0 else -1e9)
