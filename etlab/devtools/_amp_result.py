@@ -41,6 +41,8 @@ class MixedPrecisionResult:
         return self._make_quantizer()
 
     def summary(self) -> str:
+        """One paragraph: whether the budget was met on etlab's runtime, the metric against all-int8, and which
+        layers stayed in float."""
         status = "met" if self.met else "NOT met"
         text = (f"budget {self.budget} {status} on etlab's {self.backend} runtime: {self.budget.name} "
                 f"{self.metric:.4g} (all int8: {self.int8_metric:.4g}); {len(self.float_layers)} layer(s) in float")
