@@ -299,6 +299,7 @@ def _common(p: argparse.ArgumentParser, backends: tuple[str, ...]) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of `etlab quant` (report and fix subcommands); the CLI-usage tests read it."""
     parser = argparse.ArgumentParser(prog="etlab quant", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
