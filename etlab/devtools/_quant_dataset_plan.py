@@ -23,6 +23,7 @@ FLOAT, QUANT = "f", "q"  # which graph a value comes from
 
 
 def output_nodes(gm: GraphModule) -> list:
+    """The values a graph returns, flattened (the output node's leaves)."""
     out = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
     leaves, _ = tree_flatten(out.args[0])
     return leaves
@@ -40,6 +41,7 @@ class LayerTask:
 
     @property
     def needs(self) -> list[tuple[str, str]]:
+        """The (graph, node) values this measurement reads, so the run keeps exactly those alive."""
         end = self.join.chain[-1].name
         return [(FLOAT, end), (QUANT, self.join.qvalue_node.name), *self.feeds.values(),
                 *((FLOAT, name) for name in self.feeds), *((FLOAT, name) for name in self.reads)]
@@ -54,6 +56,7 @@ class CoverageTask:
 
     @property
     def needs(self) -> list[tuple[str, str]]:
+        """The one value this coverage check reads."""
         return [self.source]
 
 
@@ -124,6 +127,8 @@ def _order(tasks: list, float_gm: GraphModule, quant_gm: GraphModule, joins: lis
 
 
 def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
+    """What to measure over the dataset: the layers joined between the float and the quantized graph, the values each
+    measurement reads, and the coverage checks of calibrated quantize nodes."""
     joins = join_layers(float_gm, quant_gm)
     join_of = {j.chain[-1].name: j for j in joins}
     input_dep = _input_dependent(float_gm)
