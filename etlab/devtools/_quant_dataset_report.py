@@ -59,6 +59,7 @@ class DatasetQuantReport:
 
     @property
     def inputs(self) -> int:
+        """How many dataset inputs the report covers."""
         return len(self.per_input)
 
     def worst(self, k: int = 5, by: str = "local_sqnr_p95") -> pd.DataFrame:
@@ -95,6 +96,8 @@ class DatasetQuantReport:
         return c[c["clipped_inputs"] > 0].sort_values(["clipped_inputs", "clipped"], ascending=False)
 
     def summary(self) -> str:
+        """One paragraph: how many inputs through which program, top-1 agreement and output SQNR, and the worst
+        layers."""
         o = self.output
         where = f"{self.shipped} on etlab's runtime" if self.shipped else "the converted graph in torch"
         text = f"{self.inputs} inputs through {where}: "
