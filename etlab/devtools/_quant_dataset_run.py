@@ -42,6 +42,7 @@ class Constants:
 
     @classmethod
     def of(cls, gm: GraphModule) -> Constants:
+        """The graph's nodes that no input reaches (computed once, not per input)."""
         dependent, mutated = _input_dependent(gm), mutated_later(gm)
         return cls({n.name for n in gm.graph.nodes if n.op == "call_function" and n.name not in dependent
                     and n.name not in mutated})
@@ -128,6 +129,7 @@ class Stepper(Interpreter):
         self.on_step: Callable[[], None] | None = None  # called after every node (memory measurement)
 
     def start(self, args: tuple) -> None:
+        """Starts a new pass over the graph with these inputs (nothing kept from the last one)."""
         self.env = {}
         self.args_iter = iter(args)
         self.values = {}
