@@ -94,10 +94,12 @@ class Stream:
 
 
 def sqnr_stream() -> Stream:
+    """A Stream for SQNR values (0.1 dB bins from -60 to 200 dB)."""
     return Stream(SQNR_EDGES)
 
 
 def max_abs_stream() -> Stream:
+    """A Stream for max-abs errors (1/100-decade bins from 1e-12 to 1e8)."""
     return Stream(MAX_ABS_EDGES)
 
 
@@ -321,6 +323,7 @@ class Coverage:
         self.commit(self.measure(x), first_input)
 
     def row(self) -> dict:
+        """The coverage as a table row: the representable range, the range seen, and how often inputs were clipped."""
         span = self.hi - self.lo
         seen = self.seen_max - self.seen_min if self.inputs else math.nan
         return {"range_lo": self.lo, "range_hi": self.hi, "seen_min": self.seen_min if self.inputs else math.nan,
