@@ -24,6 +24,9 @@ from etlab.schema.etdump import DELEGATE_CALL, kernel_event_name
 
 @dataclass
 class BoundPlan:
+    """A method bound for execution: its chains of ready-to-call steps and, per operator, the kernel chosen for it
+    (what `Method.kernels` reports)."""
+
     chains: list[BoundChain]
     kernels: dict[str, KernelEntry]  # operator name -> the kernel used
 
