@@ -34,16 +34,20 @@ class NullDelegateContext:
     logs_values = False  # log_output_delegate keeps nothing: a backend need not compute what it would log
 
     def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
+        """Nothing to time without tracing; returns the token end_profiling_delegate ignores."""
         return None
 
     def end_profiling_delegate(self, token, metadata: bytes = b"") -> None:
+        """No-op: tracing is off."""
         return None
 
     def log_profiling_delegate(self, name, delegate_debug_id, start_ns: int, end_ns: int,
                                metadata: bytes = b"") -> None:
+        """No-op: tracing is off."""
         return None
 
     def log_output_delegate(self, name, delegate_debug_id, value) -> None:
+        """No-op: tracing is off."""
         return None
 
 
@@ -71,20 +75,27 @@ class DelegateContext:
         return self._tracer.logs_intermediates
 
     def start_profiling_delegate(self, name: str | None = None, delegate_debug_id=-1):
+        """Starts timing a span inside the delegate (named, or by integer debug id) and returns the token to end it
+        with: how a backend reports its own ops to the ETDump."""
         return (_identifier(name, delegate_debug_id), time.perf_counter_ns())
 
     def end_profiling_delegate(self, token, metadata: bytes = b"") -> None:
+        """Ends the span `token` started and records it as a profile event of the current delegate call, with the
+        backend's `metadata` bytes."""
         (did_int, did_str), start = token
         self.events.append(profile_event(None, self.chain, self.instruction, start, time.perf_counter_ns(),
                                          did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
 
     def log_profiling_delegate(self, name, delegate_debug_id, start_ns: int, end_ns: int,
                                metadata: bytes = b"") -> None:
+        """Records a span the backend timed itself (start and end in ns), e.g. from a device clock."""
         did_int, did_str = _identifier(name, delegate_debug_id)
         self.events.append(profile_event(None, self.chain, self.instruction, int(start_ns), int(end_ns),
                                          did_int=did_int, did_str=did_str, metadata=bytes(metadata)))
 
     def log_output_delegate(self, name, delegate_debug_id, value) -> None:
+        """Logs a value the delegate computed (when intermediates are logged), so the Inspector can compare it with
+        the eager model's."""
         if not self._tracer.logs_intermediates:
             return
         did_int, did_str = _identifier(name, delegate_debug_id)
@@ -95,6 +106,9 @@ class DelegateContext:
 
 @dataclass
 class LoadedDelegate:
+    """A delegate initialized for one loaded method: its backend, the backend's handle, and what its init kept in
+    memory; destroyed once when the method goes."""
+
     backend_id: str
     backend: Any
     handle: Any
@@ -112,6 +126,7 @@ class LoadedDelegate:
         return M.delegate(self.backend_id.replace(":", "_") or "unnamed", what or phase)
 
     def destroy(self) -> None:
+        """Calls the backend's destroy on the handle, once (later calls do nothing)."""
         if not self.destroyed:
             self.destroyed = True
             destroy = getattr(self.backend, "destroy", None)
@@ -120,6 +135,8 @@ class LoadedDelegate:
 
 
 def processed_bytes(pte: P.PteFile, delegate: P.BackendDelegate, what: str) -> memoryview:
+    """A delegate's processed payload, inline or from its segment, as a zero-copy view; a LoadError naming the
+    delegate when the reference points nowhere."""
     ref = delegate.processed
     if ref is None:
         raise LoadError(f"{what}: delegate {delegate.id!r} has no processed data reference")
