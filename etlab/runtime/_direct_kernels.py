@@ -146,6 +146,9 @@ def view_operator(name: str):
 
 @functools.cache
 def direct_kernel(name: str) -> KernelEntry | None:
+    """The kernel entry of an operator that has a binder: torch's kernel with its arguments bound once per
+    instruction at load, so a call skips the generic argument handling; None for other operators (cached per
+    name)."""
     binder = _BINDERS.get(name)
     base = torch_kernel(name) if binder is not None else None
     if base is None:
