@@ -119,10 +119,13 @@ class EventTracer:
 
     @property
     def logs_intermediates(self) -> bool:
+        """Whether every instruction's outputs are logged (DebugLevel.INTERMEDIATE_OUTPUTS): the numeric gap needs
+        them."""
         return self.debug_level >= DebugLevel.INTERMEDIATE_OUTPUTS
 
     @property
     def logs_outputs(self) -> bool:
+        """Whether the method's outputs are logged (DebugLevel.PROGRAM_OUTPUTS or above)."""
         return self.debug_level >= DebugLevel.PROGRAM_OUTPUTS
 
     # -- recording ---------------------------------------------------------------------------
@@ -246,6 +249,8 @@ class EventTracer:
 
     def debug_event(self, chain: int, instruction: int, value, *, did_int: int = -1, did_str: str | None = None,
                     name: str | None = None, is_output: bool = False) -> tuple | None:
+        """A debug event for a value an instruction or delegate produced, its data copied to the debug buffer; None
+        when the value is not logged (or did not fit, which is counted)."""
         logged = self.debug_value(value)
         if logged is None:
             return None
@@ -295,9 +300,12 @@ class EventTracer:
         return E.ETDump(version=0, run_data=run_data)
 
     def debug_buffer(self) -> bytes:
+        """The logged values' bytes, which the ETDump's debug events point into (the .bin written beside the .etdp)."""
         return self.debug_arena.contents().numpy().tobytes()
 
     def write(self, etdump_path, debug_buffer_path=None, *, allocation_events: bool = True) -> None:
+        """Writes the ETDump and, when values were logged, the debug buffer; warns when events were dropped because a
+        buffer was full."""
         if self.dropped_events:
             warnings.warn(f"ETDump {etdump_path}: {self.dropped_events} events were dropped (buffer full)",
                           RuntimeWarning, stacklevel=3)
