@@ -52,11 +52,16 @@ class StepInfo:
 
     @property
     def event_count(self) -> int:
+        """How many events the step adds when traced: two for a kernel with a native_call_ name (OPERATOR_CALL and
+        its own), one otherwise."""
         return 2 if self.kind == "kernel" and self.name is not None else 1
 
 
 @dataclass
 class BoundChain:
+    """One chain ready to run: its steps, what the tracer records for each, and whether it jumps (straight-line
+    chains run with the cheapest loop)."""
+
     steps: list[Step]
     infos: list[StepInfo]
     jumps: bool  # False: straight-line, run with the cheapest loop
@@ -78,6 +83,8 @@ def _index_of(steps: list[Step], step: Step) -> int:
 
 
 def run(chains: list[BoundChain]) -> None:
+    """Runs the chains without tracing (straight-line chains in the cheapest loop); a failure is re-raised as
+    StepFailed with the chain and instruction."""
     for c, chain in enumerate(chains):
         steps = chain.steps
         if not chain.jumps:
@@ -157,6 +164,8 @@ def _walk_timed(chains: list[BoundChain], record):
 
 
 def timed_event_count(chains: list[BoundChain], record) -> int:
+    """How many events a timed run's record (`run_timed`) stands for: a kernel step with a native_call_ name counts
+    two."""
     return sum(info.event_count for info, _, _ in _walk_timed(chains, record))
 
 
@@ -212,6 +221,7 @@ class PythonCore:
     clock: Callable[[], int] = time.perf_counter_ns  # the clock of its trace timestamps
 
     def run(self) -> None:
+        """One untraced execution of the method."""
         run(self.chains)
 
     def run_timed(self) -> tuple[tuple, None]:
@@ -222,6 +232,8 @@ class PythonCore:
         return tuple(record), None
 
     def run_traced(self, events: list, tracer, context, watch=None) -> None:
+        """One execution recording profile (and, per the tracer's level, debug) events into `events`; delegates log
+        through `context`."""
         if context is not None:
             context.events = events
         run_traced(self.chains, events, self.values, tracer, context, watch)
