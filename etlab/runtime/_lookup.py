@@ -44,6 +44,8 @@ class OperatorRegistry:
 
     @property
     def operator_names(self) -> set[str]:
+        """The operator names this runtime can run: registered custom kernels, built-in ones and the torch ops it
+        calls directly."""
         return registered_kernel_names() | set(BUILTIN_KERNELS) | ops.runtime_torch_op_names()
 
     def has(self, name: str) -> bool:
