@@ -21,6 +21,7 @@ from etlab.runtime._errors import LoadError
 
 
 def element_size(dtype: torch.dtype) -> int:
+    """Bytes per element of a dtype."""
     return torch.empty(0, dtype=dtype).element_size()
 
 
@@ -69,6 +70,7 @@ def reshape_in_place(t: torch.Tensor, sizes, dim_order=None) -> None:
 
 
 def nbytes_of(sizes: list[int], dtype: torch.dtype) -> int:
+    """Bytes a dense tensor of `sizes` and `dtype` takes."""
     return math.prod(sizes) * element_size(dtype)
 
 
@@ -94,6 +96,7 @@ class Arenas:
 
     @property
     def total_bytes(self) -> int:
+        """The bytes of all arenas together (what the plan costs at run time)."""
         return sum(t.numel() for t in self.tensors if t is not None)
 
 
@@ -132,6 +135,8 @@ def allocate_arenas(sizes: list[int], what: str, shared: dict[int, tuple[torch.T
 
 def planned_tensor(arenas: Arenas, mem_id: int, offset: int, sizes: list[int], dim_order: list[int] | None,
                    dtype: torch.dtype, what: str) -> torch.Tensor:
+    """A tensor viewing its planned place in an arena; a LoadError naming the value when the memory id or the byte
+    range is outside the plan (a hostile file's offsets never reach other memory)."""
     if not 0 < mem_id < len(arenas.arrays):
         raise LoadError(f"{what}: memory id {mem_id} is not one of the plan's arenas 1..{len(arenas.arrays) - 1}")
     size = len(arenas.arrays[mem_id])
