@@ -26,6 +26,7 @@ class TensorInfo:
 
     @property
     def is_dynamic(self) -> bool:
+        """Whether the tensor's shape may change between calls (bounded or unbounded dynamism)."""
         return self.dynamism != P.TensorShapeDynamism.STATIC
 
     def describe(self) -> str:
@@ -97,6 +98,8 @@ def _tensor_at(infos, index: int, what: str, method: str) -> TensorInfo:
 
 
 def value_info(plan: P.ExecutionPlan, slot: int) -> ValueInfo:
+    """The metadata of one input or output slot of a method (a TensorInfo for tensors, the kind of scalar otherwise);
+    an IndexError naming the method for a slot out of range."""
     values = plan.values or []
     if not 0 <= slot < len(values):
         raise IndexError(f"method {plan.name!r} refers to value {slot}, but has {len(values)} values")
@@ -113,6 +116,7 @@ def value_info(plan: P.ExecutionPlan, slot: int) -> ValueInfo:
 
 
 def method_meta(plan: P.ExecutionPlan) -> MethodMeta:
+    """A method's metadata (inputs, outputs, planned buffer sizes) read from its plan, without loading it."""
     return MethodMeta(
         name=plan.name or "",
         inputs=tuple(value_info(plan, s) for s in plan.inputs or ()),
