@@ -38,6 +38,7 @@ _SCALAR_TYPES = {"Int": (int,), "Double": (float, int), "Bool": (bool,), "String
 
 
 def describe(value: Any) -> str:
+    """A short description of a value for error messages: dtype and shape for a tensor, the type name otherwise."""
     if isinstance(value, torch.Tensor):
         return f"{str(value.dtype).replace('torch.', '')} {list(value.shape)}"
     return type(value).__name__
@@ -135,6 +136,7 @@ class Method:
 
     @property
     def metadata(self) -> MethodMeta:
+        """The method's inputs, outputs and planned buffer sizes (upstream's MethodMeta)."""
         return self._meta
 
     @property
