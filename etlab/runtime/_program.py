@@ -113,10 +113,12 @@ class Program:
 
     @property
     def method_names(self) -> set[str]:
+        """The names of the program's methods, what `load_method` accepts."""
         return set(self._plans)
 
     @property
     def pte(self) -> P.PteFile:
+        """The parsed .pte the program was loaded from (segments are views of the loaded bytes)."""
         return self._pte
 
     def _plan(self, name: str) -> P.ExecutionPlan:
@@ -125,6 +127,7 @@ class Program:
         return self._plans[name]
 
     def metadata(self, name: str) -> MethodMeta:
+        """A method's metadata without loading it; a KeyError lists the methods."""
         return method_meta(self._plan(name))
 
     def load_method(self, name: str) -> Method:
@@ -231,6 +234,7 @@ class Program:
 
     @property
     def etdump_enabled(self) -> bool:
+        """Whether the program records events (it was loaded with an ETDump path or tracing on)."""
         return self._tracer is not None
 
     @property
@@ -302,6 +306,9 @@ class Runtime:
 
     @staticmethod
     def get(core: str | None = None) -> Runtime:
+        """The process-wide runtime for a core ('native' or 'python'; None: chosen per program as the class doc
+        says), created once with the built-in backends registered; an unknown or unbuilt core fails here, not at
+        the first load."""
         if core is not None:
             choose_core(core)  # fails now for an unknown or unbuilt core
         with Runtime._lock:
