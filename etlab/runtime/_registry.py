@@ -59,6 +59,7 @@ _BACKENDS: dict[str, Any] = {}
 
 
 def operator_key(name: str, overload: str | None) -> str:
+    """The registry key of an operator: 'name.overload', or the name alone."""
     return f"{name}.{overload}" if overload else name
 
 
@@ -145,6 +146,7 @@ def registered_kernel(name: str) -> KernelEntry | None:
 
 
 def registered_kernel_names() -> set[str]:
+    """The operators with a custom kernel registered in this process."""
     with _LOCK:
         return set(_CUSTOM)
 
@@ -175,11 +177,13 @@ def unregister_backend(name: str) -> None:
 
 
 def find_backend(name: str) -> Any | None:
+    """The backend registered under `name`, or None."""
     with _LOCK:
         return _BACKENDS.get(name)
 
 
 def backend_available(backend: Any) -> bool:
+    """Whether a backend says it can run here (its `is_available()`, true when it has none)."""
     check = getattr(backend, "is_available", None)
     return bool(check()) if callable(check) else True
 
@@ -189,6 +193,7 @@ class BackendRegistry:
 
     @property
     def registered_backend_names(self) -> list[str]:
+        """The ids of the registered delegate backends, sorted."""
         with _LOCK:
             return sorted(_BACKENDS)
 
