@@ -36,6 +36,8 @@ class DataSources:
     what: str = "program"
 
     def constant(self, index: int, nbytes: int, what: str) -> tuple[Any, int]:
+        """The buffer and offset of constant `index` (constant segment or inline buffers); a LoadError naming the
+        tensor when it does not exist."""
         prog = self.pte.program
         seg = prog.constant_segment
         if seg is not None and seg.offsets:
@@ -49,6 +51,8 @@ class DataSources:
         return buffers[index].storage or b"", 0
 
     def mutable_initial(self, segment_idx: int, index: int, what: str) -> tuple[Any, int]:
+        """The buffer and offset of a mutable buffer's initial data; a LoadError when the segment or entry does not
+        exist."""
         segs = self.pte.program.mutable_data_segments or []
         if segment_idx >= len(segs) or index >= len(segs[segment_idx].offsets or ()):
             raise LoadError(f"{what}: initial data {index} of mutable data segment {segment_idx} does not exist")
@@ -56,6 +60,8 @@ class DataSources:
         return self._segment(seg.segment_index, what), seg.offsets[index]
 
     def external(self, key: str, what: str):
+        """The data of an external tensor by key, from the .ptd files given; a LoadError names the key and suggests
+        data_files=[...]."""
         if key not in self.named:
             known = ", ".join(sorted(self.named)[:5]) or "none"
             raise LoadError(f"{what}: external tensor {key!r} is in none of the data files given "
@@ -69,6 +75,7 @@ class DataSources:
 
 
 def scalar_value(val) -> Any:
+    """The Python value of a scalar EValue (None, int, bool, float or str)."""
     kind = type(val).__name__
     if val is None or kind == "Null":
         return None
@@ -100,9 +107,11 @@ class ValueTable:
     folded: dict = field(default_factory=dict)
 
     def slot_name(self, slot: int) -> str:
+        """How error messages name a slot: its index and kind."""
         return f"value {slot} ({self.kinds[slot]})"
 
     def check_slot(self, slot: int, what: str) -> None:
+        """A LoadError naming `what` when an instruction refers to a slot the method does not have."""
         if not 0 <= slot < len(self.values):
             raise LoadError(f"{what}: refers to value {slot}, but the method has {len(self.values)} values")
 
@@ -119,6 +128,7 @@ class ValueTable:
         return None
 
     def is_static_shape(self, slot: int) -> bool:
+        """Whether the slot holds a tensor whose shape never changes (kernels may then skip resizing it)."""
         spec = self.specs[slot]
         return (self.kinds[slot] == TENSOR and slot not in self.rebound
                 and spec.shape_dynamism == P.TensorShapeDynamism.STATIC)
@@ -167,6 +177,8 @@ def _tensor(spec: P.Tensor, slot: int, arenas: Arenas, data: DataSources, table:
 
 
 def build_value_table(plan: P.ExecutionPlan, arenas: Arenas, data: DataSources, what: str) -> ValueTable:
+    """Every value of a method materialized: planned tensors as views of the arenas, constants from their segments,
+    scalars and lists; errors name the value."""
     evalues = plan.values or []
     table = ValueTable(method=plan.name or "?", values=[None] * len(evalues), kinds=["Null"] * len(evalues),
                        specs=[None] * len(evalues))
