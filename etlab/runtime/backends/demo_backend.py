@@ -50,6 +50,9 @@ _KERNELS: dict[int, tuple[str, int, Callable]] = {
 
 @dataclass
 class DemoOpPlan:
+    """One decoded demo instruction ready to run: the kernel, value ids in and out, attributes, and the debug id its
+    events carry."""
+
     kernel: Callable
     inputs: tuple[int, ...]
     output: int
@@ -216,6 +219,7 @@ class DemoBackendRuntime:
     """The object registered under "DemoBackend" with the runtime's backend registry."""
 
     def init(self, processed: memoryview, compile_specs: list[tuple[str, bytes]]) -> DemoHandle:
+        """Decodes and checks the payload once at load; the handle execute runs."""
         # Compile specs only steer the AOT side (identifier style); nothing to read here.
         return decode(processed)
 
