@@ -21,6 +21,8 @@ class XnnpackBackendRuntime:
 
     def init(self, processed: memoryview, compile_specs: list[tuple[str, bytes]],
              context: BackendInitContext | None = None) -> XnnpackPlan:
+        """Decodes the XNNPACK payload, checks it and plans its nodes (constants from the payload or the program's
+        named data), once at load."""
         what = f"{BACKEND_ID} delegate" if context is None else f"{BACKEND_ID} delegate {context.delegate_index}"
         blob = deserialize_xnnpack(processed, what=what)
         plan = build_plan(blob, context.named_data if context is not None else {}, what)
