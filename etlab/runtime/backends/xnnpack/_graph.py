@@ -52,6 +52,8 @@ NARROW_FLOATS = {XNNDatatype.xnn_datatype_fp16: torch.float16, XNNDatatype.xnn_d
 
 @dataclass
 class PlannedNode:
+    """One XNNPACK node ready to run: its kind, value ids in and out, the function computing it, and the fused clamp."""
+
     kind: str
     inputs: tuple[int, ...]
     output: int
