@@ -46,6 +46,9 @@ INVALID_ID = (1 << 32) - 1
 
 @dataclass
 class NodeKernel:
+    """The kernel of one node: value ids and the function, and for nodes with constant weights a builder of the
+    prepacked variant."""
+
     inputs: tuple[int, ...]
     output: int
     fn: Callable[..., torch.Tensor]
