@@ -58,6 +58,8 @@ class Quant:
 
 @dataclass
 class ValueSpec:
+    """One value of an XNNPACK graph: id, datatype, shape, quantization and constant data (dequantized to float32)."""
+
     id: int
     datatype: XNNDatatype
     shape: tuple[int, ...]
@@ -83,6 +85,8 @@ class ConstantSource:
         self.what = what
 
     def bytes_of(self, index: int, nbytes: int, ctx: str) -> memoryview:
+        """The bytes of constant `index`; a FormatError naming the node when the index or range is outside the
+        payload."""
         if self.offsets:
             if index >= len(self.offsets):
                 raise _bad(self.what, f"{ctx} uses constant {index}, but the graph lists {len(self.offsets)}")
