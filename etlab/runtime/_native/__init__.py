@@ -40,10 +40,12 @@ _warned = False
 
 
 def available() -> bool:
+    """Whether the native core (the compiled _core extension) imports in this process."""
     return _core is not None
 
 
 def unavailable_reason() -> str:
+    """Why the native core cannot be used (its import error), or '' when it can: what a fallback warning says."""
     return "" if _core is not None else f"etlab.runtime._native._core cannot be imported ({_IMPORT_ERROR})"
 
 
