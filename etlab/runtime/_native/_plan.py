@@ -182,6 +182,8 @@ class NativeCore:
         return StepFailed(self.plan.failed_chain, self.plan.failed_index, error)
 
     def run(self) -> None:
+        """One untraced execution in C++; a failure is re-raised as StepFailed with the chain and instruction the
+        core reports."""
         try:
             self.plan.run()
         except Exception as e:
