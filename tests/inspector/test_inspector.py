@@ -224,6 +224,26 @@ def test_etrecord_join(synthetic_files):
         Inspector(etdump_path=synthetic_files[0]).find_total_for_module("fc1")
 
 
+def test_frame_dicts_are_new_at_each_call_and_shared_by_rows_of_one_handle_set(synthetic_files):
+    """A frame's stack_traces / module_hierarchy cells are its own (changing one changes neither the Inspector's
+    Events nor another frame); rows that ran the same nodes (a kernel and its OPERATOR_CALL) share one dict."""
+    ins = Inspector(etdump_path=synthetic_files[0], etrecord=make_program_info())
+    df = ins.to_dataframe()
+    rows = df.index[df.event_name == "native_call_relu.out"].tolist()
+    first = df.at[rows[0], "stack_traces"]
+    assert first == {"node_1_": "model.py:11"}
+    operator_call = df.at[rows[0] + 1, "stack_traces"]
+    assert df.at[rows[0] + 1, "event_name"] == "OPERATOR_CALL" and operator_call is first
+    first["planted_"] = "x"
+    df.at[rows[0], "module_hierarchy"]["planted_"] = "x"
+    again = ins.to_dataframe()
+    assert again.at[rows[0], "stack_traces"] == {"node_1_": "model.py:11"}
+    assert "planted_" not in again.at[rows[0], "module_hierarchy"]
+    events = [e for b in ins.event_blocks for e in b.events]
+    assert not any("planted_" in e.stack_traces or "planted_" in e.module_hierarchy for e in events)
+    assert next(e for e in events if e.name == "native_call_relu.out").stack_traces == {"node_1": "model.py:11"}
+
+
 def test_op_list_without_etrecord(inspector):
     ops = inspector.get_op_list("Execute")
     assert sorted(ops) == sorted(OPS_NAMES[:OPS]) and len(ops["addmm.out"]) == 1
