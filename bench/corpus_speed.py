@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -150,9 +151,9 @@ def time_etrecord_save(timing: Timing, programs, upstream: UpstreamTimer | None,
 
 
 def time_model(name: str, upstream: UpstreamTimer | None, rounds: int, scratch: Path,
-               etrecord: bool = False) -> Timing:
+               etrecord: bool = False, compile_samples: bool = True) -> Timing:
     """Interleaved samples for one model: etlab warm-up, then (etlab, upstream) x rounds, then etlab twice;
-    with `etrecord`, then the ETRecord save samples."""
+    with `etrecord`, then the ETRecord save samples (alone without `compile_samples`)."""
     timing = Timing(name)
     try:
         programs = CORPUS[name].export()
@@ -160,6 +161,10 @@ def time_model(name: str, upstream: UpstreamTimer | None, rounds: int, scratch: 
         d.mkdir()
         for method, ep in programs.items():
             torch.export.save(ep, d / f"{method}.pt2")
+        if not compile_samples:
+            if etrecord:
+                time_etrecord_save(timing, programs, upstream, d)
+            return timing
         _etlab_once(programs)
         for _ in range(rounds):
             _etlab_once(programs, timing)
@@ -214,7 +219,8 @@ def render_etrecord(timings: list[Timing]) -> list[str]:
     return lines
 
 
-def render(timings: list[Timing], rounds: int, load: tuple[float, float]) -> str:
+def render(timings: list[Timing], rounds: int, load: tuple[float, float], total: int | None = None) -> str:
+    """The section; `total` > len(timings) marks a run stopped before its last model (PARTIAL)."""
     ratios = [t.ratio for t in timings if t.ratio]
     cpu_ratios = [t.cpu_ratio for t in timings if t.cpu_ratio]
     below = [t.name for t in timings if t.ratio and t.ratio < TARGET]
@@ -227,10 +233,13 @@ def render(timings: list[Timing], rounds: int, load: tuple[float, float]) -> str
         "process's CPU time. Measured under load (load average "
         f"{load[0]:.1f} at the start, {load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work): "
         "absolute times are inflated, the ratio holds because both sides ran in the same conditions.", "",
-        f"**Median speed-up {statistics.median(ratios):.1f}x** (min {min(ratios):.1f}x, max {max(ratios):.1f}x, "
-        f"over {len(ratios)} models); below {TARGET:.0f}x: {', '.join(below) or 'none'}. CPU-time speed-up: median "
-        f"{statistics.median(cpu_ratios):.1f}x, min {min(cpu_ratios):.1f}x." if ratios and cpu_ratios else
-        "**No model measured on both sides.**", "",
+        (f"**Median speed-up {statistics.median(ratios):.1f}x** (min {min(ratios):.1f}x, max {max(ratios):.1f}x, "
+         f"over {len(ratios)} models); below {TARGET:.0f}x: {', '.join(below) or 'none'}." if ratios else
+         "**No model measured on both sides.**")
+        + (f" CPU-time speed-up: median {statistics.median(cpu_ratios):.1f}x, min {min(cpu_ratios):.1f}x."
+           if cpu_ratios else ""), "",
+        *([f"**PARTIAL: the run was stopped after {len(timings)} of {total} models**; the others are not in this "
+           "table.", ""] if total and total > len(timings) else []),
         "| model | etlab ms (median) | upstream s (median) | speed-up | CPU speed-up | note |",
         "|---|---:|---:|---:|---:|---|",
     ]
@@ -251,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-upstream", action="store_true", help="etlab only (no ratio)")
     p.add_argument("--etrecord-models", nargs="*", default=list(ETRECORD_MODELS),
                    help="models whose ETRecord save is timed too ('all' for every model, none given for none)")
+    p.add_argument("--etrecord-only", action="store_true",
+                   help="only the ETRecord save samples of --etrecord-models (no compile samples, no write)")
     p.add_argument("--no-write", action="store_true")
     a = p.parse_args(argv)
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
-    names = a.models or list(CORPUS)
+    names = a.models or (list(a.etrecord_models) if a.etrecord_only else list(CORPUS))
     unknown = [n for n in names if n not in CORPUS]
     if unknown:
         p.error(f"unknown corpus models {unknown}; choose from {sorted(CORPUS)}")
@@ -271,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     upstream = UpstreamTimer(ref) if ref else None
     load_start = os.getloadavg()[0]
     timings = []
+    signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops a run: keep the models it timed
     try:
         with tempfile.TemporaryDirectory() as scratch:
             if upstream is not None:  # upstream's one-off imports and first-compile costs, untimed
@@ -278,23 +290,38 @@ def main(argv: list[str] | None = None) -> int:
                 warm = time_model("dynamic_conv1d", upstream, 1, Path(scratch) / "warm")
                 print(f"[speed] upstream warm-up: {warm.upstream}", flush=True)
             for name in names:
-                timings.append(time_model(name, upstream, a.upstream_repeat, Path(scratch), name in save_models))
+                timings.append(time_model(name, upstream, a.upstream_repeat, Path(scratch), name in save_models,
+                                          compile_samples=not a.etrecord_only))
                 t = timings[-1]
                 print(f"[speed] {name}: etlab {[round(x * 1e3) for x in t.etlab]} ms, upstream "
-                      f"{[round(x, 2) for x in t.upstream]} s, ratio {t.ratio and round(t.ratio, 1)} {t.error}",
-                      flush=True)
+                      f"{[round(x, 2) for x in t.upstream]} s, ratio {t.ratio and round(t.ratio, 1)}, CPU ratio "
+                      f"{t.cpu_ratio and round(t.cpu_ratio, 1)} {t.error}", flush=True)
                 if t.etrecord or t.etrecord_error:
                     print(f"[speed] {name} etrecord save: etlab {[round(x[0], 2) for x in t.etrecord]} s, upstream "
                           f"{[round(x[0], 2) for x in t.upstream_etrecord]} s, ratio "
-                          f"{t.save_ratio(0) and round(t.save_ratio(0), 2)} {t.etrecord_error}", flush=True)
+                          f"{t.save_ratio(0) and round(t.save_ratio(0), 2)}, CPU s etlab "
+                          f"{[round(x[1], 2) for x in t.etrecord]} upstream "
+                          f"{[round(x[1], 2) for x in t.upstream_etrecord]} {t.etrecord_error}", flush=True)
+    except KeyboardInterrupt:
+        print(f"corpus_speed: interrupted after {len(timings)} of {len(names)} models", file=sys.stderr)
     finally:
-        if upstream is not None:
+        if upstream is not None and len(timings) < len(names):  # stopped mid-request: nothing to wait for
+            upstream.proc.kill()
+            upstream.proc.wait()
+        elif upstream is not None:
             upstream.close()
-    text = render(timings, a.upstream_repeat, (load_start, os.getloadavg()[0]))
+    if a.etrecord_only:
+        print("\n".join(render_etrecord(timings)))
+        return 0
+    text = render(timings, a.upstream_repeat, (load_start, os.getloadavg()[0]), total=len(names))
     print(text)
     if not a.no_write and not a.models:
         write_section("corpus compile speed", text)
     return 0
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 if __name__ == "__main__":

@@ -46,3 +46,23 @@ def test_render_marks_an_interrupted_run_as_partial():
     assert "PARTIAL" not in corpus.render([ok], repeat=2, total=1)
     table = corpus.render([ok], repeat=2, total=102)
     assert "PARTIAL: the run was stopped after 1 of 102 models" in table and "Fully green: 1/1" in table
+
+
+def test_speed_render_marks_a_partial_run_and_reads_without_cpu_times():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "corpus_speed.py"
+    spec = importlib.util.spec_from_file_location("etlab_bench_corpus_speed", path)
+    speed = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = speed
+    spec.loader.exec_module(speed)
+    t = speed.Timing("a", etlab=[0.1, 0.1, 0.1], upstream=[2.0])
+    out = speed.render([t], 1, (1.0, 2.0), total=5)
+    assert "PARTIAL: the run was stopped after 1 of 5 models" in out and "20.0x" in out and "CPU-time" not in out
+    t.etlab_cpu, t.upstream_cpu = [0.1] * 3, [3.0]
+    t.etrecord, t.upstream_etrecord = [(1.0, 0.2, 10), (1.0, 0.2, 10)], [(2.0, 0.4, 20)]
+    out = speed.render([t], 1, (1.0, 2.0), total=1)
+    assert "PARTIAL" not in out and "CPU-time speed-up: median 30.0x" in out
+    assert "ETRecord save: median 2.0x faster than upstream" in out and "| a | 1.00 | 2.00 | 2.00x |" in out
