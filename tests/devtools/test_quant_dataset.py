@@ -124,9 +124,12 @@ def test_batched_and_one_at_a_time_agree(cnn):
     a = quantization_report(float_gm, quantized, dataset=data, backend=None, batch_size=1, progress=False)
     b = quantization_report(float_gm, quantized, dataset=data, backend=None, batch_size=4, progress=False)
     assert (a.batch_size, b.batch_size) == (1, 4) and not b.notes
-    np.testing.assert_allclose(b.layers["local_sqnr_mean"], a.layers["local_sqnr_mean"], atol=0.05)
+    # a batch's (channels-last) convolutions round differently from one input's: an element of a small layer
+    # flips across a quantization step here and there (one of a 10-wide output moves its SQNR by ~2 dB on that
+    # input): equal within half a dB, where misjoined or misaligned inputs would be off by many
+    np.testing.assert_allclose(b.layers["local_sqnr_mean"], a.layers["local_sqnr_mean"], atol=0.5)
     np.testing.assert_allclose(b.layers["clipped_inputs"].fillna(-1), a.layers["clipped_inputs"].fillna(-1))
-    np.testing.assert_allclose(b.per_input["output_sqnr"], a.per_input["output_sqnr"], atol=0.05)
+    np.testing.assert_allclose(b.per_input["output_sqnr"], a.per_input["output_sqnr"], atol=0.5)
 
 
 def test_streams_generators_batches_limit_and_user_metrics():
@@ -274,8 +277,8 @@ def test_dataset_statistics_equal_the_per_input_reports(cnn):
     """The streamed, batched, fused computation against the straightforward one (a single-input report per
     input, aggregated with numpy). One input at a time it is the same computation: equal to float rounding.
     Batched (and channels-last) the convolutions round differently, which moves an element across a
-    quantization step here and there: equal within a quarter of a dB (one flipped element of the last layer's
-    10 outputs moves its local SQNR by ~0.13 dB) and a step of max-abs error."""
+    quantization step here and there: equal within half a dB (one flipped element of a 10-wide layer moves its
+    mean local SQNR over 7 inputs by ~0.1-0.3 dB) and a step of max-abs error."""
     float_gm, quantized = cnn
     data = _data(7, seed=4)
     ref = _per_input_reference(float_gm, quantized, data)
@@ -285,4 +288,4 @@ def test_dataset_statistics_equal_the_per_input_reports(cnn):
     batched = quantization_report(float_gm, quantized, dataset=data, backend=None, batch_size=4, workers=2,
                                   progress=False)
     assert batched.batch_size == 4 and not batched.notes
-    _check_against_reference(batched, ref, db=0.25, rel=0.5)
+    _check_against_reference(batched, ref, db=0.5, rel=0.5)
