@@ -294,6 +294,19 @@ class Runtime:
     `Runtime.get(core="python")` (or `"native"`) returns a runtime whose programs run on that core;
     `Runtime.get()` uses the default, chosen when each program loads: ETLAB_RUNTIME_CORE if set,
     else the native core when it is built, else the Python core (with a warning).
+
+    >>> import torch
+    >>> from etlab.compiler import to_edge
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> pte = to_edge(torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))).to_executorch().buffer
+    >>> program = Runtime.get().load_program(pte)
+    >>> sorted(program.method_names)
+    ['forward']
+    >>> program.load_method("forward").execute((torch.ones(2, 2), torch.full((2, 2), 3.0)))
+    [tensor([[4., 4.],
+            [4., 4.]])]
     """
 
     _instances: ClassVar[dict[str | None, Runtime]] = {}
