@@ -430,6 +430,22 @@ def generate_etrecord(et_record, edge_dialect_program, executorch_program, expor
     edge_dialect_program: an EdgeProgramManager (from to_edge) or an ExportedProgram; executorch_program:
     the ExecutorchProgramManager (from to_executorch) or a BundledProgram; exported_program: the
     ATen program(s) from torch.export; extra_recorded_export_modules: {name: program or manager}.
+
+    >>> import os, tempfile, torch
+    >>> from etlab.compiler import to_edge
+    >>> from etlab.etrecord import parse_etrecord
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> exported = torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))
+    >>> edge = to_edge(exported)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     generate_etrecord(os.path.join(d, "model.etrecord"), edge, edge.to_executorch(), exported)
+    ...     record = parse_etrecord(os.path.join(d, "model.etrecord"))
+    >>> record.methods
+    ['forward']
+    >>> {handle: [op.name for op in ops] for handle, ops in record.ops("forward").items()}  # what events join to
+    {1: ['mul'], 2: ['add']}
     """
     record = ETRecord()
     record.add_exported_program(exported_program)

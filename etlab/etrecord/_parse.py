@@ -26,6 +26,10 @@ def parse_etrecord(etrecord_path) -> ETRecord:
     Raises FormatError (naming the file and the defect) for anything that is not a well-formed
     ETRecord of either layout; never unpickles and never evaluates code from the file (upstream's
     torch.save members are read by etlab's own restricted reader, see `_torch_pickle`).
+
+    >>> parse_etrecord(b"not an etrecord")
+    Traceback (most recent call last):
+    etlab.errors.FormatError: <ETRecord bytes>: not an ETRecord: not a zip file
     """
     entries, where, upstream = read_any_archive(etrecord_path, _upstream.is_upstream_entry)
     return record_from_entries(entries, where, upstream)
