@@ -34,6 +34,31 @@ class Inspector:
     Events are read into columns and grouped once; `to_dataframe()` works on those columns, and
     `event_blocks` (Event objects) are built on first access. Works with an ETDump alone (names,
     timings, intermediate outputs) and with files written by upstream ExecuTorch.
+
+    >>> import os, tempfile, torch
+    >>> from etlab.compiler import to_edge
+    >>> from etlab.etrecord import generate_etrecord
+    >>> from etlab.runtime import Runtime
+    >>> class AddMul(torch.nn.Module):
+    ...     def forward(self, x, y):
+    ...         return x * y + x
+    >>> exported = torch.export.export(AddMul(), (torch.ones(2, 2), torch.ones(2, 2)))
+    >>> edge = to_edge(exported)
+    >>> et = edge.to_executorch()
+    >>> d = tempfile.TemporaryDirectory()
+    >>> generate_etrecord(os.path.join(d.name, "model.etrecord"), edge, et, exported)
+    >>> program = Runtime.get().load_program(et.buffer, enable_etdump=True)
+    >>> method = program.load_method("forward")
+    >>> for _ in range(3):
+    ...     _ = method.execute((torch.ones(2, 2), torch.full((2, 2), 3.0)))
+    >>> program.write_etdump_result_to_file(os.path.join(d.name, "run.etdp"))
+    >>> inspector = Inspector(etdump_path=os.path.join(d.name, "run.etdp"),
+    ...                       etrecord=os.path.join(d.name, "model.etrecord"))
+    >>> df = inspector.to_dataframe()
+    >>> kernels = df[df["event_name"].str.startswith("native_call_")]
+    >>> [(name, len(raw), ops) for name, raw, ops in zip(kernels["event_name"], kernels["raw"], kernels["op_types"])]
+    [('native_call_mul.out', 3, ['aten.mul.Tensor']), ('native_call_add.out', 3, ['aten.add.Tensor'])]
+    >>> d.cleanup()
     """
 
     def __init__(
