@@ -16,6 +16,8 @@ MODULES = [
     "etlab.compiler._manager", "etlab.compiler._tensor_spec",
     # profile a model in one call; a fleet of runs
     "etlab.devtools._profile", "etlab.fleet._ingest", "etlab.fleet._diff", "etlab.fleet._tags",
+    # record, run, inspect
+    "etlab.etrecord._etrecord", "etlab.etrecord._parse", "etlab.runtime._program", "etlab.inspector._inspector",
     # the views
     "etlab.visualizer._graph_view",
 ]
