@@ -35,6 +35,8 @@ def _is_program_info(obj) -> bool:
 
 
 def resolve_program_info(etrecord) -> ProgramInfo | None:
+    """The ProgramInfo of an Inspector's etrecord argument: as given, read from a path (torch imported only if a
+    graph is used), or from an object's program_info(); None without one, a TypeError for anything else."""
     if etrecord is None or _is_program_info(etrecord):
         return etrecord
     if isinstance(etrecord, (str, os.PathLike)):
