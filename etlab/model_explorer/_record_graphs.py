@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from etlab.etrecord import JsonNode, JsonProgram, target_op_name
 from etlab.facts.source import module_stack, source_line
-from etlab.visualizer import GraphGroup, GraphModel, GraphNode
+from etlab.visualizer import GraphGroup, GraphModel, GraphModelBuilder, GraphNode
 
 GETITEM = "_operator.getitem"
 XNNPACK = "XnnpackBackend"
-BACKEND_COLORS = ["#d62728", "#9467bd", "#ff7f0e", "#17becf", "#e377c2", "#8c564b", "#bcbd22", "#2ca02c"]
 TITLES = {"aten": "ATen", "edge": "Edge (lowered)"}
 
 
@@ -60,11 +59,11 @@ def _is_control_flow(node: JsonNode) -> bool:
     return node.target.startswith("torch.ops.higher_order.") and node.delegate is None
 
 
-class _Builder:
+class _Builder(GraphModelBuilder):
+    """etlab.visualizer's GraphModelBuilder over an ETRecord's JSON nodes, caching what many nodes share."""
+
     def __init__(self, title: str, kind: str, method: str):
-        self.model = GraphModel(title=title, kind=kind, method=method)
-        self.groups: dict[str, GraphGroup] = {}
-        self.edges: set[tuple[int, int]] = set()
+        super().__init__(title, kind, method)
         self.sources: dict[str, str] = {}  # stack trace -> its source line (a module's nodes share one trace)
         self.stacks: dict[int, list] = {}  # id(module stack) -> its (path, type) list (shared by the reader)
 
@@ -79,63 +78,15 @@ class _Builder:
             self.sources[trace] = source_line(trace)
         return self.sources[trace]
 
-    def backend_color(self, backend: str) -> str:
-        colors = self.model.backend_colors
-        if backend not in colors:
-            colors[backend] = BACKEND_COLORS[len(colors) % len(BACKEND_COLORS)]
-        return colors[backend]
-
-    def module_group(self, stack: list[tuple[str, str]]) -> str | None:
-        parent = None
-        for path, typ in stack:
-            if path not in self.groups:
-                short = typ.rsplit(".", 1)[-1]
-                self.groups[path] = GraphGroup(id=path, label=f"{path} ({short})" if short else path, kind="module",
-                                               parent=parent, module_type=typ)
-            parent = path
-        return parent
-
     def add_node(self, node: JsonNode, kind: str, group: str | None, *, op: str | None = None,
                  handles: list[int] | None = None, backend: str | None = None) -> GraphNode:
         shapes, dtypes, nbytes = _shape_facts(node)
         stack = self.module_stack(node)
-        g = GraphNode(id=len(self.model.nodes), name=node.name, kind=kind, op=op or _op(node), group=group,
-                      handles=node_handles(node.debug_handle) if handles is None else handles, shapes=shapes,
-                      dtypes=dtypes, bytes=nbytes, module=stack[-1][0] if stack else "",
-                      module_type=stack[-1][1] if stack else "", source=self.source_line(node.stack_trace),
-                      stack_trace=node.stack_trace, backend=backend)
-        self.model.nodes.append(g)
-        return g
-
-    def link(self, src, dst: int) -> None:
-        if isinstance(src, int) and src != dst:
-            self.edges.add((src, dst))
-
-    def common_parent(self, groups: list[str | None]) -> str | None:
-        chains = []
-        for gid in groups:
-            chain = []
-            while gid is not None:
-                chain.append(gid)
-                gid = self.groups[gid].parent
-            chains.append(chain[::-1])
-        common = None
-        for level in zip(*chains):
-            if all(x == level[0] for x in level):
-                common = level[0]
-            else:
-                break
-        return common
-
-    def finish(self) -> GraphModel:
-        keep: set[str] = set()
-        for gid in {n.group for n in self.model.nodes if n.group}:
-            while gid is not None and gid not in keep:
-                keep.add(gid)
-                gid = self.groups[gid].parent
-        self.model.groups = [g for g in self.groups.values() if g.id in keep]
-        self.model.edges = sorted(self.edges)
-        return self.model
+        return self.append(GraphNode(
+            id=len(self.model.nodes), name=node.name, kind=kind, op=op or _op(node), group=group,
+            handles=node_handles(node.debug_handle) if handles is None else handles, shapes=shapes, dtypes=dtypes,
+            bytes=nbytes, module=stack[-1][0] if stack else "", module_type=stack[-1][1] if stack else "",
+            source=self.source_line(node.stack_trace), stack_trace=node.stack_trace, backend=backend))
 
 
 def _add_graph(b: _Builder, program: JsonProgram, value_of: dict | None = None, top: bool = True,
