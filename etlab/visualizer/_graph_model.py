@@ -232,6 +232,20 @@ class GraphModelBuilder:
                 break
         return common
 
+    def join_partition(self, node: GraphNode, partition: tuple[str, int]) -> None:
+        """Puts a node an upstream pre-lowering edge graph marks as delegated (`partition`: backend, delegate
+        instruction; see etlab.etrecord.DELEGATE_PARTITION_META) into that delegate call's partition group."""
+        backend, instruction = partition
+        gid = f"delegate:instruction_{instruction}"
+        group = self.groups.get(gid)
+        if group is None:
+            self.backend_color(backend)
+            group = self.groups[gid] = GraphGroup(id=gid, label=f"{backend} · instruction {instruction}",
+                                                  kind="delegate", parent=node.group, backend=backend)
+        else:
+            group.parent = self.common_parent([group.parent, node.group])
+        node.group, node.backend = gid, backend
+
     def finish(self) -> GraphModel:
         """The model, with the groups that hold nodes (and their ancestors) and the edges in order."""
         keep: set[str] = set()
@@ -300,7 +314,7 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
         handles = handles_of(node) if handles_of is not None else None
         g = b.add_node(node, "control_flow" if _is_control_flow(node) else "op", group, handles=handles)
         if DELEGATE_PARTITION_META in node.meta:
-            _join_partition(b, g, node.meta[DELEGATE_PARTITION_META])
+            b.join_partition(g, node.meta[DELEGATE_PARTITION_META])
         for arg in node.all_input_nodes:
             src = value.get(arg.name)
             if isinstance(src, tuple):
@@ -312,21 +326,6 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
                 b.link(src, g.id)
         value[node.name] = g.id
     return outputs
-
-
-def _join_partition(b: _Builder, g: GraphNode, partition: tuple[str, int]) -> None:
-    """Puts a node an upstream pre-lowering edge graph marks as delegated (see
-    etlab.etrecord.DELEGATE_PARTITION_META) into its delegate call's partition group."""
-    backend, instruction = partition
-    gid = f"delegate:instruction_{instruction}"
-    group = b.groups.get(gid)
-    if group is None:
-        b.backend_color(backend)
-        group = b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · instruction {instruction}", kind="delegate",
-                                           parent=g.group, backend=backend)
-    else:
-        group.parent = b.common_parent([group.parent, g.group])
-    g.group, g.backend = gid, backend
 
 
 def _delegate_handles(lowered) -> list[int]:
