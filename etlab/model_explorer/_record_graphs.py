@@ -127,7 +127,7 @@ def _add_graph(b: _Builder, program: JsonProgram, value_of: dict | None = None, 
         g = b.add_node(node, "control_flow" if _is_control_flow(node) else "op", group, handles=handles)
         partition = (partitions or {}).get(node.name)
         if partition is not None:
-            _join_partition(b, g, partition)
+            b.join_partition(g, partition)
         for arg in node.inputs:
             src = value.get(arg)
             if isinstance(src, tuple):
@@ -139,19 +139,6 @@ def _add_graph(b: _Builder, program: JsonProgram, value_of: dict | None = None, 
                 b.link(src, g.id)
         value[node.name] = g.id
     return outputs
-
-
-def _join_partition(b: _Builder, g: GraphNode, partition: tuple[str, int]) -> None:
-    backend, instruction = partition
-    gid = f"delegate:instruction_{instruction}"
-    group = b.groups.get(gid)
-    if group is None:
-        b.backend_color(backend)
-        group = b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · instruction {instruction}", kind="delegate",
-                                           parent=g.group, backend=backend)
-    else:
-        group.parent = b.common_parent([group.parent, g.group])
-    g.group, g.backend = gid, backend
 
 
 def _add_delegate(b: _Builder, node: JsonNode, value: dict):
