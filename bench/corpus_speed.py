@@ -227,7 +227,8 @@ def render(timings: list[Timing], rounds: int, load: tuple[float, float], total:
     lines = [
         "## corpus compile speed", "",
         f"`bench/corpus_speed.py`: to_edge + to_executorch + serialize of the same ExportedProgram (torch.export "
-        f"excluded, one thread each side), all {len(timings)} corpus models in ONE run, interleaved per model "
+        f"excluded, one thread each side), {'all ' if not total or total <= len(timings) else ''}{len(timings)}"
+        f"{f' of {total}' if total and total > len(timings) else ''} corpus models in ONE run, interleaved per model "
         f"(etlab warm-up, then etlab / upstream alternating: {rounds + 2} etlab samples around {rounds} upstream "
         f"sample(s)); speed-up = upstream median / etlab median of wall time; CPU speed-up = the same on each "
         "process's CPU time. Measured under load (load average "
