@@ -83,6 +83,11 @@ def export_me_main(argv: list[str] | None = None) -> int:
         return 2
     for name, path in written.items():
         print(f"{name:>13}: {path}")
-    cmd = open_command(written, args.overlay)
-    print("open with:   " + shlex.join(cmd))
+    print("open with:\n" + shell_lines(open_command(written, args.overlay)))
     return 0
+
+
+def shell_lines(cmd: list[str], indent: str = "  ") -> str:
+    """`cmd` as a shell command, one argument a line joined by backslash continuations: copy-pastable,
+    and as narrow as its longest path (one line of graph path and overlay path was 200+ columns)."""
+    return indent + f" \\\n{indent}    ".join(shlex.quote(a) for a in cmd)
