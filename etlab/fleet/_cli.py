@@ -23,20 +23,62 @@ from pathlib import Path
 
 from etlab.errors import FormatError
 
+HASH_PREFIX = 12  # a 64-hex program identity printed as its first 12 characters, as git shortens commit ids
+MAX_CELL = 32  # the widest a cell gets in the default table
 
-def _print_frame(df, fmt: str) -> None:
+
+def _print_frame(df, fmt: str, wide: bool = False) -> None:
     if fmt == "csv":
         sys.stdout.write(df.to_csv(index=False))
     elif fmt == "json":
         sys.stdout.write(df.to_json(orient="records", lines=False, default_handler=str) + "\n")
     else:
-        from tabulate import tabulate
+        print(frame_table(df, wide))
 
-        shown = df.copy()
-        for col in shown.columns[shown.dtypes == "float64"]:
-            shown[col] = [f"{v:.6g}" for v in shown[col]]
-        print(tabulate(shown, headers="keys", showindex=False, disable_numparse=True))
-        print(f"({len(df)} row{'s' if len(df) != 1 else ''})")
+
+def frame_table(df, wide: bool = False, width: int | None = None) -> str:
+    """A query's rows as a text table. By default within `width` (the terminal's) columns: 64-hex program
+    hashes shortened to a prefix, cells cut at MAX_CELL characters with "…", and the columns that still do
+    not fit left out, with a line saying how many and that `--wide` prints them all whole."""
+    import re
+    import textwrap
+
+    from tabulate import tabulate
+
+    from etlab.inspector import cut, terminal_width
+
+    heads = [str(c) for c in df.columns]
+    rows = [["" if v is None else f"{v:.6g}" if isinstance(v, float) else str(v) for v in r]
+            for r in df.itertuples(index=False)]
+    count = f"({len(df)} row{'s' if len(df) != 1 else ''})"
+    if wide:
+        return tabulate(rows, headers=heads, tablefmt="simple", disable_numparse=True) + "\n" + count
+    width = width or terminal_width()
+    sha = re.compile(r"[0-9a-f]{64}")
+    hashed = {k for r in rows for k, v in enumerate(r) if sha.fullmatch(v)}
+    long_cells = {k for r in rows for k, v in enumerate(r) if len(v) > MAX_CELL and k not in hashed}
+    rows = [[cut(v[:HASH_PREFIX] if sha.fullmatch(v) else v, MAX_CELL) for v in r] for r in rows]
+    # tabulate's "simple" format makes a column at least 2 wider than its header
+    sizes = [max([len(h) + 2] + [len(r[k]) for r in rows]) for k, h in enumerate(heads)]
+    keep, used = [], -2
+    for k, size in enumerate(sizes):
+        if used + 2 + size > width and keep:
+            break
+        keep.append(k)
+        used += 2 + size
+    hashed, long_cells = hashed.intersection(keep), long_cells.intersection(keep)
+    text = tabulate([[r[k] for k in keep] for r in rows], headers=[cut(heads[k], width) for k in keep],
+                    tablefmt="simple", disable_numparse=True)
+    notes = [count]
+    if len(keep) < len(heads):
+        notes.append(f"{len(heads) - len(keep)} of {len(heads)} columns left out ({', '.join(heads[len(keep):])})")
+    if hashed:
+        notes.append(f"program hashes shortened to {HASH_PREFIX} characters")
+    if long_cells:
+        notes.append(f"cells cut at {MAX_CELL} characters")
+    if len(notes) > 1:
+        notes.append("--wide: every column, whole")
+    return "\n".join(line[:width] for line in text.splitlines()) + "\n" + textwrap.fill("; ".join(notes), width)
 
 
 def _columns_arg(text: str | None) -> list[str]:
@@ -76,7 +118,7 @@ def _query(args) -> int:
 
         with FleetDB(args.store) as db:
             df = db.sql(args.sql)
-    _print_frame(df, args.format)
+    _print_frame(df, args.format, args.wide)
     return 0
 
 
@@ -107,7 +149,7 @@ def _diff(args) -> int:
     if args.format == "table":
         print(result.format(only_flagged=not args.all))
     else:
-        _print_frame(result.table, args.format)
+        _print_frame(result.table, args.format, args.wide)
     if args.html:
         path = result.view().save_html(args.html)
         print(f"wrote {path}", file=sys.stderr)
@@ -126,9 +168,14 @@ def _generate(args) -> int:
     spec = FleetSpec(devices_per_class=args.devices_per_class, sessions=args.sessions, runs=args.runs,
                      regression=regression, seed=args.seed)
     fleet = generate_fleet(args.out, spec, workers=args.workers)
-    print(f"wrote {len(fleet.files)} ETDumps (+ sidecars) under {args.out}: {len(fleet.devices)} devices, "
-          f"builds {', '.join(spec.builds)}, {len(fleet.outlier_runs)} planted outlier run(s), "
-          f"regression {regression}")
+    import textwrap
+
+    from etlab.inspector import terminal_width
+
+    print(textwrap.fill(f"wrote {len(fleet.files)} ETDumps (+ sidecars) under {args.out}: {len(fleet.devices)} "
+                        f"devices, builds {', '.join(spec.builds)}, {len(fleet.outlier_runs)} planted outlier "
+                        f"run(s), regression {regression}", terminal_width(), subsequent_indent="  ",
+                        break_long_words=False, break_on_hyphens=False))
     return 0
 
 
@@ -145,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
     def output(sp):
         sp.add_argument("--format", choices=("table", "csv", "json"), default="table",
                         help="table (default), or every row as CSV or JSON on stdout")
+        sp.add_argument("--wide", action="store_true",
+                        help="table: every column and whole cells (default: within the terminal's width)")
 
     ing = sub.add_parser("ingest", help="add .etdp files (directories are walked) to a store")
     ing.add_argument("sources", nargs="+", metavar="DIR|FILE", help=".etdp files, or folders to walk for them")
