@@ -167,23 +167,48 @@ def _jsonable(df) -> list[dict]:
     return json_ready(df.to_dict(orient="records"))
 
 
-def _print_report(report, top: int) -> None:
-    import pandas as pd
+def _wrap(text: str, indent: str = "") -> str:
+    """A paragraph wrapped to the terminal's width (the summary is one long sentence)."""
+    import textwrap
 
-    print(report.summary())
+    from etlab.inspector import terminal_width
+
+    return textwrap.fill(text, terminal_width(), initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def _table(df, flex: tuple[str, ...]) -> str:
+    """`df` as a table within the terminal's width: numbers to 4 significant digits, the `flex` (text)
+    columns cut with "…" to what the number columns leave."""
+    from etlab.inspector import fit_table, terminal_width
+
+    def cell(v) -> str:
+        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+    heads = [str(c) for c in df.columns]
+    rows = [[cell(v) for v in r] for r in df.itertuples(index=False)]
+    return "\n".join(fit_table(rows, heads, tuple(heads.index(c) for c in flex), terminal_width()))
+
+
+# the columns of the worst-layers table and their printed heads, on two lines (the frame's names make it ~150 wide)
+_WORST_HEADS = {"order": "order", "layer": "layer", "op": "op", "module": "module", "local_sqnr_p95": "local\np95",
+                "local_sqnr_mean": "local\nmean", "local_worst_input": "worst\ninput", "sqnr_p95": "output\np95",
+                "input_sqnr_p95": "input\np95", "clipped_inputs": "clipped\ninputs"}
+
+
+def _print_report(report, top: int) -> None:
+    print(_wrap(report.summary()))
     for note in report.notes:
-        print(f"  note: {note}")
-    worst = report.worst(top)[["order", "layer", "op", "module", "local_sqnr_p95", "local_sqnr_mean",
-                               "local_worst_input", "sqnr_p95", "input_sqnr_p95", "clipped_inputs"]]
-    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.max_colwidth", 40,
-                           "display.float_format", "{:.4g}".format):
-        print(f"\nLayers that introduced the most error (p95 local SQNR over {report.inputs} inputs, dB):")
-        print(worst.to_string(index=False) if len(worst) else "  none ranked")
-        clipped = report.clipped().head(top)[["layer", "range_lo", "range_hi", "seen_min", "seen_max", "clipped",
-                                              "clipped_inputs", "first_clipped_input"]]
-        print(f"\nCalibrated ranges clipped on some inputs: {len(report.clipped())} of {len(report.coverage)}")
-        if len(clipped):
-            print(clipped.to_string(index=False))
+        print(_wrap(f"note: {note}", "  "))
+    worst = report.worst(top)[list(_WORST_HEADS)].rename(columns=_WORST_HEADS)
+    print("\n" + _wrap(f"Layers that introduced the most error (p95 local SQNR over {report.inputs} inputs, dB; "
+                       "local: what the layer added, output / input: SQNR of its output / inputs):"))
+    print(_table(worst, ("layer", "op", "module")) if len(worst) else "  none ranked")
+    clipped = report.clipped().head(top)[["layer", "range_lo", "range_hi", "seen_min", "seen_max", "clipped",
+                                          "clipped_inputs", "first_clipped_input"]]
+    print(f"\nCalibrated ranges clipped on some inputs: {len(report.clipped())} of {len(report.coverage)}")
+    if len(clipped):
+        print(_table(clipped, ("layer",)))
 
 
 def _report(args) -> int:
@@ -200,8 +225,8 @@ def _report(args) -> int:
     backend = None if args.backend == "none" else args.backend
     report = dataset_report(float_gm, quantized, dataset, backend=backend, program=args.pte,
                             batch_size=args.batch_size, progress=not args.no_progress, label=args.model)
-    print(f"{args.model}: {what}; calibrated on the first {min(args.calibration, len(dataset))}; "
-          f"{report.seconds:.1f} s")
+    print(_wrap(f"{args.model}: {what}; calibrated on the first {min(args.calibration, len(dataset))}; "
+                f"{report.seconds:.1f} s"))
     _print_report(report, args.top)
     if args.html:
         report.show().save_html(args.html, title=f"Quantization of {args.model}")  # the views, by registry
@@ -247,7 +272,7 @@ def _fix(args) -> int:
     progress = (lambda line: print(line, file=sys.stderr, flush=True)) if not args.no_progress else False
     result = auto_mixed_precision(model, dataset, budget=args.budget, quantizer_factory=factory,
                                   backend=args.backend, max_calibration=args.calibration, progress=progress)
-    print(f"{args.model}: {what}")
+    print(_wrap(f"{args.model}: {what}"))
     print(result.explain())
     if args.output:
         from etlab.schema import write_atomic
