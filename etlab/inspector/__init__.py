@@ -26,7 +26,8 @@
 - `inspect_main(argv)` / `compare_main(argv)`: `etlab inspect` / `etlab compare` (the CLI calls them); what
   every etlab command shares: `input_file` / `output_file` (file arguments checked before any work),
   `error_line`, `Progress` (stages on stderr), `stdout_closed` (a reader that went away: no traceback),
-  `terminal_width`, `cut` (text cut with "…"), `fit_table` (a table within a width)
+  `terminal_width`, `cut` (text cut with "…"), `fit_table` (a table within a width), `compact_table` (the
+  events' table `etlab inspect` prints)
 """
 
 from etlab.inspector._cli import (
@@ -69,7 +70,7 @@ from etlab.inspector._rollups import (
     time_unit,
     timings_counted_once,
 )
-from etlab.inspector._terminal import cut, fit_table, terminal_width
+from etlab.inspector._terminal import compact_table, cut, fit_table, terminal_width
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
@@ -99,6 +100,7 @@ __all__ = [
     "RunCall",
     "TimeScale",
     "block_methods",
+    "compact_table",
     "compare",
     "compare_main",
     "compare_results",
