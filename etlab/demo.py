@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 ITERATIONS = 20
+TOP = 30  # events in the printed table (`etlab inspect`'s default)
 
 
 def main(argv: list[str] | None = None) -> Path:
@@ -42,7 +43,7 @@ def main(argv: list[str] | None = None) -> Path:
 
         from etlab.compiler import to_edge_transform_and_lower
         from etlab.compiler.backends import DemoPartitioner
-        from etlab.inspector import Inspector
+        from etlab.inspector import Inspector, terminal_width
         from etlab.models import make_cnn
         from etlab.runtime import Runtime
         from etlab.visualizer import show
@@ -79,8 +80,11 @@ def main(argv: list[str] | None = None) -> Path:
         report = show(inspector, program=et).save_html(args.report)
         step(len(steps))
 
+    console.width = terminal_width()  # as the table's (rich's own default is 80 columns off a terminal)
     console.rule("Inspector: what ran, joined with what was compiled")
-    inspector.print_data_tabular()
+    print(events_table(inspector), end="")
+    console.print(f"every event, every column: etlab inspect {out / 'run.etdp'} --etrecord {out / 'model.etrecord'} "
+                  "--all --wide", markup=False, highlight=False)
     console.rule("Summary")
     console.print(f"compile (to_edge + lowering + to_executorch): {compile_ms:.0f} ms; "
                   f"{len(et.delegate_map.get('forward', {}))} delegate call(s) to DemoBackend")
@@ -90,6 +94,14 @@ def main(argv: list[str] | None = None) -> Path:
     console.print(f"files: {out.resolve()}")
     console.print(f"report: {Path(report).resolve()}")
     return Path(report)
+
+
+def events_table(inspector, width: int | None = None) -> str:
+    """The run's events as `etlab inspect` prints them: the slowest TOP within the terminal's width (the
+    whole frame, `print_data_tabular()`, is some 900 columns wide)."""
+    from etlab.inspector import compact_table, terminal_width
+
+    return compact_table(inspector.to_dataframe(), width or terminal_width(), TOP)
 
 
 if __name__ == "__main__":
