@@ -76,8 +76,40 @@ class Dashboard(widgets.Tab):
     Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`). `memory_plan`: the Memory
     tab's table when the program manager is not at hand (`_memory_view.pte_plan_frame` of the .pte)."""
 
+    TEXT_TOP = 10  # events in the text form's table
+
     def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+        bundle = _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+        data = bundle[0] if isinstance(bundle, tuple) else bundle
+        if data is not None:  # IPython's terminal shows text/plain (ipywidgets' own: the widget repr cut at 110)
+            data["text/plain"] = self.text()
+        return bundle
+
+    def __repr__(self) -> str:
+        return self.text()
+
+    def text(self, width: int | None = None) -> str:
+        """The dashboard outside a notebook (a plain REPL's `repr`, IPython's terminal), within `width`
+        columns (the terminal's): the run, the tabs and why any is missing, the slowest events, the numeric
+        gap in a line, and how to see the views (a notebook, or `save_html` for a browser). The widgets'
+        own repr is kilobytes of HTML."""
+        import textwrap
+
+        from etlab.inspector import compact_table, terminal_width
+
+        width = width or terminal_width()
+        wrap = lambda text: textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False)
+        lines = [wrap(f"Dashboard of {self.inspector!r}"),
+                 wrap("tabs: " + ", ".join(self._titles[k] for k in self.views))]
+        lines += [wrap(f"not shown: {_TITLES.get(k, k)}: {why}") for k, why in self.missing.items()]
+        table = compact_table(self.inspector.to_dataframe(), width, self.TEXT_TOP).rstrip("\n")
+        lines.append(table.replace("--all: every event, --wide: every column", "all: inspector.to_dataframe()"))
+        gap = self.views.get("gap")
+        if isinstance(gap, NumericGapView):
+            lines.append(wrap(f"numeric gap: {gap.summary_text()}"))
+        lines.append(wrap("the views are notebook widgets: display the dashboard in Jupyter, or write them as one "
+                          "offline page with .save_html('report.html')"))
+        return "\n".join(lines)
 
     def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, memory_plan=None,
                  **kwargs):
