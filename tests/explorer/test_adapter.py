@@ -209,7 +209,10 @@ def test_export_me_through_the_command_line(cnn_run, tmp_path):
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert (out / "graphs.json").is_file() and (out / "latency_p50.json").is_file()
-    assert f"model-explorer {out / 'graphs.json'} --node_data_paths={out / 'latency_p50.json'}" in r.stdout
+    # the command one argument a line (shell continuations), within 120 columns
+    assert (f"open with:\n  model-explorer \\\n      {out / 'graphs.json'} \\\n"
+            f"      --node_data_paths={out / 'latency_p50.json'}\n") in r.stdout, r.stdout
+    assert max(len(line) for line in r.stdout.splitlines()) <= 120, r.stdout
     bad = subprocess.run([ETLAB, "export-me", str(d / "run.etdp"), "-o", str(out)],
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode == 2 and "--etrecord" in bad.stderr and "Traceback" not in bad.stderr
