@@ -90,17 +90,6 @@ def _help_commands() -> list[list]:
     return cmds
 
 
-# Commands whose default output is still wider (issue 26 item 9, not yet fixed; their owners' modules):
-# a strict xfail below fails as soon as one fits, so that it leaves this list.
-KNOWN_WIDE = {
-    ("export-me",): "'open with: model-explorer ... --node_data_paths=...' is one line (etlab.model_explorer)",
-    ("fleet", "query"): "a query's rows are printed whole: SELECT * over events is ~430 columns (etlab.fleet)",
-    ("fleet", "generate"): "the summary is one line naming the output folder and the planted regression (etlab.fleet)",
-    ("quant", "report"): "the summary paragraph is one ~330-column line (etlab.devtools quant CLI)",
-    ("fleet", "stats"): "variance and outliers print the whole 64-hex program identity (etlab.fleet; upstream's runs)",
-}
-
-
 def _key(argv: list[str]) -> tuple:
     return tuple(argv[:2]) if argv[0] in ("fleet", "quant") and argv[1] != "--help" else (argv[0],)
 
@@ -119,7 +108,7 @@ def _check(results: list[dict]) -> None:
     failed = [(r["argv"], r["status"], r["stderr"][-500:]) for r in results
               if not (r["status"] == 0 or (r["argv"][:2] == ["fleet", "diff"] and r["status"] == 1))]
     assert not failed, failed
-    wide = {k: v for k, v in _wide(results).items() if k not in KNOWN_WIDE}
+    wide = _wide(results)
     assert not wide, wide
     for r in results:  # JSON output is strict JSON (NaN as null; item 1): upstream's XNNPACK run included
         argv = r["argv"]
@@ -207,14 +196,29 @@ def test_every_command_fits_120_columns_on_upstream_files(upstream_results):
     _check(upstream_results)
 
 
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_WIDE.values()))
-def test_known_wide_commands_fit_120_columns(zoo_results):
-    assert not _wide(zoo_results)
+def test_demo_events_table_fits_120_columns(delegate_runs):
+    """`make demo` (python -m etlab.demo) prints the run's events with `events_table`, as `etlab inspect` does
+    (it printed print_data_tabular()'s whole frame, 930 columns): here on the zoo's delegated CNN."""
+    from etlab.demo import TOP, events_table
+    from etlab.inspector import Inspector
+
+    d = delegate_runs["cnn"]
+    ins = Inspector(etdump_path=d / "run.etdp", etrecord=d / "model.etrecord", debug_buffer_path=d / "run.bin")
+    for width in (80, 120):
+        lines = events_table(ins, width).splitlines()
+        assert max(len(line) for line in lines) <= width, max(lines, key=len)
+        assert lines[0].split()[:2] == ["block", "event"] and any("DemoBackend" in line for line in lines)
+        assert len(lines) <= TOP + 3  # head, rule, TOP rows, the line saying how many are left out
 
 
-@pytest.mark.interop
-@pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="; ".join(KNOWN_WIDE.values()))
-def test_known_wide_commands_fit_120_columns_on_upstream_files(upstream_results):
-    assert not _wide(upstream_results)
+@pytest.mark.slow  # the whole demo: compile, 20 runs, the HTML report (some 10 s)
+def test_demo_output_fits_120_columns(tmp_path):
+    """The demo as `make demo` runs it (`python -m etlab.demo`), stdout a pipe: every line within 120 columns."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env.pop("COLUMNS", None)
+    p = subprocess.run([sys.executable, "-m", "etlab.demo", "--out", tmp_path / "out", "--report",
+                        tmp_path / "report.html"], capture_output=True, text=True, timeout=1200, env=env, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr[-3000:]
+    lines = p.stdout.splitlines()
+    assert max(len(line) for line in lines) <= WIDTH, max(lines, key=len)
+    assert any("DELEGATE_CALL" in line for line in lines) and (tmp_path / "report.html").is_file()
