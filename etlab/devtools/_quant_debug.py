@@ -562,7 +562,7 @@ def quantization_report(float_model, quantized, inputs, *, runtime: bool = False
     if runtime:
         from etlab.devtools._quant_debug_runtime import runtime_values
 
-        torch_q_values, q_values = q_values, {**q_values, **runtime_values(quantized, args)}
+        torch_q_values, q_values = q_values, {**q_values, **runtime_values(quantized, args, like=q_values)}
     rows = layer_rows(float_gm, quantized, f_values, q_values, torch_q_values)
     outputs = []
     for i, (ref, val) in enumerate(zip(_outputs(f_values, float_gm), _outputs(q_values, quantized))):

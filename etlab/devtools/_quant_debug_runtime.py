@@ -10,6 +10,7 @@ provenance, the converted graph's node it was made from. Nodes the runtime has n
 
 from __future__ import annotations
 
+import operator
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -31,18 +32,20 @@ def converted_name(edge_node: Node, converted: GraphModule) -> str | None:
     return None
 
 
-def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path | None = None
-                   ) -> dict[str, Any]:
+def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path | None = None,
+                   like: dict[str, Any] | None = None) -> dict[str, Any]:
     """converted-graph node name -> the value etlab's runtime computed for it, on one run of the
     compiled program on `inputs`. workdir: where the .pte, ETDump and debug buffer go (default: a
-    temporary directory, removed afterwards)."""
+    temporary directory, removed afterwards). A runtime value is kept only where it can stand for the
+    node's value: a tensor of the shape and dtype of the node's value in `like` (torch's run of
+    `converted`), else of its traced value (meta 'val') when it has one."""
     from etlab.compiler import to_edge
     from etlab.etrecord import ETRecord
     from etlab.inspector import Inspector
     from etlab.runtime import DebugLevel, Runtime
 
     edge = to_edge(torch.export.export(converted, inputs), generate_etrecord=True)
-    by_edge_name = {n.name: converted_name(n, converted) for n in edge.exported_program().graph.nodes}
+    producers = value_producers(edge.exported_program().graph, converted)
     et = edge.to_executorch()
     record = ETRecord.from_sources(et.get_etrecord(), representative_inputs=list(inputs))
     with tempfile.TemporaryDirectory(prefix="etlab-qdebug-") as tmp:
@@ -55,12 +58,64 @@ def runtime_values(converted: GraphModule, inputs: tuple, *, workdir: str | Path
         program.write_etdump_result_to_file(out / "run.etdp", out / "run.bin")
         gaps = Inspector(etdump_path=out / "run.etdp", etrecord=record,
                          debug_buffer_path=out / "run.bin").calculate_numeric_gap("MSE")
+        logged = {ops[-1]: value for ops, value in zip(gaps["aot_ops"], gaps["runtime_intermediate_output"])
+                  if ops and isinstance(value, torch.Tensor)}
         values: dict[str, Any] = {}
-        for ops, value in zip(gaps["aot_ops"], gaps["runtime_intermediate_output"]):
-            name = by_edge_name.get(ops[-1]) if ops else None
-            if name is not None and isinstance(value, torch.Tensor):
+        for name, edge_name in producers.items():
+            value = logged.get(edge_name)
+            reference = like.get(name) if like is not None else converted_value(converted, name)
+            if value is not None and _fits(reference, value, known=like is not None):
                 values[name] = value.clone()  # the debug buffer is a mapped file
     return values
+
+
+def converted_value(converted: GraphModule, name: str):
+    """The traced value (meta 'val') of the converted graph's node `name`, or None."""
+    node = next((n for n in converted.graph.nodes if n.name == name), None)
+    return node.meta.get("val") if node is not None else None
+
+
+def _fits(reference, value: torch.Tensor, *, known: bool) -> bool:
+    """Whether a runtime value can stand for a node whose value is `reference`: one tensor of its shape and dtype.
+    An unknown reference (`known` False: a node convert_pt2e inserted has no traced value) does not refuse it."""
+    if reference is None and not known:
+        return True
+    return isinstance(reference, torch.Tensor) and tuple(reference.shape) == tuple(value.shape) \
+        and reference.dtype == value.dtype
+
+
+def value_producers(edge_graph: torch.fx.Graph, converted: GraphModule) -> dict[str, str]:
+    """converted-graph node name -> the Edge node whose output is that node's value.
+
+    Edge decomposes one converted op into several (unbind -> slice + squeeze per output), all with
+    the same provenance: the node's value is the one whose output leaves that group (used by another
+    op's nodes or by the program's output). A single such node is the value of a one-output op; a
+    multi-output op (unbind, split) has one per output, each given to the `getitem` of the converted
+    graph whose users consume it. What cannot be told apart keeps torch's value (no entry)."""
+    origin = {n.name: converted_name(n, converted) for n in edge_graph.nodes}
+    leaving: dict[str, list[Node]] = {}
+    for n in edge_graph.nodes:
+        name = origin[n.name]
+        if name is not None and any(u.op == "output" or origin[u.name] != name for u in n.users):
+            leaving.setdefault(name, []).append(n)
+    conv_nodes = {n.name: n for n in converted.graph.nodes}
+    producers: dict[str, str] = {}
+    for name, nodes in leaving.items():
+        node = conv_nodes.get(name)
+        if node is None:
+            continue
+        getitems = [u for u in node.users if u.op == "call_function" and u.target is operator.getitem]
+        if not getitems:
+            if len(nodes) == 1:
+                producers[name] = nodes[0].name
+            continue
+        # a multi-output op: each leaving Edge node belongs to the getitem whose consumers use it
+        for n in nodes:
+            consumers = {origin[u.name] for u in n.users if u.op != "output"}
+            owners = [g for g in getitems if consumers and consumers <= {u.name for u in g.users}]
+            if len(owners) == 1 and owners[0].name not in producers:
+                producers[owners[0].name] = n.name
+    return producers
 
 
 def shipped_method(converted: GraphModule, inputs: tuple, backend: str | None, program=None, *,

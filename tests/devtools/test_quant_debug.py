@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from etlab.devtools import (
     requantize_excluding,
     sensitivity_table,
 )
-from etlab.devtools._quant_debug import dequantized_output, error_metrics, float_graph_of
+from etlab.devtools._quant_debug import capture_values, dequantized_output, error_metrics, float_graph_of
 from etlab.devtools._quant_debug_fix import quantize_pt2e
 from etlab.models.zoo import make_cnn, make_mlp, make_transformer
 
@@ -185,3 +186,50 @@ def test_runtime_values_join_the_converted_graph():
     torch_only = quantization_report(float_gm, quantized, inputs).layers.set_index("layer")
     assert not torch_only["from_runtime"].any()
     assert layers.loc["conv2d_2", "local_sqnr"] == pytest.approx(torch_only.loc["conv2d_2", "local_sqnr"], abs=0.5)
+
+
+class _Unbind(torch.nn.Module):
+    """timm's attention in small: `q, k, v = qkv.unbind(0)` on a batch of one (issue 28: runtime=True failed on
+    timm's Swin with "index 1 is out of bounds for dimension 0 with size 1")."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = torch.nn.Linear(8, 24)
+        self.proj = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, 2, 4).permute(2, 0, 3, 1, 4).unbind(0)
+        attn = (q @ k.transpose(-2, -1)).softmax(-1)
+        return self.proj((attn @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def test_runtime_values_of_a_multi_output_op():
+    """Edge turns unbind into slice + squeeze per output, all with unbind's provenance: no one of them is unbind's
+    value (a tuple); each output goes to the getitem whose users consume it, and the report runs."""
+    from etlab.compiler import EtlabQuantizer, to_edge
+    from etlab.devtools._quant_debug_runtime import runtime_values, value_producers
+
+    torch.manual_seed(0)
+    model, inputs = _Unbind().eval(), (torch.randn(1, 5, 8),)
+    float_gm = float_graph_of(model, inputs)
+    quantized = quantize_pt2e(float_gm, EtlabQuantizer(), [inputs])
+    getitems = [n.name for n in quantized.graph.nodes if n.target is operator.getitem]
+    assert len(getitems) == 3
+    edge = to_edge(torch.export.export(quantized, inputs)).exported_program().graph
+    producers = value_producers(edge, quantized)
+    assert "unbind" not in producers
+    assert set(getitems) <= set(producers) and len({producers[g] for g in getitems}) == 3
+    torch_values = capture_values(quantized, inputs)
+    assert isinstance(torch_values["unbind"], (tuple, list))
+    values = runtime_values(quantized, inputs, like=torch_values)
+    # the six Edge ops share one debug handle: the runtime logs the last one's output (v), q and k keep torch's
+    assert "unbind" not in values and getitems[-1] in values
+    assert all(v.shape == torch_values[k].shape and v.dtype == torch_values[k].dtype for k, v in values.items())
+    for g in set(getitems) & set(values):  # each output is its own slice of qkv (v is not q), as torch computed it
+        assert torch.allclose(values[g], torch_values[g], atol=0.05), g
+    report = quantization_report(float_gm, quantized, inputs, runtime=True)
+    torch_only = quantization_report(float_gm, quantized, inputs)
+    assert len(report.layers) == len(torch_only.layers)
+    assert report.layers["from_runtime"].any()
+    assert report.output_sqnr == pytest.approx(torch_only.output_sqnr, abs=3.0)
