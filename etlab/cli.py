@@ -84,7 +84,7 @@ def _info(args) -> int:
         from etlab.etrecord import parse_etrecord
 
         record = parse_etrecord(args.path)
-        print(f"{args.path}: ETRecord, methods {record.methods}")
+        print(_fit(f"{args.path}: ETRecord, methods {record.methods}"))
         _delegation_lines(record, "recorded edge graph")
         return 0
     obj = load_file(args.path)
@@ -92,8 +92,8 @@ def _info(args) -> int:
         raise FormatError(f"--etrecord explains a .pte's delegation; {args.path} is not a .pte")
     if isinstance(obj, PteFile):
         prog = obj.program
-        print(f"{args.path}: program version {prog.version}, {len(obj.segments)} segment(s) "
-              f"({sum(len(s) for s in obj.segments)} bytes)")
+        print(_fit(f"{args.path}: program version {prog.version}, {len(obj.segments)} segment(s) "
+                   f"({sum(len(s) for s in obj.segments)} bytes)"))
         for plan in prog.execution_plan or ():
             ops = [f"{o.name}.{o.overload}" if o.overload else o.name for o in plan.operators or ()]
             n_instr = sum(len(c.instructions or ()) for c in plan.chains or ())
@@ -107,16 +107,16 @@ def _info(args) -> int:
         elif where:
             print(f"  delegation: {where}")
     elif isinstance(obj, PtdFile):
-        print(f"{args.path}: {len(obj.flat_tensor.named_data or ())} named entries")
+        print(_fit(f"{args.path}: {len(obj.flat_tensor.named_data or ())} named entries"))
         for key, (layout, data) in obj.named().items():
             shape = f" {layout.scalar_type.name} {list(layout.sizes or ())}" if layout else ""
             print(f"  {key}:{shape} {len(data)} bytes")
     elif isinstance(obj, BundledProgram):
-        print(f"{args.path}: bundled program v{obj.version}, embedded .pte of {len(obj.program)} bytes")
+        print(_fit(f"{args.path}: bundled program v{obj.version}, embedded .pte of {len(obj.program)} bytes"))
         for suite in obj.method_test_suites or ():
             print(f"  method {suite.method_name!r}: {len(suite.test_cases or ())} test case(s)")
     elif isinstance(obj, ETDump):
-        print(f"{args.path}: etdump version {obj.version}, {len(obj.run_data or ())} run block(s)")
+        print(_fit(f"{args.path}: etdump version {obj.version}, {len(obj.run_data or ())} run block(s)"))
         for run in obj.run_data or ():
             print(f"  {run.name!r}: {len(run.events or ())} events")
     return 0
