@@ -15,7 +15,7 @@ import re
 from etlab.errors import FormatError
 from etlab.etrecord._archive import UPSTREAM_IDENTIFIER, _check_name, load_json
 from etlab.etrecord._maps import main_method
-from etlab.etrecord._program_json import GETITEM, op_type, upstream_program
+from etlab.etrecord._program_json import GETITEM, Unsupported, op_type, upstream_program
 from etlab.facts.program_info import OpInfo
 from etlab.facts.source import module_hierarchy
 
@@ -200,7 +200,11 @@ def program_ops(entries: dict[str, bytes], base: str, where: str) -> dict[int, l
         for child in later:
             walk(child)
 
-    walk(upstream_program(load_json(entries, base, where), f"{where}: program {base!r}"))
+    try:
+        program = upstream_program(load_json(entries, base, where), f"{where}: program {base!r}")
+    except Unsupported as e:  # an Edge program's every node has a result; one without is not upstream's writing
+        raise FormatError(f"{e}: not an Edge program the op table can be read from") from None
+    walk(program)
     return ops
 
 
