@@ -43,7 +43,7 @@ sys.__stdout__.write(json.dumps(out))
 
 
 def _run_all(commands: list[list]) -> list[dict]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)  # etlab as installed in the venv (make setup), no path override
     env.pop("COLUMNS", None)
     p = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([[str(a) for a in c] for c in commands]),
                        capture_output=True, text=True, timeout=1200, env=env, cwd=REPO)
@@ -214,7 +214,7 @@ def test_demo_events_table_fits_120_columns(delegate_runs):
 @pytest.mark.slow  # the whole demo: compile, 20 runs, the HTML report (some 10 s)
 def test_demo_output_fits_120_columns(tmp_path):
     """The demo as `make demo` runs it (`python -m etlab.demo`), stdout a pipe: every line within 120 columns."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)  # etlab as installed in the venv (make setup), no path override
     env.pop("COLUMNS", None)
     p = subprocess.run([sys.executable, "-m", "etlab.demo", "--out", tmp_path / "out", "--report",
                         tmp_path / "report.html"], capture_output=True, text=True, timeout=1200, env=env, cwd=tmp_path)

@@ -7,9 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 def _lines_fit(text: str, width: int) -> None:
@@ -22,7 +19,7 @@ def test_show_in_a_plain_python_repl_prints_a_short_text_form(mlp_run, tmp_path)
     record.save(tmp_path / "model.etrecord")
     script = ("from etlab.inspector import Inspector\nfrom etlab.visualizer import show\n"
               f"show(Inspector(etdump_path={str(mlp_run.etdump)!r}, etrecord={str(tmp_path / 'model.etrecord')!r}))\n")
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = dict(os.environ)  # etlab as installed in the venv (make setup), no path override
     env.pop("COLUMNS", None)
     p = subprocess.run([sys.executable, "-q", "-i"], input=script, capture_output=True, text=True, timeout=600,
                        env=env, cwd=tmp_path)
