@@ -19,7 +19,14 @@ reference-python process), so both compilers lower the same ExportedProgram.
   etlab's own runtime, against the corpus tolerance (atol + rtol·|eager|).
 
 Models upstream's XnnpackPartitioner does not lower (no partition) are listed and left out of the
-ratios. Writes the `## xnnpack lowering` section of bench/RESULTS.md unless --no-write or --models.
+ratios.
+
+Every measured row is merged into bench/xnnpack_lowering.jsonl (one JSON line per model, the newest
+measurement of a model replacing its older one, with the etlab commit it measured), and the
+`## xnnpack lowering` section of bench/RESULTS.md is rendered from that whole store: a run over a few
+models (--models) adds or replaces their rows and keeps every other model's. The hand-written notes
+between the section's NOTES_BEGIN / NOTES_END markers are kept as they are. --no-write leaves both
+files alone; --from-json merges lines saved by --json (an earlier run, another checkout) the same way.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -42,13 +50,17 @@ if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
 import torch  # noqa: E402
-from _common import ref_env, reference_python, write_section  # noqa: E402
+from _common import RESULTS, ref_env, reference_python, write_section  # noqa: E402
 
 from etlab.devtools import get_delegation_info  # noqa: E402
 from etlab.models import DYNAMIC_SHAPES, ZOO  # noqa: E402
 from etlab.models.corpus import CORPUS, flat_tensors, max_abs_error, within_tolerance  # noqa: E402
+from etlab.schema import write_atomic  # noqa: E402
 
 SECTION = "xnnpack lowering"
+STORE = HERE / "xnnpack_lowering.jsonl"  # every measured model's newest row (see the docstring)
+NOTES_BEGIN = "<!-- notes: hand-written, kept by bench/xnnpack_lowering.py -->"
+NOTES_END = "<!-- end of notes -->"
 COMPILE_TARGET = 10.0  # the issue's bars: compile >= 10x faster than upstream on every model,
 LATENCY_MEDIAN_TARGET = 1.05  # latency etlab/upstream median <= 1.05 over the models,
 LATENCY_MAX_TARGET = 1.2  # and no model above 1.2
@@ -90,6 +102,10 @@ class Result:
     err_etlab_on_etlab: float | None = None
     within_tol: bool | None = None
     error: str = ""
+    commit: str = ""  # the etlab commit this row measured
+    date: str = ""  # UTC time the row was measured (ISO 8601)
+    rounds: int | None = None  # --rounds and --latency-rounds of the run
+    latency_rounds: int | None = None
 
     @property
     def speedup(self) -> float | None:
@@ -285,17 +301,55 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
     return res
 
 
-def load_results(paths: list[Path]) -> tuple[list[Result], tuple[float, float]]:
-    """Results saved by --json (the last line per model wins), and the load at the first and last model."""
+def _result(row: dict, path: Path, lineno: int) -> Result:
+    """A Result from one saved JSON line; a line that is not one is an error naming file and line."""
+    names = {f.name for f in dataclasses.fields(Result)}
+    if not isinstance(row, dict) or not isinstance(row.get("name"), str):
+        raise SystemExit(f"xnnpack_lowering: {path}:{lineno}: not a result line (no model name)")
+    unknown = sorted(set(row) - names)
+    if unknown:
+        raise SystemExit(f"xnnpack_lowering: {path}:{lineno}: unknown fields {unknown}")
+    return Result(**row)
+
+
+def load_results(paths: list[Path], commit: str = "") -> tuple[list[Result], tuple[float, float]]:
+    """Results saved by --json or the store (the last line per model wins, in file order), and the load
+    at the first and last model. `commit` fills the rows that do not say which commit they measured."""
     by_name: dict[str, Result] = {}
     for path in paths:
-        for line in path.read_text().splitlines():
+        for i, line in enumerate(path.read_text().splitlines(), 1):
             if line.strip():
-                row = json.loads(line)
-                by_name[row["name"]] = Result(**row)
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise SystemExit(f"xnnpack_lowering: {path}:{i}: not JSON ({e})") from None
+                r = _result(row, path, i)
+                r.commit = r.commit or commit
+                by_name.pop(r.name, None)  # a re-measured model moves to where its newest line is
+                by_name[r.name] = r
     results = list(by_name.values())
     loads = [r.load for r in results if r.load]
     return results, ((loads[0][0], loads[-1][-1]) if loads else (float("nan"), float("nan")))
+
+
+def merge_into_store(new: list[Result], store: Path = STORE) -> list[Result]:
+    """The store's rows with `new` replacing the rows of the same models (kept in place) or added at
+    the end, written back atomically; returns every row."""
+    old = load_results([store])[0] if store.is_file() else []
+    fresh = {r.name: r for r in new}
+    rows = [fresh.pop(r.name, r) for r in old] + list(fresh.values())
+    write_atomic(store, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows).encode())
+    return rows
+
+
+def kept_notes(results_md: Path = RESULTS) -> str:
+    """The hand-written notes of the section as they are now (between the markers), or ''."""
+    text = results_md.read_text() if results_md.is_file() else ""
+    m = re.search(rf"^## {re.escape(SECTION)}\n.*?(?=^## |\Z)", text, re.S | re.M)
+    sec = m.group(0) if m else ""
+    if NOTES_BEGIN in sec and NOTES_END in sec:
+        return sec[sec.index(NOTES_BEGIN) + len(NOTES_BEGIN):sec.index(NOTES_END)].strip("\n")
+    return ""
 
 
 def _commit() -> str:
@@ -310,7 +364,9 @@ def _fmt(x, spec: str, none: str = "n/a") -> str:
     return format(x, spec) if x is not None else none
 
 
-def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[float, float]) -> str:
+def render(results: list[Result], notes: str = "") -> str:
+    """The section: how it is measured, the summary over every row, the models not measured yet, the
+    hand-written notes, then one row per model (each naming the etlab commit it measured)."""
     lowered = [r for r in results if r.upstream_partitions]
     both = [r for r in lowered if r.etlab_partitions]
     nothing = [r.name for r in lowered if r.etlab_partitions == 0]
@@ -322,23 +378,27 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
     slow_compile = [r.name for r in both if r.speedup and r.speedup < COMPILE_TARGET]
     off_tol = [r.name for r in both if r.within_tol is False]
     threads = next((r.threads_default for r in both if r.threads_default), None)
+    measured = {r.name for r in results}
+    missing = [n for n in default_models() if n not in measured]
+    loads = [x for r in results for x in r.load]
     lines = [
         f"## {SECTION}", "",
         "`bench/xnnpack_lowering.py`: etlab's `XnnpackPartitioner` and upstream ExecuTorch 1.5.1's on the same "
         "ExportedProgram, in ONE run, interleaved per model (upstream in a long-lived reference-python worker, "
         "`bench/_ref_xnnpack.py`). Compile = `to_edge_transform_and_lower` + `to_executorch` + serialized buffer "
-        f"(one thread each side; upstream once, then etlab warm-up, then {rounds + 1} etlab samples alternating with "
-        f"{rounds} more upstream samples; "
-        "speed-up = upstream median / etlab median). Latency = both `.pte` files on upstream's runtime in one "
-        f"process, alternating rounds ({latency_rounds} rounds of 5 `execute` calls each, one untimed call before "
-        f"each batch), with 1 thread and with the threadpool's default ({threads or '?'} threads); ratio = etlab's "
-        "program / upstream's. Max error = max |output - eager| (upstream's runtime on each side's `.pte`; "
-        "etlab's runtime on etlab's). Node counts are each side's own edge graph (both keep the ops their "
-        "partitioner's `ops_to_not_decompose` names whole: linear, max_pool2d, upsample_bilinear2d, hardswish). "
-        f"etlab at commit {_commit()}. Measured under load (load average {load[0]:.1f} at the start, "
-        f"{load[1]:.1f} at the end, {os.cpu_count()} cores shared with other work; per model the load when it "
-        "started -> ended). Spread: compile = (max - min) / median of each side's samples, the larger side; "
-        "latency = the wider interquartile range of the two sides' rounds / its median (1 thread).", "",
+        "(one thread each side; upstream once, then etlab warm-up, then `rounds` + 1 etlab samples alternating with "
+        "`rounds` more upstream samples; speed-up = upstream median / etlab median). Latency = both `.pte` files on "
+        "upstream's runtime in one process, alternating rounds (`latency rounds` rounds of 5 `execute` calls each, "
+        f"one untimed call before each batch), with 1 thread and with the threadpool's default ({threads or '?'} "
+        "threads); ratio = etlab's program / upstream's. Max error = max |output - eager| (upstream's runtime on "
+        "each side's `.pte`; etlab's runtime on etlab's). Node counts are each side's own edge graph (both keep the "
+        "ops their partitioner's `ops_to_not_decompose` names whole: linear, max_pool2d, upsample_bilinear2d, "
+        "hardswish). Each row is the newest measurement of its model (bench/xnnpack_lowering.jsonl; a run over a "
+        "few models replaces their rows and keeps the others); its note names the etlab commit and the rounds. "
+        f"Measured under load ({min(loads, default=float('nan')):.1f}-{max(loads, default=float('nan')):.1f} "
+        f"over the rows, {os.cpu_count()} cores shared with other work; per model the load when it started -> "
+        "ended). Spread: compile = (max - min) / median of each side's samples, the larger side; latency = the "
+        "wider interquartile range of the two sides' rounds / its median (1 thread).", "",
     ]
     if both and speedups:
         lines += [
@@ -355,6 +415,8 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
         ]
     else:
         lines += ["**No model measured on both sides.**", ""]
+    lines += [f"Not measured yet ({len(missing)} of {len(default_models())} models): {', '.join(missing) or 'none'}.",
+              "", NOTES_BEGIN, *([notes] if notes else []), NOTES_END, ""]
     lines += [
         "| model | nodes etlab / upstream | partitions etlab / upstream | compile etlab ms | compile upstream s "
         "| speed-up (CPU) | latency ms 1T etlab / upstream (ratio) | latency ms default (ratio) "
@@ -375,8 +437,13 @@ def render(results: list[Result], rounds: int, latency_rounds: int, load: tuple[
             f"| {_fmt(r.speedup, '.1f')}{'x' if r.speedup else ''} ({_fmt(r.cpu_speedup, '.1f')}"
             f"{'x' if r.cpu_speedup else ''}) | {lat_cell('1')} | {lat_cell('default')} "
             f"| {_fmt(r.err_etlab_on_upstream, '.2g')} / {_fmt(r.err_etlab_on_etlab, '.2g')} "
-            f"| {_fmt(r.err_upstream, '.2g')} | {_load_cell(r)} | {_spread_cell(r)} | {r.error} |")
+            f"| {_fmt(r.err_upstream, '.2g')} | {_load_cell(r)} | {_spread_cell(r)} | {_note_cell(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _note_cell(r: Result) -> str:
+    run = f"etlab at {r.commit or '?'}" + (f", rounds {r.rounds} / {r.latency_rounds}" if r.rounds is not None else "")
+    return f"{r.error}; {run}" if r.error else run
 
 
 def _load_cell(r: Result) -> str:
@@ -394,20 +461,31 @@ def default_models() -> list[str]:
     return ZOO_MODELS + list(CORPUS)
 
 
+def write_store_and_section(new: list[Result]) -> str:
+    """Merges `new` into the store, renders the section from every stored row (notes kept) and writes it."""
+    rows = merge_into_store(new)
+    text = render(rows, kept_notes())
+    write_section(SECTION, text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=None, help="zoo or corpus names (default: zoo set + corpus)")
     p.add_argument("--rounds", type=int, default=2, help="upstream compile samples per model after the first")
     p.add_argument("--latency-rounds", type=int, default=15)
-    p.add_argument("--no-write", action="store_true")
-    p.add_argument("--write", action="store_true", help="write the RESULTS.md section even with --models")
-    p.add_argument("--json", type=Path, default=None, help="append each model's result as a JSON line here")
+    p.add_argument("--no-write", action="store_true", help="leave the store and RESULTS.md alone")
+    p.add_argument("--json", type=Path, default=None, help="also append each model's result as a JSON line here")
     p.add_argument("--from-json", type=Path, nargs="*", default=None,
-                   help="render (and write) the section from saved JSON lines instead of measuring")
+                   help="merge lines saved by --json into the store and render the section (no measuring)")
+    p.add_argument("--commit", default="", help="with --from-json: the etlab commit of lines that do not name one")
     a = p.parse_args(argv)
     if a.from_json is not None:
-        results, loads = load_results(a.from_json)
-        text = render(results, a.rounds, a.latency_rounds, loads)
+        for path in a.from_json:
+            if not path.is_file():
+                raise SystemExit(f"xnnpack_lowering: --from-json {path}: no such file")
+        new = load_results(a.from_json, a.commit)[0]
+        text = render(merge_into_store(new) if not a.no_write else new, kept_notes())
         print(text)
         if not a.no_write:
             write_section(SECTION, text)
@@ -425,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     if partitioner_cls is None:
         print(f"xnnpack_lowering: {why}; measuring upstream's side only", file=sys.stderr)
     upstream = Upstream(ref)
-    load_start = os.getloadavg()[0]
+    commit = _commit()
     results = []
     try:
         with tempfile.TemporaryDirectory() as scratch:
@@ -433,20 +511,22 @@ def main(argv: list[str] | None = None) -> int:
                 before = os.getloadavg()[0]
                 r = bench_model(name, kind, upstream, partitioner_cls, why, Path(scratch), a.rounds, a.latency_rounds)
                 r.load = [before, os.getloadavg()[0]]
+                r.commit, r.rounds, r.latency_rounds = commit, a.rounds, a.latency_rounds
+                r.date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 results.append(r)
                 if a.json is not None:
                     with open(a.json, "a") as f:
                         f.write(json.dumps(dataclasses.asdict(r)) + "\n")
+                if not a.no_write:
+                    merge_into_store([r])  # each row as soon as it is measured: a stopped run keeps what it did
                 print(f"[xnnpack] {name}: nodes {r.etlab_nodes}/{r.upstream_nodes} partitions "
                       f"{r.etlab_partitions}/{r.upstream_partitions} speed-up {_fmt(r.speedup, '.1f')} latency "
                       f"1T {_fmt(r.latency_ratio('1'), '.3f')} default {_fmt(r.latency_ratio('default'), '.3f')} "
                       f"err {r.err_etlab_on_upstream}/{r.err_upstream} {r.error}", flush=True)
     finally:
         upstream.close()
-    text = render(results, a.rounds, a.latency_rounds, (load_start, os.getloadavg()[0]))
+    text = write_store_and_section(results) if not a.no_write else render(results, kept_notes())
     print(text)
-    if not a.no_write and (a.write or not a.models):
-        write_section(SECTION, text)
     return 0
 
 
