@@ -67,6 +67,66 @@ def compile_key(name: str, source: Path) -> str:
     return h.hexdigest()
 
 
+def upstream_version() -> str:
+    """The upstream release the reference venv holds ('executorch 1.5.1'), read from its dist-info
+    without starting its python; 'unknown' when no venv is found."""
+    venv = Path(os.environ.get("ETREF_VENV", Path.home() / ".cache" / "etref" / "venv"))
+    infos = sorted(venv.glob("lib/python*/site-packages/executorch-*.dist-info"))
+    return f"executorch {infos[-1].name[len('executorch-'):-len('.dist-info')]}" if infos else "unknown"
+
+
+def _hash_tensor(h, name: str, t) -> None:
+    t = t.detach().contiguous().cpu()
+    h.update(f"\0{name}\0{t.dtype}\0{tuple(t.shape)}\0".encode())
+    if t.numel():
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+
+
+def _hash_value(h, name: str, value) -> None:
+    if isinstance(value, torch.Tensor):
+        _hash_tensor(h, name, value)
+    else:  # a script object or a python constant: its type and repr
+        h.update(f"\0{name}\0{type(value).__qualname__}\0{value!r}".encode())
+
+
+def program_digest(h, ep) -> None:
+    """Feeds what upstream's compile of ExportedProgram `ep` depends on into hash `h`: the graph code
+    of every (sub)module without its comment lines (those carry source file paths and line numbers,
+    which move when an unrelated line of the defining file is edited), the graph signature, the
+    range constraints, and the bytes of every parameter, buffer and constant."""
+    for mod_name, mod in sorted(ep.graph_module.named_modules(), key=lambda kv: kv[0]):
+        code = getattr(mod, "code", None)
+        if code is None:
+            continue
+        lines = [ln.rstrip() for ln in code.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+        h.update(f"\0module {mod_name}\0".encode() + "\n".join(lines).encode())
+    h.update(f"\0{ep.graph_signature}\0{sorted(map(str, ep.range_constraints.items()))}".encode())
+    for name, value in sorted(ep.state_dict.items()):
+        _hash_value(h, f"state {name}", value)
+    for name, value in sorted(ep.constants.items()):
+        _hash_value(h, f"const {name}", value)
+
+
+def program_key(name: str, programs: dict, inputs: dict[str, tuple], share_mutable_buffers: bool) -> str:
+    """Content key of upstream's compile of corpus model `name` from what that compile reads: the
+    exported programs (program_digest), the example inputs, the memory-planning option, the upstream
+    release, the reference script and setup.sh, torch's version and RECIPE. Unlike compile_key (which
+    hashes whole source files), an edit to a docstring or to another model in the same file keeps
+    the key."""
+    from torch.utils._pytree import tree_flatten
+
+    h = hashlib.sha256(f"{RECIPE}\0{name}\0{torch.__version__}\0{upstream_version()}\0{share_mutable_buffers}".encode())
+    for p in [REF_SCRIPT, SETUP_SH]:
+        data = p.read_bytes() if p.is_file() else b""
+        h.update(f"\0{p.name}\0{len(data)}\0".encode() + data)
+    for method in sorted(programs):
+        h.update(f"\0method {method}\0".encode())
+        program_digest(h, programs[method])
+        for i, value in enumerate(tree_flatten(list(inputs[method]))[0]):
+            _hash_value(h, f"input {i}", value)
+    return h.hexdigest()
+
+
 def run_key(pte: bytes, inputs: dict[str, Path]) -> str:
     """Content key of an upstream run of `pte` on the saved inputs of each method."""
     h = hashlib.sha256(RECIPE.encode() + pte)

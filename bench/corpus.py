@@ -11,7 +11,12 @@ upstream's XNNPACK-lowered .pte loaded and inspected by etlab (run where etlab h
 the Inspector on an ETDump with intermediate outputs, its numeric gap and the HTML report.
 
 Upstream artifacts are cached by content (bench/_corpus_upstream.py), so a second run only redoes
-what changed. Writes the `## corpus` section of bench/RESULTS.md unless --no-write.
+what changed. Each model's row is kept (bench/_corpus_rows.py) with the commit and date it was
+measured at: a run measures the models that have no row first, then those whose row is stale
+(etlab, the entry or upstream changed since), oldest first, and skips current ones; the table
+is every corpus model's latest row. A run that is stopped (SIGTERM, Ctrl-C) keeps the rows it
+finished. Writes the `## corpus` section of bench/RESULTS.md unless --no-write; --render-only
+writes it from the kept rows without measuring.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import _corpus_rows as rows  # noqa: E402
 import _corpus_upstream as up  # noqa: E402
 import torch  # noqa: E402
 from _common import reference_python, write_section  # noqa: E402
@@ -89,6 +95,16 @@ class ModelResult:
         one not measured does)."""
         return bool(self.checks) and all(c.ok is not False and not c.unmeasured for c in self.checks.values())
 
+    def to_json(self) -> dict:
+        return {"source": self.source, "export_s": self.export_s, "etlab_compile_s": self.etlab_compile_s,
+                "upstream_compile_s": self.upstream_compile_s,
+                "checks": {k: [c.ok, c.detail] for k, c in self.checks.items()}}
+
+    @classmethod
+    def from_json(cls, name: str, data: dict) -> ModelResult:
+        return cls(name, data["source"], data.get("export_s"), data.get("etlab_compile_s"),
+                   data.get("upstream_compile_s"), {k: Check(ok, detail) for k, (ok, detail) in data["checks"].items()})
+
 
 COLUMNS = ("export", "etlab compile", "etlab run", "upstream runs etlab pte", "upstream compile",
            "etlab runs upstream pte", "xnnpack pte", "inspector")
@@ -135,6 +151,7 @@ class _Work:
     pte: bytes | None = None
     compile_dir: Path | None = None
     run_dir: Path | None = None
+    entry_key: str = ""  # _corpus_upstream.program_key: what upstream's compile reads
 
 
 def etlab_phase(entry: CorpusEntry, repeat: int, jobs: list[up.PendingJob] | None) -> _Work:
@@ -148,6 +165,7 @@ def etlab_phase(entry: CorpusEntry, repeat: int, jobs: list[up.PendingJob] | Non
         work.programs = entry.export(built)
         work.result.export_s = time.perf_counter() - t
         checks["export"] = Check(True, f"{work.result.export_s:.1f}s")
+        work.entry_key = up.program_key(entry.name, work.programs, work.methods, SHARED_STATE in entry.tags)
     except Exception as e:
         checks["export"] = Check(False, _short(e))
         return work
@@ -181,8 +199,8 @@ def _save_inputs(d: Path, methods: dict[str, tuple]) -> dict[str, Path]:
 def _queue_upstream(work: _Work, jobs: list[up.PendingJob] | None) -> None:
     """Finds upstream's cached results for this model; queues jobs for the missing ones (when `jobs`
     is a list: None means report only what is cached)."""
-    name, methods = work.entry.name, list(work.methods)
-    key = up.compile_key(name, Path(sys.modules[work.entry.factory.__module__].__file__))
+    methods = list(work.methods)
+    key = work.entry_key
     work.compile_dir = up.cached("compile", key)
     if work.compile_dir is None and jobs is not None:
         job = up.new_job("compile", key)
@@ -345,14 +363,14 @@ def inspector_check(work: _Work, outdir: Path) -> None:
 
 def measure(names: list[str], *, repeat: int = 3, parallel: int = 1, ref_python: str | None = None,
             outdir: Path | None = None, log=print, chunk: int = 6,
-            results: list[ModelResult] | None = None) -> list[ModelResult]:
+            results: list[ModelResult] | None = None, on_result=None) -> list[ModelResult]:
     """Runs the whole harness on `names`. Without a reference python only cached upstream results are
     reported; the rest are n/a, "not measured".
 
     Pipelined by chunks of `chunk` models: upstream's jobs for one chunk run (in the reference python's
     processes) while etlab's phase does the next chunk and the Inspector the previous one, and each
     model's result is appended to `results` as soon as it is complete, so an interrupted run keeps the
-    models it finished."""
+    models it finished; `on_result(work)` is called on each (bench/corpus.py keeps it as a row)."""
     global UPSTREAM_OPERATORS
     UPSTREAM_OPERATORS = up.upstream_operators(ref_python)
     results = [] if results is None else results
@@ -380,15 +398,15 @@ def measure(names: list[str], *, repeat: int = 3, parallel: int = 1, ref_python:
             if upstream is not None:
                 upstream.join()
             upstream = start_jobs(jobs)
-            _finish(previous, out, results, log)
+            _finish(previous, out, results, log, on_result)
             previous = works
         if upstream is not None:
             upstream.join()
-        _finish(previous, out, results, log)
+        _finish(previous, out, results, log, on_result)
     return results
 
 
-def _finish(works: list[_Work], out: Path, results: list[ModelResult], log) -> None:
+def _finish(works: list[_Work], out: Path, results: list[ModelResult], log, on_result=None) -> None:
     """Upstream's results and the Inspector check for models whose upstream jobs have finished."""
     for work in works:
         t = time.perf_counter()
@@ -399,13 +417,18 @@ def _finish(works: list[_Work], out: Path, results: list[ModelResult], log) -> N
             log(traceback.format_exc())
         inspector_check(work, out)
         results.append(work.result)
+        if on_result is not None:
+            on_result(work)
         failed = [k for k, c in work.result.checks.items() if c.ok is False]
         log(f"[corpus] {len(results)} done: {work.entry.name} {'green' if work.result.green else 'NOT green'}"
             f"{' (failed: ' + ', '.join(failed) + ')' if failed else ''} [{time.perf_counter() - t:.1f}s]")
 
 
-def render(results: list[ModelResult], repeat: int, total: int | None = None) -> str:
-    """The `## corpus` section; `total` > len(results) marks an interrupted run's partial table."""
+def render(results: list[ModelResult], repeat: int, total: int | None = None,
+           provenance: dict[str, str] | None = None, missing: list[str] | None = None, note: str = "") -> str:
+    """The `## corpus` section; `total` > len(results) marks an interrupted run's partial table.
+    With `provenance` ({model: 'commit date'}, rows kept across runs) each row says when it was
+    measured and `missing` names the models that have no row yet."""
     green = sum(r.green for r in results)
     unmeasured = [r.name for r in results if any(c.unmeasured for c in r.checks.values())]
     ratios = [r.speedup for r in results if r.speedup]
@@ -416,21 +439,29 @@ def render(results: list[ModelResult], repeat: int, total: int | None = None) ->
         f"to_edge + to_executorch + serialize from the same ExportedProgram, etlab median of {max(repeat - 1, 1)} "
         "warm runs, upstream the warm run of 2. Errors are max |program - eager| over all outputs. n/a = a check "
         "upstream itself cannot do (named), not counted against green. Upstream's compile times come from the "
-        "content-keyed cache and were measured when that entry was made; etlab's in this run "
-        f"(load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end): the speed-up is side by "
-        "side only on a cold cache. Both compilers timed in one interleaved run: section `corpus compile speed` "
-        "(`make corpus-speed`).", "",
+        "content-keyed cache and were measured when that entry was made; "
+        + ("etlab's when the row was measured (column `measured`: etlab's commit, +edits when etlab/ had "
+           "uncommitted changes then, and the UTC date; rows are kept across runs, bench/_corpus_rows.py)"
+           if provenance else
+           f"etlab's in this run (load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end)")
+        + ": the speed-up is side by side only on a cold cache. Both compilers timed in one interleaved run: "
+        "section `corpus compile speed` (`make corpus-speed`).", "",
         f"**Fully green: {green}/{len(results)}**; median compile speed-up vs upstream {median_ratio:.1f}x "
         f"(min {min(ratios, default=float('nan')):.1f}x, over {len(ratios)} models)."
         + (f" Upstream not measured for {len(unmeasured)}: {', '.join(unmeasured)}." if unmeasured else ""), "",
-        *([f"**PARTIAL: the run was stopped after {len(results)} of {total} models**; the others are not in "
+        *([f"**PARTIAL: {len(results)} of {total} models tabled**; not measured yet: {', '.join(missing)}.", ""]
+          if missing else
+          [f"**PARTIAL: the run was stopped after {len(results)} of {total} models**; the others are not in "
            "this table (not measured in this run).", ""] if total and total > len(results) else []),
-        "| model | source | speed-up | " + " | ".join(COLUMNS) + " |",
-        "|---|---|---:|" + "---|" * len(COLUMNS),
+        *([note, ""] if note else []),
+        "| model | source | speed-up | " + " | ".join(COLUMNS) + " |" + (" measured |" if provenance else ""),
+        "|---|---|---:|" + "---|" * len(COLUMNS) + ("---|" if provenance else ""),
     ]
     for r in results:
         speed = f"{r.speedup:.1f}x" if r.speedup else "n/a"
         cells = [r.checks.get(c, Check(None, "not reached")).cell() for c in COLUMNS]
+        if provenance:
+            cells.append(provenance.get(r.name, "?"))
         lines.append(f"| {r.name} | {r.source} | {speed} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -443,7 +474,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--parallel", type=int, default=2, help="reference-python processes for upstream jobs")
     p.add_argument("--chunk", type=int, default=6, help="models per pipelined step (upstream jobs of one "
                    "chunk run while etlab does the next)")
-    p.add_argument("--cached-only", action="store_true", help="report cached upstream results, start no jobs")
+    p.add_argument("--cached-only", action="store_true", help="report cached upstream results, start no jobs "
+                   "(keeps no rows)")
+    p.add_argument("--refresh", action="store_true", help="re-measure models whose kept row is current too")
+    p.add_argument("--render-only", action="store_true", help="measure nothing: the table of the kept rows")
+    p.add_argument("--no-rows", action="store_true", help="neither read nor keep rows: measure every model "
+                   "named and table this run only")
     p.add_argument("--no-write", action="store_true")
     p.add_argument("--write-partial", action="store_true",
                    help="write the section even for --models (a run over part of the corpus, marked partial)")
@@ -454,25 +490,51 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in CORPUS]
     if unknown:
         p.error(f"unknown corpus models {unknown}; choose from {sorted(CORPUS)}")
-    ref = None if a.cached_only else reference_python()
-    if not a.cached_only and ref is None:
+    keep_rows = not (a.no_rows or a.fast or a.cached_only)
+    ctx = rows.RunContext.now(up.upstream_version()) if keep_rows or a.render_only else None
+    todo = [] if a.render_only else rows.run_order(names, CORPUS, ctx, a.refresh) if keep_rows else names
+    if keep_rows:
+        print(f"corpus: {len(todo)} of {len(names)} models to measure ({len(names) - len(todo)} kept rows are "
+              f"current): {' '.join(todo)}", file=sys.stderr, flush=True)
+    ref = None if a.cached_only or not todo else reference_python()
+    if todo and not a.cached_only and ref is None:
         print("corpus: the upstream reference python is unavailable (../shared/reference/setup.sh)", file=sys.stderr)
         return 2
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
     results: list[ModelResult] = []
+    on_result = (lambda work: _keep_row(work, ctx)) if keep_rows else None
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops a run: keep the models it finished
     try:
-        measure(names, repeat=a.repeat, parallel=a.parallel, ref_python=ref, outdir=a.out, chunk=a.chunk,
-                results=results)
+        if todo:
+            measure(todo, repeat=a.repeat, parallel=a.parallel, ref_python=ref, outdir=a.out, chunk=a.chunk,
+                    results=results, on_result=on_result)
     except KeyboardInterrupt:
         up.stop_jobs()
-        print(f"corpus: interrupted after {len(results)} of {len(names)} models", file=sys.stderr)
-    text = render(results, a.repeat, total=len(names))
+        print(f"corpus: interrupted after {len(results)} of {len(todo)} models", file=sys.stderr)
+    if keep_rows or a.render_only:
+        kept = {n: rows.load(n) for n in names}
+        results = [ModelResult.from_json(n, r.result) for n, r in kept.items() if r is not None]
+        missing = [n for n, r in kept.items() if r is None]
+        text = render(results, a.repeat, total=len(names), missing=missing,
+                      provenance={n: r.provenance for n, r in kept.items() if r is not None})
+    else:
+        missing = names[len(results):]
+        text = render(results, a.repeat, total=len(names))
     print(text)
     if not a.no_write and not a.fast and (not a.models or a.write_partial) and results:
         write_section("corpus", text)
-    return 0 if len(results) == len(names) and all(r.green for r in results) else 1
+    return 0 if not missing and all(r.green for r in results) else 1
+
+
+def _keep_row(work: _Work, ctx: rows.RunContext) -> None:
+    """Keeps a finished model's result as its row, unless a check says it was not really measured
+    (an upstream job that left no result: the next run tries again)."""
+    checks = work.result.checks.values()
+    if any(c.unmeasured or c.detail.startswith("no upstream result") for c in checks):
+        return
+    rows.save(rows.make_row(work.entry.name, work.entry_key, rows.source_key(work.entry), ctx,
+                            work.result.to_json()))
 
 
 def _interrupt(signum, frame) -> None:
