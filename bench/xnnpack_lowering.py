@@ -106,6 +106,7 @@ class Result:
     date: str = ""  # UTC time the row was measured (ISO 8601)
     rounds: int | None = None  # --rounds and --latency-rounds of the run
     latency_rounds: int | None = None
+    remark: str = ""  # hand-written (--remark), kept when the model is re-measured: check it still holds
 
     @property
     def speedup(self) -> float | None:
@@ -337,6 +338,9 @@ def merge_into_store(new: list[Result], store: Path = STORE) -> list[Result]:
     the end, written back atomically; returns every row."""
     old = load_results([store])[0] if store.is_file() else []
     fresh = {r.name: r for r in new}
+    for r in old:
+        if r.name in fresh and not fresh[r.name].remark:
+            fresh[r.name].remark = r.remark
     rows = [fresh.pop(r.name, r) for r in old] + list(fresh.values())
     write_atomic(store, "".join(json.dumps(dataclasses.asdict(r)) + "\n" for r in rows).encode())
     return rows
@@ -443,7 +447,7 @@ def render(results: list[Result], notes: str = "") -> str:
 
 def _note_cell(r: Result) -> str:
     run = f"etlab at {r.commit or '?'}" + (f", rounds {r.rounds} / {r.latency_rounds}" if r.rounds is not None else "")
-    return f"{r.error}; {run}" if r.error else run
+    return "; ".join(x for x in (r.remark, r.error, run) if x)
 
 
 def _load_cell(r: Result) -> str:
@@ -469,6 +473,16 @@ def write_store_and_section(new: list[Result]) -> str:
     return text
 
 
+def _remarks(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        name, sep, text = item.partition("=")
+        if not sep or not name.strip():
+            raise SystemExit(f"xnnpack_lowering: --remark {item!r}: expected MODEL=TEXT")
+        out[name.strip()] = text.strip().replace("|", "/")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=None, help="zoo or corpus names (default: zoo set + corpus)")
@@ -479,7 +493,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--from-json", type=Path, nargs="*", default=None,
                    help="merge lines saved by --json into the store and render the section (no measuring)")
     p.add_argument("--commit", default="", help="with --from-json: the etlab commit of lines that do not name one")
+    p.add_argument("--remark", action="append", default=[], metavar="MODEL=TEXT",
+                   help="a hand-written note on a stored row (kept when the model is re-measured); alone: "
+                        "set it and re-render the section")
     a = p.parse_args(argv)
+    remarks = _remarks(a.remark)
+    if remarks and a.from_json is None and a.models is None:
+        rows = load_results([STORE])[0] if STORE.is_file() else []
+        unknown = sorted(set(remarks) - {r.name for r in rows})
+        if unknown:
+            raise SystemExit(f"xnnpack_lowering: --remark: no stored row for {unknown}")
+        for r in rows:
+            r.remark = remarks.get(r.name, r.remark)
+        print(write_store_and_section(rows))
+        return 0
     if a.from_json is not None:
         for path in a.from_json:
             if not path.is_file():

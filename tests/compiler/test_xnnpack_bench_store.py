@@ -43,6 +43,19 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(bench, tmp_path):
     assert "mobilenet_v2" in not_measured and "cnn" not in not_measured.split(":", 1)[1].split(", ")
 
 
+def test_a_remark_stays_with_its_row_when_the_model_is_re_measured(bench, tmp_path):
+    store = tmp_path / "store.jsonl"
+    first = _row(bench, "mlp", 20)
+    first.remark = "one no-op copy fewer"
+    bench.merge_into_store([first], store)
+    rows = bench.merge_into_store([_row(bench, "mlp", 30, "c2")], store)
+    assert rows[0].remark == "one no-op copy fewer" and rows[0].commit == "c2"
+    assert "| one no-op copy fewer; etlab at c2, rounds 1 / 10 |" in bench.render(rows)
+    assert bench._remarks(["mlp = a | b"]) == {"mlp": "a / b"}
+    with pytest.raises(SystemExit, match="expected MODEL=TEXT"):
+        bench._remarks(["mlp"])
+
+
 def test_notes_are_read_back_from_the_section(bench, tmp_path):
     md = tmp_path / "RESULTS.md"
     body = bench.render([_row(bench, "mlp", 20)], "line one\n\n- line two")
