@@ -1,0 +1,725 @@
+// Native int8 kernels for XNNPACK's quantized graphs (see qconv.h).
+//
+// Values: an int8 activation q (zero point z) is held as the byte q + 128 (uint8), which is what AVX-512
+// VNNI's vpdpbusd multiplies (unsigned bytes x signed bytes -> int32, four at a time). With the zero point
+// in the same shifted form, sum((x - z) * w) = sum(x * w) - z * sum(w): the second term is folded into the
+// bias once, when the weights are packed, so a call does only the products.
+//
+// Requantization as XNNPACK's fp32 scheme: int32 accumulator (bias included) -> float, times the output
+// channel's scale (input scale * filter scale / output scale), clamped to the output's bounds less its zero
+// point, rounded to nearest-even, plus the zero point. Adds in XNNPACK's fixed-point form: each input times an
+// integer multiplier, a rounding shift, the output zero point, the bounds.
+//
+// Each kernel has three forms: AVX-512 (F/BW/VL/VNNI), AVX2 and scalar; the widest the CPU has is used, capped
+// by ETLAB_INT8_ISA (scalar | avx2 | vnni) or by the `isa` argument (0 scalar, 1 AVX2, 2 VNNI; -1: the
+// default), which is how the narrower forms are tested on a machine that has the wider ones.
+#include "qconv.h"
+
+#include <ATen/ATen.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace etlab_native {
+namespace {
+
+namespace py = pybind11;
+
+#define ETLAB_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+#define ETLAB_AVX2 __attribute__((target("avx2,fma")))
+
+enum Isa : int { kScalar = 0, kAvx2 = 1, kVnni = 2 };
+
+int detected_isa() {
+  static const int isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
+      return int(kVnni);
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return int(kAvx2);
+    return int(kScalar);
+  }();
+  return isa;
+}
+
+// The kernel form for an object made now: the widest the CPU has, capped by ETLAB_INT8_ISA and `requested`.
+int choose_isa(int64_t requested) {
+  int isa = detected_isa();
+  if (const char* env = std::getenv("ETLAB_INT8_ISA"); env != nullptr && *env != '\0') {
+    std::string v(env);
+    int cap = v == "scalar" ? int(kScalar) : v == "avx2" ? int(kAvx2) : v == "vnni" ? int(kVnni) : -1;
+    if (cap < 0) throw std::invalid_argument("ETLAB_INT8_ISA is '" + v + "'; it must be scalar, avx2 or vnni");
+    isa = std::min(isa, cap);
+  }
+  if (requested > 2) throw std::invalid_argument("isa must be -1 (default), 0 (scalar), 1 (AVX2) or 2 (VNNI)");
+  if (requested >= 0) isa = std::min<int>(isa, int(requested));
+  return isa;
+}
+
+inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
+
+inline int32_t load4(const uint8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+inline int32_t load_tail(const uint8_t* p, int64_t n) {  // n < 4 bytes, the rest zero
+  int32_t v = 0;
+  std::memcpy(&v, p, size_t(n));
+  return v;
+}
+
+// Output bounds of one call, in the shifted (uint8) form, and what requantization needs of them.
+struct Bounds {
+  int32_t zp, lo, hi;
+  float fmin() const { return float(lo - zp); }
+  float fmax() const { return float(hi - zp); }
+};
+
+inline uint8_t requant_scalar(int32_t acc, float scale, const Bounds& b) {
+  float f = float(acc) * scale;
+  f = std::min(std::max(f, b.fmin()), b.fmax());
+  return uint8_t(int32_t(std::nearbyint(f)) + b.zp);
+}
+
+// Per-output-channel epilogue data, padded to a multiple of 16 channels: bias with the input zero point's
+// share folded in, and the requantization scale.
+struct Epilogue {
+  std::vector<int32_t> bias;
+  std::vector<float> scale;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// GEMM: Y[m, n] = requant(bias[n] + sum_k A[m, k] * W[n, k]); A unsigned bytes, W signed bytes packed in
+// blocks of 16 output channels, each block a run of 4-byte groups: [group][channel 0..15][4 bytes].
+// ---------------------------------------------------------------------------------------------------
+
+struct PackedGemm {
+  int64_t N = 0, K = 0, Np = 0, Kp = 0;
+  std::vector<int8_t> w;  // Np / 16 blocks of Kp * 16 bytes
+  const int8_t* block(int64_t nb) const { return w.data() + nb * Kp * 16; }
+  int8_t at(int64_t n, int64_t k) const { return block(n / 16)[(k / 4) * 64 + (n % 16) * 4 + k % 4]; }
+};
+
+// W: [N, K] int8 row-major
+PackedGemm pack_gemm(const int8_t* W, int64_t N, int64_t K) {
+  PackedGemm p;
+  p.N = N, p.K = K, p.Np = round_up(N, 16), p.Kp = round_up(K, 4);
+  p.w.assign(size_t(p.Np * p.Kp), 0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k) p.w[size_t((n / 16) * p.Kp * 16 + (k / 4) * 64 + (n % 16) * 4 + k % 4)] = W[n * K + k];
+  return p;
+}
+
+ETLAB_VNNI inline __m128i requant16_vnni(__m512i acc, const float* scale, __m512 fmin, __m512 fmax, __m512i zp) {
+  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(scale));
+  f = _mm512_min_ps(_mm512_max_ps(f, fmin), fmax);
+  return _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), zp));
+}
+
+ETLAB_VNNI inline void store16_vnni(uint8_t* out, __m128i v, int64_t valid) {
+  if (valid >= 16)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out), v);
+  else
+    _mm_mask_storeu_epi8(out, __mmask16((1u << valid) - 1), v);
+}
+
+// MR rows x NB blocks of 16 channels; `nvalid`: channels of the tile that exist (the last tile's may not)
+template <int MR, int NB>
+ETLAB_VNNI void gemm_tile_vnni(const uint8_t* a, int64_t lda, int64_t K, const int8_t* w, int64_t wstride,
+                               const int32_t* bias, const float* scale, uint8_t* y, int64_t ldy, int64_t nvalid,
+                               const Bounds& bd) {
+  __m512i acc[MR][NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) {
+    __m512i b = _mm512_loadu_si512(bias + 16 * j);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) acc[m][j] = b;
+  }
+  const int64_t groups = K / 4, rem = K % 4;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m512i b[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + j * wstride + g * 64);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      __m512i av = _mm512_set1_epi32(load4(a + m * lda + 4 * g));
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], av, b[j]);
+    }
+  }
+  if (rem) {
+    __m512i b[NB];
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) b[j] = _mm512_loadu_si512(w + j * wstride + groups * 64);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      __m512i av = _mm512_set1_epi32(load_tail(a + m * lda + 4 * groups, rem));
+#pragma GCC unroll 4
+      for (int j = 0; j < NB; ++j) acc[m][j] = _mm512_dpbusd_epi32(acc[m][j], av, b[j]);
+    }
+  }
+  const __m512 fmin = _mm512_set1_ps(bd.fmin()), fmax = _mm512_set1_ps(bd.fmax());
+  const __m512i zp = _mm512_set1_epi32(bd.zp);
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j)
+      if (16 * j < nvalid)
+        store16_vnni(y + m * ldy + 16 * j, requant16_vnni(acc[m][j], scale + 16 * j, fmin, fmax, zp), nvalid - 16 * j);
+}
+
+using VnniTile = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, int64_t, const int32_t*, const float*,
+                          uint8_t*, int64_t, int64_t, const Bounds&);
+
+template <int MR>
+constexpr VnniTile vnni_tiles_row[4] = {gemm_tile_vnni<MR, 1>, gemm_tile_vnni<MR, 2>, gemm_tile_vnni<MR, 3>,
+                                        gemm_tile_vnni<MR, 4>};
+
+void gemm_vnni(const PackedGemm& P, const Epilogue& E, const uint8_t* A, int64_t lda, int64_t M, uint8_t* Y,
+               int64_t ldy, const Bounds& bd) {
+  static const VnniTile* tiles[4] = {vnni_tiles_row<1>, vnni_tiles_row<2>, vnni_tiles_row<3>, vnni_tiles_row<4>};
+  const int64_t blocks = P.Np / 16, wstride = P.Kp * 16;
+  for (int64_t nb = 0; nb < blocks; nb += 4) {
+    const int64_t nbs = std::min<int64_t>(4, blocks - nb), n0 = nb * 16;
+    const int64_t nvalid = std::min<int64_t>(P.N - n0, nbs * 16);
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+      const int64_t mr = std::min<int64_t>(4, M - m0);
+      tiles[mr - 1][nbs - 1](A + m0 * lda, lda, P.K, P.block(nb), wstride, E.bias.data() + n0, E.scale.data() + n0,
+                             Y + m0 * ldy + n0, ldy, nvalid, bd);
+    }
+  }
+}
+
+// AVX2: vpdpbusd emulated on the same packing: the even and odd bytes of each 4-byte group widened to 16
+// bits (unsigned activations, signed weights) and multiplied pairwise into 32 bits by vpmaddwd (exact).
+ETLAB_AVX2 inline void store8_avx2(uint8_t* out, __m256i acc, const float* scale, const Bounds& bd, int64_t valid) {
+  __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(acc), _mm256_loadu_ps(scale));
+  f = _mm256_min_ps(_mm256_max_ps(f, _mm256_set1_ps(bd.fmin())), _mm256_set1_ps(bd.fmax()));
+  __m256i i = _mm256_add_epi32(_mm256_cvtps_epi32(f), _mm256_set1_epi32(bd.zp));
+  __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(i), _mm256_extracti128_si256(i, 1));
+  __m128i p8 = _mm_packus_epi16(p16, p16);
+  if (valid >= 8) {
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out), p8);
+  } else if (valid > 0) {
+    alignas(16) uint8_t tmp[16];
+    _mm_store_si128(reinterpret_cast<__m128i*>(tmp), p8);
+    std::memcpy(out, tmp, size_t(valid));
+  }
+}
+
+template <int MR>
+ETLAB_AVX2 void gemm_tile_avx2(const uint8_t* a, int64_t lda, int64_t K, const int8_t* w, const int32_t* bias,
+                               const float* scale, uint8_t* y, int64_t ldy, int64_t nvalid, const Bounds& bd) {
+  __m256i acc[MR][2];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) {
+    acc[m][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias));
+    acc[m][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + 8));
+  }
+  const __m256i low = _mm256_set1_epi16(0x00FF);
+  const int64_t groups = (K + 3) / 4;
+  for (int64_t g = 0; g < groups; ++g) {
+    __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64));
+    __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + g * 64 + 32));
+    __m256i be0 = _mm256_srai_epi16(_mm256_slli_epi16(b0, 8), 8), bo0 = _mm256_srai_epi16(b0, 8);
+    __m256i be1 = _mm256_srai_epi16(_mm256_slli_epi16(b1, 8), 8), bo1 = _mm256_srai_epi16(b1, 8);
+    const int64_t rem = std::min<int64_t>(4, K - 4 * g);
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const uint8_t* p = a + m * lda + 4 * g;
+      __m256i av = _mm256_set1_epi32(rem == 4 ? load4(p) : load_tail(p, rem));
+      __m256i ae = _mm256_and_si256(av, low), ao = _mm256_srli_epi16(av, 8);
+      acc[m][0] = _mm256_add_epi32(acc[m][0], _mm256_add_epi32(_mm256_madd_epi16(ae, be0), _mm256_madd_epi16(ao, bo0)));
+      acc[m][1] = _mm256_add_epi32(acc[m][1], _mm256_add_epi32(_mm256_madd_epi16(ae, be1), _mm256_madd_epi16(ao, bo1)));
+    }
+  }
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) {
+    store8_avx2(y + m * ldy, acc[m][0], scale, bd, nvalid);
+    store8_avx2(y + m * ldy + 8, acc[m][1], scale + 8, bd, nvalid - 8);
+  }
+}
+
+void gemm_avx2(const PackedGemm& P, const Epilogue& E, const uint8_t* A, int64_t lda, int64_t M, uint8_t* Y,
+               int64_t ldy, const Bounds& bd) {
+  using Tile = void (*)(const uint8_t*, int64_t, int64_t, const int8_t*, const int32_t*, const float*, uint8_t*,
+                        int64_t, int64_t, const Bounds&);
+  static const Tile tiles[4] = {gemm_tile_avx2<1>, gemm_tile_avx2<2>, gemm_tile_avx2<3>, gemm_tile_avx2<4>};
+  for (int64_t nb = 0; nb < P.Np / 16; ++nb) {
+    const int64_t n0 = nb * 16, nvalid = std::min<int64_t>(16, P.N - n0);
+    for (int64_t m0 = 0; m0 < M; m0 += 4) {
+      const int64_t mr = std::min<int64_t>(4, M - m0);
+      tiles[mr - 1](A + m0 * lda, lda, P.K, P.block(nb), E.bias.data() + n0, E.scale.data() + n0, Y + m0 * ldy + n0,
+                    ldy, nvalid, bd);
+    }
+  }
+}
+
+void gemm_scalar(const PackedGemm& P, const Epilogue& E, const uint8_t* A, int64_t lda, int64_t M, uint8_t* Y,
+                 int64_t ldy, const Bounds& bd) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t n = 0; n < P.N; ++n) {
+      int32_t acc = E.bias[size_t(n)];
+      for (int64_t k = 0; k < P.K; ++k) acc += int32_t(A[m * lda + k]) * int32_t(P.at(n, k));
+      Y[m * ldy + n] = requant_scalar(acc, E.scale[size_t(n)], bd);
+    }
+}
+
+void gemm(int isa, const PackedGemm& P, const Epilogue& E, const uint8_t* A, int64_t lda, int64_t M, uint8_t* Y,
+          int64_t ldy, const Bounds& bd) {
+  if (isa == kVnni) return gemm_vnni(P, E, A, lda, M, Y, ldy, bd);
+  if (isa == kAvx2) return gemm_avx2(P, E, A, lda, M, Y, ldy, bd);
+  gemm_scalar(P, E, A, lda, M, Y, ldy, bd);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Shared argument checks and the epilogue made at load
+// ---------------------------------------------------------------------------------------------------
+
+void check(bool ok, const std::string& message) {
+  if (!ok) throw std::invalid_argument(message);
+}
+
+at::Tensor contiguous_u8(const at::Tensor& x, const char* what) {
+  check(x.scalar_type() == at::kByte, std::string(what) + " must be uint8 (int8 values shifted by 128), got " +
+                                          std::string(c10::toString(x.scalar_type())));
+  return x.is_contiguous() ? x : x.contiguous();
+}
+
+// bias (int32 [N]) with -x_zp * sum_k W[n, k] folded in; scales (float32 [N]); both padded to 16
+Epilogue make_epilogue(const at::Tensor& bias, const at::Tensor& scale, const std::vector<int64_t>& wsum, int64_t N,
+                       int64_t x_zp) {
+  check(scale.scalar_type() == at::kFloat && scale.dim() == 1 && scale.numel() == N,
+        "scale must be float32 [" + std::to_string(N) + "]");
+  check(!bias.defined() || (bias.scalar_type() == at::kInt && bias.dim() == 1 && bias.numel() == N),
+        "bias must be int32 [" + std::to_string(N) + "] or None");
+  Epilogue e;
+  const int64_t Np = round_up(N, 16);
+  e.bias.assign(size_t(Np), 0);
+  e.scale.assign(size_t(Np), 0.f);
+  at::Tensor b = bias.defined() ? bias.contiguous() : at::Tensor();
+  at::Tensor s = scale.contiguous();
+  for (int64_t n = 0; n < N; ++n) {
+    int64_t v = (b.defined() ? int64_t(b.data_ptr<int32_t>()[n]) : 0) - x_zp * wsum[size_t(n)];
+    check(v >= INT32_MIN && v <= INT32_MAX, "bias out of int32 range after folding the input zero point");
+    e.bias[size_t(n)] = int32_t(v);
+    e.scale[size_t(n)] = s.data_ptr<float>()[n];
+    check(std::isfinite(e.scale[size_t(n)]), "scale must be finite");
+  }
+  return e;
+}
+
+Bounds make_bounds(int64_t y_zp, int64_t lo, int64_t hi) {
+  check(0 <= lo && lo <= hi && hi <= 255 && 0 <= y_zp && y_zp <= 255,
+        "zero point and bounds must be uint8 values with lo <= hi");
+  return Bounds{int32_t(y_zp), int32_t(lo), int32_t(hi)};
+}
+
+struct Geometry {
+  int64_t kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+  int64_t out_h(int64_t h) const { return (h + pt + pb - dh * (kh - 1) - 1) / sh + 1; }
+  int64_t out_w(int64_t w) const { return (w + pl + pr - dw * (kw - 1) - 1) / sw + 1; }
+};
+
+Geometry make_geometry(int64_t kh, int64_t kw, const std::vector<int64_t>& pads, const std::vector<int64_t>& stride,
+                       const std::vector<int64_t>& dilation) {
+  check(pads.size() == 4 && stride.size() == 2 && dilation.size() == 2,
+        "pads are (top, left, bottom, right), stride and dilation (height, width)");
+  Geometry g{kh, kw, stride[0], stride[1], dilation[0], dilation[1], pads[0], pads[1], pads[2], pads[3]};
+  check(g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1 && g.pt >= 0 && g.pl >= 0 && g.pb >= 0 && g.pr >= 0 &&
+            kh >= 1 && kw >= 1,
+        "stride and dilation must be >= 1, paddings >= 0");
+  return g;
+}
+
+// The input rows of each tap of output pixel (oy, ox): a pointer into x's image, or to `zeros` (the input
+// zero point, i.e. the value 0) where the tap falls in the padding.
+inline void tap_pointers(const Geometry& g, const uint8_t* image, int64_t H, int64_t W, int64_t C, int64_t oy,
+                         int64_t ox, const uint8_t* zeros, const uint8_t** ptrs) {
+  int64_t t = 0;
+  for (int64_t ky = 0; ky < g.kh; ++ky) {
+    const int64_t iy = oy * g.sh - g.pt + ky * g.dh;
+    for (int64_t kx = 0; kx < g.kw; ++kx, ++t) {
+      const int64_t ix = ox * g.sw - g.pl + kx * g.dw;
+      ptrs[t] = (iy >= 0 && iy < H && ix >= 0 && ix < W) ? image + (iy * W + ix) * C : zeros;
+    }
+  }
+}
+
+std::vector<uint8_t>& scratch(size_t bytes) {
+  thread_local std::vector<uint8_t> buffer;
+  if (buffer.size() < bytes) buffer.resize(bytes);
+  return buffer;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Dense convolution (groups 1) and fully connected: the GEMM, on the input's rows (1x1, stride 1, no
+// padding) or on rows gathered from each output pixel's taps (im2col, a band of pixels at a time)
+// ---------------------------------------------------------------------------------------------------
+
+class QConv2d {
+ public:
+  // weight: int8 [O, KH, KW, I] (OHWI, XNNPACK's filter layout); bias int32 [O] or None; scale float32 [O]
+  QConv2d(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, const at::Tensor& scale,
+          std::vector<int64_t> pads, std::vector<int64_t> stride, std::vector<int64_t> dilation, int64_t x_zp,
+          int64_t y_zp, int64_t lo, int64_t hi, int64_t isa)
+      : isa_(choose_isa(isa)), bounds_(make_bounds(y_zp, lo, hi)) {
+    check(weight.scalar_type() == at::kChar && weight.dim() == 4, "weight must be int8 [O, KH, KW, I]");
+    check(0 <= x_zp && x_zp <= 255, "input zero point must be a uint8 value");
+    O_ = weight.size(0), I_ = weight.size(3);
+    geo_ = make_geometry(weight.size(1), weight.size(2), pads, stride, dilation);
+    const int64_t K = geo_.kh * geo_.kw * I_;
+    check(O_ >= 1 && K >= 1, "weight must not be empty");
+    at::Tensor w = weight.contiguous();
+    const int8_t* wd = w.data_ptr<int8_t>();
+    packed_ = pack_gemm(wd, O_, K);
+    std::vector<int64_t> wsum(size_t(O_), 0);
+    for (int64_t o = 0; o < O_; ++o)
+      for (int64_t k = 0; k < K; ++k) wsum[size_t(o)] += wd[o * K + k];
+    epi_ = make_epilogue(bias.has_value() ? *bias : at::Tensor(), scale, wsum, O_, x_zp);
+    zeros_.assign(size_t(I_ + 64), uint8_t(x_zp));
+    direct_ = geo_.kh == 1 && geo_.kw == 1 && geo_.sh == 1 && geo_.sw == 1 && geo_.pt + geo_.pl + geo_.pb + geo_.pr == 0;
+  }
+
+  // x: uint8 NHWC [N, H, W, I] -> uint8 NHWC [N, OH, OW, O]; lo/hi < 0: the bounds given at load
+  at::Tensor run(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
+    at::Tensor x = contiguous_u8(x_in, "input");
+    check(x.dim() == 4 && x.size(3) == I_, "input must be NHWC with " + std::to_string(I_) + " channels");
+    const int64_t N = x.size(0), H = x.size(1), W = x.size(2), OH = geo_.out_h(H), OW = geo_.out_w(W);
+    check(OH >= 1 && OW >= 1, "input is smaller than the kernel");
+    at::Tensor y = at::empty({N, OH, OW, O_}, x.options());
+    const Bounds bd = call_bounds(lo, hi);
+    const uint8_t* xd = x.data_ptr<uint8_t>();
+    uint8_t* yd = y.data_ptr<uint8_t>();
+    py::gil_scoped_release release;
+    if (direct_) {
+      gemm(isa_, packed_, epi_, xd, I_, N * H * W, yd, O_, bd);
+      return y;
+    }
+    constexpr int64_t kBand = 64;  // output pixels gathered at a time (their rows stay in cache)
+    const int64_t Kp = packed_.Kp, taps = geo_.kh * geo_.kw, pixels = OH * OW;
+    uint8_t* rows = scratch(size_t(kBand * Kp)).data();
+    std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps));
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* image = xd + n * H * W * I_;
+      for (int64_t p0 = 0; p0 < pixels; p0 += kBand) {
+        const int64_t count = std::min(kBand, pixels - p0);
+        for (int64_t p = 0; p < count; ++p) {
+          const int64_t oy = (p0 + p) / OW, ox = (p0 + p) % OW;
+          tap_pointers(geo_, image, H, W, I_, oy, ox, zeros_.data(), ptrs.data());
+          uint8_t* row = rows + p * Kp;
+          for (int64_t t = 0; t < taps; ++t) std::memcpy(row + t * I_, ptrs[size_t(t)], size_t(I_));
+          std::memset(row + taps * I_, 0, size_t(Kp - taps * I_));
+        }
+        gemm(isa_, packed_, epi_, rows, Kp, count, yd + (n * pixels + p0) * O_, O_, bd);
+      }
+    }
+    return y;
+  }
+
+  // fully connected: x uint8 [..., I] (a [O, 1, 1, I] filter) -> [..., O]
+  at::Tensor run_rows(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
+    check(direct_, "run_rows takes a 1x1 filter without stride or padding");
+    at::Tensor x = contiguous_u8(x_in, "input");
+    check(x.dim() >= 1 && x.size(-1) == I_, "input's last dim must be " + std::to_string(I_));
+    std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+    shape.back() = O_;
+    at::Tensor y = at::empty(shape, x.options());
+    const Bounds bd = call_bounds(lo, hi);
+    const uint8_t* xd = x.data_ptr<uint8_t>();
+    uint8_t* yd = y.data_ptr<uint8_t>();
+    const int64_t M = x.numel() / I_;
+    py::gil_scoped_release release;
+    gemm(isa_, packed_, epi_, xd, I_, M, yd, O_, bd);
+    return y;
+  }
+
+  int isa() const { return isa_; }
+
+ private:
+  Bounds call_bounds(int64_t lo, int64_t hi) const {
+    if (lo < 0 && hi < 0) return bounds_;
+    return make_bounds(bounds_.zp, lo, hi);
+  }
+
+  int isa_;
+  Bounds bounds_;
+  int64_t O_ = 0, I_ = 0;
+  Geometry geo_{};
+  PackedGemm packed_;
+  Epilogue epi_;
+  std::vector<uint8_t> zeros_;
+  bool direct_ = false;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Depthwise convolution (channel multiplier 1): per output pixel, each tap's channels times the tap's
+// per-channel weights, accumulated in int32. Weights as int32 lanes holding the int16 weight in the low
+// half and 0 in the high half, so vpdpwssd / vpmaddwd on a zero-extended activation is the exact product.
+// ---------------------------------------------------------------------------------------------------
+
+ETLAB_VNNI void dw_pixel_vnni(const uint8_t* const* ptrs, int64_t taps, const int32_t* w, int64_t Cp, int64_t C,
+                              const int32_t* bias, const float* scale, uint8_t* out, const Bounds& bd) {
+  const __m512 fmin = _mm512_set1_ps(bd.fmin()), fmax = _mm512_set1_ps(bd.fmax());
+  const __m512i zp = _mm512_set1_epi32(bd.zp);
+  int64_t c = 0;
+  for (; c + 64 <= C; c += 64) {
+    __m512i a0 = _mm512_loadu_si512(bias + c), a1 = _mm512_loadu_si512(bias + c + 16);
+    __m512i a2 = _mm512_loadu_si512(bias + c + 32), a3 = _mm512_loadu_si512(bias + c + 48);
+    for (int64_t t = 0; t < taps; ++t) {
+      const uint8_t* p = ptrs[t] + c;
+      const int32_t* wt = w + t * Cp + c;
+      a0 = _mm512_dpwssd_epi32(a0, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+                               _mm512_loadu_si512(wt));
+      a1 = _mm512_dpwssd_epi32(a1, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))),
+                               _mm512_loadu_si512(wt + 16));
+      a2 = _mm512_dpwssd_epi32(a2, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32))),
+                               _mm512_loadu_si512(wt + 32));
+      a3 = _mm512_dpwssd_epi32(a3, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48))),
+                               _mm512_loadu_si512(wt + 48));
+    }
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c), requant16_vnni(a0, scale + c, fmin, fmax, zp));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 16), requant16_vnni(a1, scale + c + 16, fmin, fmax, zp));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 32), requant16_vnni(a2, scale + c + 32, fmin, fmax, zp));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 48), requant16_vnni(a3, scale + c + 48, fmin, fmax, zp));
+  }
+  for (; c < C; c += 16) {
+    const int64_t valid = std::min<int64_t>(16, C - c);
+    const __mmask16 k = __mmask16(valid >= 16 ? 0xFFFFu : (1u << valid) - 1);
+    __m512i a = _mm512_loadu_si512(bias + c);
+    for (int64_t t = 0; t < taps; ++t)
+      a = _mm512_dpwssd_epi32(a, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, ptrs[t] + c)),
+                              _mm512_loadu_si512(w + t * Cp + c));
+    store16_vnni(out + c, requant16_vnni(a, scale + c, fmin, fmax, zp), valid);
+  }
+}
+
+ETLAB_AVX2 void dw_pixel_avx2(const uint8_t* const* ptrs, int64_t taps, const int32_t* w, int64_t Cp, int64_t C,
+                              const int32_t* bias, const float* scale, uint8_t* out, const Bounds& bd) {
+  for (int64_t c = 0; c < C; c += 8) {
+    const int64_t valid = std::min<int64_t>(8, C - c);
+    __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bias + c));
+    for (int64_t t = 0; t < taps; ++t) {
+      int64_t bytes = 0;
+      if (valid == 8) {
+        std::memcpy(&bytes, ptrs[t] + c, 8);
+      } else {
+        std::memcpy(&bytes, ptrs[t] + c, size_t(valid));
+      }
+      __m256i x = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bytes));
+      a = _mm256_add_epi32(a, _mm256_madd_epi16(x, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + t * Cp + c))));
+    }
+    store8_avx2(out + c, a, scale + c, bd, valid);
+  }
+}
+
+void dw_pixel_scalar(const uint8_t* const* ptrs, int64_t taps, const int32_t* w, int64_t Cp, int64_t C,
+                     const int32_t* bias, const float* scale, uint8_t* out, const Bounds& bd) {
+  for (int64_t c = 0; c < C; ++c) {
+    int32_t acc = bias[c];
+    for (int64_t t = 0; t < taps; ++t) acc += int32_t(ptrs[t][c]) * int32_t(int16_t(w[t * Cp + c] & 0xFFFF));
+    out[c] = requant_scalar(acc, scale[c], bd);
+  }
+}
+
+class QDepthwiseConv2d {
+ public:
+  // weight: int8 [KH, KW, C] (XNNPACK's [1, KH, KW, C] without the 1); bias int32 [C] or None; scale float32 [C]
+  QDepthwiseConv2d(const at::Tensor& weight, const c10::optional<at::Tensor>& bias, const at::Tensor& scale,
+                   std::vector<int64_t> pads, std::vector<int64_t> stride, std::vector<int64_t> dilation,
+                   int64_t x_zp, int64_t y_zp, int64_t lo, int64_t hi, int64_t isa)
+      : isa_(choose_isa(isa)), bounds_(make_bounds(y_zp, lo, hi)) {
+    check(weight.scalar_type() == at::kChar && weight.dim() == 3, "weight must be int8 [KH, KW, C]");
+    check(0 <= x_zp && x_zp <= 255, "input zero point must be a uint8 value");
+    C_ = weight.size(2);
+    check(C_ >= 1, "weight must not be empty");
+    geo_ = make_geometry(weight.size(0), weight.size(1), pads, stride, dilation);
+    taps_ = geo_.kh * geo_.kw;
+    Cp_ = round_up(C_, 16);
+    at::Tensor wc = weight.contiguous();
+    const int8_t* wd = wc.data_ptr<int8_t>();
+    w_.assign(size_t(taps_ * Cp_), 0);
+    std::vector<int64_t> wsum(size_t(C_), 0);
+    for (int64_t t = 0; t < taps_; ++t)
+      for (int64_t c = 0; c < C_; ++c) {
+        const int8_t v = wd[t * C_ + c];
+        w_[size_t(t * Cp_ + c)] = int32_t(uint16_t(int16_t(v)));
+        wsum[size_t(c)] += v;
+      }
+    epi_ = make_epilogue(bias.has_value() ? *bias : at::Tensor(), scale, wsum, C_, x_zp);
+    zeros_.assign(size_t(Cp_ + 64), uint8_t(x_zp));
+  }
+
+  at::Tensor run(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
+    at::Tensor x = contiguous_u8(x_in, "input");
+    check(x.dim() == 4 && x.size(3) == C_, "input must be NHWC with " + std::to_string(C_) + " channels");
+    const int64_t N = x.size(0), H = x.size(1), W = x.size(2), OH = geo_.out_h(H), OW = geo_.out_w(W);
+    check(OH >= 1 && OW >= 1, "input is smaller than the kernel");
+    at::Tensor y = at::empty({N, OH, OW, C_}, x.options());
+    const Bounds bd = (lo < 0 && hi < 0) ? bounds_ : make_bounds(bounds_.zp, lo, hi);
+    const uint8_t* xd = x.data_ptr<uint8_t>();
+    uint8_t* yd = y.data_ptr<uint8_t>();
+    py::gil_scoped_release release;
+    auto pixel = isa_ == kVnni ? dw_pixel_vnni : isa_ == kAvx2 ? dw_pixel_avx2 : dw_pixel_scalar;
+    std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps_));
+    for (int64_t n = 0; n < N; ++n) {
+      const uint8_t* image = xd + n * H * W * C_;
+      for (int64_t oy = 0; oy < OH; ++oy)
+        for (int64_t ox = 0; ox < OW; ++ox) {
+          tap_pointers(geo_, image, H, W, C_, oy, ox, zeros_.data(), ptrs.data());
+          pixel(ptrs.data(), taps_, w_.data(), Cp_, C_, epi_.bias.data(), epi_.scale.data(),
+                yd + ((n * OH + oy) * OW + ox) * C_, bd);
+        }
+    }
+    return y;
+  }
+
+  int isa() const { return isa_; }
+
+ private:
+  int isa_;
+  Bounds bounds_;
+  int64_t C_ = 0, Cp_ = 0, taps_ = 0;
+  Geometry geo_{};
+  std::vector<int32_t> w_;
+  Epilogue epi_;
+  std::vector<uint8_t> zeros_;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Add: y = clamp(((a - za) * ma + (b - zb) * mb + rounding) >> shift + zy), the ratios of the input scales
+// to the output's as integer multipliers of 2^-shift (the larger one in [2^19, 2^20))
+// ---------------------------------------------------------------------------------------------------
+
+ETLAB_VNNI void add_vnni(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, int32_t ma, int32_t mb,
+                         int32_t bias, int shift, const Bounds& bd) {
+  const __m512i vma = _mm512_set1_epi32(ma), vmb = _mm512_set1_epi32(mb), vbias = _mm512_set1_epi32(bias);
+  const __m512i zp = _mm512_set1_epi32(bd.zp), lo = _mm512_set1_epi32(bd.lo), hi = _mm512_set1_epi32(bd.hi);
+  const __m128i sh = _mm_cvtsi32_si128(shift);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t valid = std::min<int64_t>(16, n - i);
+    const __mmask16 k = __mmask16(valid >= 16 ? 0xFFFFu : (1u << valid) - 1);
+    __m512i va = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, a + i));
+    __m512i vb = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, b + i));
+    __m512i acc = _mm512_add_epi32(vbias, _mm512_add_epi32(_mm512_mullo_epi32(va, vma), _mm512_mullo_epi32(vb, vmb)));
+    __m512i r = _mm512_add_epi32(_mm512_sra_epi32(acc, sh), zp);
+    r = _mm512_min_epi32(_mm512_max_epi32(r, lo), hi);
+    store16_vnni(y + i, _mm512_cvtepi32_epi8(r), valid);
+  }
+}
+
+ETLAB_AVX2 void add_avx2(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, int32_t ma, int32_t mb,
+                         int32_t bias, int shift, const Bounds& bd) {
+  const __m256i vma = _mm256_set1_epi32(ma), vmb = _mm256_set1_epi32(mb), vbias = _mm256_set1_epi32(bias);
+  const __m256i zp = _mm256_set1_epi32(bd.zp), lo = _mm256_set1_epi32(bd.lo), hi = _mm256_set1_epi32(bd.hi);
+  const __m128i sh = _mm_cvtsi32_si128(shift);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    int64_t ab, bb;
+    std::memcpy(&ab, a + i, 8);
+    std::memcpy(&bb, b + i, 8);
+    __m256i va = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(ab)), vb = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bb));
+    __m256i acc = _mm256_add_epi32(vbias, _mm256_add_epi32(_mm256_mullo_epi32(va, vma), _mm256_mullo_epi32(vb, vmb)));
+    __m256i r = _mm256_add_epi32(_mm256_sra_epi32(acc, sh), zp);
+    r = _mm256_min_epi32(_mm256_max_epi32(r, lo), hi);
+    __m128i p16 = _mm_packs_epi32(_mm256_castsi256_si128(r), _mm256_extracti128_si256(r, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(y + i), _mm_packus_epi16(p16, p16));
+  }
+  for (; i < n; ++i) {
+    int32_t acc = bias + int32_t(a[i]) * ma + int32_t(b[i]) * mb;
+    y[i] = uint8_t(std::min(std::max((acc >> shift) + bd.zp, bd.lo), bd.hi));
+  }
+}
+
+void add_scalar(const uint8_t* a, const uint8_t* b, uint8_t* y, int64_t n, int32_t ma, int32_t mb, int32_t bias,
+                int shift, const Bounds& bd) {
+  for (int64_t i = 0; i < n; ++i) {
+    int32_t acc = bias + int32_t(a[i]) * ma + int32_t(b[i]) * mb;
+    y[i] = uint8_t(std::min(std::max((acc >> shift) + bd.zp, bd.lo), bd.hi));
+  }
+}
+
+class QAdd {
+ public:
+  // a_ratio, b_ratio: each input's scale over the output's; zero points and bounds in the uint8 form
+  QAdd(double a_ratio, int64_t a_zp, double b_ratio, int64_t b_zp, int64_t y_zp, int64_t lo, int64_t hi, int64_t isa)
+      : isa_(choose_isa(isa)), bounds_(make_bounds(y_zp, lo, hi)) {
+    check(std::isfinite(a_ratio) && std::isfinite(b_ratio) && a_ratio > 0 && b_ratio > 0,
+          "scale ratios must be finite and positive");
+    check(0 <= a_zp && a_zp <= 255 && 0 <= b_zp && b_zp <= 255, "input zero points must be uint8 values");
+    const double largest = std::max(a_ratio, b_ratio);
+    int exponent = 0;
+    std::frexp(largest, &exponent);  // largest = f * 2^exponent, f in [0.5, 1)
+    shift_ = 20 - exponent;          // largest * 2^shift in [2^19, 2^20)
+    check(shift_ >= 1 && shift_ <= 30, "scale ratios out of the range an int8 add takes (2^-10 .. 2^18)");
+    ma_ = int32_t(std::nearbyint(std::ldexp(a_ratio, shift_)));
+    mb_ = int32_t(std::nearbyint(std::ldexp(b_ratio, shift_)));
+    const int64_t bias = (int64_t(1) << (shift_ - 1)) - a_zp * ma_ - b_zp * mb_;
+    check(bias >= INT32_MIN && bias <= INT32_MAX, "zero points too far apart for the add's accumulator");
+    bias_ = int32_t(bias);
+  }
+
+  at::Tensor run(const at::Tensor& a_in, const at::Tensor& b_in) const {
+    at::Tensor a = contiguous_u8(a_in, "a"), b = contiguous_u8(b_in, "b");
+    check(a.sizes() == b.sizes(), "a and b must have the same shape");
+    at::Tensor y = at::empty_like(a);
+    const uint8_t *ad = a.data_ptr<uint8_t>(), *bd = b.data_ptr<uint8_t>();
+    uint8_t* yd = y.data_ptr<uint8_t>();
+    const int64_t n = a.numel();
+    py::gil_scoped_release release;
+    if (isa_ == kVnni)
+      add_vnni(ad, bd, yd, n, ma_, mb_, bias_, shift_, bounds_);
+    else if (isa_ == kAvx2)
+      add_avx2(ad, bd, yd, n, ma_, mb_, bias_, shift_, bounds_);
+    else
+      add_scalar(ad, bd, yd, n, ma_, mb_, bias_, shift_, bounds_);
+    return y;
+  }
+
+  int isa() const { return isa_; }
+
+ private:
+  int isa_;
+  Bounds bounds_;
+  int32_t ma_ = 0, mb_ = 0, bias_ = 0;
+  int shift_ = 0;
+};
+
+}  // namespace
+
+void bind_int8_kernels(pybind11::module_& m) {
+  using py::arg;
+  m.def("int8_isa", [](int64_t requested) { return choose_isa(requested); }, arg("requested") = -1,
+        "The int8 kernels' instruction set for an object made now: 0 scalar, 1 AVX2, 2 AVX-512 VNNI");
+  py::class_<QConv2d>(m, "QConv2d")
+      .def(py::init<const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&, std::vector<int64_t>,
+                    std::vector<int64_t>, std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t, int64_t>(),
+           arg("weight"), arg("bias"), arg("scale"), arg("pads"), arg("stride"), arg("dilation"), arg("x_zp"),
+           arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
+      .def("run", &QConv2d::run, arg("x"), arg("lo") = -1, arg("hi") = -1)
+      .def("run_rows", &QConv2d::run_rows, arg("x"), arg("lo") = -1, arg("hi") = -1)
+      .def_property_readonly("isa", &QConv2d::isa);
+  py::class_<QDepthwiseConv2d>(m, "QDepthwiseConv2d")
+      .def(py::init<const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&, std::vector<int64_t>,
+                    std::vector<int64_t>, std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t, int64_t>(),
+           arg("weight"), arg("bias"), arg("scale"), arg("pads"), arg("stride"), arg("dilation"), arg("x_zp"),
+           arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
+      .def("run", &QDepthwiseConv2d::run, arg("x"), arg("lo") = -1, arg("hi") = -1)
+      .def_property_readonly("isa", &QDepthwiseConv2d::isa);
+  py::class_<QAdd>(m, "QAdd")
+      .def(py::init<double, int64_t, double, int64_t, int64_t, int64_t, int64_t, int64_t>(), arg("a_ratio"),
+           arg("a_zp"), arg("b_ratio"), arg("b_zp"), arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
+      .def("run", &QAdd::run, arg("a"), arg("b"))
+      .def_property_readonly("isa", &QAdd::isa);
+}
+
+}  // namespace etlab_native
