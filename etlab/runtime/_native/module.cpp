@@ -5,6 +5,7 @@
 #include <variant>
 
 #include "core.h"
+#include "qconv.h"
 
 namespace etlab_native {
 namespace {
@@ -221,4 +222,5 @@ PYBIND11_MODULE(_core, m) {
   py::class_<BareAddOutLoop>(m, "BareAddOutLoop")
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, py::object>())
       .def("run", &BareAddOutLoop::run);
+  bind_int8_kernels(m);
 }
