@@ -4,6 +4,7 @@
 
 #include <variant>
 
+#include "conv.h"
 #include "core.h"
 #include "qconv.h"
 
@@ -134,6 +135,47 @@ class BareAddOutLoop {
   at::Scalar alpha_;
 };
 
+// The packed float kernels of conv.h (the XNNPACK host backend's constant-weight nodes).
+void bind_packed_kernels(py::module_& m) {
+  py::class_<PackedConv2d, std::shared_ptr<PackedConv2d>>(m, "PackedConv2d",
+                                                         "A float convolution with its weights packed (conv.h)")
+      .def_property_readonly("kind", &PackedConv2d::kind)
+      .def("__call__", [](const PackedConv2d& c, const at::Tensor& x, bool fused) {
+        return without_gil(true, [&] { return c.run(x, fused); });
+      }, py::arg("x"), py::arg("fused") = true);
+  m.def("packed_conv2d",
+        [](const at::Tensor& weight, std::optional<at::Tensor> bias, std::array<int64_t, 4> pads,
+           std::array<int64_t, 2> stride, std::array<int64_t, 2> dilation, int64_t groups, double lo, double hi,
+           std::vector<int64_t> input_nchw) -> py::object {
+          ConvGeometry g;
+          g.kh = weight.dim() == 4 ? weight.size(2) : 0, g.kw = weight.dim() == 4 ? weight.size(3) : 0;
+          g.pad_left = pads[0], g.pad_right = pads[1], g.pad_top = pads[2], g.pad_bottom = pads[3];
+          g.stride_h = stride[0], g.stride_w = stride[1], g.dilation_h = dilation[0], g.dilation_w = dilation[1];
+          g.groups = groups;
+          auto conv = without_gil(true, [&] {
+            return PackedConv2d::make(weight, bias.value_or(at::Tensor()), g, lo, hi, input_nchw);
+          });
+          return conv ? py::cast(conv) : py::none();
+        },
+        py::arg("weight"), py::arg("bias"), py::arg("pads"), py::arg("stride"), py::arg("dilation"),
+        py::arg("groups"), py::arg("lo"), py::arg("hi"), py::arg("input_nchw"),
+        "PackedConv2d of an OIHW float32 weight, pads (left, right, top, bottom), or None where conv.h does not "
+        "take the convolution (grouped but not depthwise, no MKL)");
+  py::class_<PackedLinear, std::shared_ptr<PackedLinear>>(m, "PackedLinear",
+                                                         "A float fully connected layer with its weight packed")
+      .def("__call__", [](const PackedLinear& l, const at::Tensor& x, bool fused) {
+        return without_gil(true, [&] { return l.run(x, fused); });
+      }, py::arg("x"), py::arg("fused") = true);
+  m.def("packed_linear",
+        [](const at::Tensor& weight, std::optional<at::Tensor> bias, double lo, double hi, int64_t rows) -> py::object {
+          auto linear = without_gil(true, [&] { return PackedLinear::make(weight, bias.value_or(at::Tensor()), lo, hi,
+                                                                          rows); });
+          return linear ? py::cast(linear) : py::none();
+        },
+        py::arg("weight"), py::arg("bias"), py::arg("lo"), py::arg("hi"), py::arg("rows"),
+        "PackedLinear of a [out, in] float32 weight, or None without MKL's packed GEMM");
+}
+
 }  // namespace
 }  // namespace etlab_native
 
@@ -222,5 +264,6 @@ PYBIND11_MODULE(_core, m) {
   py::class_<BareAddOutLoop>(m, "BareAddOutLoop")
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, py::object>())
       .def("run", &BareAddOutLoop::run);
+  bind_packed_kernels(m);
   bind_int8_kernels(m);
 }

@@ -440,13 +440,15 @@ namespace {
 using VmsTanh = void (*)(int, const float*, float*, long long);
 constexpr long long kVmlMode = 0x2 | 0x140000 | 0x100;  // VML_HA | VML_FTZDAZ_OFF | VML_ERRMODE_IGNORE
 VmsTanh mkl_tanh() {
-  static const VmsTanh found = []() -> VmsTanh {
-    void* lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
-    return lib == nullptr ? nullptr : reinterpret_cast<VmsTanh>(dlsym(lib, "vmsTanh"));
-  }();
+  static const VmsTanh found = reinterpret_cast<VmsTanh>(torch_cpu_symbol("vmsTanh"));
   return found;
 }
 }  // namespace
+
+void* torch_cpu_symbol(const char* name) {
+  static void* const lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);
+  return lib == nullptr ? nullptr : dlsym(lib, name);
+}
 
 bool tanh_floats(const float* x, float* o, int64_t n) {
   if (const VmsTanh vml = mkl_tanh(); vml != nullptr && n <= INT32_MAX) {

@@ -57,4 +57,8 @@ void div_floats(const float* p, const float* q, float* o, int64_t n);
 bool sigmoid_floats(const float* x, float* o, int64_t n);
 bool tanh_floats(const float* x, float* o, int64_t n);
 
+// A symbol of the already-loaded libtorch_cpu (MKL's functions where torch links MKL: vmsTanh here, the packed
+// GEMM of conv.cpp), or nullptr.
+void* torch_cpu_symbol(const char* name);
+
 }  // namespace etlab_native

@@ -1,0 +1,620 @@
+// Packed float convolutions and fully connected layers (see conv.h).
+#include "conv.h"
+
+#include <ATen/Parallel.h>
+
+#include "small.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ETLAB_CONV_X86 1
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+
+namespace etlab_native {
+
+namespace {
+
+// MKL's CBLAS constants and entry points (mkl_cblas.h; MKL_INT is int in the LP64 interface torch links; the
+// lower-case mkl_set_num_threads_local symbol is the Fortran entry, taking a pointer: the C one is MKL_Set_...).
+constexpr int kRowMajor = 101, kNoTrans = 111, kTrans = 112, kPacked = 151, kBMatrix = 162;
+using PackGetSize = size_t (*)(int identifier, int m, int n, int k);
+using Pack = void (*)(int layout, int identifier, int trans, int m, int n, int k, float alpha, const float* src, int ld,
+                      float* dest);
+using Compute = void (*)(int layout, int transa, int transb, int m, int n, int k, const float* a, int lda,
+                         const float* b, int ldb, float beta, float* c, int ldc);
+using Sgemm = void (*)(const char* transa, const char* transb, const int* m, const int* n, const int* k,
+                       const float* alpha, const float* a, const int* lda, const float* b, const int* ldb,
+                       const float* beta, float* c, const int* ldc);
+using SetThreadsLocal = int (*)(int);
+
+struct Mkl {
+  PackGetSize pack_get_size = nullptr;
+  Pack pack = nullptr;
+  Compute compute = nullptr;
+  Sgemm sgemm = nullptr;
+  SetThreadsLocal set_threads_local = nullptr;
+  bool ok() const { return pack_get_size && pack && compute && sgemm && set_threads_local; }
+};
+
+const Mkl& mkl() {
+  static const Mkl found = [] {
+    Mkl m;
+    m.pack_get_size = reinterpret_cast<PackGetSize>(torch_cpu_symbol("cblas_sgemm_pack_get_size"));
+    m.pack = reinterpret_cast<Pack>(torch_cpu_symbol("cblas_sgemm_pack"));
+    m.compute = reinterpret_cast<Compute>(torch_cpu_symbol("cblas_sgemm_compute"));
+    m.sgemm = reinterpret_cast<Sgemm>(torch_cpu_symbol("sgemm_"));
+    m.set_threads_local = reinterpret_cast<SetThreadsLocal>(torch_cpu_symbol("MKL_Set_Num_Threads_Local"));
+    return m;
+  }();
+  return found;
+}
+
+// MKL on this thread uses the runtime's thread count (torch's setting) for the scope's calls.
+class MklThreads {
+ public:
+  MklThreads() : previous_(mkl().set_threads_local(at::get_num_threads())) {}
+  ~MklThreads() { mkl().set_threads_local(previous_); }
+  MklThreads(const MklThreads&) = delete;
+  MklThreads& operator=(const MklThreads&) = delete;
+
+ private:
+  int previous_;
+};
+
+enum class Isa : uint8_t { Plain, Avx2, Avx512 };
+Isa isa() {
+#ifdef ETLAB_CONV_X86
+  static const Isa found = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
+    return Isa::Plain;
+  }();
+  return found;
+#else
+  return Isa::Plain;
+#endif
+}
+
+// Output rows per GEMM block: the block's result (~128 KiB) is still in L2 when the bias + clamp pass reads it.
+constexpr int64_t kBlockFloats = 32 * 1024;
+int64_t block_rows(int64_t n, int64_t rows) {
+  int64_t b = std::max<int64_t>(64, (kBlockFloats / std::max<int64_t>(n, 1) + 15) / 16 * 16);
+  return rows <= b + b / 2 ? std::max<int64_t>(rows, 1) : b;
+}
+
+// ---- bias + clamp over rows of an output -----------------------------------------------------------------
+// max(lo, v) then min(hi, .): a NaN result stays NaN (the second operand is returned when either is NaN), as
+// torch.clamp keeps it.
+
+#ifdef ETLAB_CONV_X86
+__attribute__((target("avx512f"))) void epilogue_avx512(float* y, int64_t rows, int64_t n, const float* bias,
+                                                         float lo, float hi) {
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+  const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1);
+  const int64_t full = n - n % 16;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * n;
+    for (int64_t j = 0; j < full; j += 16) {
+      __m512 v = _mm512_loadu_ps(row + j);
+      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + j));
+      _mm512_storeu_ps(row + j, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
+    }
+    if (tail) {
+      __m512 v = _mm512_maskz_loadu_ps(tail, row + full);
+      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(tail, bias + full));
+      _mm512_mask_storeu_ps(row + full, tail, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) void epilogue_avx2(float* y, int64_t rows, int64_t n, const float* bias, float lo,
+                                                       float hi) {
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
+  const int64_t full = n - n % 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * n;
+    for (int64_t j = 0; j < full; j += 8) {
+      __m256 v = _mm256_loadu_ps(row + j);
+      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + j));
+      _mm256_storeu_ps(row + j, _mm256_min_ps(vhi, _mm256_max_ps(vlo, v)));
+    }
+    for (int64_t j = full; j < n; ++j) {
+      float v = row[j] + (bias ? bias[j] : 0.0f);
+      row[j] = std::isnan(v) ? v : std::min(hi, std::max(lo, v));
+    }
+  }
+}
+#endif
+
+void epilogue(float* y, int64_t rows, int64_t n, const float* bias, float lo, float hi) {
+  const bool clamps = lo != -std::numeric_limits<float>::infinity() || hi != std::numeric_limits<float>::infinity();
+  if (bias == nullptr && !clamps) return;
+#ifdef ETLAB_CONV_X86
+  if (isa() == Isa::Avx512) return epilogue_avx512(y, rows, n, bias, lo, hi);
+  if (isa() == Isa::Avx2) return epilogue_avx2(y, rows, n, bias, lo, hi);
+#endif
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * n;
+    for (int64_t j = 0; j < n; ++j) {
+      float v = row[j] + (bias ? bias[j] : 0.0f);
+      row[j] = std::isnan(v) ? v : std::min(hi, std::max(lo, v));
+    }
+  }
+}
+
+// ---- depthwise ---------------------------------------------------------------------------------------------
+
+struct DwArgs {
+  const float* x;   // [N, H, W, C] contiguous
+  const float* w;   // [KH*KW, C]
+  const float* b;   // [C] or nullptr
+  float* y;         // [N, OH, OW, C]
+  int64_t h, w_, c, oh, ow;
+  ConvGeometry g;
+  float lo, hi;
+};
+
+// The valid kernel taps [first, last) along one axis for output position `o`.
+inline void taps(int64_t o, int64_t stride, int64_t pad, int64_t dilation, int64_t k, int64_t size, int64_t& first,
+                 int64_t& last) {
+  const int64_t start = o * stride - pad;
+  first = 0;
+  while (first < k && start + first * dilation < 0) ++first;
+  last = k;
+  while (last > first && start + (last - 1) * dilation >= size) --last;
+}
+
+#ifdef ETLAB_CONV_X86
+// Outputs [ox_from, ox_to) of row (n, oy), every channel, 64 channels at a time in four registers: any
+// geometry (the taps outside the input skipped).
+__attribute__((target("avx512f"))) void dw_pixels_avx512(const DwArgs& a, int64_t n, int64_t oy, int64_t ox_from,
+                                                         int64_t ox_to) {
+  const int64_t C = a.c, KW = a.g.kw;
+  int64_t kh0, kh1;
+  taps(oy, a.g.stride_h, a.g.pad_top, a.g.dilation_h, a.g.kh, a.h, kh0, kh1);
+  const int64_t iy0 = oy * a.g.stride_h - a.g.pad_top;
+  const __m512 vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
+  const __mmask16 tail = static_cast<__mmask16>((1u << (C % 16)) - 1);
+  const int64_t c64 = C - C % 64, c16 = C - C % 16;
+  float* yrow = a.y + ((n * a.oh + oy) * a.ow) * C;
+  for (int64_t ox = ox_from; ox < ox_to; ++ox) {
+    int64_t kw0, kw1;
+    taps(ox, a.g.stride_w, a.g.pad_left, a.g.dilation_w, KW, a.w_, kw0, kw1);
+    const int64_t ix0 = ox * a.g.stride_w - a.g.pad_left;
+    float* out = yrow + ox * C;
+    for (int64_t c = 0; c < c64; c += 64) {
+      __m512 s0, s1, s2, s3;
+      if (a.b) {
+        s0 = _mm512_loadu_ps(a.b + c), s1 = _mm512_loadu_ps(a.b + c + 16);
+        s2 = _mm512_loadu_ps(a.b + c + 32), s3 = _mm512_loadu_ps(a.b + c + 48);
+      } else {
+        s0 = s1 = s2 = s3 = _mm512_setzero_ps();
+      }
+      for (int64_t ky = kh0; ky < kh1; ++ky) {
+        const float* xrow = a.x + ((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_) * C + c;
+        const float* wrow = a.w + (ky * KW) * C + c;
+        for (int64_t kx = kw0; kx < kw1; ++kx) {
+          const float* xp = xrow + (ix0 + kx * a.g.dilation_w) * C;
+          const float* wp = wrow + kx * C;
+          s0 = _mm512_fmadd_ps(_mm512_loadu_ps(xp), _mm512_loadu_ps(wp), s0);
+          s1 = _mm512_fmadd_ps(_mm512_loadu_ps(xp + 16), _mm512_loadu_ps(wp + 16), s1);
+          s2 = _mm512_fmadd_ps(_mm512_loadu_ps(xp + 32), _mm512_loadu_ps(wp + 32), s2);
+          s3 = _mm512_fmadd_ps(_mm512_loadu_ps(xp + 48), _mm512_loadu_ps(wp + 48), s3);
+        }
+      }
+      _mm512_storeu_ps(out + c, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s0)));
+      _mm512_storeu_ps(out + c + 16, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s1)));
+      _mm512_storeu_ps(out + c + 32, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s2)));
+      _mm512_storeu_ps(out + c + 48, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s3)));
+    }
+    for (int64_t c = c64; c < C; c += 16) {
+      const __mmask16 m = c < c16 ? static_cast<__mmask16>(0xFFFF) : tail;
+      __m512 s = a.b ? _mm512_maskz_loadu_ps(m, a.b + c) : _mm512_setzero_ps();
+      for (int64_t ky = kh0; ky < kh1; ++ky) {
+        const float* xrow = a.x + ((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_) * C + c;
+        const float* wrow = a.w + (ky * KW) * C + c;
+        for (int64_t kx = kw0; kx < kw1; ++kx)
+          s = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xrow + (ix0 + kx * a.g.dilation_w) * C),
+                              _mm512_maskz_loadu_ps(m, wrow + kx * C), s);
+      }
+      _mm512_mask_storeu_ps(out + c, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s)));
+    }
+  }
+}
+
+// Outputs [ox_from, ox_to) of row (n, oy) whose K columns of taps all lie inside the input, for a K x K
+// filter: per block of 16 channels the filter taps stay in registers and four outputs are computed at once.
+// S: the stride when it is 1 or 2 and there is no dilation (compiled for it), else 0 (any stride, dilation).
+template <int K, int S>
+__attribute__((target("avx512f"))) void dw_interior_avx512(const DwArgs& a, int64_t n, int64_t oy, int64_t ox_from,
+                                                           int64_t ox_to) {
+  const int64_t C = a.c, sw = a.g.stride_w, dw = a.g.dilation_w, dh = a.g.dilation_h;
+  int64_t kh0, kh1;
+  taps(oy, a.g.stride_h, a.g.pad_top, dh, K, a.h, kh0, kh1);
+  const int64_t iy0 = oy * a.g.stride_h - a.g.pad_top;
+  const __m512 vlo = _mm512_set1_ps(a.lo), vhi = _mm512_set1_ps(a.hi);
+  const __mmask16 tail = C % 16 ? static_cast<__mmask16>((1u << (C % 16)) - 1) : static_cast<__mmask16>(0xFFFF);
+  float* yrow = a.y + ((n * a.oh + oy) * a.ow) * C;
+  const float* xbase = a.x + (n * a.h + iy0) * a.w_ * C;
+  const int64_t xstep = sw * C;
+  for (int64_t c = 0; c < C; c += 16) {
+    const __mmask16 m = c + 16 <= C ? static_cast<__mmask16>(0xFFFF) : tail;
+    __m512 w[K * K];
+#pragma GCC unroll 25
+    for (int t = 0; t < K * K; ++t) w[t] = _mm512_maskz_loadu_ps(m, a.w + t * C + c);
+    const __m512 b = a.b ? _mm512_maskz_loadu_ps(m, a.b + c) : _mm512_setzero_ps();
+    int64_t ox = ox_from;
+    for (; ox + 4 <= ox_to; ox += 4) {
+      __m512 s0 = b, s1 = b, s2 = b, s3 = b;
+#pragma GCC unroll 5
+      for (int ky = 0; ky < K; ++ky) {
+        if (ky < kh0 || ky >= kh1) continue;
+        const float* xp = xbase + (ky * dh * a.w_ + ox * sw - a.g.pad_left) * C + c;
+        if constexpr (S > 0) {  // stride S, no dilation: each input column loaded once for the four outputs
+#pragma GCC unroll 16
+          for (int u = 0; u < 3 * S + K; ++u) {
+            const __m512 v = _mm512_maskz_loadu_ps(m, xp + u * C);
+            if (u < K) s0 = _mm512_fmadd_ps(v, w[ky * K + u], s0);
+            if (u >= S && u - S < K) s1 = _mm512_fmadd_ps(v, w[ky * K + u - S], s1);
+            if (u >= 2 * S && u - 2 * S < K) s2 = _mm512_fmadd_ps(v, w[ky * K + u - 2 * S], s2);
+            if (u >= 3 * S && u - 3 * S < K) s3 = _mm512_fmadd_ps(v, w[ky * K + u - 3 * S], s3);
+          }
+        } else {
+#pragma GCC unroll 5
+          for (int kx = 0; kx < K; ++kx) {
+            const float* q = xp + kx * dw * C;
+            s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q), w[ky * K + kx], s0);
+            s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + xstep), w[ky * K + kx], s1);
+            s2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + 2 * xstep), w[ky * K + kx], s2);
+            s3 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, q + 3 * xstep), w[ky * K + kx], s3);
+          }
+        }
+      }
+      float* out = yrow + ox * C + c;
+      _mm512_mask_storeu_ps(out, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s0)));
+      _mm512_mask_storeu_ps(out + C, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s1)));
+      _mm512_mask_storeu_ps(out + 2 * C, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s2)));
+      _mm512_mask_storeu_ps(out + 3 * C, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s3)));
+    }
+    for (; ox < ox_to; ++ox) {
+      __m512 s0 = b;
+#pragma GCC unroll 5
+      for (int ky = 0; ky < K; ++ky) {
+        if (ky < kh0 || ky >= kh1) continue;
+        const float* xp = xbase + (ky * dh * a.w_ + ox * sw - a.g.pad_left) * C + c;
+#pragma GCC unroll 5
+        for (int kx = 0; kx < K; ++kx) s0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, xp + kx * dw * C), w[ky * K + kx], s0);
+      }
+      _mm512_mask_storeu_ps(yrow + ox * C + c, m, _mm512_min_ps(vhi, _mm512_max_ps(vlo, s0)));
+    }
+  }
+}
+
+// One output row (n, oy): the outputs whose taps all lie inside the input by the register-blocked loop (3x3 and
+// 5x5 filters), the others (and other filters) one at a time.
+__attribute__((target("avx512f"))) void dw_row_avx512(const DwArgs& a, int64_t n, int64_t oy) {
+  const int64_t K = a.g.kh;
+  if (K != a.g.kw || (K != 3 && K != 5)) return dw_pixels_avx512(a, n, oy, 0, a.ow);
+  // interior: ox * sw - pad_left >= 0 and ox * sw - pad_left + (K - 1) * dw < W
+  const int64_t sw = a.g.stride_w, pl = a.g.pad_left;
+  int64_t first = (pl + sw - 1) / sw;
+  const int64_t reach = a.w_ - 1 - (K - 1) * a.g.dilation_w + pl;  // ox * sw <= reach
+  int64_t last = reach < 0 ? 0 : reach / sw + 1;
+  first = std::min(first, a.ow), last = std::max(first, std::min(last, a.ow));
+  dw_pixels_avx512(a, n, oy, 0, first);
+  const int s = a.g.dilation_w == 1 && (sw == 1 || sw == 2) ? static_cast<int>(sw) : 0;
+  if (K == 3) {
+    if (s == 1) dw_interior_avx512<3, 1>(a, n, oy, first, last);
+    else if (s == 2) dw_interior_avx512<3, 2>(a, n, oy, first, last);
+    else dw_interior_avx512<3, 0>(a, n, oy, first, last);
+  } else {
+    if (s == 1) dw_interior_avx512<5, 1>(a, n, oy, first, last);
+    else if (s == 2) dw_interior_avx512<5, 2>(a, n, oy, first, last);
+    else dw_interior_avx512<5, 0>(a, n, oy, first, last);
+  }
+  dw_pixels_avx512(a, n, oy, last, a.ow);
+}
+
+__attribute__((target("avx2,fma"))) void dw_row_avx2(const DwArgs& a, int64_t n, int64_t oy) {
+  const int64_t C = a.c, KW = a.g.kw;
+  int64_t kh0, kh1;
+  taps(oy, a.g.stride_h, a.g.pad_top, a.g.dilation_h, a.g.kh, a.h, kh0, kh1);
+  const int64_t iy0 = oy * a.g.stride_h - a.g.pad_top;
+  const __m256 vlo = _mm256_set1_ps(a.lo), vhi = _mm256_set1_ps(a.hi);
+  const int64_t c32 = C - C % 32, c8 = C - C % 8;
+  float* yrow = a.y + ((n * a.oh + oy) * a.ow) * C;
+  for (int64_t ox = 0; ox < a.ow; ++ox) {
+    int64_t kw0, kw1;
+    taps(ox, a.g.stride_w, a.g.pad_left, a.g.dilation_w, KW, a.w_, kw0, kw1);
+    const int64_t ix0 = ox * a.g.stride_w - a.g.pad_left;
+    float* out = yrow + ox * C;
+    for (int64_t c = 0; c < c32; c += 32) {
+      __m256 s0, s1, s2, s3;
+      if (a.b) {
+        s0 = _mm256_loadu_ps(a.b + c), s1 = _mm256_loadu_ps(a.b + c + 8);
+        s2 = _mm256_loadu_ps(a.b + c + 16), s3 = _mm256_loadu_ps(a.b + c + 24);
+      } else {
+        s0 = s1 = s2 = s3 = _mm256_setzero_ps();
+      }
+      for (int64_t ky = kh0; ky < kh1; ++ky) {
+        const float* xrow = a.x + ((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_) * C + c;
+        const float* wrow = a.w + (ky * KW) * C + c;
+        for (int64_t kx = kw0; kx < kw1; ++kx) {
+          const float* xp = xrow + (ix0 + kx * a.g.dilation_w) * C;
+          const float* wp = wrow + kx * C;
+          s0 = _mm256_fmadd_ps(_mm256_loadu_ps(xp), _mm256_loadu_ps(wp), s0);
+          s1 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 8), _mm256_loadu_ps(wp + 8), s1);
+          s2 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 16), _mm256_loadu_ps(wp + 16), s2);
+          s3 = _mm256_fmadd_ps(_mm256_loadu_ps(xp + 24), _mm256_loadu_ps(wp + 24), s3);
+        }
+      }
+      _mm256_storeu_ps(out + c, _mm256_min_ps(vhi, _mm256_max_ps(vlo, s0)));
+      _mm256_storeu_ps(out + c + 8, _mm256_min_ps(vhi, _mm256_max_ps(vlo, s1)));
+      _mm256_storeu_ps(out + c + 16, _mm256_min_ps(vhi, _mm256_max_ps(vlo, s2)));
+      _mm256_storeu_ps(out + c + 24, _mm256_min_ps(vhi, _mm256_max_ps(vlo, s3)));
+    }
+    for (int64_t c = c32; c < c8; c += 8) {
+      __m256 s = a.b ? _mm256_loadu_ps(a.b + c) : _mm256_setzero_ps();
+      for (int64_t ky = kh0; ky < kh1; ++ky) {
+        const float* xrow = a.x + ((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_) * C + c;
+        const float* wrow = a.w + (ky * KW) * C + c;
+        for (int64_t kx = kw0; kx < kw1; ++kx)
+          s = _mm256_fmadd_ps(_mm256_loadu_ps(xrow + (ix0 + kx * a.g.dilation_w) * C), _mm256_loadu_ps(wrow + kx * C),
+                              s);
+      }
+      _mm256_storeu_ps(out + c, _mm256_min_ps(vhi, _mm256_max_ps(vlo, s)));
+    }
+    for (int64_t c = c8; c < C; ++c) {  // the last channels one at a time
+      float s = a.b ? a.b[c] : 0.0f;
+      for (int64_t ky = kh0; ky < kh1; ++ky)
+        for (int64_t kx = kw0; kx < kw1; ++kx)
+          s = std::fma(a.x[((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_ + ix0 + kx * a.g.dilation_w) * C + c],
+                       a.w[(ky * KW + kx) * C + c], s);
+      out[c] = std::isnan(s) ? s : std::min(a.hi, std::max(a.lo, s));
+    }
+  }
+}
+#endif
+
+void dw_row_plain(const DwArgs& a, int64_t n, int64_t oy) {
+  const int64_t C = a.c, KW = a.g.kw;
+  int64_t kh0, kh1;
+  taps(oy, a.g.stride_h, a.g.pad_top, a.g.dilation_h, a.g.kh, a.h, kh0, kh1);
+  const int64_t iy0 = oy * a.g.stride_h - a.g.pad_top;
+  std::vector<float> acc(C);
+  float* yrow = a.y + ((n * a.oh + oy) * a.ow) * C;
+  for (int64_t ox = 0; ox < a.ow; ++ox) {
+    int64_t kw0, kw1;
+    taps(ox, a.g.stride_w, a.g.pad_left, a.g.dilation_w, KW, a.w_, kw0, kw1);
+    const int64_t ix0 = ox * a.g.stride_w - a.g.pad_left;
+    for (int64_t c = 0; c < C; ++c) acc[c] = a.b ? a.b[c] : 0.0f;
+    for (int64_t ky = kh0; ky < kh1; ++ky)
+      for (int64_t kx = kw0; kx < kw1; ++kx) {
+        const float* xp = a.x + ((n * a.h + iy0 + ky * a.g.dilation_h) * a.w_ + ix0 + kx * a.g.dilation_w) * C;
+        const float* wp = a.w + (ky * KW + kx) * C;
+        for (int64_t c = 0; c < C; ++c) acc[c] += xp[c] * wp[c];
+      }
+    float* out = yrow + ox * C;
+    for (int64_t c = 0; c < C; ++c) out[c] = std::isnan(acc[c]) ? acc[c] : std::min(a.hi, std::max(a.lo, acc[c]));
+  }
+}
+
+// ---- im2col ----------------------------------------------------------------------------------------------
+
+struct Patches {
+  const float* x;
+  int64_t sn, sh, sw, sc;  // x's strides (elements), NHWC order
+  int64_t h, w, c, oh, ow;
+  ConvGeometry g;
+};
+
+// Rows [r0, r1) of the patch matrix (row = output pixel (n, oy, ox); columns (ky, kx, c), zeros outside the
+// input) into `out`.
+void patch_rows(const Patches& p, int64_t r0, int64_t r1, float* out) {
+  const int64_t K = p.g.kh * p.g.kw * p.c;
+  for (int64_t r = r0; r < r1; ++r) {
+    const int64_t n = r / (p.oh * p.ow), rem = r % (p.oh * p.ow), oy = rem / p.ow, ox = rem % p.ow;
+    float* row = out + (r - r0) * K;
+    for (int64_t ky = 0; ky < p.g.kh; ++ky) {
+      const int64_t iy = oy * p.g.stride_h - p.g.pad_top + ky * p.g.dilation_h;
+      for (int64_t kx = 0; kx < p.g.kw; ++kx) {
+        float* dst = row + (ky * p.g.kw + kx) * p.c;
+        const int64_t ix = ox * p.g.stride_w - p.g.pad_left + kx * p.g.dilation_w;
+        if (iy < 0 || iy >= p.h || ix < 0 || ix >= p.w) {
+          std::memset(dst, 0, sizeof(float) * p.c);
+          continue;
+        }
+        const float* src = p.x + n * p.sn + iy * p.sh + ix * p.sw;
+        if (p.sc == 1) {
+          std::memcpy(dst, src, sizeof(float) * p.c);
+        } else {
+          for (int64_t c = 0; c < p.c; ++c) dst[c] = src[c * p.sc];
+        }
+      }
+    }
+  }
+}
+
+float* scratch(int64_t floats) {
+  thread_local std::vector<float> buffer;
+  if (static_cast<int64_t>(buffer.size()) < floats) buffer.resize(floats);
+  return buffer.data();
+}
+
+bool is_float_cpu(const at::Tensor& t) {
+  return t.defined() && t.device().is_cpu() && t.scalar_type() == at::kFloat && t.layout() == at::kStrided;
+}
+
+}  // namespace
+
+// ---- PackedGemm ------------------------------------------------------------------------------------------
+
+std::unique_ptr<PackedGemm> PackedGemm::make(const at::Tensor& weight_nk, int64_t rows) {
+  if (!mkl().ok() || !is_float_cpu(weight_nk) || weight_nk.dim() != 2) return nullptr;
+  const int64_t n = weight_nk.size(0), k = weight_nk.size(1);
+  constexpr int64_t kMax = std::numeric_limits<int>::max() / 2;
+  if (n < 1 || k < 1 || rows < 1 || n > kMax || k > kMax || rows > kMax || n * k > kMax) return nullptr;
+  auto g = std::unique_ptr<PackedGemm>(new PackedGemm());
+  g->k_ = k, g->n_ = n;
+  g->weight_ = weight_nk.contiguous().clone();
+  g->block_ = block_rows(n, rows);
+  std::vector<int64_t> sizes{std::min(g->block_, rows)};
+  if (rows > g->block_ && rows % g->block_) sizes.push_back(rows % g->block_);
+  for (int64_t m : sizes) {
+    const size_t bytes = mkl().pack_get_size(kBMatrix, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
+    at::Tensor packed = at::empty({static_cast<int64_t>(bytes / sizeof(float) + 16)}, at::kFloat);
+    mkl().pack(kRowMajor, kBMatrix, kTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+               g->weight_.data_ptr<float>(), static_cast<int>(k), packed.data_ptr<float>());
+    g->packed_rows_.push_back(m);
+    g->packed_.push_back(std::move(packed));
+  }
+  return g;
+}
+
+void PackedGemm::block_gemm(const float* a, int64_t rows, float* y) const {
+  const int m = static_cast<int>(rows), n = static_cast<int>(n_), k = static_cast<int>(k_);
+  for (size_t i = 0; i < packed_rows_.size(); ++i) {
+    if (packed_rows_[i] == rows) {
+      mkl().compute(kRowMajor, kNoTrans, kPacked, m, n, k, a, k, packed_[i].data_ptr<float>(), k, 0.0f, y, n);
+      return;
+    }
+  }
+  // A row count not packed for (a smaller dynamic shape): the plain GEMM, column-major y^T = W * a^T.
+  const float one = 1.0f, zero = 0.0f;
+  mkl().sgemm("T", "N", &n, &m, &k, &one, weight_.data_ptr<float>(), &k, a, &k, &zero, y, &n);
+}
+
+template <class Fill>
+void PackedGemm::run(int64_t m, float* y, const float* bias, float lo, float hi, bool patches, Fill&& fill) const {
+  MklThreads threads;
+  float* buffer = patches && m > 0 ? scratch(block_ * k_) : nullptr;
+  for (int64_t r0 = 0; r0 < m; r0 += block_) {
+    const int64_t r1 = std::min(m, r0 + block_);
+    const float* a = fill(r0, r1, buffer);
+    block_gemm(a, r1 - r0, y + r0 * n_);
+    epilogue(y + r0 * n_, r1 - r0, n_, bias, lo, hi);
+  }
+}
+
+// ---- PackedConv2d ----------------------------------------------------------------------------------------
+
+std::shared_ptr<PackedConv2d> PackedConv2d::make(const at::Tensor& weight, const at::Tensor& bias,
+                                                 const ConvGeometry& g, double lo, double hi,
+                                                 const std::vector<int64_t>& input_nchw) {
+  if (!is_float_cpu(weight) || weight.dim() != 4 || input_nchw.size() != 4) return nullptr;
+  if (bias.defined() && (!is_float_cpu(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return nullptr;
+  if (g.kh != weight.size(2) || g.kw != weight.size(3) || g.groups < 1) return nullptr;
+  const int64_t out_c = weight.size(0), per_group = weight.size(1), in_c = input_nchw[1];
+  if (per_group * g.groups != in_c || out_c % g.groups) return nullptr;
+  auto conv = std::shared_ptr<PackedConv2d>(new PackedConv2d());
+  conv->g_ = g, conv->in_channels_ = in_c, conv->out_channels_ = out_c;
+  conv->lo_ = static_cast<float>(lo), conv->hi_ = static_cast<float>(hi);
+  if (bias.defined()) conv->bias_ = bias.contiguous().clone();
+  const bool no_pad = g.pad_left == 0 && g.pad_right == 0 && g.pad_top == 0 && g.pad_bottom == 0;
+  const int64_t oh = (input_nchw[2] + g.pad_top + g.pad_bottom - g.dilation_h * (g.kh - 1) - 1) / g.stride_h + 1;
+  const int64_t ow = (input_nchw[3] + g.pad_left + g.pad_right - g.dilation_w * (g.kw - 1) - 1) / g.stride_w + 1;
+  if (oh < 1 || ow < 1) return nullptr;
+  const int64_t rows = input_nchw[0] * oh * ow;
+  if (g.groups == in_c && out_c == in_c && per_group == 1) {
+    conv->kind_ = "depthwise";
+    conv->dw_weight_ = weight.reshape({out_c, g.kh * g.kw}).t().contiguous();  // [KH*KW, C]
+    return conv;
+  }
+  if (g.groups != 1) return nullptr;
+  // OIHW -> [O, KH*KW*I]: the patch columns' order (ky, kx, c)
+  conv->gemm_ = PackedGemm::make(weight.permute({0, 2, 3, 1}).reshape({out_c, g.kh * g.kw * in_c}), rows);
+  if (!conv->gemm_) return nullptr;
+  conv->kind_ = g.kh == 1 && g.kw == 1 && g.stride_h == 1 && g.stride_w == 1 && no_pad ? "pointwise" : "im2col";
+  return conv;
+}
+
+at::Tensor PackedConv2d::run(const at::Tensor& x_in, bool fused) const {
+  TORCH_CHECK(is_float_cpu(x_in) && x_in.dim() == 4 && x_in.size(3) == in_channels_,
+              "packed convolution: the input must be a float32 NHWC tensor of ", in_channels_, " channels, got ",
+              x_in.sizes());
+  const int64_t n = x_in.size(0), h = x_in.size(1), w = x_in.size(2);
+  const int64_t oh = (h + g_.pad_top + g_.pad_bottom - g_.dilation_h * (g_.kh - 1) - 1) / g_.stride_h + 1;
+  const int64_t ow = (w + g_.pad_left + g_.pad_right - g_.dilation_w * (g_.kw - 1) - 1) / g_.stride_w + 1;
+  TORCH_CHECK(oh >= 1 && ow >= 1, "packed convolution: input ", x_in.sizes(), " is smaller than the kernel");
+  const float lo = fused ? lo_ : -std::numeric_limits<float>::infinity();
+  const float hi = fused ? hi_ : std::numeric_limits<float>::infinity();
+  const float* bias = bias_.defined() ? bias_.data_ptr<float>() : nullptr;
+  at::Tensor y = at::empty({n, oh, ow, out_channels_}, x_in.options().memory_format(at::MemoryFormat::Contiguous));
+  if (kind_ == "im2col") {
+    const Patches p{x_in.data_ptr<float>(), x_in.stride(0), x_in.stride(1), x_in.stride(2), x_in.stride(3),
+                    h, w, in_channels_, oh, ow, g_};
+    gemm_->run(n * oh * ow, y.data_ptr<float>(), bias, lo, hi, true, [&](int64_t r0, int64_t r1, float* buffer) {
+      patch_rows(p, r0, r1, buffer);
+      return static_cast<const float*>(buffer);
+    });
+    return y;
+  }
+  const at::Tensor x = x_in.contiguous();
+  if (kind_ == "pointwise") {
+    const float* a = x.data_ptr<float>();
+    const int64_t k = in_channels_;
+    gemm_->run(n * h * w, y.data_ptr<float>(), bias, lo, hi, false,
+               [&](int64_t r0, int64_t, float*) { return a + r0 * k; });
+    return y;
+  }
+  const DwArgs args{x.data_ptr<float>(), dw_weight_.data_ptr<float>(), bias, y.data_ptr<float>(), h, w,
+                    out_channels_, oh, ow, g_, lo, hi};
+  const Isa which = isa();
+  const int64_t cost = ow * out_channels_ * g_.kh * g_.kw;  // per output row
+  at::parallel_for(0, n * oh, std::max<int64_t>(1, 32768 / std::max<int64_t>(cost, 1)), [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+#ifdef ETLAB_CONV_X86
+      if (which == Isa::Avx512) {
+        dw_row_avx512(args, r / oh, r % oh);
+        continue;
+      }
+      if (which == Isa::Avx2) {
+        dw_row_avx2(args, r / oh, r % oh);
+        continue;
+      }
+#endif
+      dw_row_plain(args, r / oh, r % oh);
+    }
+  });
+  return y;
+}
+
+// ---- PackedLinear ----------------------------------------------------------------------------------------
+
+std::shared_ptr<PackedLinear> PackedLinear::make(const at::Tensor& weight, const at::Tensor& bias, double lo,
+                                                 double hi, int64_t rows) {
+  if (!is_float_cpu(weight) || weight.dim() != 2) return nullptr;
+  if (bias.defined() && (!is_float_cpu(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return nullptr;
+  auto linear = std::shared_ptr<PackedLinear>(new PackedLinear());
+  linear->gemm_ = PackedGemm::make(weight, std::max<int64_t>(rows, 1));
+  if (!linear->gemm_) return nullptr;
+  linear->lo_ = static_cast<float>(lo), linear->hi_ = static_cast<float>(hi);
+  if (bias.defined()) linear->bias_ = bias.contiguous().clone();
+  return linear;
+}
+
+at::Tensor PackedLinear::run(const at::Tensor& x_in, bool fused) const {
+  const int64_t k = gemm_->k();
+  TORCH_CHECK(is_float_cpu(x_in) && x_in.dim() >= 1 && x_in.size(-1) == k,
+              "packed fully connected layer: the input must be float32 with ", k, " features last, got ",
+              x_in.sizes());
+  const at::Tensor x = x_in.contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = gemm_->n();
+  at::Tensor y = at::empty(shape, x.options());
+  const float lo = fused ? lo_ : -std::numeric_limits<float>::infinity();
+  const float hi = fused ? hi_ : std::numeric_limits<float>::infinity();
+  const float* a = x.data_ptr<float>();
+  gemm_->run(x.numel() / k, y.data_ptr<float>(), bias_.defined() ? bias_.data_ptr<float>() : nullptr, lo, hi, false,
+             [&](int64_t r0, int64_t, float*) { return a + r0 * k; });
+  return y;
+}
+
+}  // namespace etlab_native
