@@ -38,6 +38,7 @@ def test_a_partial_run_replaces_its_rows_and_keeps_the_others(bench, tmp_path):
     text = bench.render(rows, "a hand-written note")
     assert "**3 models lowered by both**" in text and "min 20.0x" in text
     assert "| cnn | 3 / 3 |" in text and "etlab at c2, rounds 1 / 10" in text
+    assert "default threads" not in text  # no row measured it
     assert bench.NOTES_BEGIN + "\na hand-written note\n" + bench.NOTES_END in text
     not_measured = next(ln for ln in text.splitlines() if ln.startswith("Not measured yet"))
     assert "mobilenet_v2" in not_measured and "cnn" not in not_measured.split(":", 1)[1].split(", ")
@@ -54,6 +55,17 @@ def test_a_remark_stays_with_its_row_when_the_model_is_re_measured(bench, tmp_pa
     assert bench._remarks(["mlp = a | b"]) == {"mlp": "a / b"}
     with pytest.raises(SystemExit, match="expected MODEL=TEXT"):
         bench._remarks(["mlp"])
+
+
+def test_default_threads_under_load_are_not_called_a_measurement(bench):
+    rows = [_row(bench, n, 20) for n in ("mlp", "cnn")]
+    for r in rows:
+        r.latency["default"] = {"etlab": 3.0, "upstream": 1.0}
+        r.load = [0.5, 0.7]
+    assert "Latency at default threads: median 3.000, max 3.000 (above 1.2: mlp, cnn)." in bench.render(rows)
+    for r in rows:
+        r.load = [1e4, 1e4]  # above any core count
+    assert "Latency at default threads: NOT a measurement: 2 of 2 rows" in bench.render(rows)
 
 
 def test_notes_are_read_back_from_the_section(bench, tmp_path):
