@@ -80,6 +80,8 @@ def _fused_conv_clamp(conv, conv_node: PlannedNode, clamp_node: PlannedNode, spe
     """The int8 convolution with the clamp that follows it, in one call."""
     qout = specs[clamp_node.output].quant
     bounds = clamp_bounds(qout, clamp_node.clamp)
+    if hasattr(conv, "clamped"):  # a native kernel (`_int8`): the clamp narrows its own bounds
+        return conv.clamped(*bounds)
     relu = relu_bounds(qout)
     if bounds == relu or (conv_node.clamp == relu_clamp and bounds[0] <= relu[0] and bounds[1] == relu[1]):
         return lambda q: conv(q, True)
