@@ -164,3 +164,17 @@ def test_bad_arguments_are_named():
         k.run(_torch(np.zeros((1, 2, 2, 9), np.uint8)))
     with pytest.raises(ValueError, match="lo <= hi"):
         k.run(_torch(np.zeros((1, 2, 2, 8), np.uint8)), 200, 100)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_conversions_match_torch(isa):
+    """Float -> shifted integers and back, the same float32 operations as the torch forms in `_int8`."""
+    import torch
+    x = torch.randn(3, 7, 11, generator=torch.Generator().manual_seed(1)) * 3
+    x[0, 0, :4] = torch.tensor([0.25, 0.75, -0.25, 1e9])  # halves round to even; far values saturate
+    scale, zp = 0.5, 131
+    want = torch.mul(x, 1.0 / scale).round_().add_(zp).clamp_(10, 250).to(torch.uint8)
+    got = _core.quantize_u8(x, 1.0 / scale, zp, 10, 250, isa)
+    assert torch.equal(got, want)
+    levels = _core.dequantize_u8(got.permute(2, 0, 1), 0.37, zp, isa)  # a strided view: read in its own order
+    assert torch.equal(levels, got.permute(2, 0, 1).to(torch.float32).sub_(zp).mul_(0.37))

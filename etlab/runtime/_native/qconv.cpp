@@ -84,10 +84,13 @@ struct Bounds {
   float fmax() const { return float(hi - zp); }
 };
 
-inline uint8_t requant_scalar(int32_t acc, float scale, const Bounds& b) {
-  float f = float(acc) * scale;
+inline uint8_t requant_scalar_f(float f, const Bounds& b) {
   f = std::min(std::max(f, b.fmin()), b.fmax());
   return uint8_t(int32_t(std::nearbyint(f)) + b.zp);
+}
+
+inline uint8_t requant_scalar(int32_t acc, float scale, const Bounds& b) {
+  return requant_scalar_f(float(acc) * scale, b);
 }
 
 // Per-output-channel epilogue data, padded to a multiple of 16 channels: bias with the input zero point's
@@ -355,6 +358,17 @@ inline void tap_pointers(const Geometry& g, const uint8_t* image, int64_t H, int
   }
 }
 
+// n bytes from src (or, with `fill`, n copies of src[0]); short runs without a call into memcpy
+inline void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n, bool fill = false) {
+  if (fill) {
+    std::memset(dst, src[0], size_t(n));
+  } else if (n >= 32) {
+    std::memcpy(dst, src, size_t(n));
+  } else {
+    for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
+  }
+}
+
 std::vector<uint8_t>& scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buffer;
   if (buffer.size() < bytes) buffer.resize(bytes);
@@ -415,10 +429,7 @@ class QConv2d {
         const int64_t count = std::min(kBand, pixels - p0);
         for (int64_t p = 0; p < count; ++p) {
           const int64_t oy = (p0 + p) / OW, ox = (p0 + p) % OW;
-          tap_pointers(geo_, image, H, W, I_, oy, ox, zeros_.data(), ptrs.data());
-          uint8_t* row = rows + p * Kp;
-          for (int64_t t = 0; t < taps; ++t) std::memcpy(row + t * I_, ptrs[size_t(t)], size_t(I_));
-          std::memset(row + taps * I_, 0, size_t(Kp - taps * I_));
+          gather_row(image, H, W, oy, ox, ptrs.data(), rows + p * Kp);
         }
         gemm(isa_, packed_, epi_, rows, Kp, count, yd + (n * pixels + p0) * O_, O_, bd);
       }
@@ -446,6 +457,26 @@ class QConv2d {
   int isa() const { return isa_; }
 
  private:
+  // One output pixel's im2col row: its taps' channels in filter order, then zeros up to Kp. With unit
+  // dilation a kernel row inside the image is one contiguous run of KW * I bytes.
+  void gather_row(const uint8_t* image, int64_t H, int64_t W, int64_t oy, int64_t ox, const uint8_t** ptrs,
+                  uint8_t* row) const {
+    const int64_t ix0 = ox * geo_.sw - geo_.pl, run = geo_.kw * I_;
+    if (geo_.dw == 1 && ix0 >= 0 && ix0 + geo_.kw <= W) {
+      for (int64_t ky = 0; ky < geo_.kh; ++ky) {
+        const int64_t iy = oy * geo_.sh - geo_.pt + ky * geo_.dh;
+        if (iy >= 0 && iy < H)
+          copy_bytes(row + ky * run, image + (iy * W + ix0) * I_, run);
+        else
+          copy_bytes(row + ky * run, zeros_.data(), run, true);
+      }
+    } else {
+      tap_pointers(geo_, image, H, W, I_, oy, ox, zeros_.data(), ptrs);
+      for (int64_t t = 0; t < geo_.kh * geo_.kw; ++t) copy_bytes(row + t * I_, ptrs[t], I_);
+    }
+    for (int64_t k = geo_.kh * run; k < packed_.Kp; ++k) row[k] = 0;
+  }
+
   Bounds call_bounds(int64_t lo, int64_t hi) const {
     if (lo < 0 && hi < 0) return bounds_;
     return make_bounds(bounds_.zp, lo, hi);
@@ -571,14 +602,29 @@ class QDepthwiseConv2d {
     py::gil_scoped_release release;
     auto pixel = isa_ == kVnni ? dw_pixel_vnni : isa_ == kAvx2 ? dw_pixel_avx2 : dw_pixel_scalar;
     std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps_));
+    std::vector<int64_t> offsets(static_cast<size_t>(taps_));  // of each tap from the window's corner
+    for (int64_t ky = 0, t = 0; ky < geo_.kh; ++ky)
+      for (int64_t kx = 0; kx < geo_.kw; ++kx, ++t) offsets[size_t(t)] = (ky * geo_.dh * W + kx * geo_.dw) * C_;
+    // output columns whose window lies inside the image's width: [ox_lo, ox_hi)
+    const int64_t ox_lo = std::min(OW, (geo_.pl + geo_.sw - 1) / geo_.sw);
+    const int64_t span = geo_.dw * (geo_.kw - 1);
+    const int64_t ox_hi = std::max(ox_lo, std::min(OW, W - 1 - span + geo_.pl >= 0 ? (W - 1 - span + geo_.pl) / geo_.sw + 1 : 0));
     for (int64_t n = 0; n < N; ++n) {
       const uint8_t* image = xd + n * H * W * C_;
-      for (int64_t oy = 0; oy < OH; ++oy)
+      for (int64_t oy = 0; oy < OH; ++oy) {
+        const int64_t iy0 = oy * geo_.sh - geo_.pt;
+        const bool rows_inside = iy0 >= 0 && iy0 + geo_.dh * (geo_.kh - 1) < H;
+        uint8_t* out_row = yd + (n * OH + oy) * OW * C_;
         for (int64_t ox = 0; ox < OW; ++ox) {
-          tap_pointers(geo_, image, H, W, C_, oy, ox, zeros_.data(), ptrs.data());
-          pixel(ptrs.data(), taps_, w_.data(), Cp_, C_, epi_.bias.data(), epi_.scale.data(),
-                yd + ((n * OH + oy) * OW + ox) * C_, bd);
+          if (rows_inside && ox >= ox_lo && ox < ox_hi) {
+            const uint8_t* corner = image + (iy0 * W + ox * geo_.sw - geo_.pl) * C_;
+            for (int64_t t = 0; t < taps_; ++t) ptrs[size_t(t)] = corner + offsets[size_t(t)];
+          } else {
+            tap_pointers(geo_, image, H, W, C_, oy, ox, zeros_.data(), ptrs.data());
+          }
+          pixel(ptrs.data(), taps_, w_.data(), Cp_, C_, epi_.bias.data(), epi_.scale.data(), out_row + ox * C_, bd);
         }
+      }
     }
     return y;
   }
@@ -694,12 +740,81 @@ class QAdd {
   int shift_ = 0;
 };
 
+// ---------------------------------------------------------------------------------------------------
+// Conversions between float values and the shifted integers: q = clamp(round(x * inv_scale) + zp) (round
+// half to even, as torch.round) and x = (q - zp) * scale, each one float32 operation as torch computes them.
+// ---------------------------------------------------------------------------------------------------
+
+ETLAB_VNNI void quantize_vnni(const float* x, uint8_t* q, int64_t n, float inv, const Bounds& bd) {
+  const __m512 vinv = _mm512_set1_ps(inv), fmin = _mm512_set1_ps(bd.fmin()), fmax = _mm512_set1_ps(bd.fmax());
+  const __m512i zp = _mm512_set1_epi32(bd.zp);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t valid = std::min<int64_t>(16, n - i);
+    const __mmask16 k = __mmask16(valid >= 16 ? 0xFFFFu : (1u << valid) - 1);
+    __m512 f = _mm512_mul_ps(_mm512_maskz_loadu_ps(k, x + i), vinv);
+    f = _mm512_min_ps(_mm512_max_ps(f, fmin), fmax);
+    store16_vnni(q + i, _mm512_cvtepi32_epi8(_mm512_add_epi32(_mm512_cvtps_epi32(f), zp)), valid);
+  }
+}
+
+ETLAB_VNNI void dequantize_vnni(const uint8_t* q, float* x, int64_t n, float scale, int32_t zp) {
+  const __m512 vscale = _mm512_set1_ps(scale);
+  const __m512i vzp = _mm512_set1_epi32(zp);
+  for (int64_t i = 0; i < n; i += 16) {
+    const int64_t valid = std::min<int64_t>(16, n - i);
+    const __mmask16 k = __mmask16(valid >= 16 ? 0xFFFFu : (1u << valid) - 1);
+    __m512i v = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, q + i)), vzp);
+    _mm512_mask_storeu_ps(x + i, k, _mm512_mul_ps(_mm512_cvtepi32_ps(v), vscale));
+  }
+}
+
+at::Tensor quantize_u8(const at::Tensor& x_in, double inv_scale, int64_t zp, int64_t lo, int64_t hi, int64_t isa) {
+  check(x_in.scalar_type() == at::kFloat, "x must be float32");
+  const Bounds bd = make_bounds(zp, lo, hi);
+  const int use = choose_isa(isa);
+  at::Tensor x = x_in.contiguous();
+  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kByte));
+  const float* xd = x.data_ptr<float>();
+  uint8_t* qd = q.data_ptr<uint8_t>();
+  const int64_t n = x.numel();
+  const float inv = float(inv_scale);
+  py::gil_scoped_release release;
+  if (use == kVnni) {
+    quantize_vnni(xd, qd, n, inv, bd);
+  } else {
+    for (int64_t i = 0; i < n; ++i) qd[i] = requant_scalar_f(xd[i] * inv, bd);
+  }
+  return q;
+}
+
+at::Tensor dequantize_u8(const at::Tensor& q_in, double scale, int64_t zp, int64_t isa) {
+  at::Tensor q = contiguous_u8(q_in, "q");
+  check(0 <= zp && zp <= 255, "zero point must be a uint8 value");
+  const int use = choose_isa(isa);
+  at::Tensor x = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  const uint8_t* qd = q.data_ptr<uint8_t>();
+  float* xd = x.data_ptr<float>();
+  const int64_t n = q.numel();
+  const float s = float(scale);
+  py::gil_scoped_release release;
+  if (use == kVnni) {
+    dequantize_vnni(qd, xd, n, s, int32_t(zp));
+  } else {
+    for (int64_t i = 0; i < n; ++i) xd[i] = float(int32_t(qd[i]) - int32_t(zp)) * s;
+  }
+  return x;
+}
+
 }  // namespace
 
 void bind_int8_kernels(pybind11::module_& m) {
   using py::arg;
   m.def("int8_isa", [](int64_t requested) { return choose_isa(requested); }, arg("requested") = -1,
         "The int8 kernels' instruction set for an object made now: 0 scalar, 1 AVX2, 2 AVX-512 VNNI");
+  m.def("quantize_u8", &quantize_u8, arg("x"), arg("inv_scale"), arg("zp"), arg("lo"), arg("hi"), arg("isa") = -1,
+        "uint8 clamp(round(x * inv_scale) + zp, lo, hi) of a float32 tensor (contiguous, x's shape)");
+  m.def("dequantize_u8", &dequantize_u8, arg("q"), arg("scale"), arg("zp"), arg("isa") = -1,
+        "float32 (q - zp) * scale of a uint8 tensor (contiguous, q's shape)");
   py::class_<QConv2d>(m, "QConv2d")
       .def(py::init<const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&, std::vector<int64_t>,
                     std::vector<int64_t>, std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t, int64_t>(),

@@ -1,5 +1,6 @@
-"""Integer kernels for XNNPACK's int8 graphs: quantized values kept as integers, convolutions run by
-torch's x86 quantized kernels (oneDNN) with weights prepacked once at init.
+"""Integer kernels for XNNPACK's int8 graphs: quantized values kept as integers, convolutions, fully connected
+layers and adds run by etlab's native int8 kernels (`_native/qconv.cpp`: weights packed once at init, no per-call
+set-up), or by torch's x86 quantized kernels (oneDNN) where the native core is not built.
 
 The reference path carries a quantized value as float32 holding its levels and emulates every node
 as dequantize -> float op -> requantize. For the nodes that dominate an int8 CNN that costs more
@@ -7,6 +8,11 @@ than the op itself; here a per-tensor int8 (or uint8) value may instead be held 
 tensor `q + offset` (offset 128 for int8: oneDNN takes unsigned activations; the zero point moves
 by the same offset), and:
 
+- a convolution (dense or depthwise) or fully connected node with per-channel int8 weights, an int32 bias and
+  per-tensor input and output runs natively (`_native_conv`, `_native_linear`): int32 sums on the integers, XNNPACK's
+  fp32 requantization (scale per output channel, round to nearest-even, the output's zero point and bounds), so
+  the integers are XNNPACK's own up to the rounding of the float scale; an add of two same-shape values runs
+  natively too (XNNPACK's fixed-point form). Otherwise, through torch:
 - a convolution or fully connected node with per-channel int8 weights and per-tensor input and output
   runs as oneDNN's int8 convolution or inner product (int32 accumulation, float bias and rescale, rounded
   to the output's levels: within one quantization step of XNNPACK's fixed-point requantization; a
@@ -23,11 +29,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+import numpy as np
 import torch
 
+from etlab.runtime._native import _core
 from etlab.runtime.backends.xnnpack._values import Quant, ValueSpec
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops, "onednn")
+_NATIVE = _core if _core is not None and hasattr(_core, "QConv2d") else None
+_NATIVE_CONVERT = _NATIVE is not None and hasattr(_NATIVE, "quantize_u8")  # a core built before these: torch
 _LAYOUT_KINDS = {"XNNStaticTranspose", "XNNStaticReshape"}
 _CONV_KINDS = {"XNNConv2d", "XNNDepthwiseConv2d"}
 INT_DTYPE = torch.uint8  # the dtype of a value held as integers (levels are float32)
@@ -42,6 +52,8 @@ def offset(quant: Quant | None) -> int | None:
 
 def to_levels(q: torch.Tensor, quant: Quant) -> torch.Tensor:
     """The float levels of a value held as integers."""
+    if _NATIVE_CONVERT and _NATIVE is not None:
+        return _NATIVE.dequantize_u8(q, quant.scale, quant.zero_point + offset(quant))
     return q.to(torch.float32).sub_(quant.zero_point + offset(quant)).mul_(quant.scale)
 
 
@@ -53,10 +65,16 @@ def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int,
     qin, qout = specs[inputs[0]].quant, specs[output].quant
     if offset(qin) is None or offset(qout) is None:
         return None
-    if kind in _CONV_KINDS and _ONEDNN and geometry is not None:
-        return _int_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
-    if kind == "XNNFullyConnected" and _ONEDNN and geometry == (False,):
-        return _int_linear(inputs, specs, constants, qin, qout, clamp)
+    if kind in _CONV_KINDS and geometry is not None:
+        fn = _native_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
+        if fn is None and _ONEDNN:
+            fn = _int_conv(kind, inputs, specs, constants, qin, qout, clamp, geometry)
+        return fn
+    if kind == "XNNFullyConnected" and geometry == (False,):
+        fn = _native_linear(inputs, specs, constants, qin, qout, clamp)
+        if fn is None and _ONEDNN:
+            fn = _int_linear(inputs, specs, constants, qin, qout, clamp)
+        return fn
     same = (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin)
     if kind == "XNNClamp" and same:
         bounds = clamp_bounds(qout, clamp)
@@ -86,6 +104,7 @@ def int_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | None
     """fn(integers of a, integers of b) -> integers of clamp(a + b) requantized to `qout`, computed in
     float32 as a * ka + b * kb + c: one rounding, within one step of XNNPACK's fixed-point requantization.
     (torch's quantized add is a little faster but needs quantized tensors, which torch deprecates.)"""
+    native = _native_add(qa, qb, qout, clamp)
     ka, kb = qa.scale / qout.scale, qb.scale / qout.scale
     c = qout.zero_point + offset(qout) - (qa.zero_point + offset(qa)) * ka - (qb.zero_point + offset(qb)) * kb
     lo, hi = clamp_bounds(qout, clamp)
@@ -93,13 +112,36 @@ def int_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | None
 
     def add(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return mul(a, ka).add_(b, alpha=kb).add_(c).round_().clamp_(lo, hi).to(INT_DTYPE)
-    return add
+    if native is None:
+        return add
+
+    def add_native(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return native(a, b) if a.shape == b.shape else add(a, b)  # broadcasting adds: torch
+    return add_native
+
+
+def _native_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | None):
+    """The native fixed-point add's call, or None (no native core, or scale ratios it does not take)."""
+    if _NATIVE is None:
+        return None
+    out_scale = np.float32(qout.scale)  # XNNPACK's ratios are float32 quotients
+    lo, hi = clamp_bounds(qout, clamp)
+    try:
+        kernel = _NATIVE.QAdd(float(np.float32(qa.scale) / out_scale), qa.zero_point + offset(qa),
+                              float(np.float32(qb.scale) / out_scale), qb.zero_point + offset(qb),
+                              qout.zero_point + offset(qout), lo, hi)
+    except ValueError:
+        return None
+    return kernel.run
 
 
 def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
     """The integers of a float value quantized by `quant`, rounded as `fake_quantize` rounds (exact for
     levels, which lie on the value's grid)."""
     off = offset(quant)
+    if _NATIVE_CONVERT and _NATIVE is not None and levels.dtype == torch.float32:  # the same float32 product and rounding
+        return _NATIVE.quantize_u8(levels, 1.0 / quant.scale, quant.zero_point + off, quant.qmin + off,
+                                   quant.qmax + off)
     q = torch.mul(levels, 1.0 / quant.scale).round_().add_(quant.zero_point + off)
     return q.clamp_(quant.qmin + off, quant.qmax + off).to(INT_DTYPE)
 
@@ -112,6 +154,90 @@ def _int8_weights(inputs, specs, constants, clamp) -> Quant | None:
     if wq is None or wq.kind != "channel" or wq.qmin != -128 or clamp not in (None, (0.0, math.inf)):
         return None
     return wq
+
+
+def _native_weights(inputs, specs, constants, axis: int) -> tuple[torch.Tensor, torch.Tensor | None, Quant] | None:
+    """(int8 filter, int32 bias or None, the filter's quantization) of a node the native kernels take: a constant
+    per-channel int8 filter along `axis` and, if any, a constant int32 bias (its integers, as XNNPACK adds them)."""
+    if len(inputs) < 2 or any(v not in constants for v in inputs[1:]):
+        return None
+    wq = specs[inputs[1]].quant
+    if wq is None or wq.kind != "channel" or (wq.qmin, wq.qmax) != (-128, 127) or wq.axis != axis:
+        return None
+    view = [1] * len(specs[inputs[1]].shape)
+    view[axis] = -1
+    weight = torch.round(constants[inputs[1]].double() / wq.scales.double().view(view)).clamp_(-128, 127)
+    bias = None
+    if len(inputs) > 2:
+        bq = specs[inputs[2]].quant
+        if bq is None or bq.kind not in ("channel", "tensor") or bq.qmin != -(1 << 31):
+            return None
+        bscale = bq.scales.double() if bq.kind == "channel" else torch.tensor(bq.scale, dtype=torch.float64)
+        bias = torch.round(constants[inputs[2]].double() / bscale + bq.zero_point).to(torch.int32)
+    return weight.to(torch.int8), bias, wq
+
+
+def _requant_scales(qin: Quant, wq: Quant, qout: Quant) -> torch.Tensor:
+    """Each output channel's requantization scale, input scale x filter scale / output scale in float32 as
+    XNNPACK computes it."""
+    return (torch.tensor(qin.scale, dtype=torch.float32) * wq.scales.to(torch.float32)
+            / torch.tensor(qout.scale, dtype=torch.float32))
+
+
+def _native_call(call: Callable, bounds: tuple[int, int], qout: Quant) -> Callable[..., torch.Tensor]:
+    """fn(q, relu=False) over a native kernel's call(q, lo, hi); `fn.clamped(lo, hi)` is the kernel with a following
+    clamp of those integer bounds fused (`_fast`): a clamp of a clamp is one clamp."""
+    lo1, hi1 = bounds
+    rlo, rhi = relu_bounds(qout)
+    relu = (min(max(lo1, rlo), rhi), max(min(hi1, rhi), rlo))
+
+    def run(q: torch.Tensor, relu_: bool = False) -> torch.Tensor:
+        return call(q, *relu) if relu_ else call(q, lo1, hi1)
+
+    def clamped(lo2: int, hi2: int) -> Callable[[torch.Tensor], torch.Tensor]:
+        lo, hi = min(max(lo1, lo2), hi2), max(min(hi1, hi2), lo2)
+        return lambda q: call(q, lo, hi)
+    run.clamped = clamped
+    return run
+
+
+def _native_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
+    """A dense (groups 1) or depthwise (channel multiplier 1) int8 convolution as a native kernel, or None."""
+    if _NATIVE is None:
+        return None
+    depthwise = kind == "XNNDepthwiseConv2d"
+    found = _native_weights(inputs, specs, constants, 3 if depthwise else 0)
+    if found is None:
+        return None
+    weight, bias, wq = found
+    (left, right, top, bottom), stride, dilation, groups = geometry
+    channels = specs[inputs[0]].shape[3]
+    if depthwise:
+        if weight.shape[0] != 1 or groups != channels or weight.shape[3] != channels:
+            return None
+        make, weight = _NATIVE.QDepthwiseConv2d, weight[0]
+    elif groups == 1 and weight.shape[3] == channels:
+        make = _NATIVE.QConv2d
+    else:
+        return None
+    bounds = clamp_bounds(qout, clamp)
+    kernel = make(weight.contiguous(), bias, _requant_scales(qin, wq, qout), [top, left, bottom, right],
+                  list(stride), list(dilation), qin.zero_point + offset(qin), qout.zero_point + offset(qout), *bounds)
+    return _native_call(kernel.run, bounds, qout)
+
+
+def _native_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
+    """A fully connected node ([out, in] int8 filter, per output channel) as the native GEMM, or None."""
+    if _NATIVE is None:
+        return None
+    found = _native_weights(inputs, specs, constants, 0)
+    if found is None or specs[inputs[0]].shape[-1] != found[0].shape[1]:
+        return None
+    weight, bias, wq = found
+    bounds = clamp_bounds(qout, clamp)
+    kernel = _NATIVE.QConv2d(weight[:, None, None, :].contiguous(), bias, _requant_scales(qin, wq, qout), [0] * 4,
+                             [1, 1], [1, 1], qin.zero_point + offset(qin), qout.zero_point + offset(qout), *bounds)
+    return _native_call(kernel.run_rows, bounds, qout)
 
 
 def _int_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
