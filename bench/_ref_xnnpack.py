@@ -10,7 +10,8 @@ Reads one JSON request per line on stdin and answers one JSON line ({"error": ".
   lowers too), times `to_edge_transform_and_lower(ep, partitioner=[XnnpackPartitioner()])
   .to_executorch().buffer` (the deep copy of the program is outside the timer); with "write", saves
   D/upstream.pte and reports upstream's get_delegation_info counts of the lowered edge graph.
-  Answer: {"seconds", "cpu_seconds", "pte_bytes", ["delegated_nodes", "non_delegated_nodes", "partitions"]}.
+  Answer: {"seconds", "cpu_seconds", "pte_bytes", ["delegated_nodes", "non_delegated_nodes", "partitions",
+  "delegated_ops" (op type -> delegated occurrences)]}.
 - {"cmd": "latency", "ptes": {label: path}, "inputs": P, "threads": N, "rounds": R, "per_round": K}:
   loads every program with upstream's runtime, sets torch's and XNNPACK's threadpool to N threads
   (0: the pool's size at start-up, its default), then times `execute` in R alternating rounds of K
@@ -63,8 +64,11 @@ def _compile(req):
         with open(os.path.join(req["dir"], "upstream.pte"), "wb") as f:
             f.write(buf)
         info = get_delegation_info(edge.exported_program().graph_module)
+        df = info.get_operator_delegation_dataframe()
         answer.update(delegated_nodes=info.num_delegated_nodes, non_delegated_nodes=info.num_non_delegated_nodes,
-                      partitions=info.num_delegated_subgraphs)
+                      partitions=info.num_delegated_subgraphs,
+                      delegated_ops={str(r["op_type"]): int(r["occurrences_in_delegated_graphs"])
+                                     for _, r in df.iterrows() if r["op_type"] != "Total"})
     return answer
 
 

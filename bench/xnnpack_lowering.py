@@ -106,6 +106,8 @@ class Result:
     date: str = ""  # UTC time the row was measured (ISO 8601)
     rounds: int | None = None  # --rounds and --latency-rounds of the run
     latency_rounds: int | None = None
+    etlab_ops: dict[str, int] = field(default_factory=dict)  # op type -> delegated occurrences
+    upstream_ops: dict[str, int] = field(default_factory=dict)
     remark: str = ""  # hand-written (--remark), kept when the model is re-measured: check it still holds
 
     @property
@@ -214,6 +216,22 @@ def _etlab_compile(model: Model, partitioner_cls, res: Result | None = None):
     return edge, buf
 
 
+def delegated_ops(info) -> dict[str, int]:
+    """Op type -> occurrences in delegated graphs, from a get_delegation_info answer."""
+    df = info.get_operator_delegation_dataframe()
+    return {str(r["op_type"]): int(r["occurrences_in_delegated_graphs"]) for _, r in df.iterrows()
+            if r["op_type"] != "Total"}
+
+
+def fewer_ops(r: Result) -> str:
+    """The op types upstream delegates more often than etlab on this row ('' when none or not recorded):
+    what a "fewer delegated nodes" row is made of."""
+    if not r.etlab_ops or not r.upstream_ops:
+        return ""
+    less = {k: n - r.etlab_ops.get(k, 0) for k, n in r.upstream_ops.items() if n > r.etlab_ops.get(k, 0)}
+    return ("upstream delegates more: " + ", ".join(f"{k} +{n}" for k, n in sorted(less.items()))) if less else ""
+
+
 def _etlab_runtime_outputs(pte: Path, inputs) -> list:
     from etlab.runtime import Runtime
 
@@ -243,6 +261,7 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
         res.note(f"upstream lowering: {e}")
         return res
     res.upstream_nodes, res.upstream_partitions = first["delegated_nodes"], first["partitions"]
+    res.upstream_ops = first.get("delegated_ops", {})
     res.upstream_s.append(first["seconds"])  # the first lowering is a sample too (its counts are taken after it)
     res.upstream_cpu.append(first["cpu_seconds"])
     if not res.upstream_partitions:
@@ -264,6 +283,7 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
         return res
     info = get_delegation_info(edge.exported_program())
     res.etlab_nodes, res.etlab_partitions = info.num_delegated_nodes, info.num_delegated_subgraphs
+    res.etlab_ops = delegated_ops(info)
     (d / "etlab.pte").write_bytes(buf)
     for _ in range(rounds):
         _etlab_compile(model, partitioner_cls, res)
@@ -463,7 +483,7 @@ def _default_threads_verdict(ratios: list[float], above: list[str], rows: list[R
 
 def _note_cell(r: Result) -> str:
     run = f"etlab at {r.commit or '?'}" + (f", rounds {r.rounds} / {r.latency_rounds}" if r.rounds is not None else "")
-    return "; ".join(x for x in (r.remark, r.error, run) if x)
+    return "; ".join(x for x in (r.remark, fewer_ops(r), r.error, run) if x)
 
 
 def _load_cell(r: Result) -> str:

@@ -68,6 +68,16 @@ def test_default_threads_under_load_are_not_called_a_measurement(bench):
     assert "Latency at default threads: NOT a measurement: 2 of 2 rows" in bench.render(rows)
 
 
+def test_the_note_names_the_op_types_upstream_delegates_more(bench):
+    r = _row(bench, "mlp", 20)
+    r.etlab_ops = {"aten_linear_default": 2, "getitem": 2}
+    r.upstream_ops = {"aten_linear_default": 2, "getitem": 2, "dim_order_ops__clone_dim_order_default": 1}
+    assert bench.fewer_ops(r) == "upstream delegates more: dim_order_ops__clone_dim_order_default +1"
+    assert "| upstream delegates more: dim_order_ops__clone_dim_order_default +1; etlab at c1" in bench.render([r])
+    r.etlab_ops["dim_order_ops__clone_dim_order_default"] = 1
+    assert bench.fewer_ops(r) == ""
+
+
 def test_notes_are_read_back_from_the_section(bench, tmp_path):
     md = tmp_path / "RESULTS.md"
     body = bench.render([_row(bench, "mlp", 20)], "line one\n\n- line two")
