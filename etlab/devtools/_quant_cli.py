@@ -177,17 +177,18 @@ def _wrap(text: str, indent: str = "") -> str:
                          break_long_words=False, break_on_hyphens=False)
 
 
-def _table(df, flex: tuple[str, ...]) -> str:
-    """`df` as a table within the terminal's width: numbers to 4 significant digits, the `flex` (text)
-    columns cut with "…" to what the number columns leave."""
-    from etlab.inspector import fit_table, terminal_width
+def _table(df, flex: tuple[str, ...], wide: bool = False) -> str:
+    """`df` as a table within the terminal's width (etlab.inspector.fit_frame): numbers to 4 significant digits,
+    the `flex` (text) columns cut with "…" to what the others leave, the columns that still do not fit left out
+    and named; `wide`: every column, whole."""
+    from etlab.inspector import fit_frame, terminal_width
 
-    def cell(v) -> str:
-        return "" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
-
-    heads = [str(c) for c in df.columns]
-    rows = [[cell(v) for v in r] for r in df.itertuples(index=False)]
-    return "\n".join(fit_table(rows, heads, tuple(heads.index(c) for c in flex), terminal_width()))
+    width = terminal_width()
+    lines, left_out = fit_frame(df, width, flex, wide)
+    if left_out:
+        lines.append(_wrap(f"({len(left_out)} of {len(df.columns)} columns left out: {', '.join(left_out)}; "
+                           "--wide: every column, whole)"))
+    return "\n".join(lines)
 
 
 # the columns of the worst-layers table and their printed heads, on two lines (the frame's names make it ~150 wide)
@@ -196,19 +197,19 @@ _WORST_HEADS = {"order": "order", "layer": "layer", "op": "op", "module": "modul
                 "input_sqnr_p95": "input\np95", "clipped_inputs": "clipped\ninputs"}
 
 
-def _print_report(report, top: int) -> None:
+def _print_report(report, top: int, wide: bool = False) -> None:
     print(_wrap(report.summary()))
     for note in report.notes:
         print(_wrap(f"note: {note}", "  "))
     worst = report.worst(top)[list(_WORST_HEADS)].rename(columns=_WORST_HEADS)
     print("\n" + _wrap(f"Layers that introduced the most error (p95 local SQNR over {report.inputs} inputs, dB; "
                        "local: what the layer added, output / input: SQNR of its output / inputs):"))
-    print(_table(worst, ("layer", "op", "module")) if len(worst) else "  none ranked")
+    print(_table(worst, ("layer", "op", "module"), wide) if len(worst) else "  none ranked")
     clipped = report.clipped().head(top)[["layer", "range_lo", "range_hi", "seen_min", "seen_max", "clipped",
                                           "clipped_inputs", "first_clipped_input"]]
     print(f"\nCalibrated ranges clipped on some inputs: {len(report.clipped())} of {len(report.coverage)}")
     if len(clipped):
-        print(_table(clipped, ("layer",)))
+        print(_table(clipped, ("layer",), wide))
 
 
 def _report(args) -> int:
@@ -227,7 +228,7 @@ def _report(args) -> int:
                             batch_size=args.batch_size, progress=not args.no_progress, label=args.model)
     print(_wrap(f"{args.model}: {what}; calibrated on the first {min(args.calibration, len(dataset))}; "
                 f"{report.seconds:.1f} s"))
-    _print_report(report, args.top)
+    _print_report(report, args.top, args.wide)
     if args.html:
         report.show().save_html(args.html, title=f"Quantization of {args.model}")  # the views, by registry
         print(f"wrote {args.html}")
@@ -273,7 +274,7 @@ def _fix(args) -> int:
     result = auto_mixed_precision(model, dataset, budget=args.budget, quantizer_factory=factory,
                                   backend=args.backend, max_calibration=args.calibration, progress=progress)
     print(_wrap(f"{args.model}: {what}"))
-    print(result.explain())
+    _print_fix(result, args.wide)
     if args.output:
         from etlab.schema import write_atomic
 
@@ -291,6 +292,29 @@ def _fix(args) -> int:
         write_atomic(args.json, json.dumps(doc, indent=1, default=str).encode())
         print(f"wrote {args.json}")
     return 0 if result.met else 1
+
+
+# the search's steps and the changed layers, their columns by importance (fit_frame leaves out from the right)
+_STEP_ORDER = ["step", "phase", "change", "layers", "metric", "met", "kept", "why", "float_layers", "sqnr_db"]
+_LAYER_ORDER = ["layer", "precision", "why", "op", "weights", "activation", "observer", "alone_in_float", "module"]
+
+
+def _ordered(df, order: list[str]):
+    return df[[c for c in order if c in df.columns] + [c for c in df.columns if c not in order]]
+
+
+def _print_fix(result, wide: bool = False) -> None:
+    """The result as MixedPrecisionResult.explain() says it, fitted to the terminal: the summary wrapped, the
+    search's steps and the layers it changed as tables within the width (`wide`: every column, whole)."""
+    print(_wrap(result.summary()))
+    steps = _ordered(result.steps, _STEP_ORDER)
+    print("\n" + _wrap(f"Search: {len(steps)} step(s) (kept: carried on to the next step; metric: "
+                       f"{result.budget.name} on the dataset)"))
+    print(_table(steps, ("change", "layers", "why"), wide) if len(steps) else "  no step")
+    changed = _ordered(result.changed_layers(), _LAYER_ORDER)
+    print("\n" + _wrap(f"Layers not plain int8: {len(changed)} of {len(result.layers)}"))
+    if len(changed):
+        print(_table(changed, ("layer", "why", "module"), wide))
 
 
 def _config_dict(config) -> dict:
@@ -321,6 +345,8 @@ def _common(p: argparse.ArgumentParser, backends: tuple[str, ...]) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch intra-op threads (default: torch's own)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     p.add_argument("--json", metavar="OUT.json", help="write the result as JSON")
+    p.add_argument("--wide", action="store_true", help="print every column of the tables, whole (by default they "
+                   "fit the terminal: long cells cut with \"…\", the columns that do not fit named)")
 
 
 def build_parser() -> argparse.ArgumentParser:

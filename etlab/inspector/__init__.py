@@ -26,7 +26,8 @@
 - `inspect_main(argv)` / `compare_main(argv)`: `etlab inspect` / `etlab compare` (the CLI calls them); what
   every etlab command shares: `input_file` / `output_file` (file arguments checked before any work),
   `error_line`, `Progress` (stages on stderr), `stdout_closed` (a reader that went away: no traceback),
-  `terminal_width`, `cut` (text cut with "…"), `fit_table` (a table within a width), `compact_table` (the
+  `terminal_width`, `cut` (text cut with "…"), `fit_table` (a table within a width), `fit_frame` (a
+  DataFrame within a width, the columns that do not fit named), `compact_table` (the
   events' table `etlab inspect` prints)
 """
 
@@ -70,7 +71,7 @@ from etlab.inspector._rollups import (
     time_unit,
     timings_counted_once,
 )
-from etlab.inspector._terminal import compact_table, cut, fit_table, terminal_width
+from etlab.inspector._terminal import compact_table, cut, fit_frame, fit_table, terminal_width
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
@@ -109,6 +110,7 @@ __all__ = [
     "error_line",
     "event_label",
     "execute_timings",
+    "fit_frame",
     "fit_table",
     "input_file",
     "inspect_main",

@@ -96,3 +96,40 @@ def _render(rows, heads, flex, room: int, colalign) -> str:
         left -= widths[k]
     cells = [[cut(v, widths[k]) if k in widths else v for k, v in enumerate(r)] for r in rows]
     return tabulate(cells, headers=heads, tablefmt="simple", disable_numparse=True, colalign=colalign)
+
+
+def cell_text(v) -> str:
+    """A frame's cell as a table shows it: floats to 4 significant digits, None / NaN empty, lists joined."""
+    if v is None or (isinstance(v, float) and v != v):
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    if isinstance(v, (list, tuple)):
+        return ", ".join(map(str, v))
+    return str(v)
+
+
+def fit_frame(df: pd.DataFrame, width: int, flex: tuple[str, ...] = (), wide: bool = False
+              ) -> tuple[list[str], list[str]]:
+    """`df` as table lines within `width` characters and the names of the columns left out: the `flex`
+    (text) columns cut with "…" to what the others leave (at least MIN_FLEX each), and while even that
+    does not fit, columns left out from the right (the caller orders them by importance; the first is
+    always kept). `wide`: every column, whole, whatever the width (a CLI's --wide)."""
+    heads = [str(c) for c in df.columns]
+    rows = [[cell_text(v) for v in r] for r in df.itertuples(index=False)]
+    align = tuple("right" if pd.api.types.is_numeric_dtype(t) and not pd.api.types.is_bool_dtype(t) else "left"
+                  for t in df.dtypes)
+    if wide:
+        from tabulate import tabulate
+
+        return tabulate(rows, headers=heads, tablefmt="simple", disable_numparse=True, colalign=align).splitlines(), []
+    keep = len(heads)
+    while keep > 1:
+        sizes = [max([len(heads[k]) + 2] + [len(r[k]) for r in rows]) for k in range(keep)]
+        need = sum(min(MIN_FLEX, n) if heads[k] in flex else n for k, n in enumerate(sizes)) + 2 * (keep - 1)
+        if need <= width:
+            break
+        keep -= 1
+    lines = fit_table([r[:keep] for r in rows], heads[:keep], tuple(k for k in range(keep) if heads[k] in flex),
+                      width, align[:keep])
+    return lines, heads[keep:]
