@@ -27,6 +27,7 @@ from etlab.visualizer._profile_data import kind_colors, op_kind
 from etlab.visualizer._reprs import refusal_groups_html
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView
+from etlab.visualizer._text import TextForm, frame_lines, table_lines, wrap
 
 
 def _link_table_to_graph(table: TableView, graph: GraphView | None) -> None:
@@ -57,7 +58,7 @@ def _fragments(title: str, parts: list) -> list[_html.Fragment]:
 GETITEM = "getitem"
 
 
-class DelegationView(widgets.VBox):
+class DelegationView(TextForm, widgets.VBox):
     """How much of the program each backend took: a summary per backend, the operator table
     (upstream's columns: op_type, occurrences in delegated / non-delegated graphs), why each node
     left out was left out (grouped by category with counts, then one row per node with its reason,
@@ -66,9 +67,6 @@ class DelegationView(widgets.VBox):
     `getitem` nodes only pick one output of a multi-output op or delegate call (no kernel runs):
     get_delegation_info counts them as upstream does, this view lists them apart.
     """
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, program, method: str = "forward", *, show_graph: bool = True, **kwargs):
         from etlab.devtools import (
@@ -127,6 +125,33 @@ class DelegationView(widgets.VBox):
         parts = [self.summary, self.table] + ([self.refusal_table] if self.refusal_table.rows else [])
         super().__init__(parts + ([self.graph] if self.graph else []), **kwargs)
 
+    def _summary_text(self) -> str:
+        delegated = self.total["delegated"]
+        ops = delegated + self.total["non_delegated"]
+        share = f" ({delegated / ops:.0%})" if ops else ""
+        getitem = f" ({self.getitems} getitem node(s) not counted: they run no kernel)" if self.getitems else ""
+        return f"{self.info.num_delegated_subgraphs} delegated subgraph(s): {delegated} of {ops} operators " \
+               f"delegated{share}.{getitem}"
+
+    def text_lines(self, width: int) -> list[str]:
+        """The share delegated, per backend, the operators and why nodes were left out, by category (TextForm: a
+        plain REPL's repr)."""
+        import pandas as pd
+
+        lines = [wrap(self._summary_text(), width)]
+        if self.summary_rows:
+            lines += frame_lines(pd.DataFrame(self.summary_rows), width)
+        lines += table_lines(self.table, width, top=None)  # one row per operator type, then the total
+        groups = [(g.category, g.count, [n.node for n in g.nodes]) for g in self.refusal_groups]
+        if self.info.unexplained:
+            groups.append(("no reason recorded", len(self.info.unexplained), [n.node for n in self.info.unexplained]))
+        if groups:
+            lines.append(wrap(f"Left out of delegation: {sum(g[1] for g in groups)} node(s), by reason "
+                              "(each node and its reason: .refusal_table.rows)", width))
+            lines += [wrap(f"{category}: {count} ({', '.join(nodes[:4])}{', …' if count > 4 else ''})", width, "  ")
+                      for category, count, nodes in groups]
+        return lines
+
     def _summary_html(self) -> str:
         delegated = self.total["delegated"]
         ops = delegated + self.total["non_delegated"]
@@ -162,12 +187,9 @@ class DelegationView(widgets.VBox):
 NO_GAP_NOTE = "No numeric gap: the Inspector needs an ETRecord with AOT intermediates and a debug buffer."
 
 
-class NumericGapView(widgets.VBox):
+class NumericGapView(TextForm, widgets.VBox):
     """The numeric gap of every matched intermediate output, in execution order (log scale), with
     a threshold; ops above it are red. A click on a point or row selects the op in the graph."""
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, *, distance: str = "MSE", threshold: float | None = None,
                  show_graph: bool = True, method: str = "forward", **kwargs):
@@ -243,6 +265,14 @@ class NumericGapView(widgets.VBox):
         if largest is not None and largest.gap > 0:
             text += f"; largest gap {largest.gap:.3e} at {', '.join(largest.aot_ops)}"
         return text + "." + missing
+
+    def text_lines(self, width: int) -> list[str]:
+        """The summary and the matched outputs with the largest gap (TextForm: a plain REPL's repr)."""
+        lines = [wrap(self.summary_text(), width)]
+        if self.dropped:
+            lines.append(wrap(f"{self.dropped} intermediate output(s) dropped (the debug buffer was full): load the "
+                              "program with a larger debug_buffer_size", width))
+        return lines + (table_lines(self.table, width, sort_by="gap") if self.rows else [])
 
     def _figure(self) -> go.Figure:
         positive = [r.gap for r in self.rows if r.gap > 0 and math.isfinite(r.gap)]
@@ -369,12 +399,9 @@ def _kind_key(colors: dict[str, str]) -> str:
     return " ".join(f"<span style='color:{c}'>■</span> {k}" for k, c in colors.items())
 
 
-class ProfileView(widgets.VBox):
+class ProfileView(TextForm, widgets.VBox):
     """Where the time goes: a sortable, filterable op table, a rollup of p50 by module (treemap,
     colored by op kind) and the per-run timeline."""
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, program=None, method: str = "forward", **kwargs):
         handles = resolve_sources(program, method).instruction_handles() if program is not None else None
@@ -397,6 +424,15 @@ class ProfileView(widgets.VBox):
         self.rollup_figure = self._rollup()
         self.timeline_figure = self._timeline()
         super().__init__([self.table, PlotView(self.rollup_figure), PlotView(self.timeline_figure)], **kwargs)
+
+    def text_lines(self, width: int) -> list[str]:
+        """The time per run, the events that took longest (p50) and where (TextForm: a plain REPL's repr)."""
+        timed = timings_counted_once(self.timings)
+        total = sum(t.p50 for t in timed if math.isfinite(t.p50))
+        runs = max((t.runs for t in timed), default=0)
+        lines = [wrap(f"{len(self.timings)} timed events over {runs} run(s); sum of p50 {total:.4g} {self.unit} "
+                      f"(a delegate call counted once, not also its insides)", width)]
+        return lines + table_lines(self.table, width, sort_by="p50")
 
     def _rollup(self) -> go.Figure:
         r = module_rollup(timings_counted_once(self.timings), self.kind_colors, self.unit)

@@ -23,6 +23,7 @@ from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._sources import resolve_sources
 from etlab.visualizer._table import TableView, _cell
+from etlab.visualizer._text import TextForm, table_lines, wrap
 
 OVERLAYS = {"ratio": "latency", "numeric": "gap", "none": "none"}
 RATIO_UNIT = "× (B/A)"
@@ -209,7 +210,14 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
             f"<table class='etlab-table'><tr>{head}</tr>{body}</table></div>")
 
 
-class CompareView(widgets.VBox):
+class _Rows:
+    """What table_lines reads of a TableView (title, columns, rows): the compare table's rows in another order."""
+
+    def __init__(self, title: str, columns: list[dict], rows: list[dict]):
+        self.title, self.columns, self.rows = title, columns, rows
+
+
+class CompareView(TextForm, widgets.VBox):
     """A Comparison in a notebook: summary, rows (click one to select its node), the A/B latency of
     the rows that moved most, the numeric difference row by row (relative error, and the part each row
     adds), and the Edge graph colored by B/A ("ratio") or max |B−A| ("numeric").
@@ -250,8 +258,19 @@ class CompareView(widgets.VBox):
 
     _on_point = NumericGapView._on_point  # a clicked bar selects its node, as a gap chart's point does
 
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+    def text_lines(self, width: int) -> list[str]:
+        """A and B, how they were joined, the summary and the rows that moved most (TextForm: a plain REPL's repr)."""
+        c = self.comparison
+        lines = [wrap(f"A: {c.name_a}", width), wrap(f"B: {c.name_b}", width),
+                 wrap(f"joined by {c.by}; {c.summary.text(c.unit)}", width)]
+        if self.warning:
+            lines.append(wrap(f"warning: {self.warning}", width))
+        moved = {id(r): abs(r["delta"]) for r in self.table.rows if isinstance(r.get("delta"), (int, float))}
+        rows = sorted(self.table.rows, key=lambda r: -moved.get(id(r), -1.0))
+        view = _Rows(self.table.title + "; the rows that moved most (|B − A|) first", self.table.columns, rows)
+        keys = ["key", "label", "latency_a", "latency_b", "delta", "ratio", "max_abs", "sqnr", "added_error",
+                "present", "join", "module", "source"]
+        return lines + table_lines(view, width, keys=keys)
 
     def html_fragments(self) -> list[_html.Fragment]:
         """The view's pieces for an offline page (the dashboard's tab or `save_html`): the summary note, the rows table,

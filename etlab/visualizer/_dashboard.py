@@ -17,6 +17,7 @@ from etlab.visualizer._phase_view import PhaseView
 from etlab.visualizer._quant_view import QuantizationView
 from etlab.visualizer._reprs import inspector_summary_html
 from etlab.visualizer._sources import ProgramSources, resolve_sources
+from etlab.visualizer._text import TextForm, wrap
 
 
 class _PlannedProgram:
@@ -71,45 +72,28 @@ def _missing_html(missing: dict[str, str]) -> str:
     return f"<div class='etlab-note etlab-theme' data-role='missing-tabs'><p>Tabs not shown:</p><ul>{items}</ul></div>"
 
 
-class Dashboard(widgets.Tab):
+class Dashboard(TextForm, widgets.Tab):
     """Tabs: Summary, Graph (compare mode when several graphs are known; the first two shown), Memory, Delegation,
     Numeric gap, Profile; tabs whose data is missing are left out (see `.missing`). `memory_plan`: the Memory
     tab's table when the program manager is not at hand (`_memory_view.pte_plan_frame` of the .pte)."""
 
     TEXT_TOP = 10  # events in the text form's table
 
-    def _repr_mimebundle_(self, **kwargs):
-        bundle = _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
-        data = bundle[0] if isinstance(bundle, tuple) else bundle
-        if data is not None:  # IPython's terminal shows text/plain (ipywidgets' own: the widget repr cut at 110)
-            data["text/plain"] = self.text()
-        return bundle
+    def text_lines(self, width: int) -> list[str]:
+        """The dashboard outside a notebook (TextForm: a plain REPL's `repr`, IPython's terminal): the run, the tabs
+        and why any is missing, the slowest events and the numeric gap in a line. The widgets' own repr is kilobytes
+        of HTML."""
+        from etlab.inspector import compact_table
 
-    def __repr__(self) -> str:
-        return self.text()
-
-    def text(self, width: int | None = None) -> str:
-        """The dashboard outside a notebook (a plain REPL's `repr`, IPython's terminal), within `width`
-        columns (the terminal's): the run, the tabs and why any is missing, the slowest events, the numeric
-        gap in a line, and how to see the views (a notebook, or `save_html` for a browser). The widgets'
-        own repr is kilobytes of HTML."""
-        import textwrap
-
-        from etlab.inspector import compact_table, terminal_width
-
-        width = width or terminal_width()
-        wrap = lambda text: textwrap.fill(text, width, subsequent_indent="  ", break_on_hyphens=False)
-        lines = [wrap(f"Dashboard of {self.inspector!r}"),
-                 wrap("tabs: " + ", ".join(self._titles[k] for k in self.views))]
-        lines += [wrap(f"not shown: {_TITLES.get(k, k)}: {why}") for k, why in self.missing.items()]
+        lines = [wrap(f"Dashboard of {self.inspector!r}", width),
+                 wrap("tabs: " + ", ".join(self._titles[k] for k in self.views), width)]
+        lines += [wrap(f"not shown: {_TITLES.get(k, k)}: {why}", width) for k, why in self.missing.items()]
         table = compact_table(self.inspector.to_dataframe(), width, self.TEXT_TOP).rstrip("\n")
         lines.append(table.replace("--all: every event, --wide: every column", "all: inspector.to_dataframe()"))
         gap = self.views.get("gap")
         if isinstance(gap, NumericGapView):
-            lines.append(wrap(f"numeric gap: {gap.summary_text()}"))
-        lines.append(wrap("the views are notebook widgets: display the dashboard in Jupyter, or write them as one "
-                          "offline page with .save_html('report.html')"))
-        return "\n".join(lines)
+            lines.append(wrap(f"numeric gap: {gap.summary_text()}", width))
+        return lines
 
     def __init__(self, inspector, program=None, *, method: str = "forward", quantization=None, memory_plan=None,
                  **kwargs):

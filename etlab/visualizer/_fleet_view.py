@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from etlab.visualizer import _html
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._table import TableView
+from etlab.visualizer._text import TextForm, table_lines
 
 FLAG_COLORS = {"regression": "#d62728", "improvement": "#2ca02c", "": "#7f7f7f"}
 
@@ -70,7 +71,7 @@ def change_figure(result) -> go.Figure:
     return fig
 
 
-class FleetDiffView(widgets.VBox):
+class FleetDiffView(TextForm, widgets.VBox):
     """A FleetDiff in a notebook: sortable table above the change chart."""
 
     def __init__(self, result, **kwargs):
@@ -80,8 +81,11 @@ class FleetDiffView(widgets.VBox):
         self.table = TableView(self.columns, self.rows, title=result.format().splitlines()[0], height=320)
         super().__init__([self.table, PlotView(self.figure)], **kwargs)
 
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+    def text_lines(self, width: int) -> list[str]:
+        """The comparison's verdict and its rows, flagged first (TextForm: a plain REPL's repr)."""
+        return table_lines(self.table, width, sort_by="change_pct", keys=[
+            *(c for c, _, _ in self.columns[:-9]), "change_pct", "flag", "p50_base_us", "p50_head_us", "ci_low_pct",
+            "ci_high_pct", "p_adjusted", "n_base", "n_head"])
 
     def save_html(self, path: str | os.PathLike, title: str = "etlab fleet diff") -> os.PathLike:
         """Writes the view as one offline HTML file (atomically); returns the path."""

@@ -15,6 +15,7 @@ from etlab.visualizer._graph_svg import graph_svg, overlay_fills
 from etlab.visualizer._layout import layout_json
 from etlab.visualizer._profile_data import annotate
 from etlab.visualizer._sources import ProgramSources, resolve_sources
+from etlab.visualizer._text import TextForm, wrap
 
 OVERLAYS = ("none", "latency", "gap", "bytes")
 TITLES = {"aten": "ATen", "edge": "Edge (lowered)", "runtime": "Runtime (planned)"}
@@ -55,6 +56,19 @@ def graphs_json(models: list[GraphModel]) -> list[dict]:
     return out
 
 
+def graph_facts(m: GraphModel) -> str:
+    """What a graph holds in a sentence: nodes, module groups, delegated partitions and the most frequent ops (the
+    static copy's caption and the text form)."""
+    ops: dict[str, int] = {}
+    for n in m.nodes:
+        if n.kind == "op":
+            ops[n.op] = ops.get(n.op, 0) + 1
+    top = ", ".join(f"{op} ×{k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
+    delegates = sum(n.kind == "delegate" for n in m.nodes) + sum(g.kind == "delegate" for g in m.groups)
+    return (f"{len(m.nodes)} nodes, {sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} "
+            f"delegated partitions. Ops: {top or '–'}")
+
+
 def _kinds(graph) -> list[str]:
     kinds = [graph] if isinstance(graph, str) else list(graph)
     if not kinds:
@@ -75,7 +89,7 @@ def _options(kinds: list[str], height: int, collapse_threshold: int, shown: list
     return options
 
 
-class GraphView(anywidget.AnyWidget):
+class GraphView(TextForm, anywidget.AnyWidget):
     """The graph of a program: nodes grouped by nn.Module (collapsible), delegated partitions
     outlined in their backend's color, an overlay (p50 latency, numeric gap, output bytes), a
     details panel for the clicked node, and search.
@@ -160,22 +174,20 @@ class GraphView(anywidget.AnyWidget):
         parts = []
         fills = overlay_fills(self.models, self.overlay)
         for m, fill in zip(self.models, fills):
-            ops: dict[str, int] = {}
-            for n in m.nodes:
-                if n.kind == "op":
-                    ops[n.op] = ops.get(n.op, 0) + 1
-            top = ", ".join(f"{op} ×{k}" for op, k in sorted(ops.items(), key=lambda kv: -kv[1])[:8])
-            delegates = sum(n.kind == "delegate" for n in m.nodes) + sum(g.kind == "delegate" for g in m.groups)
-            parts.append(f"<p><b>{html.escape(m.title)}</b>: {len(m.nodes)} nodes, "
-                         f"{sum(1 for g in m.groups if g.kind == 'module')} module groups, {delegates} delegated "
-                         f"partitions. Ops: {html.escape(top) or '–'}</p>")
+            parts.append(f"<p><b>{html.escape(m.title)}</b>: {html.escape(graph_facts(m))}</p>")
             parts.append(f"<div class='etlab-graph-image' style='max-height:640px;overflow:auto'>"
                          f"{graph_svg(m, collapse_threshold=self.options.get('collapse_threshold', 400), fills=fill)}"
                          "</div>")
         return "".join(parts)
 
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+    def text_lines(self, width: int) -> list[str]:
+        """Per graph what it holds (TextForm: a plain REPL's repr), the overlay and the selected node."""
+        lines = [wrap(f"{m.title}: {graph_facts(m)}", width) for m in self.models]
+        if self.overlay != "none":
+            lines.append(wrap(f"overlay: {self.overlay}", width))
+        if self.selected:
+            lines.append(wrap(f"selected: {self.selected.get('name', self.selected)}", width))
+        return lines
 
     def state(self) -> dict:
         """The widget traits a standalone page renders from."""

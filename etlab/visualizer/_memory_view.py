@@ -23,6 +23,7 @@ from plotly.subplots import make_subplots
 
 from etlab.visualizer import _html
 from etlab.visualizer._plot_view import PlotView
+from etlab.visualizer._text import TextForm, frame_lines, wrap
 
 TENSOR_COLORS = ["#4c78a8", "#f58518", "#54a24b", "#e45756", "#72b7b2", "#b279a2", "#ff9da6", "#9d755d"]
 
@@ -250,7 +251,7 @@ def memory_summary_html(summary) -> str:
     return f"{_style()}<div class='etlab-repr etlab-theme' data-etlab-view='memory-summary'>{''.join(parts)}</div>"
 
 
-class MemoryTimeline(widgets.VBox):
+class MemoryTimeline(TextForm, widgets.VBox):
     """The memory plan of one method of an ExecutorchProgramManager (or a memory_plan_dataframe()), and with
     `inspector` (a run with allocation events) what the run observed on the same axis.
 
@@ -258,9 +259,6 @@ class MemoryTimeline(widgets.VBox):
     `.figure` the plotly figure;
     `save_html(path)` writes it as a standalone offline page.
     """
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, program_manager, method: str = "forward", inspector=None, **kwargs):
         from etlab.devtools import with_kv_cache
@@ -274,6 +272,16 @@ class MemoryTimeline(widgets.VBox):
         self.figure = memory_figure(self.data, title=f"memory plan of {method!r}: {len(self.data)} planned tensors "
                                                      f"over {steps} instructions", observed=self.observed)
         super().__init__([PlotView(self.figure)], **kwargs)
+
+    def text_lines(self, width: int) -> list[str]:
+        """The plan per memory id (arena, lower bound) and what the run observed (TextForm: a plain REPL's repr)."""
+        steps = int(self.data.attrs.get("num_steps") or 0)
+        lines = [wrap(f"memory plan of {self.method!r}: {self.num_tensors} planned tensors over {steps} "
+                      "instructions", width)]
+        lines += frame_lines(self.summary(), width, title="per memory id (bytes; efficiency: lower bound / arena)")
+        if self.observed is not None:
+            lines.append(wrap(f"observed in the run: {self.observed!r}", width))
+        return lines
 
     @property
     def num_tensors(self) -> int:

@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from etlab.visualizer import _html
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._table import TableView
+from etlab.visualizer._text import TextForm, table_lines
 
 PHASE_COLORS = {"prefill": "#f58518", "decode": "#4c78a8"}
 KV_COLOR = "#b279a2"
@@ -74,12 +75,9 @@ _COLUMNS = [("method", "method", False), ("phase", "phase", False), ("runs", "ru
             ("kv_cache_bytes", "KV cache bytes", True)]
 
 
-class PhaseView(widgets.VBox):
+class PhaseView(TextForm, widgets.VBox):
     """Prefill and decode of one ETDump as phases: `.data` (phases table, with `kv_cache_bytes`), `.kv`
     (the mutable buffers), `.figure`; `save_html(path)` writes an offline page."""
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def __init__(self, inspector, program, **kwargs):
         self.data, self.kv = phase_frames(inspector, program)
@@ -92,6 +90,10 @@ class PhaseView(widgets.VBox):
         self.table = TableView(_COLUMNS, self.data.to_dict("records"), title=f"phases (times in {unit})",
                                height=160)
         super().__init__([self.table, PlotView(self.figure)], **kwargs)
+
+    def text_lines(self, width: int) -> list[str]:
+        """The phases table: latency and per-token percentiles, tokens/s per method (TextForm: a plain REPL's repr)."""
+        return table_lines(self.table, width, more="all: .data")
 
     @staticmethod
     def applies(program) -> bool:

@@ -16,13 +16,14 @@ import traitlets
 
 from etlab.visualizer import _html
 from etlab.visualizer._figure_svg import figure_svg
+from etlab.visualizer._text import TextForm, figure_lines
 
 
 def _figure_json(fig: go.Figure) -> dict:
     return json.loads(fig.to_json() or "{}")  # plotly's encoder: numpy arrays, dates, NaN as null
 
 
-class PlotView(anywidget.AnyWidget):
+class PlotView(TextForm, anywidget.AnyWidget):
     """A plotly figure; `update(fig)` redraws it, `on_click(fn)` calls fn(point) for a clicked point
     (`{"curve", "index", "customdata", "label", "id"}`)."""
 
@@ -53,8 +54,9 @@ class PlotView(anywidget.AnyWidget):
         """The chart as an SVG (`figure_svg`): what a saved notebook shows once its kernel is gone."""
         return figure_svg(self.fig)
 
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+    def text_lines(self, width: int) -> list[str]:
+        """The chart's title and its traces (TextForm: a plain REPL's repr)."""
+        return figure_lines(self.fig, width)
 
     def html_fragment(self) -> _html.Fragment:
         """The chart as a page piece (plotly.js loaded once by the page)."""

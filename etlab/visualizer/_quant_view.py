@@ -20,6 +20,7 @@ from etlab.visualizer._graph_model import GraphModel, build_graph_model
 from etlab.visualizer._graph_view import GraphView
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._table import TableView
+from etlab.visualizer._text import TextForm, table_lines, wrap
 
 GRAPH_KIND = "aten"  # the float model's exported graph: the one the user's layers are named in
 NOISE_METRIC = "local noise / signal"
@@ -76,16 +77,13 @@ def graph_with_noise(report) -> GraphModel:
     return model
 
 
-class _LayerView(widgets.VBox):
+class _LayerView(TextForm, widgets.VBox):
     """What both quantization views share: rows keyed by layer, a details pane and an optional float graph;
     `select(layer)` shows a layer in both."""
 
     rows: list[dict]
     details: widgets.HTML
     graph: GraphView | None
-
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
 
     def select(self, layer: str | None) -> None:
         """Shows `layer`'s numbers and source line in the details pane, and selects it in the graph when shown."""
@@ -152,6 +150,13 @@ class QuantizationView(_LayerView):
                 f"[{row['min']:.3g}, {row['max']:.3g}]{', NaN ' + str(row['nan']) if row['nan'] else ''}"
                 f"{', Inf ' + str(row['inf']) if row['inf'] else ''}<br>"
                 f"<code>{html.escape(row['source'] or 'no source line recorded')}</code></div>")
+
+    def text_lines(self, width: int) -> list[str]:
+        """The summary and the layers that introduced the most error (TextForm: a plain REPL's repr)."""
+        keys = ["layer", "local_sqnr", "sqnr", "input_sqnr", "op", "quantized", "cosine", "max_abs", "module",
+                "order", "source"]
+        return [wrap(self.summary_text(), width),
+                *table_lines(self.table, width, keys=keys, sort_by="local_sqnr", descending=False)]
 
     def _figure(self) -> go.Figure:
         order = [r["order"] for r in self.rows]
@@ -330,6 +335,15 @@ class DatasetQuantizationView(_LayerView):
                 f"{row['local_worst_input']}); accumulated p95 {_db(row['sqnr_p95'])}, inherited p95 "
                 f"{_db(row['input_sqnr_p95'])}{html.escape(clip)}<br>"
                 f"<code>{html.escape(row['source'] or 'no source line recorded')}</code></div>")
+
+    def text_lines(self, width: int) -> list[str]:
+        """The summary, the layers with the lowest local SQNR (p95 over the inputs) and the inputs with the lowest
+        output SQNR (TextForm: a plain REPL's repr)."""
+        keys = ["layer", "local_sqnr_p95", "local_sqnr_mean", "sqnr_p95", "input_sqnr_p95", "clipped_inputs", "op",
+                "local_sqnr_min", "local_worst_input", "module", "order", "source"]
+        return [wrap(self.report.summary(), width),
+                *table_lines(self.table, width, keys=keys, sort_by="local_sqnr_p95", descending=False),
+                *table_lines(self.inputs_table, width, top=5, more="all: .inputs_table.rows")]
 
     def static_html(self) -> str:
         """A plain HTML copy (summary, details, both charts, the first rows of the layer and input tables) for front

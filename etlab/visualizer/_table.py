@@ -9,6 +9,7 @@ import anywidget
 import traitlets
 
 from etlab.visualizer import _html
+from etlab.visualizer._text import TextForm, table_lines
 
 
 def _clean(v):
@@ -39,7 +40,7 @@ def _cell(v) -> str:
     return str(v)
 
 
-class TableView(anywidget.AnyWidget):
+class TableView(TextForm, anywidget.AnyWidget):
     """Rows with sortable columns and a filter box; a click sets `clicked` (and, in a page,
     sends the row's `focus` to the graph)."""
 
@@ -71,8 +72,9 @@ class TableView(anywidget.AnyWidget):
         title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
         return f"{title}<table class='etlab-table'><tr>{head}</tr>{body}</table>{more}"
 
-    def _repr_mimebundle_(self, **kwargs):
-        return _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))
+    def text_lines(self, width: int) -> list[str]:
+        """The title and the first rows (TextForm: a plain REPL's repr)."""
+        return table_lines(self, width, more="all: .rows")
 
     def html_fragment(self) -> _html.Fragment:
         """The table as a page piece: the same view module as the widget with the rows inlined, so sorting and filtering
