@@ -139,9 +139,15 @@ def _fmt(v: float) -> str:
 
 
 def node_attrs(n: GraphNode, model: GraphModel, extra: dict[str, str] | None = None) -> list[dict]:
-    """The side panel's key/value rows of one node (strings, as Model Explorer takes them)."""
+    """The side panel's key/value rows of one node (strings, as Model Explorer takes them).
+
+    Only what the drawing does not already say: the module is the node's layer (its namespace; the
+    layer's own rows give path and type), so it is a row only for a node a delegated partition holds;
+    the output's bytes follow from its `tensor_shape` (and are the `output_bytes` overlay). Every row
+    costs on a large graph: Model Explorer's server copies each one (`dataclasses.asdict`) and its page
+    parses and keeps it."""
     rows = [("op", n.op), ("name", n.name)]
-    if n.module:
+    if n.module and n.group != n.module:
         rows.append(("module", f"{n.module} ({n.module_type.rsplit('.', 1)[-1]})" if n.module_type else n.module))
     if n.source:
         rows.append(("source", n.source))
@@ -152,8 +158,6 @@ def node_attrs(n: GraphNode, model: GraphModel, extra: dict[str, str] | None = N
         rows.append((key, ", ".join(str(h) for h in n.handles)))
     if n.weights:
         rows.append(("weights", ", ".join(n.weights)))
-    if n.bytes is not None:
-        rows.append(("output bytes", str(n.bytes)))
     if n.latency:
         unit = model.time_unit
         rows += [(f"latency {k} ({unit})", _fmt(n.latency[k])) for k in ("p50", "p90") if n.latency.get(k) is not None]
