@@ -38,17 +38,19 @@ _PICKLE_MAGIC = (b"\x80\x02", b"\x80\x03", b"\x80\x04", b"\x80\x05")
 def write_archive(path, manifest: bytes, blob: bytes) -> None:
     """Writes the two entries; a path is written atomically, a binary file as is.
 
-    The JSON is deflated at level 9. LZMA made it half as small (its programs repeat each other at
+    The JSON is deflated at level 6. LZMA made it half as small (its programs repeat each other at
     distances beyond deflate's 32 KiB window: 79 KB instead of 151 KB for a Swin-T's 5.7 MB), but at
     zipfile's fixed LZMA preset that took 0.5 s of CPU, a quarter of the whole save, for 70 KB next to
-    113 MB of weights; deflate takes 0.05 s. Readers take either (files written before are LZMA). The
-    tensor bytes are stored as they are: weights do not compress."""
+    113 MB of weights; deflate takes 0.05 s. Level 9 over 6 saved 6% of the JSON's compressed size for
+    1.7x its time (MobileViT's 5.2 MB: 127 KB in 42 ms vs 134 KB in 25 ms; a BERT's 0.9 MB: 7.5 vs
+    4.8 ms, a tenth of its whole save). Readers take any method and level (files written before are
+    LZMA or level 9). The tensor bytes are stored as they are: weights do not compress."""
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as zf:
         for name, data, method in ((MANIFEST, manifest, zipfile.ZIP_DEFLATED), (TENSOR_BLOB, blob, zipfile.ZIP_STORED)):
             info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))
             info.compress_type = method
-            zf.writestr(info, data, compresslevel=9 if method == zipfile.ZIP_DEFLATED else None)
+            zf.writestr(info, data, compresslevel=6 if method == zipfile.ZIP_DEFLATED else None)
     write_file(path, buf.getvalue())
 
 

@@ -240,11 +240,15 @@ def sanitize_program(doc, where: str) -> None:
 
 
 def _walk(obj, where: str, depth: int) -> None:
+    """Checks one JSON value and what it holds. Only lists and dicts are descended into (a scalar
+    holds nothing to check): a program has a scalar for about every other value, and a call per
+    scalar was a tenth of an ETRecord save."""
     if depth > 200:
         raise FormatError(f"{where}: the program is nested too deeply")
     if isinstance(obj, list):
         for item in obj:
-            _walk(item, where, depth + 1)
+            if isinstance(item, (dict, list)):
+                _walk(item, where, depth + 1)
         return
     if not isinstance(obj, dict):
         return
@@ -281,7 +285,8 @@ def _walk(obj, where: str, depth: int) -> None:
                     check_tensor_meta(meta, f"{where}: tensor {name!r}")
         elif key in ("in_spec", "out_spec") and isinstance(value, str):
             _check_spec(value, where)
-        _walk(value, where, depth + 1)
+        if isinstance(value, (dict, list)):
+            _walk(value, where, depth + 1)
 
 
 # -- replay ----------------------------------------------------------------------------------------------

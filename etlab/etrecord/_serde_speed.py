@@ -15,6 +15,13 @@ The memo lives only inside `fast_serialization()`: torch's module functions are 
 memoized ones and restored afterwards (a lock keeps concurrent saves from restoring under each other).
 The objects are shared between nodes; the serializer only reads them (it turns them into dicts).
 
+Each union value (`_Union.create`, ~4 per node) built a dict of all its fields' names from
+`dataclasses.fields` and re-checked the class's field names in `__post_init__`; inside, the object
+is filled from the per-class field list instead (the reserved-name check done once per class).
+torch's `serialize_graph` formats the whole graph (`print_readable`) as the argument of a debug log
+line, whether or not debug logging is on; inside, on the saving thread and with that logger's debug
+level off, that text is not built (nothing would read it).
+
 The cyclic garbage collector is paused inside too: a save allocates hundreds of thousands of small
 dicts and lists, none of them cyclic garbage, and each time they crossed the thresholds Python walked
 the whole heap (the programs' FX graphs with it): half of a save's CPU time on a MobileViT or a Llama
@@ -27,12 +34,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import logging
 import math
 import threading
 
 import torch
 from torch._export.serde import serialize as serde
-from torch._export.serde.union import _Union
+from torch._export.serde.union import _Union, _UnionTag
 
 _LOCK = threading.RLock()
 
@@ -114,20 +122,59 @@ def _to_dict_function():
     return to_dict
 
 
+_RESERVED = frozenset(("type", "_type", "create", "value"))
+_CHECKED_UNIONS: set[type] = set()
+
+
+def _union_create(cls, **kwargs):
+    """`_Union.create`, same object, without rebuilding the field-name dict per value (module doc)."""
+    if len(kwargs) != 1:
+        raise AssertionError(f"expected exactly 1 kwarg, got {len(kwargs)}")
+    names = _field_names(cls)
+    if cls not in _CHECKED_UNIONS:  # torch's __post_init__ check, once per class
+        if _RESERVED.intersection(names):
+            raise AssertionError("field names 'type', '_type', 'create', 'value' are reserved")
+        _CHECKED_UNIONS.add(cls)
+    obj = object.__new__(cls)
+    state = obj.__dict__
+    for name in names:
+        state[name] = None
+    ((tag, value),) = kwargs.items()
+    state[tag] = value
+    state["_type"] = _UnionTag.create(tag, cls)
+    return obj
+
+
+def _quiet_print_readable(original, thread: int):
+    def print_readable(self, *args, **kwargs):
+        if threading.get_ident() == thread and not serde.log.isEnabledFor(logging.DEBUG):
+            return ""  # only serialize_graph's debug line asks for it while saving, and it is off
+        return original(self, *args, **kwargs)
+
+    return print_readable
+
+
 @contextlib.contextmanager
 def fast_serialization():
-    """Within: torch.export's serializer memoizes static tensor metadata and plain ints, and converts
-    its dataclasses to dicts faster; the cyclic garbage collector is paused (see module doc)."""
+    """Within: torch.export's serializer memoizes static tensor metadata and plain ints, builds union
+    values and converts its dataclasses to dicts faster, and skips formatting graphs for a debug line
+    that is off; the cyclic garbage collector is paused (see module doc)."""
     with _LOCK:
         saved = serde.serialize_tensor_meta, serde.serialize_sym_int, serde._dataclass_to_dict
+        saved_create = _Union.__dict__["create"]
+        saved_print = torch.fx.GraphModule.print_readable
         serde.serialize_sym_int = _memoized_sym_int(saved[1])
         serde.serialize_tensor_meta = _memoized_tensor_meta(saved[0])
         serde._dataclass_to_dict = _to_dict_function()
+        _Union.create = classmethod(_union_create)
+        torch.fx.GraphModule.print_readable = _quiet_print_readable(saved_print, threading.get_ident())
         collecting = gc.isenabled()
         gc.disable()
         try:
             yield
         finally:
             serde.serialize_tensor_meta, serde.serialize_sym_int, serde._dataclass_to_dict = saved
+            _Union.create = saved_create
+            torch.fx.GraphModule.print_readable = saved_print
             if collecting:
                 gc.enable()
