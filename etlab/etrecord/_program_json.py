@@ -274,8 +274,10 @@ def _tensor_meta(meta, where: str, what: str) -> TensorMeta:
 class _GraphReader:
     """One serialized graph (`graph_module.graph`) -> JsonProgram nodes."""
 
-    def __init__(self, program: dict, where: str, handles: dict, refusals: dict, delegate_of, upstream: bool):
+    def __init__(self, program: dict, where: str, handles: dict, refusals: dict, delegate_of, upstream: bool,
+                 ops_only: bool = False):
         self.where = where
+        self.ops_only = ops_only  # leave out what only a drawing uses: the nodes' inputs and tensor metadata
         gm = _dict(_dict(program, where, "the program").get("graph_module"), where, "graph_module")
         self.graph = _dict(gm.get("graph"), where, "graph_module.graph")
         self.tensors = _dict(self.graph.get("tensor_values", {}), where, "tensor_values")
@@ -290,6 +292,8 @@ class _GraphReader:
                 self.user_inputs.update(_arg_names(arg, where))
 
     def val(self, name: str):
+        if self.ops_only:
+            return None
         meta = self.tensors.get(name)
         return _tensor_meta(meta, self.where, f"tensor {name[:80]!r}") if meta is not None else None
 
@@ -317,7 +321,7 @@ class _GraphReader:
         meta = _dict(raw.get("metadata") or {}, at, "metadata")
         inputs = []
         raw_inputs = _list(raw.get("inputs"), at, "inputs")
-        for item in raw_inputs:
+        for item in () if self.ops_only else raw_inputs:
             for name in _arg_names(_dict(item, at, "an input").get("arg"), at):
                 if name not in inputs:
                     inputs.append(name)
@@ -332,7 +336,7 @@ class _GraphReader:
         node = JsonNode(name="", op="call_function", target=target, written=raw["target"], inputs=inputs, **common)
         if target == DELEGATE_TARGET:
             node.delegate = self.delegate_of(raw_inputs, at)
-            for item in raw_inputs[1:]:
+            for item in () if self.ops_only else raw_inputs[1:]:
                 arg = _dict(item, at, "an input").get("arg")
                 names = _arg_names(arg, at)
                 node.operands.append(names[0] if len(names) == 1 and _ONE_TENSOR in arg else None)
@@ -445,8 +449,12 @@ def etlab_program(docs: list, index: int, where: str, depth: int = 0) -> JsonPro
     return reader.read()
 
 
-def upstream_program(program, where: str, depth: int = 0) -> JsonProgram:
-    """An upstream ETRecord program's JSON (lowered modules inlined as JSON strings, read too)."""
+def upstream_program(program, where: str, depth: int = 0, *, ops_only: bool = False) -> JsonProgram:
+    """An upstream ETRecord program's JSON (lowered modules inlined as JSON strings, read too).
+    `ops_only`: the nodes with their names, targets, handles, metadata and delegates, without the
+    inputs (and a delegate call's operands) and tensor metadata, which only a drawing uses and which
+    are most of a node's JSON: what the Inspector's op table reads (`_upstream_json.program_ops`),
+    in about two thirds of the time."""
     if depth > MAX_NESTED_DELEGATES:
         raise FormatError(f"{where}: delegates nested more than {MAX_NESTED_DELEGATES} deep")
 
@@ -464,7 +472,8 @@ def upstream_program(program, where: str, depth: int = 0) -> JsonProgram:
         if not isinstance(lowered, dict) or not isinstance(lowered.get("backend_id"), str) or \
                 not re.fullmatch(r"[A-Za-z0-9_]{1,100}", lowered["backend_id"]):
             raise FormatError(f"{node_at}: lowered module {attr!r} has no plain backend id")
-        original = upstream_program(lowered.get("original_module"), f"{where}: lowered module {attr!r}", depth + 1)
+        original = upstream_program(lowered.get("original_module"), f"{where}: lowered module {attr!r}", depth + 1,
+                                    ops_only=ops_only)
         return Delegate(attr, lowered["backend_id"], original)
 
-    return _GraphReader(program, where, {}, {}, delegate_of, upstream=True).read()
+    return _GraphReader(program, where, {}, {}, delegate_of, upstream=True, ops_only=ops_only).read()

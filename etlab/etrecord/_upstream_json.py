@@ -201,7 +201,7 @@ def program_ops(entries: dict[str, bytes], base: str, where: str) -> dict[int, l
             walk(child)
 
     try:
-        program = upstream_program(load_json(entries, base, where), f"{where}: program {base!r}")
+        program = upstream_program(load_json(entries, base, where), f"{where}: program {base!r}", ops_only=True)
     except Unsupported as e:  # an Edge program's every node has a result; one without is not upstream's writing
         raise FormatError(f"{e}: not an Edge program the op table can be read from") from None
     walk(program)

@@ -188,14 +188,15 @@ def to_me_graph(model: GraphModel, node_extra: dict[int, dict[str, str]] | None 
     incoming: dict[int, list[int]] = {}
     for src, dst in model.edges:
         incoming.setdefault(dst, []).append(src)
-    node_spaces, paths = sectioned([spaces.get(n.group, "") if n.group else "" for n in model.nodes],
-                                   [node_label(n) for n in model.nodes])
+    labels = [node_label(n) for n in model.nodes]
+    node_spaces, paths = sectioned([spaces.get(n.group, "") if n.group else "" for n in model.nodes], labels)
     spaces = {gid: paths.get(space, space) for gid, space in spaces.items()}
+    extra = node_extra or {}
     nodes = []
-    for n, space in zip(model.nodes, node_spaces):
+    for n, label, space in zip(model.nodes, labels, node_spaces):
         node = {
-            "id": str(n.id), "label": node_label(n), "namespace": space,
-            "attrs": node_attrs(n, model, (node_extra or {}).get(n.id)),
+            "id": str(n.id), "label": label, "namespace": space,
+            "attrs": node_attrs(n, model, extra.get(n.id)),
             "incomingEdges": [{"sourceNodeId": str(s), "sourceNodeOutputId": "0", "targetNodeInputId": str(i)}
                               for i, s in enumerate(incoming.get(n.id, ()))],
             "outputsMetadata": outputs_metadata(n),
