@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from etlab.etrecord import JsonNode, JsonProgram, target_op_name
 from etlab.facts.source import module_stack, source_line
-from etlab.visualizer import GraphGroup, GraphModel, GraphModelBuilder, GraphNode
+from etlab.visualizer import GraphModel, GraphModelBuilder, GraphNode
 
 GETITEM = "_operator.getitem"
 XNNPACK = "XnnpackBackend"
@@ -111,13 +111,11 @@ def _add_graph(b: _Builder, program: JsonProgram, value_of: dict | None = None, 
                 for i, o in enumerate(node.outputs):
                     if o is None or o not in by_name:
                         continue
-                    out = b.add_node(by_name[o], "output", None, op="output")
-                    out.name, out.handles, out.source, out.stack_trace = f"output_{i}", [], "", ""
+                    out = b.as_output(b.add_node(by_name[o], "output", None, op="output"), i)
                     b.link(value.get(o), out.id)
             continue
         if node.target == GETITEM:
-            src = value.get(node.inputs[0]) if node.inputs else None
-            value[node.name] = src[node.index] if isinstance(src, list) and node.index < len(src) else src
+            value[node.name] = b.unpack(value.get(node.inputs[0]) if node.inputs else None, node.index)
             continue
         if node.delegate is not None:
             value[node.name] = _add_delegate(b, node, value)
@@ -128,15 +126,7 @@ def _add_graph(b: _Builder, program: JsonProgram, value_of: dict | None = None, 
         partition = (partitions or {}).get(node.name)
         if partition is not None:
             b.join_partition(g, partition)
-        for arg in node.inputs:
-            src = value.get(arg)
-            if isinstance(src, tuple):
-                g.weights.append(src[1])
-            elif isinstance(src, list):
-                for s in src:
-                    b.link(s, g.id)
-            else:
-                b.link(src, g.id)
+        b.link_inputs(g, [value.get(arg) for arg in node.inputs])
         value[node.name] = g.id
     return outputs
 
@@ -150,13 +140,7 @@ def _add_delegate(b: _Builder, node: JsonNode, value: dict):
     bound = dict(zip(sig_inputs, inputs))
     first = len(b.model.nodes)
     outputs = _add_graph(b, original, value_of=bound, top=False)
-    gid = f"delegate:{d.attr}"
-    members = b.model.nodes[first:]
-    parent = b.common_parent([m.group for m in members])
-    b.groups[gid] = GraphGroup(id=gid, label=f"{d.backend} · {d.attr}", kind="delegate", parent=parent,
-                               backend=d.backend)
-    for m in members:
-        m.group, m.backend = gid, d.backend
+    b.close_partition(first, d.attr, d.backend)
     return outputs
 
 
@@ -179,19 +163,25 @@ def aten_handles_of(edge: JsonProgram):
     """handles_of(node) for the ATen graph: the handles of the edge nodes made by the same torch call
     in the same module (`visualizer._graph_model.aten_handles_of`)."""
     table: dict[tuple[str, str], set[int]] = {}
+    paths: dict[int, str] = {}  # id(module stack) -> innermost module path (the reader shares a module's stack)
+
+    def module_of(node: JsonNode) -> str:
+        key = id(node.module_stack)
+        if key not in paths:
+            stack = module_stack(node.module_stack)
+            paths[key] = stack[-1][0] if stack else ""
+        return paths[key]
+
     for program in _programs_under(edge):
         for node in program.nodes:
             if node.delegate is not None or not node.torch_fn or not node_handles(node.debug_handle):
                 continue
-            stack = module_stack(node.module_stack)
-            table.setdefault((node.torch_fn[0], stack[-1][0] if stack else ""), set()).update(
-                node_handles(node.debug_handle))
+            table.setdefault((node.torch_fn[0], module_of(node)), set()).update(node_handles(node.debug_handle))
 
     def handles_of(node: JsonNode) -> list[int]:
         if not node.torch_fn:
             return node_handles(node.debug_handle)
-        stack = module_stack(node.module_stack)
-        return sorted(table.get((node.torch_fn[0], stack[-1][0] if stack else ""), ()))
+        return sorted(table.get((node.torch_fn[0], module_of(node)), ()))
 
     return handles_of
 

@@ -215,6 +215,42 @@ class GraphModelBuilder:
         if isinstance(src, int) and src != dst:
             self.edges.add((src, dst))
 
+    def link_inputs(self, node: GraphNode, sources: list) -> None:
+        """Edges into `node` from what its inputs hold: a producer's id, a list of them (a multi-output
+        producer read whole), or ("weight", name) for a lifted parameter / buffer / constant, which is
+        listed under the node as a weight instead of drawn."""
+        for src in sources:
+            if isinstance(src, tuple):
+                node.weights.append(src[1])
+            elif isinstance(src, list):
+                for s in src:
+                    self.link(s, node.id)
+            else:
+                self.link(src, node.id)
+
+    @staticmethod
+    def unpack(src: object, index: int) -> object:
+        """What a getitem of output `index` reads: that producer of a multi-output value, else the value itself."""
+        return src[index] if isinstance(src, list) and index < len(src) else src
+
+    @staticmethod
+    def as_output(node: GraphNode, index: int) -> GraphNode:
+        """A node added for a graph output (from the value it returns) made the output's own: named
+        `output_<index>`, without handles or source."""
+        node.name, node.handles, node.source, node.stack_trace = f"output_{index}", [], "", ""
+        return node
+
+    def close_partition(self, first: int, attr: str, backend: str) -> None:
+        """Makes the nodes added since `first` (a delegate's original program) a partition group
+        `delegate:<attr>` of the backend, under the deepest group holding them all."""
+        gid = f"delegate:{attr}"
+        members = self.model.nodes[first:]
+        parent = self.common_parent([m.group for m in members])
+        self.groups[gid] = GraphGroup(id=gid, label=f"{backend} · {attr}", kind="delegate", parent=parent,
+                                      backend=backend)
+        for m in members:
+            m.group, m.backend = gid, backend
+
     def common_parent(self, groups: list[str | None]) -> str | None:
         """The deepest group that holds all of `groups` (None: the top level)."""
         chains = []
@@ -297,15 +333,12 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
                 for i, o in enumerate(outs):
                     if not isinstance(o, Node):
                         continue
-                    out = b.add_node(o, "output", None, op="output")
-                    out.name, out.handles, out.source, out.stack_trace = f"output_{i}", [], "", ""
-                    src = value.get(o.name)
-                    if isinstance(src, int):
-                        b.link(src, out.id)
+                    out = b.as_output(b.add_node(o, "output", None, op="output"), i)
+                    b.link(value.get(o.name), out.id)
             continue
         if is_getitem(node):
             src = value.get(node.args[0].name) if isinstance(node.args[0], Node) else None
-            value[node.name] = src[node.args[1]] if isinstance(src, list) and node.args[1] < len(src) else src
+            value[node.name] = b.unpack(src, node.args[1])
             continue
         if is_delegate_call(node):
             value[node.name] = _add_delegate(b, gm, node, value, kind)
@@ -315,15 +348,7 @@ def _add_graph(b: _Builder, gm: GraphModule, ep: ExportedProgram | None, kind: s
         g = b.add_node(node, "control_flow" if _is_control_flow(node) else "op", group, handles=handles)
         if DELEGATE_PARTITION_META in node.meta:
             b.join_partition(g, node.meta[DELEGATE_PARTITION_META])
-        for arg in node.all_input_nodes:
-            src = value.get(arg.name)
-            if isinstance(src, tuple):
-                g.weights.append(src[1])
-            elif isinstance(src, list):
-                for s in src:
-                    b.link(s, g.id)
-            elif isinstance(src, int):
-                b.link(src, g.id)
+        b.link_inputs(g, [value.get(arg.name) for arg in node.all_input_nodes])
         value[node.name] = g.id
     return outputs
 
@@ -357,14 +382,7 @@ def _add_delegate(b: _Builder, gm: GraphModule, node: Node, value: dict, kind: s
     bound = {name: src for name, src in zip(sig_inputs, inputs)}
     first = len(b.model.nodes)
     outputs = _add_graph(b, inner_gm, original, kind, value_of=bound, top=False)
-    lowered_name = node.args[0].name if isinstance(node.args[0], Node) else str(node.args[0])
-    gid = f"delegate:{lowered_name}"
-    members = b.model.nodes[first:]
-    parent = b.common_parent([m.group for m in members])
-    b.groups[gid] = GraphGroup(id=gid, label=f"{backend} · {lowered_name}", kind="delegate", parent=parent,
-                               backend=backend)
-    for m in members:
-        m.group, m.backend = gid, backend
+    b.close_partition(first, node.args[0].name if isinstance(node.args[0], Node) else str(node.args[0]), backend)
     return outputs
 
 
