@@ -2,7 +2,7 @@
 `delegate_runs` CNN: a demo-delegated program, its ETRecord, run and debug buffer) and on upstream's
 (ExecuTorch 1.5.1 wrote the portable CNN and transformer with their ETRecords, and an XNNPACK CNN):
 info of each file kind, inspect (with and without the record; its JSON strict JSON), compare (portable
-against XNNPACK too), report, run, export-me, every fleet subcommand, quant report, and each command's --help.
+against XNNPACK too), report, run, export-me, every fleet subcommand, quant report and fix, and each command's --help.
 
 The commands run as `etlab.cli.main(argv)` in ONE child process whose stdout is a pipe, as when a user
 pipes the output (no terminal: the 120-column default applies, COLUMNS unset); one process keeps the
@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,19 +27,20 @@ REPO = Path(__file__).resolve().parents[2]
 WIDTH = 120
 
 _RUNNER = r"""
-import contextlib, glob, io, json, sys
+import contextlib, glob, io, json, sys, time
 from etlab.cli import main
 out = []
 for argv in json.loads(sys.stdin.read()):
     # "glob:PATTERN": the first file a command before this one wrote there
     argv = [sorted(glob.glob(a[5:], recursive=True))[0] if a.startswith("glob:") else a for a in argv]
-    buf, err = io.StringIO(), io.StringIO()
+    buf, err, start = io.StringIO(), io.StringIO(), time.process_time()
     with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         try:
             status = main(argv)
         except SystemExit as e:  # --help
             status = e.code or 0
-    out.append({"argv": argv, "status": status, "stdout": buf.getvalue(), "stderr": err.getvalue()})
+    out.append({"argv": argv, "status": status, "stdout": buf.getvalue(), "stderr": err.getvalue(),
+                "cpu_s": time.process_time() - start})  # CPU seconds: where the test's time goes (-s prints them)
 sys.__stdout__.write(json.dumps(out))
 """
 
@@ -45,10 +48,17 @@ sys.__stdout__.write(json.dumps(out))
 def _run_all(commands: list[list]) -> list[dict]:
     env = dict(os.environ)  # etlab as installed in the venv (make setup), no path override
     env.pop("COLUMNS", None)
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     p = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([[str(a) for a in c] for c in commands]),
                        capture_output=True, text=True, timeout=1200, env=env, cwd=REPO)
     assert p.returncode == 0, p.stderr[-3000:]
-    return json.loads(p.stdout)
+    results = json.loads(p.stdout)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(f"\n{len(commands)} commands in one process: {time.perf_counter() - start:.1f} s wall, "
+          f"{after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime:.1f} s CPU")
+    for r in sorted(results, key=lambda r: -r["cpu_s"])[:12]:  # pytest -s: the costliest commands
+        print(f"{r['cpu_s']:7.2f} s CPU  {' '.join(map(str, r['argv']))[:100]}")
+    return results
 
 
 def _file_commands(d: Path, tmp: Path, tag: str, etrecord: bool = True, debug_buffer: bool = True) -> list[list]:
@@ -67,18 +77,22 @@ def _file_commands(d: Path, tmp: Path, tag: str, etrecord: bool = True, debug_bu
     return cmds
 
 
-def _fleet_commands(files: Path, tmp: Path) -> list[list]:
+def _fleet_commands(files: Path, tmp: Path, generated: bool = True) -> list[list]:
+    """Ingest `files`, then every query and stats subcommand on the store; with `generated`, also the commands
+    that do not read `files` (a generated fleet, its ingest and diff): the same on every file set, run once."""
     store, gen, gen_store = tmp / "store", tmp / "generated", tmp / "gen-store"
     for d in (store, gen_store):
         d.mkdir()
-    return [["fleet", "ingest", files, "--store", store, "--tag", "build=A"],
+    cmds = [["fleet", "ingest", files, "--store", store, "--tag", "build=A"],
             ["fleet", "query", store, "SELECT * FROM events LIMIT 20"],
             ["fleet", "stats", store, "percentiles"], ["fleet", "stats", store, "slowest"],
-            ["fleet", "stats", store, "variance"], ["fleet", "stats", store, "outliers"],
-            ["fleet", "generate", gen, "--devices-per-class", "1", "--sessions", "1", "--runs", "2"],
-            ["inspect", f"glob:{gen}/**/*.etdp", "--format", "json"],  # its runs have delegate calls (item 1)
-            ["fleet", "ingest", gen, "--store", gen_store],
-            ["fleet", "diff", gen_store, "--base", "build=A", "--head", "build=B"]]
+            ["fleet", "stats", store, "variance"], ["fleet", "stats", store, "outliers"]]
+    if generated:
+        cmds += [["fleet", "generate", gen, "--devices-per-class", "1", "--sessions", "1", "--runs", "2"],
+                 ["inspect", f"glob:{gen}/**/*.etdp", "--format", "json"],  # its runs have delegate calls (item 1)
+                 ["fleet", "ingest", gen, "--store", gen_store],
+                 ["fleet", "diff", gen_store, "--base", "build=A", "--head", "build=B"]]
+    return cmds
 
 
 def _help_commands() -> list[list]:
@@ -128,7 +142,11 @@ def zoo_results(delegate_runs, tmp_path_factory) -> list[dict]:
     d = delegate_runs["cnn"]
     commands = (_file_commands(d, tmp, "zoo") + _fleet_commands(d, tmp) + _help_commands()
                 + [["quant", "report", "mlp", "--inputs", "4", "--calibration", "2", "--backend", "portable",
-                    "--no-progress"]])
+                    "--no-progress"],
+                   # a budget int8 meets: the summary, the search's steps and the layers table, two steps (the
+                   # whole search's tables at 60 columns: tests/devtools/test_quant_fix_text.py)
+                   ["quant", "fix", "mlp", "--budget", "top1>=0.5", "--inputs", "4", "--calibration", "2",
+                    "--backend", "portable", "--no-progress"]])
     return _run_all(commands)
 
 
@@ -163,7 +181,7 @@ def upstream_results(tmp_path_factory) -> list[dict]:
     commands = (_file_commands(cnn, tmp, "cnn") + _file_commands(tf, tmp, "tf")
                 + _file_commands(xnn, tmp, "xnn", etrecord=False, debug_buffer=False)
                 + [["compare", cnn / "run.etdp", xnn / "run.etdp", "--etrecord-a", cnn / "model.etrecord"]]
-                + _fleet_commands(_device_folder(tmp, cnn, tf, xnn), tmp))
+                + _fleet_commands(_device_folder(tmp, cnn, tf, xnn), tmp, generated=False))
     return _run_all(commands)
 
 
