@@ -89,6 +89,9 @@ def test_conv_matches_integer_reference(isa, cin, cout, kernel, stride, pads, di
     got = k.run(_torch(x)).numpy()
     want = conv_reference(x, w, bias, scale, pads, stride, dilation, x_zp, y_zp, lo, hi)
     np.testing.assert_array_equal(got, want)
+    # an NCHW image seen as NHWC (the graph's input transpose, a view): the same result
+    strided = _torch(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).permute(0, 2, 3, 1)
+    np.testing.assert_array_equal(k.run(strided).numpy(), want)
     # a narrower clamp given per call (a following clamp node fused into the convolution)
     np.testing.assert_array_equal(k.run(_torch(x), 128, 200).numpy(),
                                   conv_reference(x, w, bias, scale, pads, stride, dilation, x_zp, y_zp, 128, 200))

@@ -71,10 +71,11 @@ inline int32_t load4(const uint8_t* p) {
   return v;
 }
 
-inline int32_t load_tail(const uint8_t* p, int64_t n) {  // n < 4 bytes, the rest zero
-  int32_t v = 0;
-  std::memcpy(&v, p, size_t(n));
-  return v;
+inline int32_t load_tail(const uint8_t* p, int64_t n) {  // 1 <= n < 4 bytes, the rest zero
+  uint32_t v = p[0];
+  if (n > 1) v |= uint32_t(p[1]) << 8;
+  if (n > 2) v |= uint32_t(p[2]) << 16;
+  return int32_t(v);
 }
 
 // Output bounds of one call, in the shifted (uint8) form, and what requantization needs of them.
@@ -362,8 +363,14 @@ inline void tap_pointers(const Geometry& g, const uint8_t* image, int64_t H, int
 inline void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n, bool fill = false) {
   if (fill) {
     std::memset(dst, src[0], size_t(n));
-  } else if (n >= 32) {
+  } else if (n > 16) {
     std::memcpy(dst, src, size_t(n));
+  } else if (n >= 8) {  // two overlapping 8-byte moves
+    uint64_t a, b;
+    std::memcpy(&a, src, 8);
+    std::memcpy(&b, src + n - 8, 8);
+    std::memcpy(dst, &a, 8);
+    std::memcpy(dst + n - 8, &b, 8);
   } else {
     for (int64_t i = 0; i < n; ++i) dst[i] = src[i];
   }
@@ -406,10 +413,13 @@ class QConv2d {
 
   // x: uint8 NHWC [N, H, W, I] -> uint8 NHWC [N, OH, OW, O]; lo/hi < 0: the bounds given at load
   at::Tensor run(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
-    at::Tensor x = contiguous_u8(x_in, "input");
+    // Gathered rows read any strides (an NCHW image seen as NHWC: the graph's input transpose, not copied)
+    const bool strided = !direct_ && x_in.scalar_type() == at::kByte && !x_in.is_contiguous();
+    at::Tensor x = strided ? x_in : contiguous_u8(x_in, "input");
     check(x.dim() == 4 && x.size(3) == I_, "input must be NHWC with " + std::to_string(I_) + " channels");
     const int64_t N = x.size(0), H = x.size(1), W = x.size(2), OH = geo_.out_h(H), OW = geo_.out_w(W);
     check(OH >= 1 && OW >= 1, "input is smaller than the kernel");
+    const int64_t sN = x.stride(0), sH = x.stride(1), sW = x.stride(2), sC = x.stride(3);
     at::Tensor y = at::empty({N, OH, OW, O_}, x.options());
     const Bounds bd = call_bounds(lo, hi);
     const uint8_t* xd = x.data_ptr<uint8_t>();
@@ -424,12 +434,14 @@ class QConv2d {
     uint8_t* rows = scratch(size_t(kBand * Kp)).data();
     std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps));
     for (int64_t n = 0; n < N; ++n) {
-      const uint8_t* image = xd + n * H * W * I_;
+      const uint8_t* image = xd + n * sN;
       for (int64_t p0 = 0; p0 < pixels; p0 += kBand) {
         const int64_t count = std::min(kBand, pixels - p0);
-        for (int64_t p = 0; p < count; ++p) {
-          const int64_t oy = (p0 + p) / OW, ox = (p0 + p) % OW;
-          gather_row(image, H, W, oy, ox, ptrs.data(), rows + p * Kp);
+        for (int64_t p = 0, oy = p0 / OW, ox = p0 % OW; p < count; ++p, ox = ox + 1 == OW ? (++oy, 0) : ox + 1) {
+          if (strided)
+            gather_row_strided(image, H, W, sH, sW, sC, oy, ox, rows + p * Kp);
+          else
+            gather_row(image, H, W, oy, ox, ptrs.data(), rows + p * Kp);
         }
         gemm(isa_, packed_, epi_, rows, Kp, count, yd + (n * pixels + p0) * O_, O_, bd);
       }
@@ -477,6 +489,24 @@ class QConv2d {
     for (int64_t k = geo_.kh * run; k < packed_.Kp; ++k) row[k] = 0;
   }
 
+  void gather_row_strided(const uint8_t* image, int64_t H, int64_t W, int64_t sH, int64_t sW, int64_t sC,
+                          int64_t oy, int64_t ox, uint8_t* row) const {
+    uint8_t* r = row;
+    for (int64_t ky = 0; ky < geo_.kh; ++ky) {
+      const int64_t iy = oy * geo_.sh - geo_.pt + ky * geo_.dh;
+      for (int64_t kx = 0; kx < geo_.kw; ++kx, r += I_) {
+        const int64_t ix = ox * geo_.sw - geo_.pl + kx * geo_.dw;
+        if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
+          const uint8_t* p = image + iy * sH + ix * sW;
+          for (int64_t c = 0; c < I_; ++c) r[c] = p[c * sC];
+        } else {
+          std::memset(r, zeros_[0], size_t(I_));
+        }
+      }
+    }
+    for (int64_t k = geo_.kh * geo_.kw * I_; k < packed_.Kp; ++k) row[k] = 0;
+  }
+
   Bounds call_bounds(int64_t lo, int64_t hi) const {
     if (lo < 0 && hi < 0) return bounds_;
     return make_bounds(bounds_.zp, lo, hi);
@@ -498,39 +528,57 @@ class QConv2d {
 // half and 0 in the high half, so vpdpwssd / vpmaddwd on a zero-extended activation is the exact product.
 // ---------------------------------------------------------------------------------------------------
 
+// Up to NB blocks of 16 channels from channel c (`valid` of them exist); even and odd taps go to separate
+// accumulators so the dependent chains are half as long (vpdpwssd's latency, not its throughput, bounds a pixel)
+template <int NB>
+ETLAB_VNNI inline void dw_blocks_vnni(const uint8_t* const* ptrs, int64_t taps, const int32_t* w, int64_t Cp, int64_t c,
+                                      int64_t valid, const int32_t* bias, const float* scale, uint8_t* out,
+                                      __m512 fmin, __m512 fmax, __m512i zp) {
+  __m512i a[NB], b[NB];
+  __mmask16 k[NB];
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j) {
+    const int64_t v = std::min<int64_t>(16, valid - 16 * j);
+    k[j] = __mmask16(v >= 16 ? 0xFFFFu : (1u << v) - 1);
+    a[j] = _mm512_loadu_si512(bias + c + 16 * j);
+    b[j] = _mm512_setzero_si512();
+  }
+  int64_t t = 0;
+  for (; t + 1 < taps; t += 2) {
+    const uint8_t *p0 = ptrs[t] + c, *p1 = ptrs[t + 1] + c;
+    const int32_t *w0 = w + t * Cp + c, *w1 = w0 + Cp;
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j) {
+      a[j] = _mm512_dpwssd_epi32(a[j], _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k[j], p0 + 16 * j)),
+                                 _mm512_loadu_si512(w0 + 16 * j));
+      b[j] = _mm512_dpwssd_epi32(b[j], _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k[j], p1 + 16 * j)),
+                                 _mm512_loadu_si512(w1 + 16 * j));
+    }
+  }
+  if (t < taps) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NB; ++j)
+      a[j] = _mm512_dpwssd_epi32(a[j], _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k[j], ptrs[t] + c + 16 * j)),
+                                 _mm512_loadu_si512(w + t * Cp + c + 16 * j));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NB; ++j)
+    store16_vnni(out + c + 16 * j, requant16_vnni(_mm512_add_epi32(a[j], b[j]), scale + c + 16 * j, fmin, fmax, zp),
+                 valid - 16 * j);
+}
+
 ETLAB_VNNI void dw_pixel_vnni(const uint8_t* const* ptrs, int64_t taps, const int32_t* w, int64_t Cp, int64_t C,
                               const int32_t* bias, const float* scale, uint8_t* out, const Bounds& bd) {
   const __m512 fmin = _mm512_set1_ps(bd.fmin()), fmax = _mm512_set1_ps(bd.fmax());
   const __m512i zp = _mm512_set1_epi32(bd.zp);
-  int64_t c = 0;
-  for (; c + 64 <= C; c += 64) {
-    __m512i a0 = _mm512_loadu_si512(bias + c), a1 = _mm512_loadu_si512(bias + c + 16);
-    __m512i a2 = _mm512_loadu_si512(bias + c + 32), a3 = _mm512_loadu_si512(bias + c + 48);
-    for (int64_t t = 0; t < taps; ++t) {
-      const uint8_t* p = ptrs[t] + c;
-      const int32_t* wt = w + t * Cp + c;
-      a0 = _mm512_dpwssd_epi32(a0, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-                               _mm512_loadu_si512(wt));
-      a1 = _mm512_dpwssd_epi32(a1, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16))),
-                               _mm512_loadu_si512(wt + 16));
-      a2 = _mm512_dpwssd_epi32(a2, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 32))),
-                               _mm512_loadu_si512(wt + 32));
-      a3 = _mm512_dpwssd_epi32(a3, _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 48))),
-                               _mm512_loadu_si512(wt + 48));
+  for (int64_t c = 0; c < C; c += 64) {
+    const int64_t valid = std::min<int64_t>(64, C - c);
+    switch ((valid + 15) / 16) {
+      case 4: dw_blocks_vnni<4>(ptrs, taps, w, Cp, c, valid, bias, scale, out, fmin, fmax, zp); break;
+      case 3: dw_blocks_vnni<3>(ptrs, taps, w, Cp, c, valid, bias, scale, out, fmin, fmax, zp); break;
+      case 2: dw_blocks_vnni<2>(ptrs, taps, w, Cp, c, valid, bias, scale, out, fmin, fmax, zp); break;
+      default: dw_blocks_vnni<1>(ptrs, taps, w, Cp, c, valid, bias, scale, out, fmin, fmax, zp); break;
     }
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c), requant16_vnni(a0, scale + c, fmin, fmax, zp));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 16), requant16_vnni(a1, scale + c + 16, fmin, fmax, zp));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 32), requant16_vnni(a2, scale + c + 32, fmin, fmax, zp));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c + 48), requant16_vnni(a3, scale + c + 48, fmin, fmax, zp));
-  }
-  for (; c < C; c += 16) {
-    const int64_t valid = std::min<int64_t>(16, C - c);
-    const __mmask16 k = __mmask16(valid >= 16 ? 0xFFFFu : (1u << valid) - 1);
-    __m512i a = _mm512_loadu_si512(bias + c);
-    for (int64_t t = 0; t < taps; ++t)
-      a = _mm512_dpwssd_epi32(a, _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(k, ptrs[t] + c)),
-                              _mm512_loadu_si512(w + t * Cp + c));
-    store16_vnni(out + c, requant16_vnni(a, scale + c, fmin, fmax, zp), valid);
   }
 }
 
@@ -772,8 +820,9 @@ at::Tensor quantize_u8(const at::Tensor& x_in, double inv_scale, int64_t zp, int
   check(x_in.scalar_type() == at::kFloat, "x must be float32");
   const Bounds bd = make_bounds(zp, lo, hi);
   const int use = choose_isa(isa);
-  at::Tensor x = x_in.contiguous();
-  at::Tensor q = at::empty(x.sizes(), x.options().dtype(at::kByte));
+  // a dense tensor in any dimension order (a permuted view) is converted in memory order, its strides kept
+  at::Tensor x = x_in.is_non_overlapping_and_dense() ? x_in : x_in.contiguous();
+  at::Tensor q = at::empty_like(x, x.options().dtype(at::kByte));
   const float* xd = x.data_ptr<float>();
   uint8_t* qd = q.data_ptr<uint8_t>();
   const int64_t n = x.numel();
@@ -788,10 +837,11 @@ at::Tensor quantize_u8(const at::Tensor& x_in, double inv_scale, int64_t zp, int
 }
 
 at::Tensor dequantize_u8(const at::Tensor& q_in, double scale, int64_t zp, int64_t isa) {
-  at::Tensor q = contiguous_u8(q_in, "q");
+  at::Tensor q = q_in.is_non_overlapping_and_dense() && q_in.scalar_type() == at::kByte ? q_in
+                                                                                         : contiguous_u8(q_in, "q");
   check(0 <= zp && zp <= 255, "zero point must be a uint8 value");
   const int use = choose_isa(isa);
-  at::Tensor x = at::empty(q.sizes(), q.options().dtype(at::kFloat));
+  at::Tensor x = at::empty_like(q, q.options().dtype(at::kFloat));  // q's strides (see quantize_u8)
   const uint8_t* qd = q.data_ptr<uint8_t>();
   float* xd = x.data_ptr<float>();
   const int64_t n = q.numel();
