@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -139,8 +140,10 @@ def _child_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+@functools.cache  # once per process: setup.sh imports upstream's runtime and devtools (~7 s of CPU) to check the venv
 def setup_reference() -> str:
-    """Run setup.sh; return the reference python.  Raises RuntimeError on any failure."""
+    """Run setup.sh; return the reference python.  Raises RuntimeError on any failure (not cached: a later call
+    tries again)."""
     if not SETUP_SH.is_file():
         raise RuntimeError(f"reference setup script not found: {SETUP_SH}")
     try:
