@@ -223,12 +223,14 @@ def export(source, out_dir, *, kinds=None, method: str | None = None, quant_repo
     out = Path(out_dir)
     if not out.is_dir():
         raise FileNotFoundError(f"output folder {out} does not exist (create it first)")
-    models = load_graphs(source, kinds=kinds, method=method)
-    quant = quant_graph(quant_report) if quant_report is not None else None
-    if quant is not None:
-        models.append((quant, {}))
+    with paused_gc():
+        models = load_graphs(source, kinds=kinds, method=method)
+        quant = quant_graph(quant_report) if quant_report is not None else None
+        if quant is not None:
+            models.append((quant, {}))
+        graphs = {"graphs": [to_me_graph(m, extra) for m, extra in models]}
     written = {"graphs": out / "graphs.json"}
-    _write_json(written["graphs"], {"graphs": [to_me_graph(m, extra) for m, extra in models]})
+    _write_json(written["graphs"], graphs)
     for overlay in OVERLAYS:
         data = node_data([m for m, _ in models], overlay)
         if data:
