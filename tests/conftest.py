@@ -32,14 +32,15 @@ def pytest_configure(config):
 # `make test` runs `-n 2 --dist loadgroup`: tests without an xdist_group go to whichever worker is free, one by
 # one, so a file's module-scoped fixture (a compiled model, a JupyterLab server, Chromium, a search) was built on
 # both workers whenever its tests were split between them. The tests that share such a fixture are kept on one
-# worker (a group per file; a group the test names itself wins): the fixture is built once.
-SHARED_SCOPES = frozenset({"module", "class", "package"})
-
-
-def _shares_a_fixture(item) -> bool:
+# worker (a group per file, per folder for a package-scoped fixture such as tests/jupyter's JupyterLab server; a
+# group the test names itself wins): the fixture is built once.
+def _shared_group(item) -> str | None:
     info = getattr(item, "_fixtureinfo", None)
-    return info is not None and any(defs and defs[-1].scope in SHARED_SCOPES
-                                    for defs in info.name2fixturedefs.values())
+    scopes = {defs[-1].scope for defs in info.name2fixturedefs.values() if defs} if info is not None else set()
+    path = item.nodeid.split("::")[0]
+    if "package" in scopes:
+        return f"package:{path.rsplit('/', 1)[0]}"
+    return f"file:{path}" if scopes & {"module", "class"} else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks (it names the groups)
@@ -51,5 +52,6 @@ def pytest_collection_modifyitems(config, items):
         if BROWSER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or (
                 fn is not None and "sync_playwright" in inspect.getsource(fn)):
             item.add_marker(pytest.mark.browser)
-        if item.get_closest_marker("xdist_group") is None and _shares_a_fixture(item):
-            item.add_marker(pytest.mark.xdist_group(f"file:{item.nodeid.split('::')[0]}"))
+        group = _shared_group(item) if item.get_closest_marker("xdist_group") is None else None
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
