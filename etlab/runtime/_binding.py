@@ -15,6 +15,7 @@ from etlab.facts.memory_events import TEMP
 from etlab.runtime._delegate import NULL_CONTEXT, LoadedDelegate
 from etlab.runtime._errors import LoadError
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepInfo
+from etlab.runtime._load_fold import fold_if_constant, plan_writers
 from etlab.runtime._lookup import find_kernel, missing_kernel_message
 from etlab.runtime._registry import KernelEntry, Site, operator_key
 from etlab.runtime._values import TENSOR, ValueTable
@@ -173,6 +174,7 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
          delegates: list[LoadedDelegate], context=NULL_CONTEXT) -> BoundPlan:
     """Second pass: one step per instruction."""
     chains: list[BoundChain] = []
+    writers = plan_writers(plan, table, kernels)  # constant instructions are computed now (`_load_fold`)
     for c, chain in enumerate(plan.chains or []):
         steps, infos, jumps = [], [], False
         n = len(chain.instructions or [])
@@ -184,7 +186,7 @@ def bind(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, KernelEntr
                 site = Site(table.method, c, i, entry.name)
                 slots = list(args.args or [])
                 try:
-                    steps.append(entry.bind(table, slots, site))
+                    steps.append(fold_if_constant(entry, table, slots, entry.bind(table, slots, site), writers, (c, i)))
                 except LoadError:
                     raise
                 except Exception as e:
