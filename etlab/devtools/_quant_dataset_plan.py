@@ -38,13 +38,15 @@ class LayerTask:
     feeds: dict[str, tuple[str, str]]  # float node -> (graph, node) whose value the local re-run feeds for it
     reads: list[str]  # float nodes the re-run reads besides the feeds (weights, a folded op's other input)
     local: bool  # the re-run can reproduce the value (no in-place op changes it later)
+    computed: str | None = None  # the converted graph's node whose value IS the re-run's (see same_computation)
 
     @property
     def needs(self) -> list[tuple[str, str]]:
         """The (graph, node) values this measurement reads, so the run keeps exactly those alive."""
         end = self.join.chain[-1].name
+        rerun = [(QUANT, self.computed)] if self.computed else [*((FLOAT, name) for name in self.reads)]
         return [(FLOAT, end), (QUANT, self.join.qvalue_node.name), *self.feeds.values(),
-                *((FLOAT, name) for name in self.feeds), *((FLOAT, name) for name in self.reads)]
+                *((FLOAT, name) for name in self.feeds), *rerun]
 
 
 @dataclass
@@ -103,11 +105,35 @@ def feed_sources(join: LayerJoin, join_of: dict[str, LayerJoin], input_dep: set[
     return feeds
 
 
+def same_computation(join: LayerJoin, feeds: dict[str, tuple[str, str]], reads: list[str]) -> bool:
+    """Whether the local re-run of a layer computes exactly what its converted node computed: one float op, the
+    same op in the converted graph, every input fed from that node's own argument in the same place and every
+    other argument equal (a ReLU6, an add, a pool: no weights). The converted node's value (before its output
+    quantizer) is then the local reference, bit for bit, and the re-run is not needed."""
+    first, q = join.chain[0], join.qnode
+    if len(join.chain) != 1 or reads or first.target != q.target:
+        return False
+    f_leaves, f_spec = tree_flatten((first.args, first.kwargs))
+    q_leaves, q_spec = tree_flatten((q.args, q.kwargs))
+    if f_spec != q_spec:
+        return False
+    for a, b in zip(f_leaves, q_leaves):
+        if isinstance(a, Node) != isinstance(b, Node):
+            return False
+        if isinstance(a, Node) and feeds.get(a.name) != (QUANT, b.name):
+            return False
+        if not isinstance(a, Node) and (type(a) is not type(b) or a != b):
+            return False
+    return True
+
+
 def _layer_task(join: LayerJoin, join_of: dict[str, LayerJoin], input_dep: set[str], mutated: set[str]) -> LayerTask:
     feeds = feed_sources(join, join_of, input_dep)
     inside = {n.name for n in join.chain}
     reads = sorted({a.name for n in join.chain for a in n.all_input_nodes} - inside - set(feeds))
-    return LayerTask(join, feeds, reads, not any(n.name in mutated for n in join.chain))
+    local = not any(n.name in mutated for n in join.chain)
+    computed = join.qnode.name if local and same_computation(join, feeds, reads) else None
+    return LayerTask(join, feeds, reads, local, computed)
 
 
 def _order(tasks: list, float_gm: GraphModule, quant_gm: GraphModule, joins: list[LayerJoin]) -> list:

@@ -10,13 +10,17 @@ skipped: the caller checks a batch against a batch-1 run (see _quant_dataset).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import ctypes
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.fx import GraphModule, Interpreter, Node
 
+from etlab.devtools._quant_dataset_fold import conv_bn_pair, fold, folded_conv
 from etlab.devtools._quant_dataset_stats import Coverage
 from etlab.devtools._quant_debug import _input_dependent, _is_dequantize, _is_quantize, mutated_later
 from etlab.facts.fx import node_op_name
@@ -77,7 +81,9 @@ def fake_quantize(x: torch.Tensor, scale: float, zero_point: int, quant_min: int
     """Exactly the values quantize_per_tensor -> dequantize_per_tensor (quantized_decomposed) give, without the
     int8 tensor: round(x * (1 / scale)) + zero_point clamped, minus zero_point, times scale, in place on the
     output a cache-sized chunk at a time (~14x faster than the two ops, ~5x than torch's
-    fake_quantize_per_tensor_affine, which rounds ties of x * inverse scale differently and builds a mask)."""
+    fake_quantize_per_tensor_affine, which rounds ties of x * inverse scale differently and builds a mask).
+    The zero point is taken out of the clamp's bounds instead of added and subtracted: round() gives an integer,
+    exact in float32 up to 2^24 with the zero point added, and anything larger is clamped either way."""
     out = torch.empty_like(x)
     src, dst = _flat(x), _flat(out)
     if src is None or dst is None:
@@ -86,7 +92,7 @@ def fake_quantize(x: torch.Tensor, scale: float, zero_point: int, quant_min: int
     for start in range(0, max(dst.numel(), 1), CHUNK) if dst.dim() == 1 else [None]:
         s, d = (src, dst) if start is None else (src[start:start + CHUNK], dst[start:start + CHUNK])
         torch.mul(s, inverse, out=d)
-        d.round_().add_(zero_point).clamp_(quant_min, quant_max).sub_(zero_point).mul_(scale)
+        d.round_().clamp_(quant_min - zero_point, quant_max - zero_point).mul_(scale)
     return out
 
 
@@ -107,7 +113,7 @@ class Stepper(Interpreter):
     such a dequantize to its quantize, so that callers caching by value see one value, not two."""
 
     def __init__(self, gm: GraphModule, pinned: set[str], constants: Constants | None = None,
-                 fusable: frozenset[str] = frozenset()):
+                 fusable: frozenset[str] = frozenset(), fold: bool = False):
         super().__init__(gm, garbage_collect_values=False)
         self.order: list[Node] = list(gm.graph.nodes)
         self.position = {n.name: i for i, n in enumerate(self.order)}
@@ -127,6 +133,15 @@ class Stepper(Interpreter):
         self.values: dict[str, Any] = {}
         self.pos = 0
         self.on_step: Callable[[], None] | None = None  # called after every node (memory measurement)
+        # fold: conv2d -> batch_norm pairs run as one convolution (see _quant_dataset_fold), where nobody reads
+        # the convolution's own value; conv node name -> its batch norm, and the folded parameters once computed
+        self.fold_at: dict[str, Node] = {}
+        self.folded: dict[str, tuple | None] = {}
+        for n in self.order if fold else []:
+            conv = n.args[0] if n.args else None
+            if isinstance(conv, Node) and conv_bn_pair(conv, n) and conv.name not in pinned \
+                    and not any(a.name in self.dependent for a in [*conv.all_input_nodes[1:], *n.all_input_nodes[1:]]):
+                self.fold_at[conv.name] = n
 
     def start(self, args: tuple) -> None:
         """Starts a new pass over the graph with these inputs (nothing kept from the last one)."""
@@ -177,12 +192,27 @@ class Stepper(Interpreter):
         self.fused.add(n.name)
         return fake_quantize(x, float(scale), int(zp), int(qmin), int(qmax))
 
+    def _fold(self, n: Node):
+        """A folded pair's convolution computes the batch norm's value; the batch norm returns it. None: run the
+        node as it is (parameters that do not fold)."""
+        if n.name not in self.fold_at:  # the batch norm of a folded convolution
+            return self.env[n.args[0]] if self.folded.get(n.args[0].name) is not None else None
+        bn = self.fold_at[n.name]
+        if n.name not in self.folded:
+            self.folded[n.name] = fold(n, bn, lambda a: self.env[a] if a in self.env else self.fetch_attr(a.target))
+        params = self.folded[n.name]
+        return folded_conv(n, self.env[n.args[0]], *params) if params is not None else None
+
     def _run(self, n: Node) -> Any:
         if n.op == "call_module" and str(n.target).startswith("_guards"):
             return None
         if self.fused and n.args and isinstance(n.args[0], Node) and n.args[0].name in self.fused:
             self.alias[n.name] = n.args[0].name
             return self.env[n.args[0]]  # a dequantize of a fused quantize: its value is already dequantized
+        if n.name in self.fold_at or (n.args and isinstance(n.args[0], Node) and n.args[0].name in self.folded):
+            out = self._fold(n)
+            if out is not None:
+                return out
         cache = self.constants
         if cache is not None and n.name in cache.values:
             return cache.values[n.name]
@@ -202,3 +232,42 @@ def run_keeping(gm: GraphModule, args: tuple, keep: set[str], constants: Constan
     runner.start(args)
     runner.finish()
     return runner.values
+
+
+# glibc's mallopt parameters (malloc.h)
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_KEEP = 2**31 - 1  # bytes of free heap kept rather than given back (mallopt takes an int)
+_TRIM_AFTER = 64 << 20  # the trim threshold glibc's own adaptive setting reaches at most (2 x 32 MB)
+_MMAP_MAX_DEFAULT = 65536
+
+
+def _glibc():
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        return libc if hasattr(libc, "mallopt") and hasattr(libc, "malloc_trim") else None
+    except OSError:  # musl or another C library: nothing to tune
+        return None
+
+
+@contextlib.contextmanager
+def heap_kept() -> Iterator[bool]:
+    """Large blocks served from the heap and freed memory kept there while the report runs (glibc; elsewhere a
+    no-op), then given back. A batch's activations are tens of MB each: glibc maps every block above 32 MB
+    afresh and unmaps it on free, and gives a large freed heap top back, so every op's output was faulted in
+    page by page, which cost more than the op (a clone of 77 MB: 46 ms, 8 ms from the kept heap). Yields
+    whether it applied. Process-wide while it lasts; afterwards glibc keeps fixed thresholds (mallopt turns its
+    adaptive ones off): mapping from the threshold it had reached, trimming above 64 MB."""
+    libc = _glibc()
+    if libc is None:
+        yield False
+        return
+    libc.mallopt(_M_MMAP_MAX, 0)
+    libc.mallopt(_M_TRIM_THRESHOLD, _KEEP)
+    try:
+        yield True
+    finally:
+        libc.mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
+        libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_AFTER)
+        libc.malloc_trim(0)

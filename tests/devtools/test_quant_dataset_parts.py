@@ -1,0 +1,138 @@
+"""The shortcuts the report over a dataset takes to be fast, each against the straightforward computation it
+replaces: fake-quantization against the decomposed quantize/dequantize ops, a folded conv + batch norm against
+the two ops, a layer's local reference taken from the converted graph against the re-run, and the heap kept
+between ops (no page faults for a block allocated again)."""
+
+from __future__ import annotations
+
+import resource
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+pytest.importorskip("torchao")
+
+from etlab.compiler import EtlabQuantizer
+from etlab.devtools._quant_dataset_engine import Engine
+from etlab.devtools._quant_dataset_fold import conv_bn_pair, fold, folded_conv
+from etlab.devtools._quant_dataset_plan import make_plan
+from etlab.devtools._quant_dataset_run import fake_quantize, heap_kept
+from etlab.devtools._quant_debug import float_graph_of
+from etlab.devtools._quant_debug_fix import quantize_pt2e
+from etlab.models import make_cnn
+
+
+def _decomposed(x: torch.Tensor, scale: float, zp: int, lo: int, hi: int, dtype: torch.dtype) -> torch.Tensor:
+    from torchao.quantization.pt2e import _affine_quantization  # noqa: F401  (registers quantized_decomposed)
+
+    q = torch.ops.quantized_decomposed
+    return q.dequantize_per_tensor(q.quantize_per_tensor(x, scale, zp, lo, hi, dtype), scale, zp, lo, hi, dtype)
+
+
+@pytest.mark.parametrize("scale,zp,lo,hi,dtype", [
+    (0.02, 0, -128, 127, torch.int8), (0.0371, -17, -128, 127, torch.int8), (0.05, 128, 0, 255, torch.uint8),
+    (1e-3, 3, -128, 127, torch.int8)])
+def test_fake_quantize_is_the_decomposed_ops_bit_for_bit(scale, zp, lo, hi, dtype):
+    gen = torch.Generator().manual_seed(0)
+    x = torch.cat([torch.randn(70000, generator=gen) * 3, (torch.arange(-300, 300) + 0.5) * scale,  # ties
+                   torch.tensor([0.0, -0.0, 1e30, -1e30, 3e7, -3e7]), torch.randn(1000, generator=gen) * 1e9])
+    assert torch.equal(fake_quantize(x, scale, zp, lo, hi), _decomposed(x, scale, zp, lo, hi, dtype))
+    image = x[: 2 * 3 * 40 * 40].reshape(2, 3, 40, 40).contiguous(memory_format=torch.channels_last)
+    got = fake_quantize(image, scale, zp, lo, hi)
+    assert got.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(got, _decomposed(image, scale, zp, lo, hi, dtype))
+
+
+class _ConvBN(torch.nn.Module):
+    def __init__(self, groups: int, bias: bool):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(8, 8, 3, stride=2, padding=1, groups=groups, bias=bias)
+        self.bn = torch.nn.BatchNorm2d(8)
+        gen = torch.Generator().manual_seed(1)
+        with torch.no_grad():
+            self.bn.running_mean.copy_(torch.randn(8, generator=gen))
+            self.bn.running_var.copy_(torch.rand(8, generator=gen) * 4 + 0.01)
+            self.bn.weight.copy_(torch.randn(8, generator=gen))
+            self.bn.bias.copy_(torch.randn(8, generator=gen))
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+@pytest.mark.parametrize("groups,bias", [(1, False), (8, True)])
+def test_folded_conv_bn_equals_the_two_ops_to_float_rounding(groups, bias):
+    model = _ConvBN(groups, bias).eval()
+    x = torch.randn(3, 8, 16, 16)
+    gm = float_graph_of(model, (x[:1],))
+    conv = next(n for n in gm.graph.nodes if n.target == torch.ops.aten.conv2d.default)
+    bn = next(iter(conv.users))
+    assert conv_bn_pair(conv, bn) and not conv_bn_pair(bn, conv)
+    params = fold(conv, bn, lambda a: gm.get_parameter(a.target) if a.target in dict(gm.named_parameters())
+                  else gm.get_buffer(a.target))
+    assert params is not None
+    with torch.no_grad():
+        want = model(x)
+    got = folded_conv(conv, x, *params)
+    scale = float(want.abs().max())
+    assert float((got - want).abs().max()) <= 1e-5 * scale
+    # what that rounding does to an SQNR against a quantization-sized error: nothing visible
+    quantized = want + 1e-2 * scale * torch.randn_like(want)
+    sqnr = [float(10 * torch.log10(r.double().pow(2).sum() / (r.double() - quantized).pow(2).sum()))
+            for r in (want, got)]
+    assert abs(sqnr[0] - sqnr[1]) < 1e-3
+
+
+@pytest.fixture(scope="module")
+def cnn():
+    model, inputs = make_cnn()
+    float_gm = float_graph_of(model, inputs)
+    data = [(torch.randn(1, 3, 32, 32, generator=torch.Generator().manual_seed(i)),) for i in range(4)]
+    return float_gm, quantize_pt2e(float_gm, EtlabQuantizer(), data), data
+
+
+def test_local_reference_from_the_converted_graph_is_the_rerun_exactly(cnn):
+    """A ReLU6 or an add computes, in the converted graph, exactly its float op on the quantized inputs: the
+    report reads that value instead of re-running the op, and the local SQNR is the re-run's, bit for bit.
+    Convolutions (float weights against quantized ones) are still re-run."""
+    float_gm, quantized, data = cnn
+    plan = make_plan(float_gm, quantized)
+    layer_tasks = [t for t in plan.tasks if hasattr(t, "join")]
+    computed = [t for t in layer_tasks if t.computed]
+    ops = {str(t.join.chain[0].target) for t in computed}
+    assert computed and ops <= {"aten.hardtanh.default", "aten.add.Tensor", "aten.mean.dim", "aten.dropout.default",
+                                "aten.relu.default", "aten.adaptive_avg_pool2d.default"}, ops
+    assert not any(t.computed for t in layer_tasks if "conv" in str(t.join.chain[0].target))
+    fast = Engine(float_gm, quantized, plan).run(data)[0]
+    for t in computed:
+        t.computed = None
+    slow = Engine(float_gm, quantized, plan).run(data)[0]
+    names = [j.chain[0].name for j in make_plan(float_gm, quantized).joins]
+    checked = {t.join.chain[0].name for t in computed}
+    for name, a, b in zip(names, fast, slow):
+        if name in checked:
+            checked.discard(name)
+            np.testing.assert_array_equal(a.local["sqnr"], b.local["sqnr"], err_msg=name)
+    assert not checked
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
+def test_heap_kept_serves_blocks_again_without_page_faults():
+    """A 48 MB block is above anything glibc serves from its heap by default: it is mapped afresh and faulted in
+    page by page every time. While heap_kept lasts, it is served from the memory a freed 64 MB block left."""
+    def faults_of(mb: int) -> int:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        x = torch.empty(mb << 18)
+        x.fill_(1.0)
+        del x
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    with heap_kept() as applied:
+        if not applied:
+            pytest.skip("not glibc")
+        faults_of(64)
+        kept = faults_of(48)
+    faults_of(64)
+    default = faults_of(48)
+    assert kept < 1000 < 10000 < default, (kept, default)
