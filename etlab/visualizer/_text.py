@@ -10,6 +10,7 @@ is for a notebook (or `save_html`). The tables go through etlab.inspector's `fit
 from __future__ import annotations
 
 import textwrap
+from typing import Any
 
 import pandas as pd
 
@@ -39,7 +40,7 @@ class TextForm:
         except Exception as e:  # a repr must not raise (a debugger, a log line): say why there is no text
             return f"<{type(self).__name__}: no text form ({type(e).__name__}: {e})>"
 
-    def _repr_mimebundle_(self, **kwargs):
+    def _repr_mimebundle_(self, **kwargs) -> Any:  # the widget's bundle: a dict, or a (data, metadata) pair
         bundle = _html.with_static_fallback(self, super()._repr_mimebundle_(**kwargs))  # type: ignore[misc]
         data = bundle[0] if isinstance(bundle, tuple) else bundle
         if data is not None:  # IPython's terminal shows text/plain (ipywidgets' own: the widget repr cut at 110)
