@@ -3,15 +3,12 @@
 A planted model has one node of each kind DemoBackend refuses (an operator it does not run, a float64
 value, a dynamic dimension, an argument it cannot take) next to nodes it takes; each must come out
 with its category in get_delegation_info's node table, through an ETRecord round trip, in the
-delegation view's HTML and in `etlab info` run as a command.
+delegation view's HTML and in `etlab info` run as a command (in a child process).
 """
 
 from __future__ import annotations
 
 import operator
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,8 +19,6 @@ from etlab.compiler.backends import DemoPartitioner, why_unsupported
 from etlab.devtools import NODE_COLUMNS, _delegation_info, get_delegation_info
 from etlab.etrecord import parse_etrecord
 from etlab.facts.lowered import DELEGATE_PARTITION_META, DELEGATION_REFUSAL_META, DelegationRefusal
-
-REPO = Path(__file__).resolve().parents[2]
 
 
 class Planted(torch.nn.Module):
@@ -161,11 +156,6 @@ def test_getitems_are_not_rows(planted_edge):
     assert not names & set(getitems)  # ... which run no kernel: nothing to delegate
 
 
-def _run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "etlab.cli", *map(str, args)], capture_output=True, text=True,
-                          timeout=600, cwd=REPO)
-
-
 def test_delegation_view_html_groups_the_reasons(planted_edge, tmp_path):
     from etlab.visualizer import DelegationView, repr_mimebundle
 
@@ -201,40 +191,55 @@ def _assert_grouped(out: str) -> None:
     assert "PLANT dtype" in out and "float64" in out and "dynamic dimension" in out
 
 
-@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
-def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(planted_files):
-    p = _run_cli("info", planted_files / "model.pte")
-    assert p.returncode == 0, p.stderr
-    text = " ".join(p.stdout.split())  # info wraps its lines to the terminal (120 columns when piped)
-    assert "delegation of 'forward' (from " in text and "DemoBackend 2 partition(s) 2 node(s)" in text
-    _assert_grouped(p.stdout)
+@pytest.fixture(scope="module")
+def info_runs(planted_files, tmp_path_factory) -> dict[str, dict]:
+    """`etlab info` on the planted files as a user runs it, every case in one child process (tests/_cli_batch.py:
+    torch imported once, not once per command): name -> {status, stdout, stderr}."""
+    from tests._cli_batch import run_etlab
 
-
-@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
-def test_etlab_info_on_an_etrecord_and_with_etrecord_option(planted_files, tmp_path):
-    p = _run_cli("info", planted_files / "model.etrecord")
-    assert p.returncode == 0, p.stderr
-    _assert_grouped(p.stdout)
-    alone = tmp_path / "alone.pte"
+    alone = tmp_path_factory.mktemp("alone") / "alone.pte"
     alone.write_bytes((planted_files / "model.pte").read_bytes())
-    p = _run_cli("info", alone)
-    assert p.returncode == 0 and "delegation" not in p.stdout  # nothing beside it to explain with
-    p = _run_cli("info", alone, "--etrecord", planted_files / "model.etrecord")
-    assert p.returncode == 0, p.stderr
-    _assert_grouped(p.stdout)
-
-
-@pytest.mark.slow  # over 5 s of CPU (etlab run in subprocesses): left out of make test-fast
-def test_etlab_info_refuses_an_etrecord_of_another_program(planted_files, tmp_path):
+    other_dir = tmp_path_factory.mktemp("other")
     other = to_edge_transform_and_lower(torch.export.export(torch.nn.Linear(3, 3), (torch.randn(2, 3),)),
                                         partitioner=[DemoPartitioner()], generate_etrecord=True).to_executorch()
-    (tmp_path / "model.pte").write_bytes((planted_files / "model.pte").read_bytes())
-    other.get_etrecord().save(tmp_path / "model.etrecord")
-    p = _run_cli("info", tmp_path / "model.pte")
-    assert p.returncode == 0 and "not used: it records another program" in p.stdout
-    (tmp_path / "bad.etrecord").write_bytes(b"not a zip")
-    p = _run_cli("info", tmp_path / "model.pte", "--etrecord", tmp_path / "bad.etrecord")
-    assert p.returncode == 2 and "bad.etrecord" in p.stderr and "Traceback" not in p.stderr
+    (other_dir / "model.pte").write_bytes((planted_files / "model.pte").read_bytes())
+    other.get_etrecord().save(other_dir / "model.etrecord")
+    (other_dir / "bad.etrecord").write_bytes(b"not a zip")
+    cases = {"pte": ["info", planted_files / "model.pte"], "etrecord": ["info", planted_files / "model.etrecord"],
+             "alone": ["info", alone],
+             "alone+etrecord": ["info", alone, "--etrecord", planted_files / "model.etrecord"],
+             "other": ["info", other_dir / "model.pte"],
+             "bad": ["info", other_dir / "model.pte", "--etrecord", other_dir / "bad.etrecord"]}
+    return dict(zip(cases, run_etlab(list(cases.values()))))
+
+
+@pytest.mark.slow  # etlab info in a child process: left out of make test-fast
+def test_etlab_info_explains_a_pte_with_its_etrecord_beside_it(info_runs):
+    p = info_runs["pte"]
+    assert p["status"] == 0, p["stderr"]
+    text = " ".join(p["stdout"].split())  # info wraps its lines to the terminal (120 columns when piped)
+    assert "delegation of 'forward' (from " in text and "DemoBackend 2 partition(s) 2 node(s)" in text
+    _assert_grouped(p["stdout"])
+
+
+@pytest.mark.slow  # etlab info in a child process: left out of make test-fast
+def test_etlab_info_on_an_etrecord_and_with_etrecord_option(info_runs):
+    p = info_runs["etrecord"]
+    assert p["status"] == 0, p["stderr"]
+    _assert_grouped(p["stdout"])
+    p = info_runs["alone"]
+    assert p["status"] == 0 and "delegation" not in p["stdout"]  # nothing beside it to explain with
+    p = info_runs["alone+etrecord"]
+    assert p["status"] == 0, p["stderr"]
+    _assert_grouped(p["stdout"])
+
+
+@pytest.mark.slow  # etlab info in a child process: left out of make test-fast
+def test_etlab_info_refuses_an_etrecord_of_another_program(info_runs):
+    p = info_runs["other"]
+    assert p["status"] == 0 and "not used: it records another program" in p["stdout"]
+    p = info_runs["bad"]
+    assert p["status"] == 2 and "bad.etrecord" in p["stderr"] and "Traceback" not in p["stderr"]
 
 
 class PlantedForXnnpack(torch.nn.Module):
