@@ -69,19 +69,30 @@ def test_report_user_function_and_budget_exit_status(user_model):
     assert "3 inputs through" in by_module.stdout
 
 
-@pytest.mark.parametrize("args, message", [
+ERRORS = [
     (["report", "no_such_model"], "not a zoo model"),
     (["report", "nowhere/file.py:build"], "no such file"),
     (["report", "mlp", "--budget", "top1>=2"], "budget"),
     (["report", "mlp", "--inputs", "0"], "--inputs must be >= 1"),
     (["report", "mlp", "--html", "/no/such/folder/r.html"], "does not exist"),
     (["report", "mlp", "--pte", "/no/such.pte"], "no such file"),
-])
-def test_errors_are_one_line(args, message):
-    p = _etlab(*args, "--no-progress")
-    assert p.returncode == 2, (p.stdout, p.stderr)
-    lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("etlab quant: error:") and message in lines[0], p.stderr
+]
+
+
+@pytest.fixture(scope="module")
+def error_runs() -> list[dict]:
+    """Every ERRORS command as `etlab quant ...` in one child process (tests/_cli_batch.py: torch imported once)."""
+    from tests._cli_batch import run_etlab
+
+    return run_etlab([["quant", *args, "--no-progress"] for args, _ in ERRORS])
+
+
+@pytest.mark.parametrize("case", range(len(ERRORS)), ids=[message for _, message in ERRORS])
+def test_errors_are_one_line(error_runs, case):
+    p, message = error_runs[case], ERRORS[case][1]
+    assert p["status"] == 2, (p["stdout"], p["stderr"])
+    lines = p["stderr"].strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("etlab quant: error:") and message in lines[0], p["stderr"]
 
 
 def test_function_must_return_a_pair(user_model):
