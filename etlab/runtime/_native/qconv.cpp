@@ -610,6 +610,48 @@ void dw_pixel_scalar(const uint8_t* const* ptrs, int64_t taps, const int32_t* w,
   }
 }
 
+// VNNI form: vpdpbusd multiplies four bytes of a 32-bit lane at once, so each lane is given four taps of one
+// channel. Four taps' 64-channel rows are interleaved by unpacking bytes, then 16-bit pairs (within 128-bit
+// lanes): Q_r's lane (L, i) holds taps 4q..4q+3 of channel 16L + 4r + i. Weights, bias and scales are packed
+// at load in that order, and packing the four requantized vectors (32 -> 16 -> 8 bits, also within 128-bit
+// lanes) restores channel order. Taps are padded to a multiple of 4 with the zero point's row and weight 0.
+ETLAB_VNNI inline __m512i requant_lanes_vnni(__m512i acc, const float* scale, __m512 fmin, __m512 fmax, __m512i zp) {
+  __m512 f = _mm512_mul_ps(_mm512_cvtepi32_ps(acc), _mm512_loadu_ps(scale));
+  f = _mm512_min_ps(_mm512_max_ps(f, fmin), fmax);
+  return _mm512_add_epi32(_mm512_cvtps_epi32(f), zp);
+}
+
+ETLAB_VNNI void dw_pixel_vnni_quads(const uint8_t* const* ptrs, int64_t quads, const int8_t* wb, const int32_t* bs,
+                                    const float* ss, int64_t C, uint8_t* out, const Bounds& bd) {
+  const __m512 fmin = _mm512_set1_ps(bd.fmin()), fmax = _mm512_set1_ps(bd.fmax());
+  const __m512i zp = _mm512_set1_epi32(bd.zp);
+  for (int64_t c = 0, g = 0; c < C; c += 64, ++g) {
+    const int64_t valid = std::min<int64_t>(64, C - c);
+    const __mmask64 k = valid == 64 ? ~__mmask64(0) : (__mmask64(1) << valid) - 1;
+    const int8_t* wg = wb + g * quads * 256;
+    __m512i a0 = _mm512_loadu_si512(bs + g * 64), a1 = _mm512_loadu_si512(bs + g * 64 + 16);
+    __m512i a2 = _mm512_loadu_si512(bs + g * 64 + 32), a3 = _mm512_loadu_si512(bs + g * 64 + 48);
+    for (int64_t q = 0; q < quads; ++q) {
+      const uint8_t* const* p = ptrs + 4 * q;
+      const __m512i t0 = _mm512_maskz_loadu_epi8(k, p[0] + c), t1 = _mm512_maskz_loadu_epi8(k, p[1] + c);
+      const __m512i t2 = _mm512_maskz_loadu_epi8(k, p[2] + c), t3 = _mm512_maskz_loadu_epi8(k, p[3] + c);
+      const __m512i lo01 = _mm512_unpacklo_epi8(t0, t1), hi01 = _mm512_unpackhi_epi8(t0, t1);
+      const __m512i lo23 = _mm512_unpacklo_epi8(t2, t3), hi23 = _mm512_unpackhi_epi8(t2, t3);
+      const int8_t* wq = wg + q * 256;
+      a0 = _mm512_dpbusd_epi32(a0, _mm512_unpacklo_epi16(lo01, lo23), _mm512_loadu_si512(wq));
+      a1 = _mm512_dpbusd_epi32(a1, _mm512_unpackhi_epi16(lo01, lo23), _mm512_loadu_si512(wq + 64));
+      a2 = _mm512_dpbusd_epi32(a2, _mm512_unpacklo_epi16(hi01, hi23), _mm512_loadu_si512(wq + 128));
+      a3 = _mm512_dpbusd_epi32(a3, _mm512_unpackhi_epi16(hi01, hi23), _mm512_loadu_si512(wq + 192));
+    }
+    const float* sg = ss + g * 64;
+    const __m512i p01 = _mm512_packs_epi32(requant_lanes_vnni(a0, sg, fmin, fmax, zp),
+                                           requant_lanes_vnni(a1, sg + 16, fmin, fmax, zp));
+    const __m512i p23 = _mm512_packs_epi32(requant_lanes_vnni(a2, sg + 32, fmin, fmax, zp),
+                                           requant_lanes_vnni(a3, sg + 48, fmin, fmax, zp));
+    _mm512_mask_storeu_epi8(out + c, k, _mm512_packus_epi16(p01, p23));
+  }
+}
+
 class QDepthwiseConv2d {
  public:
   // weight: int8 [KH, KW, C] (XNNPACK's [1, KH, KW, C] without the 1); bias int32 [C] or None; scale float32 [C]
@@ -636,6 +678,21 @@ class QDepthwiseConv2d {
       }
     epi_ = make_epilogue(bias.has_value() ? *bias : at::Tensor(), scale, wsum, C_, x_zp);
     zeros_.assign(size_t(Cp_ + 64), uint8_t(x_zp));
+    if (isa_ == kVnni) {  // the packing of dw_pixel_vnni_quads
+      const int64_t groups = (C_ + 63) / 64;
+      quads_ = (taps_ + 3) / 4;
+      wb_.assign(size_t(groups * quads_ * 256), 0);
+      bs_.assign(size_t(groups * 64), 0);
+      ss_.assign(size_t(groups * 64), 0.f);
+      for (int64_t c = 0; c < C_; ++c) {
+        // channel c = 64g + 16L + 4r + i sits in lane 4L + i of vector r
+        const int64_t g = c / 64, L = (c % 64) / 16, r = (c % 16) / 4, i = c % 4, lane = 4 * L + i;
+        for (int64_t t = 0; t < taps_; ++t)
+          wb_[size_t(((g * quads_ + t / 4) * 4 + r) * 64 + 4 * lane + t % 4)] = wd[t * C_ + c];
+        bs_[size_t(g * 64 + r * 16 + lane)] = epi_.bias[size_t(c)];
+        ss_[size_t(g * 64 + r * 16 + lane)] = epi_.scale[size_t(c)];
+      }
+    }
   }
 
   at::Tensor run(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
@@ -649,7 +706,8 @@ class QDepthwiseConv2d {
     uint8_t* yd = y.data_ptr<uint8_t>();
     py::gil_scoped_release release;
     auto pixel = isa_ == kVnni ? dw_pixel_vnni : isa_ == kAvx2 ? dw_pixel_avx2 : dw_pixel_scalar;
-    std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps_));
+    // tap rows, padded to a multiple of 4 with the zero point's row (weight 0) for the VNNI form
+    std::vector<const uint8_t*> ptrs(static_cast<size_t>(std::max<int64_t>(taps_, quads_ * 4)), zeros_.data());
     std::vector<int64_t> offsets(static_cast<size_t>(taps_));  // of each tap from the window's corner
     for (int64_t ky = 0, t = 0; ky < geo_.kh; ++ky)
       for (int64_t kx = 0; kx < geo_.kw; ++kx, ++t) offsets[size_t(t)] = (ky * geo_.dh * W + kx * geo_.dw) * C_;
@@ -670,7 +728,10 @@ class QDepthwiseConv2d {
           } else {
             tap_pointers(geo_, image, H, W, C_, oy, ox, zeros_.data(), ptrs.data());
           }
-          pixel(ptrs.data(), taps_, w_.data(), Cp_, C_, epi_.bias.data(), epi_.scale.data(), out_row + ox * C_, bd);
+          if (isa_ == kVnni)
+            dw_pixel_vnni_quads(ptrs.data(), quads_, wb_.data(), bs_.data(), ss_.data(), C_, out_row + ox * C_, bd);
+          else
+            pixel(ptrs.data(), taps_, w_.data(), Cp_, C_, epi_.bias.data(), epi_.scale.data(), out_row + ox * C_, bd);
         }
       }
     }
@@ -687,6 +748,10 @@ class QDepthwiseConv2d {
   std::vector<int32_t> w_;
   Epilogue epi_;
   std::vector<uint8_t> zeros_;
+  int64_t quads_ = 0;        // VNNI: taps in fours
+  std::vector<int8_t> wb_;   // VNNI: [channel group of 64][tap quad][vector r][lane][tap % 4]
+  std::vector<int32_t> bs_;  // VNNI: bias and scales per [group][r][lane]
+  std::vector<float> ss_;
 };
 
 // ---------------------------------------------------------------------------------------------------
