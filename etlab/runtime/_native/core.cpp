@@ -124,6 +124,7 @@ Fast fast_kind(const c10::FunctionSchema& schema) {
   if (shape == "TTT") return Fast::TT;
   if (shape == "TT") return Fast::T;
   if (shape == "TTTSST") return Fast::TTTSS;
+  if (shape == "TST") return Fast::TS;
   return Fast::None;
 }
 
@@ -136,6 +137,7 @@ bool set_fast_path(Instr& in, Fast fast) {
       case Fast::TT: in.tt = in.handle->typed<SigTT>(); break;
       case Fast::T: in.t = in.handle->typed<SigT>(); break;
       case Fast::TTTSS: in.tttss = in.handle->typed<SigTTTSS>(); break;
+      case Fast::TS: in.ts = in.handle->typed<SigTS>(); break;
       case Fast::None: return false;
     }
   } catch (const c10::Error&) {
@@ -180,6 +182,7 @@ bool same_tls(const c10::impl::LocalDispatchKeySet& a, const c10::impl::LocalDis
 // The operators `run_small` may compute by name: the out-variants of add/sub (alpha), mul/div, addmm and mm
 // (copies are set by `set_view_copy`).
 Small small_kind(const std::string& name, const std::string& overload, Fast fast) {
+  if (fast == Fast::TS) return name == "aten::mul" && overload == "Scalar_out" ? Small::MulScalar : Small::None;
   if (overload != "out") return Small::None;
   if (fast == Fast::TTS) return name == "aten::add" ? Small::Add : name == "aten::sub" ? Small::Sub : Small::None;
   if (fast == Fast::TT) {
@@ -279,6 +282,23 @@ bool run_unary(const Instr& in) {
   return true;
 }
 
+// mul.Scalar_out(self, other, out) on a small float tensor times a real number (x may be out): ATen casts the
+// number to float and multiplies each element once, as here.
+bool run_mul_scalar(const Instr& in) {
+  const at::Tensor& x = in.args[0].toTensor();
+  const at::Tensor& out = in.args[2].toTensor();
+  const int64_t n = out.numel();
+  if (n > kSmallElements || !small_operand(out, out) || !small_operand(x, out)) return false;
+  if (!same_or_apart(x, out, static_cast<size_t>(n) * sizeof(float))) return false;
+  const at::Scalar& s = in.s0;
+  if (s.isSymbolic() || !(s.isFloatingPoint() || s.isIntegral(false))) return false;
+  // the cast ATen's loop makes of the wrapped number (static_cast: no overflow check)
+  const float factor = s.isFloatingPoint() ? static_cast<float>(s.toDouble()) : static_cast<float>(s.toLong());
+  mul_scalar_floats(x.const_data_ptr<float>(), factor, out.mutable_data_ptr<float>(), n);
+  out.unsafeGetTensorImpl()->bump_version();
+  return true;
+}
+
 // A small kernel of small.h (or the elementwise ones above) for `in`, when it covers the call.
 bool run_small(const Instr& in) {
   const auto& a = in.args;
@@ -293,6 +313,8 @@ bool run_small(const Instr& in) {
     case Small::Sigmoid:
     case Small::Tanh:
       return run_unary(in);
+    case Small::MulScalar:
+      return run_mul_scalar(in);
     case Small::None:
       return false;
     default:
@@ -481,7 +503,7 @@ void NativePlan::begin_run(const c10::impl::LocalDispatchKeySet& outer) {
 void NativePlan::call_kernel(Instr& in) {
   // The fast paths index `a` without checks: make_kernel builds one argument per schema parameter,
   // and sets a fast kind only when fast_kind found the schema's exact shape (TTST: 4 arguments, TTT:
-  // 3, TT: 2, TTTSST: 6), tensors where it reads tensors (to_ivalue made them from TensorType
+  // 3, TT: 2, TTTSST: 6, TST: 3), tensors where it reads tensors (to_ivalue made them from TensorType
   // parameters; toTensor() would throw otherwise).
   auto& a = in.args;
   // computed here when no dispatch mode or profiler watches this run (else they see the call)
@@ -501,6 +523,9 @@ void NativePlan::call_kernel(Instr& in) {
       case Fast::TTTSS:
         in.tttss->redispatch(ks, a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
         return;
+      case Fast::TS:
+        in.ts->redispatch(ks, a[0].toTensor(), in.s0, a[2].toTensor());
+        return;
       case Fast::None:
         break;
     }
@@ -519,6 +544,9 @@ void NativePlan::call_kernel(Instr& in) {
         return;
       case Fast::TTTSS:
         in.tttss->call(a[0].toTensor(), a[1].toTensor(), a[2].toTensor(), in.s0, in.s1, a[5].toTensor());
+        return;
+      case Fast::TS:
+        in.ts->call(a[0].toTensor(), in.s0, a[2].toTensor());
         return;
       case Fast::None:
         break;

@@ -99,13 +99,15 @@ enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse, Nop };
 using SigTTS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Scalar&, at::Tensor&);
 using SigTT = at::Tensor&(const at::Tensor&, const at::Tensor&, at::Tensor&);
 using SigT = at::Tensor&(const at::Tensor&, at::Tensor&);
+using SigTS = at::Tensor&(const at::Tensor&, const at::Scalar&, at::Tensor&);
 using SigTTTSS = at::Tensor&(const at::Tensor&, const at::Tensor&, const at::Tensor&, const at::Scalar&,
                              const at::Scalar&, at::Tensor&);
-enum class Fast : uint8_t { None, TTS, TT, T, TTTSS };
+enum class Fast : uint8_t { None, TTS, TT, T, TTTSS, TS };
 // Out-variants the core computes itself on small tensors (`run_small`; small.h): for a (4, 4) add,
 // ATen's own dispatch and TensorIterator set-up cost ~20x the arithmetic. Elementwise add/sub/mul/div on
-// float, sigmoid and tanh on float, copies of views (Copy: `Instr::copy`), one-row addmm/mm (Addmm, Mm).
-enum class Small : uint8_t { None, Add, Sub, Mul, Div, Copy, Addmm, Mm, Sigmoid, Tanh };
+// float, sigmoid and tanh on float, copies of views (Copy: `Instr::copy`), one-row addmm/mm (Addmm, Mm), a float
+// tensor times a number (MulScalar: mul.Scalar_out, attention's scaling of its queries and keys).
+enum class Small : uint8_t { None, Add, Sub, Mul, Div, Copy, Addmm, Mm, Sigmoid, Tanh, MulScalar };
 
 // A value an intermediate-output trace logs after a step.
 struct LogItem {
@@ -128,6 +130,7 @@ struct Instr {
   std::optional<c10::TypedOperatorHandle<SigTT>> tt;
   std::optional<c10::TypedOperatorHandle<SigT>> t;
   std::optional<c10::TypedOperatorHandle<SigTTTSS>> tttss;
+  std::optional<c10::TypedOperatorHandle<SigTS>> ts;
   // Move (a.set_(b)), Free (a.set_()), JumpIfFalse (cond a, destination).
   at::Tensor a, b;
   int64_t destination = 0;

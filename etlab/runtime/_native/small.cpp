@@ -416,6 +416,9 @@ ETLAB_CLONES void mul_floats(const float* p, const float* q, float* o, int64_t n
 ETLAB_CLONES void div_floats(const float* p, const float* q, float* o, int64_t n) {
   blocks(p, q, o, n, [](float a, float b) { return a / b; });
 }
+ETLAB_CLONES void mul_scalar_floats(const float* p, float s, float* o, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) o[i] = p[i] * s;
+}
 
 bool sigmoid_floats(const float* x, float* o, int64_t n) {
   int64_t i = 0;

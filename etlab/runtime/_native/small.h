@@ -51,6 +51,8 @@ void add_floats(const float* p, const float* q, float* o, int64_t n);
 void sub_floats(const float* p, const float* q, float* o, int64_t n);
 void mul_floats(const float* p, const float* q, float* o, int64_t n);
 void div_floats(const float* p, const float* q, float* o, int64_t n);
+// o = p * s over n floats (o may be p).
+void mul_scalar_floats(const float* p, float s, float* o, int64_t n);
 
 // o = sigmoid(x) / tanh(x) over n floats as ATen computes them on this CPU (its vector math on blocks of two
 // vectors, std::exp / std::tanh on the rest); false (nothing done) on a CPU without AVX2.
