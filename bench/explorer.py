@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import re
@@ -111,6 +112,7 @@ def main() -> None:
             t0 = time.perf_counter()  # before: the record's programs rebuilt with torch, drawn from torch.fx
             adapter_graphs({"graphs": [to_me_graph(m, x) for m, x in recorded_graphs(parse_etrecord(record))]})
             rebuilt.append(time.perf_counter() - t0)
+            gc.collect()  # the rebuilt programs' garbage gone: a heap like the server's (torch imported, no more)
             t0, c0 = time.perf_counter(), time.process_time()
             answer = adapter.convert(str(record), {})  # what Model Explorer's server calls per open
             convert.append(time.perf_counter() - t0)
