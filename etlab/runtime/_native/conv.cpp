@@ -11,6 +11,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -68,7 +69,7 @@ class MklThreads {
 };
 
 enum class Isa : uint8_t { Plain, Avx2, Avx512 };
-Isa isa() {
+Isa detected_isa() {
 #ifdef ETLAB_CONV_X86
   static const Isa found = [] {
     __builtin_cpu_init();
@@ -81,10 +82,14 @@ Isa isa() {
   return Isa::Plain;
 #endif
 }
+std::atomic<int> isa_cap{static_cast<int>(Isa::Avx512)};  // packed_float_isa: the widest form used
+Isa isa() {
+  return static_cast<Isa>(std::min(static_cast<int>(detected_isa()), isa_cap.load(std::memory_order_relaxed)));
+}
 
 // Output rows per GEMM block: the block's result (~128 KiB) is still in L2 when the bias + clamp pass reads it.
-constexpr int64_t kBlockFloats = 32 * 1024;
 int64_t block_rows(int64_t n, int64_t rows) {
+  constexpr int64_t kBlockFloats = 32 * 1024;
   int64_t b = std::max<int64_t>(64, (kBlockFloats / std::max<int64_t>(n, 1) + 15) / 16 * 16);
   return rows <= b + b / 2 ? std::max<int64_t>(rows, 1) : b;
 }
@@ -148,6 +153,88 @@ void epilogue(float* y, int64_t rows, int64_t n, const float* bias, float lo, fl
     }
   }
 }
+
+// ---- GEMM with the bias and clamp in registers (AVX-512) ---------------------------------------------------
+// The weight is packed in panels of 32 outputs ([K][32] each, zeros past N); a tile of MR rows x one panel is
+// 2*MR accumulators, started from the bias, one broadcast of the row's input per K step, and written clamped:
+// the result is written once, no pass over it afterwards. MKL's packed GEMM (below) is the other CPUs' path.
+
+constexpr int64_t kPanel = 32;
+
+#ifdef ETLAB_CONV_X86
+template <int MR, int NV>
+__attribute__((target("avx512f"))) inline void gemm_tile_avx512(const float* a, int64_t lda, const float* panel,
+                                                                int64_t k, const float* bias, __mmask16 m0,
+                                                                __mmask16 m1, float* y, int64_t ldy, __m512 vlo,
+                                                                __m512 vhi) {
+  __m512 acc[MR][NV];
+  const __m512 b0 = bias ? _mm512_maskz_loadu_ps(m0, bias) : _mm512_setzero_ps();
+  const __m512 b1 = NV > 1 && bias ? _mm512_maskz_loadu_ps(m1, bias + 16) : _mm512_setzero_ps();
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    acc[i][0] = b0;
+    if constexpr (NV > 1) acc[i][1] = b1;
+  }
+  for (int64_t kk = 0; kk < k; ++kk) {
+    const __m512 w0 = _mm512_loadu_ps(panel + kk * kPanel);
+    __m512 w1;
+    if constexpr (NV > 1) w1 = _mm512_loadu_ps(panel + kk * kPanel + 16);
+#pragma GCC unroll 8
+    for (int i = 0; i < MR; ++i) {
+      const __m512 x = _mm512_set1_ps(a[i * lda + kk]);
+      acc[i][0] = _mm512_fmadd_ps(x, w0, acc[i][0]);
+      if constexpr (NV > 1) acc[i][1] = _mm512_fmadd_ps(x, w1, acc[i][1]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    _mm512_mask_storeu_ps(y + i * ldy, m0, _mm512_min_ps(vhi, _mm512_max_ps(vlo, acc[i][0])));
+    if constexpr (NV > 1) _mm512_mask_storeu_ps(y + i * ldy + 16, m1, _mm512_min_ps(vhi, _mm512_max_ps(vlo, acc[i][1])));
+  }
+}
+
+template <int NV>
+__attribute__((target("avx512f"))) void gemm_panel_avx512(const float* a, int64_t rows, int64_t k,
+                                                          const float* panel, const float* bias, __mmask16 m0,
+                                                          __mmask16 m1, float* y, int64_t ldy, float lo, float hi) {
+  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
+  int64_t r = 0;
+  for (; r + 8 <= rows; r += 8)
+    gemm_tile_avx512<8, NV>(a + r * k, k, panel, k, bias, m0, m1, y + r * ldy, ldy, vlo, vhi);
+  if (rows - r >= 4) {
+    gemm_tile_avx512<4, NV>(a + r * k, k, panel, k, bias, m0, m1, y + r * ldy, ldy, vlo, vhi);
+    r += 4;
+  }
+  for (; r < rows; ++r) gemm_tile_avx512<1, NV>(a + r * k, k, panel, k, bias, m0, m1, y + r * ldy, ldy, vlo, vhi);
+}
+
+// y[rows, n] = clamp(a[rows, k] * W^T + bias) for rows of a block, panel by panel; when all the panels fit in L1
+// (a short K), eight rows at a time through every panel instead, so each output row is written whole, in order.
+__attribute__((target("avx512f"))) void gemm_avx512(const float* a, int64_t rows, int64_t k, int64_t n,
+                                                    const float* panels, const float* bias, float* y, float lo,
+                                                    float hi) {
+  const int64_t npad = (n + kPanel - 1) / kPanel * kPanel;
+  if (rows > 8 && k * npad <= 8192) {
+    for (int64_t r = 0; r < rows; r += 8) gemm_avx512(a + r * k, std::min<int64_t>(8, rows - r), k, n, panels, bias,
+                                                      y + r * n, lo, hi);
+    return;
+  }
+  for (int64_t p = 0; p * kPanel < n; ++p) {
+    const int64_t cols = std::min<int64_t>(kPanel, n - p * kPanel);
+    const __mmask16 m0 = cols >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+    const __mmask16 m1 = cols >= 32 ? static_cast<__mmask16>(0xFFFF)
+                         : cols > 16 ? static_cast<__mmask16>((1u << (cols - 16)) - 1)
+                                     : static_cast<__mmask16>(0);
+    const float* panel = panels + p * k * kPanel;
+    const float* b = bias ? bias + p * kPanel : nullptr;
+    if (cols > 16) {
+      gemm_panel_avx512<2>(a, rows, k, panel, b, m0, m1, y + p * kPanel, n, lo, hi);
+    } else {
+      gemm_panel_avx512<1>(a, rows, k, panel, b, m0, m1, y + p * kPanel, n, lo, hi);
+    }
+  }
+}
+#endif
 
 // ---- depthwise ---------------------------------------------------------------------------------------------
 
@@ -454,24 +541,50 @@ bool is_float_cpu(const at::Tensor& t) {
 
 }  // namespace
 
+int packed_float_isa(int widest) {
+  isa_cap.store(std::max(0, std::min(widest, static_cast<int>(Isa::Avx512))), std::memory_order_relaxed);
+  return static_cast<int>(isa());
+}
+
+// ---- OutputCache ---------------------------------------------------------------------------------------
+
+at::Tensor OutputCache::get(at::IntArrayRef sizes, const at::TensorOptions& options) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (last_.defined() && last_.use_count() == 1 && last_.storage().use_count() == 1 && last_.sizes() == sizes &&
+      last_.dtype() == options.dtype())
+    return last_;
+  last_ = at::empty(sizes, options);
+  return last_;
+}
+
 // ---- PackedGemm ------------------------------------------------------------------------------------------
 
 std::unique_ptr<PackedGemm> PackedGemm::make(const at::Tensor& weight_nk, int64_t rows) {
-  if (!mkl().ok() || !is_float_cpu(weight_nk) || weight_nk.dim() != 2) return nullptr;
+  const bool avx512 = isa() == Isa::Avx512;
+  if ((!avx512 && !mkl().ok()) || !is_float_cpu(weight_nk) || weight_nk.dim() != 2) return nullptr;
   const int64_t n = weight_nk.size(0), k = weight_nk.size(1);
   constexpr int64_t kMax = std::numeric_limits<int>::max() / 2;
   if (n < 1 || k < 1 || rows < 1 || n > kMax || k > kMax || rows > kMax || n * k > kMax) return nullptr;
   auto g = std::unique_ptr<PackedGemm>(new PackedGemm());
   g->k_ = k, g->n_ = n;
-  g->weight_ = weight_nk.contiguous().clone();
+  if (avx512) {
+    const int64_t panels = (n + kPanel - 1) / kPanel;
+    at::Tensor w = at::zeros({panels * kPanel, k}, at::kFloat);
+    w.narrow(0, 0, n).copy_(weight_nk);
+    g->panels_ = w.reshape({panels, kPanel, k}).transpose(1, 2).contiguous();  // [P, K, 32]
+    // rows per block: the block's inputs (~64 KiB) stay in cache while every panel passes over them
+    g->block_ = std::max<int64_t>(8, std::min<int64_t>(rows, (16384 / k + 7) / 8 * 8));
+    return g;
+  }
+  g->weight_ = weight_nk.t().contiguous();  // [K, N]: MKL's "N" form for B (its "T" form is slower for small K)
   g->block_ = block_rows(n, rows);
   std::vector<int64_t> sizes{std::min(g->block_, rows)};
   if (rows > g->block_ && rows % g->block_) sizes.push_back(rows % g->block_);
   for (int64_t m : sizes) {
     const size_t bytes = mkl().pack_get_size(kBMatrix, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k));
     at::Tensor packed = at::empty({static_cast<int64_t>(bytes / sizeof(float) + 16)}, at::kFloat);
-    mkl().pack(kRowMajor, kBMatrix, kTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
-               g->weight_.data_ptr<float>(), static_cast<int>(k), packed.data_ptr<float>());
+    mkl().pack(kRowMajor, kBMatrix, kNoTrans, static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), 1.0f,
+               g->weight_.data_ptr<float>(), static_cast<int>(n), packed.data_ptr<float>());
     g->packed_rows_.push_back(m);
     g->packed_.push_back(std::move(packed));
   }
@@ -482,19 +595,29 @@ void PackedGemm::block_gemm(const float* a, int64_t rows, float* y) const {
   const int m = static_cast<int>(rows), n = static_cast<int>(n_), k = static_cast<int>(k_);
   for (size_t i = 0; i < packed_rows_.size(); ++i) {
     if (packed_rows_[i] == rows) {
-      mkl().compute(kRowMajor, kNoTrans, kPacked, m, n, k, a, k, packed_[i].data_ptr<float>(), k, 0.0f, y, n);
+      mkl().compute(kRowMajor, kNoTrans, kPacked, m, n, k, a, k, packed_[i].data_ptr<float>(), n, 0.0f, y, n);
       return;
     }
   }
   // A row count not packed for (a smaller dynamic shape): the plain GEMM, column-major y^T = W * a^T.
   const float one = 1.0f, zero = 0.0f;
-  mkl().sgemm("T", "N", &n, &m, &k, &one, weight_.data_ptr<float>(), &k, a, &k, &zero, y, &n);
+  mkl().sgemm("N", "N", &n, &m, &k, &one, weight_.data_ptr<float>(), &n, a, &k, &zero, y, &n);
 }
 
 template <class Fill>
 void PackedGemm::run(int64_t m, float* y, const float* bias, float lo, float hi, bool patches, Fill&& fill) const {
-  MklThreads threads;
   float* buffer = patches && m > 0 ? scratch(block_ * k_) : nullptr;
+#ifdef ETLAB_CONV_X86
+  if (panels_.defined()) {
+    const float* panels = panels_.data_ptr<float>();
+    for (int64_t r0 = 0; r0 < m; r0 += block_) {
+      const int64_t r1 = std::min(m, r0 + block_);
+      gemm_avx512(fill(r0, r1, buffer), r1 - r0, k_, n_, panels, bias, y + r0 * n_, lo, hi);
+    }
+    return;
+  }
+#endif
+  MklThreads threads;
   for (int64_t r0 = 0; r0 < m; r0 += block_) {
     const int64_t r1 = std::min(m, r0 + block_);
     const float* a = fill(r0, r1, buffer);
@@ -546,10 +669,12 @@ at::Tensor PackedConv2d::run(const at::Tensor& x_in, bool fused) const {
   const float lo = fused ? lo_ : -std::numeric_limits<float>::infinity();
   const float hi = fused ? hi_ : std::numeric_limits<float>::infinity();
   const float* bias = bias_.defined() ? bias_.data_ptr<float>() : nullptr;
-  at::Tensor y = at::empty({n, oh, ow, out_channels_}, x_in.options().memory_format(at::MemoryFormat::Contiguous));
+  at::Tensor y = output_.get({n, oh, ow, out_channels_}, x_in.options().memory_format(at::MemoryFormat::Contiguous));
   if (kind_ == "im2col") {
-    const Patches p{x_in.data_ptr<float>(), x_in.stride(0), x_in.stride(1), x_in.stride(2), x_in.stride(3),
-                    h, w, in_channels_, oh, ow, g_};
+    // channels apart in memory (an NCHW tensor seen as NHWC: a graph's input) are gathered once, not per patch
+    const at::Tensor x = x_in.stride(3) == 1 ? x_in : x_in.contiguous();
+    const Patches p{x.data_ptr<float>(), x.stride(0), x.stride(1), x.stride(2), x.stride(3), h, w, in_channels_, oh,
+                    ow, g_};
     gemm_->run(n * oh * ow, y.data_ptr<float>(), bias, lo, hi, true, [&](int64_t r0, int64_t r1, float* buffer) {
       patch_rows(p, r0, r1, buffer);
       return static_cast<const float*>(buffer);
@@ -608,7 +733,7 @@ at::Tensor PackedLinear::run(const at::Tensor& x_in, bool fused) const {
   const at::Tensor x = x_in.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = gemm_->n();
-  at::Tensor y = at::empty(shape, x.options());
+  at::Tensor y = output_.get(shape, x.options().memory_format(at::MemoryFormat::Contiguous));
   const float lo = fused ? lo_ : -std::numeric_limits<float>::infinity();
   const float hi = fused ? hi_ : std::numeric_limits<float>::infinity();
   const float* a = x.data_ptr<float>();

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ namespace etlab_native {
 // y[M, N] = clamp(x[M, K] * W^T + bias) with W [N, K] packed once for the row counts it is declared for.
 class PackedGemm {
  public:
-  // nullptr when MKL's packed GEMM is not available. `rows`: the row count runs are expected to have.
+  // nullptr when neither the AVX-512 kernel nor MKL's packed GEMM is available. `rows`: the row count runs are
+  // expected to have.
   static std::unique_ptr<PackedGemm> make(const at::Tensor& weight_nk, int64_t rows);
   int64_t k() const { return k_; }
   int64_t n() const { return n_; }
@@ -40,10 +42,27 @@ class PackedGemm {
  private:
   void block_gemm(const float* a, int64_t rows, float* y) const;
   int64_t k_ = 0, n_ = 0, block_ = 0;
-  at::Tensor weight_;               // [N, K] contiguous: for rows no packing was made for
+  at::Tensor panels_;               // AVX-512 CPUs: W in panels of 32 outputs, [ceil(N / 32), K, 32] (conv.cpp)
+  at::Tensor weight_;               // [K, N] contiguous: for rows no packing was made for
   std::vector<int64_t> packed_rows_;  // the row counts packed for
   std::vector<at::Tensor> packed_;    // MKL's packed B for each of them
 };
+
+// The last result a kernel returned, handed out again once nobody holds it (nor a view of it): a fresh tensor
+// of a few MB per call is memory the C library gives back to the system between calls (a page fault per 4 KiB
+// on the next call: a 112x112x96 result took 4x its GEMM's time), and a kept one stays in cache.
+class OutputCache {
+ public:
+  at::Tensor get(at::IntArrayRef sizes, const at::TensorOptions& options) const;
+
+ private:
+  mutable std::mutex mutex_;
+  mutable at::Tensor last_;
+};
+
+// The widest instruction set the float kernels use from now on (0 plain C++ and MKL's GEMM, 1 AVX2 and MKL's GEMM,
+// 2 AVX-512 and the own GEMM), capped at what the CPU has; returns the form now in use. For tests of every form.
+int packed_float_isa(int widest);
 
 struct ConvGeometry {
   int64_t kh = 1, kw = 1, stride_h = 1, stride_w = 1, dilation_h = 1, dilation_w = 1;
@@ -71,6 +90,7 @@ class PackedConv2d {
   at::Tensor bias_;      // [O] float32 or undefined
   at::Tensor dw_weight_;  // depthwise: [KH*KW, C]
   std::unique_ptr<PackedGemm> gemm_;
+  OutputCache output_;
 };
 
 // A fully connected layer: run(x [..., K]) -> [..., N].
@@ -85,6 +105,7 @@ class PackedLinear {
   float lo_ = 0, hi_ = 0;
   at::Tensor bias_;
   std::unique_ptr<PackedGemm> gemm_;
+  OutputCache output_;
 };
 
 }  // namespace etlab_native

@@ -174,6 +174,9 @@ void bind_packed_kernels(py::module_& m) {
         },
         py::arg("weight"), py::arg("bias"), py::arg("lo"), py::arg("hi"), py::arg("rows"),
         "PackedLinear of a [out, in] float32 weight, or None without MKL's packed GEMM");
+  m.def("packed_float_isa", &packed_float_isa, py::arg("widest"),
+        "The widest form the float kernels use from now on (0 plain, 1 AVX2, 2 AVX-512), capped at the CPU's; "
+        "returns the form in use (tests of every form)");
 }
 
 }  // namespace
