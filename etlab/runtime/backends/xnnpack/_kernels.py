@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from etlab.errors import FormatError
-from etlab.runtime.backends.xnnpack._prepacked import prepacked_conv2d
+from etlab.runtime.backends.xnnpack._prepacked import prepacked_conv2d, prepacked_linear
 from etlab.runtime.backends.xnnpack._values import ValueSpec
 
 # Every torch call the emulation makes (backend-internal: none of them is a program operator).
@@ -53,7 +53,8 @@ class NodeKernel:
     output: int
     fn: Callable[..., torch.Tensor]
     # For nodes whose weights are constants: (weight, bias or None, fused clamp or None) -> fn(x), the
-    # same computation with the weights prepacked once (oneDNN, `_prepacked`) and the clamp fused.
+    # same computation with the weights prepacked once (native kernels or oneDNN, `_prepacked`) and the clamp
+    # fused; or None (the node then runs `fn`).
     prepack: Callable[..., Callable[[torch.Tensor], torch.Tensor]] | None = None
     geometry: tuple | None = None  # for `_int8`: a convolution's (pads, stride, dilation, groups); a fully
     # connected node's (transposed,): whether its filter is [in, out]
@@ -120,7 +121,10 @@ def _fully_connected(n: _Node) -> NodeKernel:
 
     def fc(x, w, b=None):
         return T["linear"](x, T["transpose"](w, 0, 1) if transposed else w, b)
-    return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), fc, geometry=(transposed,))
+
+    def prepack(w, b, clamp):
+        return prepacked_linear(T["transpose"](w, 0, 1) if transposed else w, b, clamp, n.shape(x))
+    return NodeKernel((x, w) + ((b,) if b is not None else ()), n.id("output_id"), fc, prepack, (transposed,))
 
 
 def _conv_geometry(n: _Node) -> tuple[tuple[int, int, int, int], tuple[int, int], tuple[int, int], int]:

@@ -15,6 +15,14 @@ kernel is checked once at load, on a seeded random input of its declared shape, 
 convolution of the same input in NCHW (a different kernel); one that disagrees beyond float rounding is
 dropped and the node runs on the reference path.
 
+Where the native core is built, most convolutions skip oneDNN: its per-call set-up (~25 us of descriptor
+building per call) is most of a small convolution's time. The native kernels (`_native/conv.cpp`) pack the
+weights once and have no per-call set-up: pointwise convolutions and fully connected layers as MKL's packed
+GEMM, depthwise ones as a direct NHWC loop, other ungrouped ones by im2col. They are checked at load the same
+way; one that disagrees (or a geometry they do not take) falls back to oneDNN, then to the reference path.
+`NATIVE_KINDS` lists the native kernel kinds in use: an im2col convolution with a large patch matrix (a
+3-channel stem on a 224x224 image) is faster on oneDNN, which takes the NCHW input directly.
+
 Without oneDNN (a torch built without it) `prepacked_conv2d` returns None and the node runs on
 the reference path.
 """
@@ -26,6 +34,11 @@ from collections.abc import Callable
 
 import torch
 
+from etlab.runtime._native import _core
+
+_NATIVE = _core if _core is not None and hasattr(_core, "packed_conv2d") else None
+NATIVE_KINDS = {"pointwise", "depthwise", "im2col"}
+IM2COL_MAX_FLOATS = 1 << 18  # the largest patch matrix (rows x K) an im2col convolution runs natively with
 _ONEDNN = torch.backends.mkldnn.is_available()
 _reorder_conv_weight = torch._C._nn.mkldnn_reorder_conv2d_weight if _ONEDNN else None
 _conv_pointwise = torch.ops.mkldnn._convolution_pointwise.default if _ONEDNN else None
@@ -50,7 +63,14 @@ def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tupl
     padding is applied to the input first. `input_nchw` is the input's declared shape (the packing
     is chosen for it; other shapes still run, oneDNN reorders for them).
     """
-    if not _ONEDNN or weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+    if weight.dtype != torch.float32 or (bias is not None and bias.dtype != torch.float32):
+        return None
+    weight = weight.contiguous()  # OIHW memory (a permuted OHWI filter would make torch's reference NHWC too)
+    bias = None if bias is None else bias.contiguous()
+    native = _native_conv2d(weight, bias, pads, stride, dilation, groups, clamp, input_nchw)
+    if native is not None:
+        return native
+    if not _ONEDNN:
         return None
     left, right, top, bottom = pads
     symmetric = left == right and top == bottom
@@ -59,9 +79,7 @@ def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tupl
     if not symmetric:
         input_nchw = [input_nchw[0], input_nchw[1], input_nchw[2] + top + bottom, input_nchw[3] + left + right]
     stride_, dilation_ = list(stride), list(dilation)
-    weight = weight.contiguous()  # OIHW memory (a permuted OHWI filter would make torch's reference NHWC too)
     packed = _reorder_conv_weight(weight.to_mkldnn(), padding, stride_, dilation_, groups, input_nchw)
-    bias = None if bias is None else bias.contiguous()
     attr, scalars = post_op(clamp)
     conv, pad, permute = _conv_pointwise, torch.nn.functional.pad, torch.permute
 
@@ -76,6 +94,53 @@ def prepacked_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tupl
     return run if _agrees_with_reference(run, weight, bias, pads, stride_, dilation_, groups, declared) else None
 
 
+def _native_conv2d(weight: torch.Tensor, bias: torch.Tensor | None, pads: tuple[int, int, int, int],
+                   stride: tuple[int, int], dilation: tuple[int, int], groups: int,
+                   clamp: tuple[float, float] | None, input_nchw: list[int]) -> Callable[..., torch.Tensor] | None:
+    """The native kernel of the convolution (see the module doc), checked; None where there is none."""
+    if _NATIVE is None:
+        return None
+    lo, hi = clamp if clamp is not None else (-math.inf, math.inf)
+    conv = _NATIVE.packed_conv2d(weight, bias, list(pads), list(stride), list(dilation), groups, lo, hi,
+                                 list(input_nchw))
+    if conv is None or conv.kind not in NATIVE_KINDS:
+        return None
+    if conv.kind == "im2col":
+        n, c, h, w = input_nchw
+        left, right, top, bottom = pads
+        oh = (h + top + bottom - dilation[0] * (weight.shape[2] - 1) - 1) // stride[0] + 1
+        ow = (w + left + right - dilation[1] * (weight.shape[3] - 1) - 1) // stride[1] + 1
+        if n * oh * ow * c * weight.shape[2] * weight.shape[3] > IM2COL_MAX_FLOATS:
+            return None
+    agrees = _agrees_with_reference(conv, weight, bias, pads, list(stride), list(dilation), groups, input_nchw)
+    return conv if agrees else None
+
+
+def prepacked_linear(weight: torch.Tensor, bias: torch.Tensor | None, clamp: tuple[float, float] | None,
+                     input_shape: tuple[int, ...]) -> Callable[..., torch.Tensor] | None:
+    """fn(x[, fused]) -> clamp(x @ weight.T + bias) with `weight` ([out, in], float32) packed now for inputs of
+    `input_shape` (others run too); None without the native kernels or if the packed kernel disagrees with torch's
+    linear on a seeded input."""
+    if (_NATIVE is None or weight.dtype != torch.float32 or weight.dim() != 2 or not input_shape
+            or input_shape[-1] != weight.shape[1] or (bias is not None and bias.dtype != torch.float32)):
+        return None
+    weight, bias = weight.contiguous(), None if bias is None else bias.contiguous()
+    lo, hi = clamp if clamp is not None else (-math.inf, math.inf)
+    linear = _NATIVE.packed_linear(weight, bias, lo, hi, math.prod(input_shape[:-1]))
+    if linear is None:
+        return None
+    x = torch.randn(input_shape, generator=torch.Generator().manual_seed(0))
+    want = torch.nn.functional.linear(x, weight, bias)
+    return linear if _close(linear(x, False), want) else None
+
+
+def _close(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Within float rounding of a sum (the bound of `_agrees_with_reference`)."""
+    if got.shape != want.shape:
+        return False
+    return want.numel() == 0 or bool((got - want).abs().max() <= 1e-4 * (1.0 + want.abs().max()))
+
+
 def _agrees_with_reference(run: Callable[..., torch.Tensor], weight: torch.Tensor, bias: torch.Tensor | None,
                            pads: tuple[int, int, int, int], stride: list[int], dilation: list[int], groups: int,
                            input_nchw: list[int]) -> bool:
@@ -86,4 +151,4 @@ def _agrees_with_reference(run: Callable[..., torch.Tensor], weight: torch.Tenso
     x = torch.randn(input_nchw, generator=torch.Generator().manual_seed(0))
     want = torch.nn.functional.conv2d(torch.nn.functional.pad(x, pads), weight, bias, stride, 0, dilation, groups)
     got = run(x.permute(0, 2, 3, 1).contiguous(), False).permute(0, 3, 1, 2)
-    return bool((got - want).abs().max() <= 1e-4 * (1.0 + want.abs().max()))
+    return _close(got, want)
