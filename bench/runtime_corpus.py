@@ -123,6 +123,7 @@ def time_model(name: str, rounds: int) -> dict:
         out["methods"][m] = {**r, "error": max_abs_error(got, expected[m]), "ok": ok, "per_round": per_round}
     out["load"].append(os.getloadavg()[0])
     out.update(rounds=rounds, threads=SETTINGS.threads, clock=SETTINGS.clock_name, date=time.strftime("%Y-%m-%d"),
+               time=time.strftime("%H:%M", time.gmtime()),
                total_s=time.thread_time() - t0)
     return out
 
@@ -133,7 +134,7 @@ def load_store(path: Path = STORE) -> dict:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
-        raise SystemExit(f"{path}: not JSON ({e}); fix or delete it to start over")
+        raise SystemExit(f"{path}: not JSON ({e}); fix or delete it to start over") from None
     if not isinstance(data, dict) or not isinstance(data.get("models"), dict):
         raise SystemExit(f"{path}: expected an object with a 'models' object")
     data.setdefault("probe", {})
@@ -186,11 +187,12 @@ def section(data: dict) -> str:
         lines += ["Not measured (failed): " + "; ".join(f"{n}: {why}" for n, why in failed.items()) + ".", ""]
     if missing:
         lines += [f"Not reached yet ({len(missing)}): {', '.join(missing)}.", ""]
-    lines += ["| model | method | eager ms | etlab ms | etlab / eager | max abs error | tol | target |",
-              "|---|---|---:|---:|---:|---:|---|---|"]
+    lines += ["| model | method | measured (UTC) | eager ms | etlab ms | etlab / eager | max abs error | tol | "
+              "target |", "|---|---|---|---:|---:|---:|---:|---|---|"]
     for n, m, r in measured:
         ratio = _ratio(r)
-        lines.append(f"| {n} | {m} | {r['eager'] * 1e3:.3f} [{r['eager~']:.0%}] | {r['etlab'] * 1e3:.3f} "
+        when = data["models"][n].get("time", "before 20:10")
+        lines.append(f"| {n} | {m} | {when} | {r['eager'] * 1e3:.3f} [{r['eager~']:.0%}] | {r['etlab'] * 1e3:.3f} "
                      f"[{r['etlab~']:.0%}] | {ratio:.2f}x | {r['error']:.1e} | {'ok' if r['ok'] else 'NO'} | "
                      f"{met(ratio <= TARGET_EAGER)} |")
     notes = data.get("notes", "")
