@@ -15,14 +15,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 _RUNNER = r"""
-import contextlib, glob, io, json, sys, time
+import contextlib, glob, io, json, sys, time, warnings
 from etlab.cli import main
 out = []
 for argv in json.loads(sys.stdin.read()):
     # "glob:PATTERN": the first file a command before this one wrote there
     argv = [sorted(glob.glob(a[5:], recursive=True))[0] if a.startswith("glob:") else a for a in argv]
     buf, err, start = io.StringIO(), io.StringIO(), time.process_time()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
+    # catch_warnings: each command starts with the filters as they were and warns again what an earlier one did
+    # (entering it resets the once-per-location registries), as in a process of its own
+    with warnings.catch_warnings(), contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
         try:
             status = main(argv)
         except SystemExit as e:  # --help, argparse errors

@@ -1,8 +1,9 @@
 """Every `etlab` command as a user types it (subprocess): a reader that goes away (`| head`) ends it without a
 traceback; a missing or directory file argument is one line naming the argument; a file to write in a
 folder that does not exist is refused, not a new tree; progress only on stderr (with --progress, or on a
-terminal); `etlab run --threads N` recorded in the ETDump; every option has help; default output
-within 120 columns. The runs: the `delegate_runs` fixture (conftest)."""
+terminal); `etlab run --threads N` recorded in the ETDump; every option has help. (Each command's default
+output within 120 columns, these invocations on the CNN's files included: test_cli_width_all.py, all in one
+process.) The runs: the `delegate_runs` fixture (conftest)."""
 
 from __future__ import annotations
 
@@ -48,16 +49,6 @@ def test_a_closed_pipe_ends_the_command_quietly(delegate_runs, tmp_path, command
     err = err.decode()
     assert "Traceback" not in err and "BrokenPipeError" not in err and "Exception ignored" not in err, err
     assert p.returncode == (141 if command != "help" else 0), err  # argparse's --help ignores a closed stdout
-
-
-@pytest.mark.parametrize("command", ["info", "inspect", "compare", "report", "run"])
-def test_default_output_fits_120_columns(delegate_runs, tmp_path, command):
-    env = dict(ENV)
-    env.pop("COLUMNS", None)
-    out = _etlab(*_commands(delegate_runs["cnn"], tmp_path)[command], env=env)
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines and max(len(line) for line in lines) <= 120, out.stdout
 
 
 def _bad_inputs(d: Path, missing: Path, folder: Path) -> list[tuple[list, str]]:

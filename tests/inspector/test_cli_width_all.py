@@ -4,8 +4,8 @@
 info of each file kind, inspect (with and without the record; its JSON strict JSON), compare (portable
 against XNNPACK too), report, run, export-me, every fleet subcommand, quant report and fix, and each command's --help.
 
-The commands run as `etlab.cli.main(argv)` in ONE child process whose stdout is a pipe, as when a user
-pipes the output (no terminal: the 120-column default applies, COLUMNS unset); one process keeps the
+The commands run as `etlab.cli.main(argv)` in ONE child process (tests/_cli_batch.py) whose stdout is a pipe,
+as when a user pipes the output (no terminal: the 120-column default applies, COLUMNS unset); one process keeps the
 test to seconds where a process per command would pay torch's import some 60 times. Each command's
 exit status is checked too, so a command that failed with a short message does not pass for narrow.
 """
@@ -14,51 +14,22 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from tests._cli_batch import run_etlab
+
 REPO = Path(__file__).resolve().parents[2]
 WIDTH = 120
-
-_RUNNER = r"""
-import contextlib, glob, io, json, sys, time
-from etlab.cli import main
-out = []
-for argv in json.loads(sys.stdin.read()):
-    # "glob:PATTERN": the first file a command before this one wrote there
-    argv = [sorted(glob.glob(a[5:], recursive=True))[0] if a.startswith("glob:") else a for a in argv]
-    buf, err, start = io.StringIO(), io.StringIO(), time.process_time()
-    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(err):
-        try:
-            status = main(argv)
-        except SystemExit as e:  # --help
-            status = e.code or 0
-    out.append({"argv": argv, "status": status, "stdout": buf.getvalue(), "stderr": err.getvalue(),
-                "cpu_s": time.process_time() - start})  # CPU seconds: where the test's time goes (-s prints them)
-sys.__stdout__.write(json.dumps(out))
-"""
-
 
 def _run_all(commands: list[list]) -> list[dict]:
     env = dict(os.environ)  # etlab as installed in the venv (make setup), no path override
     env.pop("COLUMNS", None)
-    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    p = subprocess.run([sys.executable, "-c", _RUNNER], input=json.dumps([[str(a) for a in c] for c in commands]),
-                       capture_output=True, text=True, timeout=1200, env=env, cwd=REPO)
-    assert p.returncode == 0, p.stderr[-3000:]
-    results = json.loads(p.stdout)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    print(f"\n{len(commands)} commands in one process: {time.perf_counter() - start:.1f} s wall, "
-          f"{after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime:.1f} s CPU")
-    for r in sorted(results, key=lambda r: -r["cpu_s"])[:12]:  # pytest -s: the costliest commands
-        print(f"{r['cpu_s']:7.2f} s CPU  {' '.join(map(str, r['argv']))[:100]}")
-    return results
+    return run_etlab(commands, env)
 
 
 def _file_commands(d: Path, tmp: Path, tag: str, etrecord: bool = True, debug_buffer: bool = True) -> list[list]:
@@ -66,7 +37,8 @@ def _file_commands(d: Path, tmp: Path, tag: str, etrecord: bool = True, debug_bu
     with_rec = ["--etrecord", rec] if etrecord else []
     with_buf = ["--debug-buffer", buf] if debug_buffer else []
     cmds = [["info", pte], ["info", etdp], ["inspect", etdp], ["inspect", etdp, *with_rec, *with_buf],
-            ["inspect", etdp, "--format", "json"], ["run", pte, "--runs", "2"],
+            ["inspect", etdp, *with_rec, "--all"], ["inspect", etdp, "--format", "json"], ["run", pte, "--runs", "2"],
+            ["report", etdp, "-o", tmp / f"{tag}-timings.html"],
             ["report", etdp, *with_rec, *with_buf, "-o", tmp / f"{tag}.html"]]
     if etrecord:
         cmds += [["info", rec], ["info", pte, "--etrecord", rec], ["compare", d, d],
