@@ -93,8 +93,13 @@ def test_conv_matches_integer_reference(isa, cin, cout, kernel, stride, pads, di
     strided = _torch(np.ascontiguousarray(x.transpose(0, 3, 1, 2))).permute(0, 2, 3, 1)
     np.testing.assert_array_equal(k.run(strided).numpy(), want)
     # a narrower clamp given per call (a following clamp node fused into the convolution)
-    np.testing.assert_array_equal(k.run(_torch(x), 128, 200).numpy(),
-                                  conv_reference(x, w, bias, scale, pads, stride, dilation, x_zp, y_zp, 128, 200))
+    narrow = conv_reference(x, w, bias, scale, pads, stride, dilation, x_zp, y_zp, 128, 200)
+    np.testing.assert_array_equal(k.run(_torch(x), 128, 200).numpy(), narrow)
+    # the bound callable the backend keeps: its own bounds, and a clamp fused by intersecting them
+    fn = k.bound()
+    np.testing.assert_array_equal(fn(_torch(x)).numpy(), want)
+    np.testing.assert_array_equal(fn.clamped(128, 200)(_torch(x)).numpy(), narrow)
+    assert (fn.clamped(0, 20).lo, fn.clamped(0, 20).hi) == (20, 20)  # disjoint: everything at the clamp's bound
 
 
 DW_CASES = [  # channels, kernel, stride, pads, dilation, hw
@@ -134,6 +139,7 @@ def test_fully_connected_matches_integer_reference(isa, rows, cin, cout):
     k = _core.QConv2d(_torch(w), None if bias is None else _torch(bias), _torch(scale), [0, 0, 0, 0], [1, 1], [1, 1],
                       100, 140, 0, 255, isa)
     got = k.run_rows(_torch(x)).numpy()
+    np.testing.assert_array_equal(k.bound(True)(_torch(x)).numpy(), got)
     acc = (x.astype(np.int64) - 100) @ w[:, 0, 0, :].astype(np.int64).T + (0 if bias is None else bias)
     np.testing.assert_array_equal(got, _requant(acc.astype(np.int32), scale, 140, 0, 255))
 

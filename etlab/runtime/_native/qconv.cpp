@@ -23,8 +23,11 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace etlab_native {
@@ -376,6 +379,17 @@ inline void copy_bytes(uint8_t* dst, const uint8_t* src, int64_t n, bool fill = 
   }
 }
 
+// Releases the GIL for calls with this much work or more (multiply-adds or elements); a small call's release and
+// re-acquire would cost more than the other threads gain.
+constexpr int64_t kReleaseGilWork = int64_t(1) << 17;
+
+struct MaybeReleaseGil {
+  explicit MaybeReleaseGil(int64_t work) {
+    if (work >= kReleaseGilWork) release.emplace();
+  }
+  std::optional<py::gil_scoped_release> release;
+};
+
 std::vector<uint8_t>& scratch(size_t bytes) {
   thread_local std::vector<uint8_t> buffer;
   if (buffer.size() < bytes) buffer.resize(bytes);
@@ -424,7 +438,7 @@ class QConv2d {
     const Bounds bd = call_bounds(lo, hi);
     const uint8_t* xd = x.data_ptr<uint8_t>();
     uint8_t* yd = y.data_ptr<uint8_t>();
-    py::gil_scoped_release release;
+    MaybeReleaseGil gil(N * OH * OW * O_ * packed_.K);
     if (direct_) {
       gemm(isa_, packed_, epi_, xd, I_, N * H * W, yd, O_, bd);
       return y;
@@ -461,12 +475,13 @@ class QConv2d {
     const uint8_t* xd = x.data_ptr<uint8_t>();
     uint8_t* yd = y.data_ptr<uint8_t>();
     const int64_t M = x.numel() / I_;
-    py::gil_scoped_release release;
+    MaybeReleaseGil gil(M * O_ * I_);
     gemm(isa_, packed_, epi_, xd, I_, M, yd, O_, bd);
     return y;
   }
 
   int isa() const { return isa_; }
+  const Bounds& bounds() const { return bounds_; }
 
  private:
   // One output pixel's im2col row: its taps' channels in filter order, then zeros up to Kp. With unit
@@ -704,7 +719,7 @@ class QDepthwiseConv2d {
     const Bounds bd = (lo < 0 && hi < 0) ? bounds_ : make_bounds(bounds_.zp, lo, hi);
     const uint8_t* xd = x.data_ptr<uint8_t>();
     uint8_t* yd = y.data_ptr<uint8_t>();
-    py::gil_scoped_release release;
+    MaybeReleaseGil gil(N * OH * OW * C_ * taps_);
     auto pixel = isa_ == kVnni ? dw_pixel_vnni : isa_ == kAvx2 ? dw_pixel_avx2 : dw_pixel_scalar;
     // tap rows, padded to a multiple of 4 with the zero point's row (weight 0) for the VNNI form
     std::vector<const uint8_t*> ptrs(static_cast<size_t>(std::max<int64_t>(taps_, quads_ * 4)), zeros_.data());
@@ -739,6 +754,7 @@ class QDepthwiseConv2d {
   }
 
   int isa() const { return isa_; }
+  const Bounds& bounds() const { return bounds_; }
 
  private:
   int isa_;
@@ -834,7 +850,7 @@ class QAdd {
     const uint8_t *ad = a.data_ptr<uint8_t>(), *bd = b.data_ptr<uint8_t>();
     uint8_t* yd = y.data_ptr<uint8_t>();
     const int64_t n = a.numel();
-    py::gil_scoped_release release;
+    MaybeReleaseGil gil(n);
     if (isa_ == kVnni)
       add_vnni(ad, bd, yd, n, ma_, mb_, bias_, shift_, bounds_);
     else if (isa_ == kAvx2)
@@ -892,7 +908,7 @@ at::Tensor quantize_u8(const at::Tensor& x_in, double inv_scale, int64_t zp, int
   uint8_t* qd = q.data_ptr<uint8_t>();
   const int64_t n = x.numel();
   const float inv = float(inv_scale);
-  py::gil_scoped_release release;
+  MaybeReleaseGil gil(n);
   if (use == kVnni) {
     quantize_vnni(xd, qd, n, inv, bd);
   } else {
@@ -911,13 +927,48 @@ at::Tensor dequantize_u8(const at::Tensor& q_in, double scale, int64_t zp, int64
   float* xd = x.data_ptr<float>();
   const int64_t n = q.numel();
   const float s = float(scale);
-  py::gil_scoped_release release;
+  MaybeReleaseGil gil(n);
   if (use == kVnni) {
     dequantize_vnni(qd, xd, n, s, int32_t(zp));
   } else {
     for (int64_t i = 0; i < n; ++i) xd[i] = float(int32_t(qd[i]) - int32_t(zp)) * s;
   }
   return x;
+}
+
+// A kernel with output bounds of its own (a following clamp fused: a clamp of a clamp is one clamp), called with
+// the input alone; `rows`: a fully connected layer's call. Shares the kernel's packed weights.
+template <class Kernel>
+struct Bound {
+  std::shared_ptr<const Kernel> kernel;
+  int64_t lo, hi;
+  bool rows = false;
+
+  at::Tensor operator()(const at::Tensor& x) const {
+    if constexpr (std::is_same_v<Kernel, QConv2d>) {
+      if (rows) return kernel->run_rows(x, lo, hi);
+    }
+    return kernel->run(x, lo, hi);
+  }
+  Bound clamped(int64_t lo2, int64_t hi2) const {
+    check(0 <= lo2 && lo2 <= hi2 && hi2 <= 255, "bounds must be uint8 values with lo <= hi");
+    return Bound{kernel, std::min(std::max(lo, lo2), hi2), std::max(std::min(hi, hi2), lo2), rows};
+  }
+};
+
+template <class Kernel>
+Bound<Kernel> bound(const std::shared_ptr<Kernel>& k, bool rows) {
+  return Bound<Kernel>{k, k->bounds().lo, k->bounds().hi, rows};
+}
+
+template <class Kernel>
+void bind_bound(py::module_& m, const char* name) {
+  py::class_<Bound<Kernel>>(m, name)
+      .def("__call__", &Bound<Kernel>::operator(), py::arg("x"))
+      .def("clamped", &Bound<Kernel>::clamped, py::arg("lo"), py::arg("hi"),
+           "The same kernel with its output also clamped to [lo, hi] (uint8 form)")
+      .def_readonly("lo", &Bound<Kernel>::lo)
+      .def_readonly("hi", &Bound<Kernel>::hi);
 }
 
 }  // namespace
@@ -930,25 +981,32 @@ void bind_int8_kernels(pybind11::module_& m) {
         "uint8 clamp(round(x * inv_scale) + zp, lo, hi) of a float32 tensor (contiguous, x's shape)");
   m.def("dequantize_u8", &dequantize_u8, arg("q"), arg("scale"), arg("zp"), arg("isa") = -1,
         "float32 (q - zp) * scale of a uint8 tensor (contiguous, q's shape)");
-  py::class_<QConv2d>(m, "QConv2d")
+  bind_bound<QConv2d>(m, "BoundQConv2d");
+  bind_bound<QDepthwiseConv2d>(m, "BoundQDepthwiseConv2d");
+  py::class_<QConv2d, std::shared_ptr<QConv2d>>(m, "QConv2d")
       .def(py::init<const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&, std::vector<int64_t>,
                     std::vector<int64_t>, std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t, int64_t>(),
            arg("weight"), arg("bias"), arg("scale"), arg("pads"), arg("stride"), arg("dilation"), arg("x_zp"),
            arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
       .def("run", &QConv2d::run, arg("x"), arg("lo") = -1, arg("hi") = -1)
       .def("run_rows", &QConv2d::run_rows, arg("x"), arg("lo") = -1, arg("hi") = -1)
+      .def("bound", [](const std::shared_ptr<QConv2d>& k, bool rows) { return bound(k, rows); }, arg("rows") = false,
+           "A callable of the input alone (run, or run_rows with rows=True) with .clamped(lo, hi)")
       .def_property_readonly("isa", &QConv2d::isa);
-  py::class_<QDepthwiseConv2d>(m, "QDepthwiseConv2d")
+  py::class_<QDepthwiseConv2d, std::shared_ptr<QDepthwiseConv2d>>(m, "QDepthwiseConv2d")
       .def(py::init<const at::Tensor&, const c10::optional<at::Tensor>&, const at::Tensor&, std::vector<int64_t>,
                     std::vector<int64_t>, std::vector<int64_t>, int64_t, int64_t, int64_t, int64_t, int64_t>(),
            arg("weight"), arg("bias"), arg("scale"), arg("pads"), arg("stride"), arg("dilation"), arg("x_zp"),
            arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
       .def("run", &QDepthwiseConv2d::run, arg("x"), arg("lo") = -1, arg("hi") = -1)
+      .def("bound", [](const std::shared_ptr<QDepthwiseConv2d>& k) { return bound(k, false); },
+           "A callable of the input alone with .clamped(lo, hi)")
       .def_property_readonly("isa", &QDepthwiseConv2d::isa);
   py::class_<QAdd>(m, "QAdd")
       .def(py::init<double, int64_t, double, int64_t, int64_t, int64_t, int64_t, int64_t>(), arg("a_ratio"),
            arg("a_zp"), arg("b_ratio"), arg("b_zp"), arg("y_zp"), arg("lo"), arg("hi"), arg("isa") = -1)
       .def("run", &QAdd::run, arg("a"), arg("b"))
+      .def("__call__", &QAdd::run, arg("a"), arg("b"))
       .def_property_readonly("isa", &QAdd::isa);
 }
 

@@ -36,7 +36,7 @@ from etlab.runtime._native import _core
 from etlab.runtime.backends.xnnpack._values import Quant, ValueSpec
 
 _ONEDNN = torch.backends.mkldnn.is_available() and hasattr(torch.ops, "onednn")
-_NATIVE = _core if _core is not None and hasattr(_core, "QConv2d") else None
+_NATIVE = _core if _core is not None and hasattr(_core, "BoundQConv2d") else None
 _NATIVE_CONVERT = _NATIVE is not None and hasattr(_NATIVE, "quantize_u8")  # a core built before these: torch
 _LAYOUT_KINDS = {"XNNStaticTranspose", "XNNStaticReshape"}
 _CONV_KINDS = {"XNNConv2d", "XNNDepthwiseConv2d"}
@@ -132,14 +132,14 @@ def _native_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | 
                               qout.zero_point + offset(qout), lo, hi)
     except ValueError:
         return None
-    return kernel.run
+    return kernel
 
 
 def to_integers(levels: torch.Tensor, quant: Quant) -> torch.Tensor:
     """The integers of a float value quantized by `quant`, rounded as `fake_quantize` rounds (exact for
     levels, which lie on the value's grid)."""
     off = offset(quant)
-    if _NATIVE_CONVERT and _NATIVE is not None and levels.dtype == torch.float32:  # the same float32 product and rounding
+    if _NATIVE_CONVERT and _NATIVE is not None and levels.dtype == torch.float32:  # same float32 product, rounding
         return _NATIVE.quantize_u8(levels, 1.0 / quant.scale, quant.zero_point + off, quant.qmin + off,
                                    quant.qmax + off)
     q = torch.mul(levels, 1.0 / quant.scale).round_().add_(quant.zero_point + off)
@@ -184,23 +184,6 @@ def _requant_scales(qin: Quant, wq: Quant, qout: Quant) -> torch.Tensor:
             / torch.tensor(qout.scale, dtype=torch.float32))
 
 
-def _native_call(call: Callable, bounds: tuple[int, int], qout: Quant) -> Callable[..., torch.Tensor]:
-    """fn(q, relu=False) over a native kernel's call(q, lo, hi); `fn.clamped(lo, hi)` is the kernel with a following
-    clamp of those integer bounds fused (`_fast`): a clamp of a clamp is one clamp."""
-    lo1, hi1 = bounds
-    rlo, rhi = relu_bounds(qout)
-    relu = (min(max(lo1, rlo), rhi), max(min(hi1, rhi), rlo))
-
-    def run(q: torch.Tensor, relu_: bool = False) -> torch.Tensor:
-        return call(q, *relu) if relu_ else call(q, lo1, hi1)
-
-    def clamped(lo2: int, hi2: int) -> Callable[[torch.Tensor], torch.Tensor]:
-        lo, hi = min(max(lo1, lo2), hi2), max(min(hi1, hi2), lo2)
-        return lambda q: call(q, lo, hi)
-    run.clamped = clamped
-    return run
-
-
 def _native_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp, geometry):
     """A dense (groups 1) or depthwise (channel multiplier 1) int8 convolution as a native kernel, or None."""
     if _NATIVE is None:
@@ -220,10 +203,10 @@ def _native_conv(kind, inputs, specs, constants, qin: Quant, qout: Quant, clamp,
         make = _NATIVE.QConv2d
     else:
         return None
-    bounds = clamp_bounds(qout, clamp)
     kernel = make(weight.contiguous(), bias, _requant_scales(qin, wq, qout), [top, left, bottom, right],
-                  list(stride), list(dilation), qin.zero_point + offset(qin), qout.zero_point + offset(qout), *bounds)
-    return _native_call(kernel.run, bounds, qout)
+                  list(stride), list(dilation), qin.zero_point + offset(qin), qout.zero_point + offset(qout),
+                  *clamp_bounds(qout, clamp))
+    return kernel.bound()  # fn(q); fn.clamped(lo, hi): a following clamp fused (`_fast`)
 
 
 def _native_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
@@ -234,10 +217,10 @@ def _native_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
     if found is None or specs[inputs[0]].shape[-1] != found[0].shape[1]:
         return None
     weight, bias, wq = found
-    bounds = clamp_bounds(qout, clamp)
     kernel = _NATIVE.QConv2d(weight[:, None, None, :].contiguous(), bias, _requant_scales(qin, wq, qout), [0] * 4,
-                             [1, 1], [1, 1], qin.zero_point + offset(qin), qout.zero_point + offset(qout), *bounds)
-    return _native_call(kernel.run_rows, bounds, qout)
+                             [1, 1], [1, 1], qin.zero_point + offset(qin), qout.zero_point + offset(qout),
+                             *clamp_bounds(qout, clamp))
+    return kernel.bound(True)
 
 
 def _int_linear(inputs, specs, constants, qin: Quant, qout: Quant, clamp):
