@@ -235,9 +235,10 @@ def run_keeping(gm: GraphModule, args: tuple, keep: set[str], constants: Constan
 
 
 # glibc's mallopt parameters (malloc.h)
-_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_MMAP_MAX = -1, -3, -4
 _KEEP = 2**31 - 1  # bytes of free heap kept rather than given back (mallopt takes an int)
-_TRIM_AFTER = 64 << 20  # the trim threshold glibc's own adaptive setting reaches at most (2 x 32 MB)
+_MMAP_AFTER = 32 << 20  # the mmap threshold glibc's adaptive setting reaches at most, and soon in a torch process
+_TRIM_AFTER = 64 << 20  # the trim threshold it then reaches (2 x 32 MB)
 _MMAP_MAX_DEFAULT = 65536
 
 
@@ -258,7 +259,7 @@ def heap_kept() -> Iterator[bool]:
     afresh and unmaps it on free, and gives a large freed heap top back, so every op's output was faulted in
     page by page, which cost more than the op (a clone of 77 MB: 46 ms, 8 ms from the kept heap). Yields
     whether it applied. Process-wide while it lasts; afterwards glibc keeps fixed thresholds (mallopt turns its
-    adaptive ones off): mapping from the threshold it had reached, trimming above 64 MB."""
+    adaptive ones off), set to where the adaptive ones end up: blocks from 32 MB mapped, trimming above 64 MB."""
     libc = _glibc()
     if libc is None:
         yield False
@@ -269,5 +270,6 @@ def heap_kept() -> Iterator[bool]:
         yield True
     finally:
         libc.mallopt(_M_MMAP_MAX, _MMAP_MAX_DEFAULT)
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_AFTER)
         libc.mallopt(_M_TRIM_THRESHOLD, _TRIM_AFTER)
         libc.malloc_trim(0)
