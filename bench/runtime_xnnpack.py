@@ -50,8 +50,10 @@ def xnnpack_section(results: dict[str, dict], clock: str, threads: int, loads: t
         f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
         f"before / {loads[1]:.1f} after. Upstream's XNNPACK-lowered programs (`et_ref.py export --xnnpack`, int8: "
         "`--quantize`, upstream's XNNPACKQuantizer) run on etlab's host `XnnpackBackend` (no XNNPACK linked: "
-        "convolutions prepacked through oneDNN, int8 convolutions on integers through torch's x86 int8 kernels, "
-        "other nodes with torch kernels) and on upstream's runtime with XNNPACK, in the same alternating rounds, "
+        "float convolutions and fully connected layers on etlab's native kernels with weights packed at load "
+        "(`_native/conv.cpp`; oneDNN for what they do not take), int8 ones on integers (native int8 kernels, else "
+        "torch's x86 int8 kernels), other nodes with torch kernels) and on upstream's runtime with XNNPACK, in the "
+        "same alternating rounds, "
         f"{clock_words(clock)} on both sides, {threads} thread(s) on both sides "
         "(torch, etlab and upstream's XNNPACK threadpool). Medians; in brackets the interquartile range of the "
         "rounds relative to the median.", "",

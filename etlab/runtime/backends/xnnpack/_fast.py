@@ -55,6 +55,8 @@ def _levels_step(node: PlannedNode, int_positions: tuple[int, ...], specs) -> Ca
     quantization (or fp16 rounding), as `run_plan` computes them untraced."""
     fn, fast, clamp, quant, narrow = node.fn, node.fast, node.clamp, node.quant, node.narrow
     quants = {k: specs[node.inputs[k]].quant for k in int_positions}
+    if fast is not None and not quants and quant is None and narrow is None:
+        return fast  # a float node with packed weights: the kernel itself is the step (no Python frame around it)
     clamp_fn = T["clamp"]
 
     def run(*operands):
@@ -132,7 +134,8 @@ def prepare(plan: XnnpackPlan) -> list[Step]:
             held_as_int.add(out)
         else:
             int_positions = tuple(k for k in node.int_inputs if ins[k] in held_as_int)
-            steps.append((_levels_step(node, int_positions, specs), ins, out))
+            fn = _levels_step(node, int_positions, specs)
+            steps.append((fn, ins[:1] if fn is node.fast else ins, out))
     return steps
 
 
