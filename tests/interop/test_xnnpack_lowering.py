@@ -2,10 +2,11 @@
 
 A fast subset: small models compiled here with `XnnpackPartitioner`, all run in one reference
 process (importing upstream is most of its time):
-- the zoo's mlp and cnn and three op-coverage models (convolutions of every kind with batch norm
-  and activations folded; 1-D convolutions as unit-width 2-D ones; pooling, resizes, global pooling)
-  match eager within 1e-4; the mlp and cnn in float16 (fp16 XNNPACK values, as upstream lowers
-  float16 models) match float16 eager within 1e-2;
+- the zoo's mlp and cnn and four op-coverage models (convolutions of every kind with batch norm
+  and activations folded; 1-D convolutions as unit-width 2-D ones; pooling, resizes, global pooling;
+  batch norms no convolution absorbs, over (N, C) and (N, C, L)) match eager within 1e-4; the mlp
+  and cnn in float16 (fp16 XNNPACK values, as upstream lowers float16 models) match float16 eager
+  within 1e-2;
 - the mlp quantized by upstream's XNNPACKQuantizer (static int8, and dynamic int8), compiled by
   etlab from the very graph upstream compiles, gives upstream's own XNNPACK program's outputs
   within one quantization step of the output;
@@ -28,6 +29,7 @@ from etlab.compiler.backends import XnnpackPartitioner
 from etlab.facts.lowered import lowered_modules
 from etlab.models import zoo
 from etlab.schema import deserialize_pte
+from tests.compiler.test_xnnpack_batch_norm import make_norm_head
 from tests.delegation.test_xnnpack_lowering import Conv1ds, Convs, Pools
 from tests.interop.conftest import ET_REF, HERE, ZOO, run_ref
 
@@ -58,7 +60,7 @@ def _half(make):
 
 
 FACTORIES = {"mlp": zoo.make_mlp, "cnn": zoo.make_cnn, "convs": _convs, "conv1ds": _conv1ds, "pools": _pools,
-             "half_mlp": _half(zoo.make_mlp), "half_cnn": _half(zoo.make_cnn)}
+             "norm_head": make_norm_head, "half_mlp": _half(zoo.make_mlp), "half_cnn": _half(zoo.make_cnn)}
 HALF_TOLERANCE = 1e-2  # fp16 eager and XNNPACK's fp16 kernels round differently (cnn: ~5e-5 of outputs ~0.5)
 COUNTED = ("mlp",)
 QUANTIZED = ("static_mlp", "dynamic_mlp")  # upstream's XNNPACKQuantizer, static and dynamic

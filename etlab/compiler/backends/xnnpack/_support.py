@@ -134,9 +134,9 @@ def _batch_norm(node: Node, ctx: Context) -> DelegationRefusal | None:
     found = check_values(node, [x]) if tensor_of(node) is not None else value_refusal(x, "operand")
     if found is not None and found.category != "other":
         return found
-    if tensor_of(x) is None or tensor_of(x).dim() not in (3, 4):
-        return refusal("argument", "batch norm over a non-3-D/4-D input",
-                       "XNNPACK runs batch norm over (N, C, L) or (N, C, H, W) only")
+    if tensor_of(x) is None or tensor_of(x).dim() not in (2, 3, 4):
+        return refusal("argument", f"batch norm over a {tensor_of(x).dim() if tensor_of(x) is not None else '?'}-D "
+                       "input", "XNNPACK runs batch norm over (N, C), (N, C, L) or (N, C, H, W) only")
     if not all(a is None or ctx.is_constant(a) for a in node.args[1:5]):
         return refusal("argument", "batch norm statistics or affine parameters are not constants",
                        "export the model in eval mode")
