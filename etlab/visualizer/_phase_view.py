@@ -93,7 +93,9 @@ class PhaseView(TextForm, widgets.VBox):
 
     def text_lines(self, width: int) -> list[str]:
         """The phases table: latency and per-token percentiles, tokens/s per method (TextForm: a plain REPL's repr)."""
-        return table_lines(self.table, width, more="all: .data")
+        keys = ["method", "phase", "runs", "tokens_per_run", "latency_p50", "per_token_p50", "tokens_per_s",
+                "kv_cache_bytes", "latency_p90", "per_token_p90", "latency_p99", "per_token_p99"]  # p90/p99 cut first
+        return table_lines(self.table, width, keys=keys, more="all: .data")
 
     @staticmethod
     def applies(program) -> bool:
