@@ -427,7 +427,7 @@ class QConv2d {
 
   // x: uint8 NHWC [N, H, W, I] -> uint8 NHWC [N, OH, OW, O]; lo/hi < 0: the bounds given at load
   at::Tensor run(const at::Tensor& x_in, int64_t lo, int64_t hi) const {
-    // Gathered rows read any strides (an NCHW image seen as NHWC: the graph's input transpose, not copied)
+    // Gathered convolutions take any strides (an NCHW image seen as NHWC: the graph's input transpose)
     const bool strided = !direct_ && x_in.scalar_type() == at::kByte && !x_in.is_contiguous();
     at::Tensor x = strided ? x_in : contiguous_u8(x_in, "input");
     check(x.dim() == 4 && x.size(3) == I_, "input must be NHWC with " + std::to_string(I_) + " channels");
@@ -449,14 +449,21 @@ class QConv2d {
     std::vector<const uint8_t*> ptrs(static_cast<size_t>(taps));
     for (int64_t n = 0; n < N; ++n) {
       const uint8_t* image = xd + n * sN;
+      if (strided) {  // copied to NHWC once (a pass in memory order), then gathered as a contiguous image
+        thread_local std::vector<uint8_t> nhwc;
+        if (nhwc.size() < size_t(H * W * I_)) nhwc.resize(size_t(H * W * I_));
+        uint8_t* d = nhwc.data();
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t w = 0; w < W; ++w, d += I_) {
+            const uint8_t* src = image + h * sH + w * sW;
+            for (int64_t c = 0; c < I_; ++c) d[c] = src[c * sC];
+          }
+        image = nhwc.data();
+      }
       for (int64_t p0 = 0; p0 < pixels; p0 += kBand) {
         const int64_t count = std::min(kBand, pixels - p0);
-        for (int64_t p = 0, oy = p0 / OW, ox = p0 % OW; p < count; ++p, ox = ox + 1 == OW ? (++oy, 0) : ox + 1) {
-          if (strided)
-            gather_row_strided(image, H, W, sH, sW, sC, oy, ox, rows + p * Kp);
-          else
-            gather_row(image, H, W, oy, ox, ptrs.data(), rows + p * Kp);
-        }
+        for (int64_t p = 0, oy = p0 / OW, ox = p0 % OW; p < count; ++p, ox = ox + 1 == OW ? (++oy, 0) : ox + 1)
+          gather_row(image, H, W, oy, ox, ptrs.data(), rows + p * Kp);
         gemm(isa_, packed_, epi_, rows, Kp, count, yd + (n * pixels + p0) * O_, O_, bd);
       }
     }
@@ -502,24 +509,6 @@ class QConv2d {
       for (int64_t t = 0; t < geo_.kh * geo_.kw; ++t) copy_bytes(row + t * I_, ptrs[t], I_);
     }
     for (int64_t k = geo_.kh * run; k < packed_.Kp; ++k) row[k] = 0;
-  }
-
-  void gather_row_strided(const uint8_t* image, int64_t H, int64_t W, int64_t sH, int64_t sW, int64_t sC,
-                          int64_t oy, int64_t ox, uint8_t* row) const {
-    uint8_t* r = row;
-    for (int64_t ky = 0; ky < geo_.kh; ++ky) {
-      const int64_t iy = oy * geo_.sh - geo_.pt + ky * geo_.dh;
-      for (int64_t kx = 0; kx < geo_.kw; ++kx, r += I_) {
-        const int64_t ix = ox * geo_.sw - geo_.pl + kx * geo_.dw;
-        if (iy >= 0 && iy < H && ix >= 0 && ix < W) {
-          const uint8_t* p = image + iy * sH + ix * sW;
-          for (int64_t c = 0; c < I_; ++c) r[c] = p[c * sC];
-        } else {
-          std::memset(r, zeros_[0], size_t(I_));
-        }
-      }
-    }
-    for (int64_t k = geo_.kh * geo_.kw * I_; k < packed_.Kp; ++k) row[k] = 0;
   }
 
   Bounds call_bounds(int64_t lo, int64_t hi) const {
