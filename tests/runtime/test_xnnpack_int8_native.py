@@ -187,3 +187,16 @@ def test_conversions_match_torch(isa):
     assert torch.equal(got, want)
     levels = _core.dequantize_u8(got.permute(2, 0, 1), 0.37, zp, isa)  # a strided view: read in its own order
     assert torch.equal(levels, got.permute(2, 0, 1).to(torch.float32).sub_(zp).mul_(0.37))
+
+
+def test_isa_capped_by_environment(monkeypatch):
+    """ETLAB_INT8_ISA caps the instruction set of kernels made while it is set (how a user checks a narrower
+    form's results on a wide CPU); an unknown value is named."""
+    widest = _core.int8_isa()
+    for name, cap in (("scalar", 0), ("avx2", 1), ("vnni", 2)):
+        monkeypatch.setenv("ETLAB_INT8_ISA", name)
+        assert _core.int8_isa() == min(cap, widest)
+        assert _core.QAdd(1.0, 128, 1.0, 128, 128, 0, 255).isa == min(cap, widest)
+    monkeypatch.setenv("ETLAB_INT8_ISA", "sse")
+    with pytest.raises(ValueError, match="ETLAB_INT8_ISA is 'sse'"):
+        _core.int8_isa()
