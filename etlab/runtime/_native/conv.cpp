@@ -68,23 +68,10 @@ class MklThreads {
   int previous_;
 };
 
-enum class Isa : uint8_t { Plain, Avx2, Avx512 };
-Isa detected_isa() {
-#ifdef ETLAB_CONV_X86
-  static const Isa found = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-    return Isa::Plain;
-  }();
-  return found;
-#else
-  return Isa::Plain;
-#endif
-}
+using Isa = CpuIsa;
 std::atomic<int> isa_cap{static_cast<int>(Isa::Avx512)};  // packed_float_isa: the widest form used
 Isa isa() {
-  return static_cast<Isa>(std::min(static_cast<int>(detected_isa()), isa_cap.load(std::memory_order_relaxed)));
+  return static_cast<Isa>(std::min(static_cast<int>(cpu_isa()), isa_cap.load(std::memory_order_relaxed)));
 }
 
 // Output rows per GEMM block: the block's result (~128 KiB) is still in L2 when the bias + clamp pass reads it.

@@ -255,16 +255,8 @@ __attribute__((target("avx2,fma"))) void gemv_rows_avx2(const float* h, const fl
   if (j < N) gemv_rows_plain(h, w + j, ldw, K, N - j, y + j);
 }
 
-enum class Isa : uint8_t { Plain, Avx2, Avx512 };
-Isa isa() {
-  static const Isa found = [] {
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return Isa::Avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return Isa::Avx2;
-    return Isa::Plain;
-  }();
-  return found;
-}
+using Isa = CpuIsa;
+Isa isa() { return cpu_isa(); }
 #endif
 
 #ifdef ETLAB_X86
@@ -447,6 +439,20 @@ VmsTanh mkl_tanh() {
   return found;
 }
 }  // namespace
+
+CpuIsa cpu_isa() {
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+  static const CpuIsa found = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f")) return CpuIsa::Avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return CpuIsa::Avx2;
+    return CpuIsa::Plain;
+  }();
+  return found;
+#else
+  return CpuIsa::Plain;
+#endif
+}
 
 void* torch_cpu_symbol(const char* name) {
   static void* const lib = dlopen("libtorch_cpu.so", RTLD_LAZY | RTLD_NOLOAD);

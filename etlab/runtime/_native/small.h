@@ -59,6 +59,10 @@ void mul_scalar_floats(const float* p, float s, float* o, int64_t n);
 bool sigmoid_floats(const float* x, float* o, int64_t n);
 bool tanh_floats(const float* x, float* o, int64_t n);
 
+// The widest vector units of this CPU the native kernels use: AVX-512 F, AVX2 with FMA, or neither.
+enum class CpuIsa : uint8_t { Plain, Avx2, Avx512 };
+CpuIsa cpu_isa();
+
 // A symbol of the already-loaded libtorch_cpu (MKL's functions where torch links MKL: vmsTanh here, the packed
 // GEMM of conv.cpp), or nullptr.
 void* torch_cpu_symbol(const char* name);
