@@ -258,6 +258,21 @@ def _check_same_shape(inspector: Inspector, handles: DebugHandle, ops, aot_value
                           "are not of one program")
 
 
+def _latest_per_handle(entries: list[RuntimeIntermediate]) -> dict[DebugHandle, RuntimeIntermediate]:
+    """One entry per handle tuple: the latest instruction carrying it, whether or not it logged a value (on a
+    tie, one that did). The nodes one op decomposes into share its handle (linear: permute the weight, then
+    addmm); only the last instruction's output is the handle's. When that instruction's value was not logged
+    (the debug buffer was full), the handle has no runtime value: an earlier instruction's output (the
+    permuted weight) would be compared with the graph's result of another shape. Entries without a value are
+    then dropped."""
+    latest: dict[DebugHandle, RuntimeIntermediate] = {}
+    for e in entries:
+        cur = latest.get(e.handles)
+        if cur is None or (e.instruction, bool(e.output)) > (cur.instruction, bool(cur.output)):
+            latest[e.handles] = e
+    return {k: e for k, e in latest.items() if e.output}
+
+
 def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
     """Per matched op, the distance between the eager model's intermediate output and the runtime's (`distance`:
     'MSE', 'L1', 'SNR' or a function (aot, runtime) -> float); a ValueError when the Inspector has no recorded
@@ -284,16 +299,14 @@ def numeric_gap(inspector: Inspector, distance) -> pd.DataFrame:
             continue
         entries = per_method.setdefault(id(method), (method, []))[1]
         for e in block.events:
-            if e.name == OPERATOR_CALL or not e.op_types or not e.debug_data or e.debug_handles is None:
+            # events that logged nothing stay in: see _latest_per_handle
+            if e.name == OPERATOR_CALL or not e.op_types or e.debug_handles is None:
                 continue
             handles = (e.debug_handles,) if isinstance(e.debug_handles, int) else tuple(e.debug_handles)
-            entries.append(RuntimeIntermediate(handles, e.instruction_id or 0, e.debug_data, e.num_outputs, [e.name]))
+            entries.append(RuntimeIntermediate(handles, e.instruction_id or 0, e.debug_data or [], e.num_outputs,
+                                               [e.name]))
     for method, entries in per_method.values():
-        # one entry per handle tuple: the latest instruction producing it
-        latest: dict[DebugHandle, RuntimeIntermediate] = {}
-        for e in entries:
-            if e.handles not in latest or e.instruction > latest[e.handles].instruction:
-                latest[e.handles] = e
+        latest = _latest_per_handle(entries)
         aot = method.aot_intermediate_outputs
         if callable(aot):
             aot = method.aot_intermediate_outputs = aot()
