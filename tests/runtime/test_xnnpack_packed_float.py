@@ -133,6 +133,15 @@ def test_what_the_kernels_do_not_take_is_refused():
         conv(torch.randn(1, 8, 8, 5))
 
 
+@pytest.mark.parametrize(("pads", "stride", "dilation"), [
+    ([0, 0, 0, 0], [0, 1], [1, 1]), ([0, 0, 0, 0], [1, 1], [1, 0]), ([-1, 0, 0, 0], [1, 1], [1, 1])])
+def test_a_geometry_no_convolution_has_is_refused_natively(pads, stride, dilation):
+    """The backend checks a payload's geometry first; the kernel refuses it too (a zero stride divides by zero, a
+    negative pad reads before the input), so no caller can make it crash."""
+    w = torch.randn(8, 8, 3, 3)
+    assert _core.packed_conv2d(w, None, pads, stride, dilation, 1, 0.0, 6.0, [1, 8, 8, 8]) is None
+
+
 def test_the_backend_takes_the_native_kernels_and_checks_them():
     """`prepacked_conv2d` / `prepacked_linear` hand out the native kernels (checked against torch at load)."""
     from etlab.runtime.backends.xnnpack import _prepacked

@@ -361,6 +361,10 @@ std::shared_ptr<PackedConv2d> PackedConv2d::make(const at::Tensor& weight, const
   if (!is_float_cpu(weight) || weight.dim() != 4 || input_nchw.size() != 4) return nullptr;
   if (bias.defined() && (!is_float_cpu(bias) || bias.dim() != 1 || bias.size(0) != weight.size(0))) return nullptr;
   if (g.kh != weight.size(2) || g.kw != weight.size(3) || g.groups < 1) return nullptr;
+  // the geometry comes from a file: a zero stride would divide by zero, a negative pad read before the input
+  if (g.stride_h < 1 || g.stride_w < 1 || g.dilation_h < 1 || g.dilation_w < 1 || g.kh < 1 || g.kw < 1 ||
+      std::min({g.pad_left, g.pad_right, g.pad_top, g.pad_bottom}) < 0)
+    return nullptr;
   const int64_t out_c = weight.size(0), per_group = weight.size(1), in_c = input_nchw[1];
   if (per_group * g.groups != in_c || out_c % g.groups) return nullptr;
   auto conv = std::shared_ptr<PackedConv2d>(new PackedConv2d());
