@@ -9,21 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import etlab.runtime._load_fold as load_fold
 from etlab.compiler import to_edge
 from etlab.runtime import Runtime
-
-
-class _Ops(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
-        return func(*args, **(kwargs or {}))
+from tests.runtime._ops_seen import OpsSeen
 
 
 class _CausalScores(nn.Module):
@@ -79,9 +69,9 @@ def test_the_mask_is_computed_at_load_not_per_run():
     torch.manual_seed(0)
     plain, folded = _methods(_CausalScores(), torch.randn(5, 4))
     x = torch.randn(5, 4)
-    with _Ops() as before:
+    with OpsSeen() as before:
         plain.execute([x])
-    with _Ops() as after:
+    with OpsSeen() as after:
         folded.execute([x])
     mask_ops = ("ge.", "bitwise_not.", "scalar_tensor.")  # (Edge itself turned the aranges into constants)
     assert all(any(n.startswith(op) for n in before.names) for op in mask_ops)  # they run without folding

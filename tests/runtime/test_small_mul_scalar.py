@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from etlab.runtime import Runtime
+from tests.runtime._ops_seen import OpsSeen
 from tests.runtime._programs import PlanBuilder, ProgramBuilder
 
 
@@ -22,16 +22,6 @@ def _program(shape, factor, dtype=torch.float32, in_place: bool = False) -> byte
     b.kernel("aten::mul.Scalar_out", x, number, first, first)
     b.kernel("aten::mul.Scalar_out", first, number, second, second)
     return ProgramBuilder().serialize([b.plan([x], [second])])
-
-
-class _Seen(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("factor", [0.35355339059327373, -3.0, 1e-40, 1e300, 7])
@@ -53,7 +43,7 @@ def test_other_dtypes_and_a_watching_mode_go_through_aten():
     assert torch.equal(method.execute([x])[0], x * 0.1 * 0.1)
     y = torch.randn(3, 4)
     method = Runtime.get().load_program(_program((3, 4), 0.1)).load_method("forward")
-    with _Seen() as seen:
+    with OpsSeen() as seen:
         got = method.execute([y])[0]
     assert sum(n.startswith("mul.") for n in seen.names) == 2  # the mode sees both products: ATen computed them
     assert torch.equal(got, y * 0.1 * 0.1)
