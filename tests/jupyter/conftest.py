@@ -150,6 +150,22 @@ class LabPage:
     def command(self, name: str, args: dict | None = None):
         return self.page.evaluate("([n, a]) => window.jupyterapp.commands.execute(n, a)", [name, args or {}])
 
+    def theme(self, dark: bool) -> None:
+        """Switches Lab's theme and waits until the page shows it. The switch is a settings write to the
+        server and a stylesheet load; on a busy CI worker either can take long, and a write Lab dropped is
+        asked for again once, so a slow machine is waited out and a theme that never comes still fails."""
+        name, light = ("JupyterLab Dark", "false") if dark else ("JupyterLab Light", "true")
+        shown = f"document.body.dataset.jpThemeLight === '{light}'"
+        for attempt in (1, 2):
+            self.command("apputils:change-theme", {"theme": name})
+            try:
+                self.page.wait_for_function(shown, timeout=60_000 * attempt)
+                break
+            except Exception as e:  # playwright's TimeoutError; playwright is imported only where installed
+                if attempt == 2 or type(e).__name__ != "TimeoutError":
+                    raise
+        self.page.wait_for_timeout(300)  # the theme's colors reach the views' computed styles
+
     def close_all(self) -> None:
         self.command("application:close-all")
         self.page.wait_for_timeout(200)

@@ -66,8 +66,7 @@ def test_keyboard_in_the_run_viewer(lab_page, lab):
 @pytest.mark.parametrize("theme", ["JupyterLab Light", "JupyterLab Dark"])
 def test_axe_in_each_viewer(lab_page, theme):
     light = theme == "JupyterLab Light"
-    lab_page.command("apputils:change-theme", {"theme": theme})
-    lab_page.page.wait_for_function(f"document.body.dataset.jpThemeLight === '{str(light).lower()}'", timeout=30_000)
+    lab_page.theme(dark=not light)
     found, contrast = {}, {}
     try:
         for name in FILES:
@@ -79,7 +78,7 @@ def test_axe_in_each_viewer(lab_page, theme):
             lab_page.shot(f"a11y-{name.replace('.', '-')}-{'light' if light else 'dark'}")
     finally:
         if not light:
-            lab_page.command("apputils:change-theme", {"theme": "JupyterLab Light"})
+            lab_page.theme(dark=False)
     assert all(not v for v in found.values()), found
     assert all(c["ratio"] >= 4.5 for c in contrast.values()), contrast
     assert lab_page.take_errors() == []

@@ -168,8 +168,7 @@ def test_reload_offered_when_the_file_changes(lab_page, lab_files):
 
 
 def test_dark_theme(lab_page):
-    lab_page.command("apputils:change-theme", {"theme": "JupyterLab Dark"})
-    lab_page.page.wait_for_function("document.body.dataset.jpThemeLight === 'false'", timeout=30_000)
+    lab_page.theme(dark=True)
     try:
         v = lab_page.open("run.etdp")
         lab_page.wait_graph(v)
@@ -187,7 +186,7 @@ def test_dark_theme(lab_page):
         lab_page.wait_graph(v)
         lab_page.shot("etrecord-dark")
     finally:
-        lab_page.command("apputils:change-theme", {"theme": "JupyterLab Light"})
+        lab_page.theme(dark=False)
     assert lab_page.take_errors() == []
 
 

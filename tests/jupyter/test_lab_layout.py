@@ -22,8 +22,7 @@ def small_screen(lab_page):
 def test_dashboard_opens_on_summary_and_graph(small_screen, lab, lab_files, theme):
     lab_page = small_screen
     light = theme == "JupyterLab Light"
-    lab_page.command("apputils:change-theme", {"theme": theme})
-    lab_page.page.wait_for_function(f"document.body.dataset.jpThemeLight === '{str(light).lower()}'", timeout=30_000)
+    lab_page.theme(dark=not light)
     try:
         _, data = lab.get_json("etlab/api/view/etdp?path=run.etdp")
         v = lab_page.open("run.etdp")
@@ -56,7 +55,7 @@ def test_dashboard_opens_on_summary_and_graph(small_screen, lab, lab_files, them
         lab_page.shot(f"issue25-timeline-{'light' if light else 'dark'}")
     finally:
         if not light:
-            lab_page.command("apputils:change-theme", {"theme": "JupyterLab Light"})
+            lab_page.theme(dark=False)
     assert lab_page.take_errors() == []
 
 

@@ -57,13 +57,6 @@ def _notebook() -> dict:
             "metadata": {"kernelspec": {"name": "etlab", "display_name": "etlab (Python 3)", "language": "python"}}}
 
 
-def _theme(page, dark: bool) -> None:
-    page.page.evaluate("(t) => window.jupyterapp.commands.execute('apputils:change-theme', {theme: t})",
-                       "JupyterLab Dark" if dark else "JupyterLab Light")
-    page.page.wait_for_selector(f"body[data-jp-theme-light={'false' if dark else 'true'}]", state="attached")
-    page.page.wait_for_timeout(300)
-
-
 @pytest.fixture(scope="module")
 def ran(lab_page, lab, lab_files):
     """The notebook run in Lab with every view drawn, then saved; returns its path."""
@@ -104,14 +97,14 @@ def test_every_view_in_lab_light_and_dark(lab_page, ran):
     assert p.locator(".jp-OutputArea-output [data-role=widget-fallback]:visible").count() == 0  # live views
     worst = {}
     for dark in (False, True):
-        _theme(lab_page, dark)
+        lab_page.theme(dark)
         for i in expect:
             cells.nth(i).scroll_into_view_if_needed()
             found = p.evaluate(MIN_CONTRAST, TEXT)
             key = "dark" if dark else "light"
             worst[key] = min(worst.get(key, found), found, key=lambda w: w["ratio"])
             lab_page.shot(f"notebook-views-{key}-{i}")
-    _theme(lab_page, False)
+    lab_page.theme(False)
     assert all(w["ratio"] >= 4.5 for w in worst.values()), worst
     assert lab_page.take_errors() == []
 
@@ -140,9 +133,9 @@ def test_saved_notebook_reopened_shows_the_static_copies(lab_page, ran):
     assert first.locator("svg[data-role=graph-image] rect[fill^='rgb(']").count() > 0
     assert "native_call_relu.out" in text  # the profile table's rows
     for dark in (False, True):
-        _theme(lab_page, dark)
+        lab_page.theme(dark)
         lab_page.shot(f"notebook-reopened-{'dark' if dark else 'light'}")
-    _theme(lab_page, False)
+    lab_page.theme(False)
     lab_page.close_all()
     assert lab_page.take_errors() == []
 
