@@ -51,6 +51,7 @@ if str(HERE) not in sys.path:
 
 import torch  # noqa: E402
 from _common import RESULTS, ref_env, reference_python, write_section  # noqa: E402
+from _xnnpack_ptes import default_dir, keep_pair  # noqa: E402
 
 from etlab.devtools import get_delegation_info  # noqa: E402
 from etlab.models import DYNAMIC_SHAPES, ZOO  # noqa: E402
@@ -525,6 +526,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2, help="upstream compile samples per model after the first")
     p.add_argument("--latency-rounds", type=int, default=15)
     p.add_argument("--no-write", action="store_true", help="leave the store and RESULTS.md alone")
+    p.add_argument("--pte-dir", type=Path, default=None,
+                   help=f"where each measured model's .pte pair is kept (default {default_dir()})")
+    p.add_argument("--no-keep-pte", action="store_true", help="do not keep the measured .pte pairs")
     p.add_argument("--json", type=Path, default=None, help="also append each model's result as a JSON line here")
     p.add_argument("--from-json", type=Path, nargs="*", default=None,
                    help="merge lines saved by --json into the store and render the section (no measuring)")
@@ -577,6 +581,12 @@ def main(argv: list[str] | None = None) -> int:
                 r.commit, r.rounds, r.latency_rounds = commit, a.rounds, a.latency_rounds
                 r.date = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
                 results.append(r)
+                if not a.no_keep_pte and r.etlab_partitions and r.upstream_partitions:
+                    try:
+                        kept = keep_pair(a.pte_dir or default_dir(), name, Path(scratch) / name, commit, "bench")
+                        print(f"[xnnpack] {name}: .pte pair kept in {kept.folder}", flush=True)
+                    except OSError as e:
+                        print(f"[xnnpack] {name}: .pte pair NOT kept ({e})", flush=True)
                 if a.json is not None:
                     with open(a.json, "a") as f:
                         f.write(json.dumps(dataclasses.asdict(r)) + "\n")
