@@ -1,6 +1,7 @@
 """Compile speed on every corpus model, etlab next to upstream ExecuTorch, interleaved in ONE run.
 
-    .venv/bin/python bench/corpus_speed.py [--models lstm bert ...] [--upstream-repeat 1] [--no-write]
+    .venv/bin/python bench/corpus_speed.py [--models lstm bert ...] [--upstream-repeat 1] [--refresh]
+                                           [--no-write] [--render-only] [--store PATH]
 
 Per model: torch.export once (not timed), saved with torch.export.save for upstream's worker
 (bench/_ref_corpus_timer.py, a long-lived reference-python process), so both compilers start from the
@@ -12,8 +13,15 @@ The ratio is upstream's median / etlab's median.
 ETRecord save, on the models of --etrecord-models (a spread of the largest records by default, `all` for
 every model): after the compile samples, each side compiles once more with generate_etrecord=True
 (untimed) and times `get_etrecord().save(path)` alone, etlab then upstream then etlab, into the same
-scratch directory. Writes the `## corpus compile speed` section of bench/RESULTS.md unless --no-write
-or --models.
+scratch directory.
+
+Rows are kept across runs (bench/_speed_rows.py): each model's row is merged into bench/corpus_speed.jsonl
+as soon as it is measured, with the commit, UTC time and load it was measured at, and the
+`## corpus compile speed` section of bench/RESULTS.md is rendered from the whole store (hand-written notes
+between its markers kept). Without --models a run measures the models that have no row first, then those
+whose row is stale (etlab's code, the entry's source or upstream changed since), oldest first, and skips
+current rows unless --refresh. --no-write leaves the store and RESULTS.md alone; --render-only re-renders
+the section from the store. A run from an exported tree (`git archive HEAD`) sets ETLAB_BENCH_COMMIT.
 """
 
 from __future__ import annotations
@@ -35,12 +43,16 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
+import _speed_rows as store  # noqa: E402
 import torch  # noqa: E402
-from _common import ref_env, reference_python, write_section  # noqa: E402
+from _common import RESULTS, ref_env, reference_python, write_section  # noqa: E402
+from _corpus_rows import Row, is_current, make_row, source_key  # noqa: E402
+from _corpus_upstream import upstream_version  # noqa: E402
 
 from etlab.compiler import to_edge  # noqa: E402
 from etlab.models.corpus import CORPUS  # noqa: E402
 
+SECTION = "corpus compile speed"
 TARGET = 10.0  # the issue's bar: etlab at least 10x faster than upstream on every model
 # ETRecord save timed on these by default: the biggest records of each family (weights and graph size
 # dominate a save), so the extra upstream compile each needs stays a few minutes in all.
@@ -76,6 +88,24 @@ class Timing:
         if self.etlab_cpu and self.upstream_cpu:
             return statistics.median(self.upstream_cpu) / statistics.median(self.etlab_cpu)
         return None
+
+    def to_result(self, rounds: int, load: tuple[float, float]) -> dict:
+        """The samples as a stored row's `result` (bench/_speed_rows.py)."""
+        out = {"etlab_s": self.etlab, "upstream_s": self.upstream, "etlab_cpu": self.etlab_cpu,
+               "upstream_cpu": self.upstream_cpu, "error": self.error, "rounds": rounds,
+               "load": [round(x, 1) for x in load]}
+        if self.etrecord or self.etrecord_error:
+            out.update(etrecord=self.etrecord, upstream_etrecord=self.upstream_etrecord,
+                       etrecord_error=self.etrecord_error)
+        return out
+
+    @classmethod
+    def from_row(cls, row: Row) -> Timing:
+        r = row.result
+        return cls(row.name, list(r.get("etlab_s", [])), list(r.get("upstream_s", [])), list(r.get("etlab_cpu", [])),
+                   list(r.get("upstream_cpu", [])), r.get("error", ""),
+                   [tuple(x) for x in r.get("etrecord", [])], [tuple(x) for x in r.get("upstream_etrecord", [])],
+                   r.get("etrecord_error", ""))
 
     def save_ratio(self, which: int) -> float | None:
         """Upstream's median ETRecord save time / etlab's (which: 0 wall, 1 CPU)."""
@@ -254,6 +284,81 @@ def render(timings: list[Timing], rounds: int, load: tuple[float, float], total:
     return "\n".join(lines) + "\n"
 
 
+def _load_text(row: Row) -> str:
+    load = row.result.get("load")
+    return "-".join(f"{x:.1f}" for x in load) if isinstance(load, list) and load else f"{row.load:.1f}"
+
+
+def _samples_text(row: Row, t: Timing) -> str:
+    """Samples per side; a row kept as medians only (`samples` given) says how many each median was of."""
+    e, u = row.result.get("samples") or (len(t.etlab), len(t.upstream))
+    return f"{e} / {u}" + (" (medians)" if row.result.get("samples") else "")
+
+
+def render_store(rows: dict[str, Row], names: list[str], notes: str = "") -> str:
+    """The section from every kept row (in corpus order `names`), each with the commit, UTC time and load
+    it was measured at; the corpus models without a row are named (PARTIAL)."""
+    kept = [rows[n] for n in names if n in rows]
+    timings = {r.name: Timing.from_row(r) for r in kept}
+    ratios = [t.ratio for t in timings.values() if t.ratio]
+    cpu_ratios = [t.cpu_ratio for t in timings.values() if t.cpu_ratio]
+    below = [t.name for t in timings.values() if t.ratio and t.ratio < TARGET]
+    one_side = [t.name for t in timings.values() if not t.ratio]
+    missing = [n for n in names if n not in rows]
+    commits = sorted({r.commit for r in kept})
+    dates = sorted(r.measured_at for r in kept)
+    lines = [
+        "## corpus compile speed", "",
+        "`bench/corpus_speed.py`: to_edge + to_executorch + serialize of the same ExportedProgram (torch.export "
+        "excluded, one thread each side), interleaved per model in one process (an untimed etlab warm-up, then etlab "
+        "and upstream alternating, every upstream sample between two etlab samples); speed-up = upstream median / "
+        "etlab median of wall time, CPU speed-up = the same on each process's CPU time. Rows are kept across runs "
+        "(bench/corpus_speed.jsonl, bench/_speed_rows.py): each row is one model's samples from one run, with the "
+        "etlab commit (`+edits`: uncommitted changes in etlab/), the UTC time and the load average (at the model's "
+        f"start-end, {os.cpu_count()} cores shared with other work) it was measured at. Under load absolute times "
+        "are inflated; a row's ratio holds because both sides ran in the same minutes.", "",
+        (f"**Median speed-up {statistics.median(ratios):.1f}x** (min {min(ratios):.1f}x, max {max(ratios):.1f}x, "
+         f"over {len(ratios)} of {len(names)} corpus models measured on both sides); below {TARGET:.0f}x: "
+         f"{', '.join(below) or 'none'}." if ratios else "**No model measured on both sides.**")
+        + (f" CPU-time speed-up: median {statistics.median(cpu_ratios):.1f}x, min {min(cpu_ratios):.1f}x "
+           f"(over the {len(cpu_ratios)} rows with CPU times)." if cpu_ratios else ""), "",
+        f"{len(kept)} rows, measured at {', '.join(commits)} "
+        + " to ".join(sorted({d[:16].replace('T', ' ') for d in (dates[0], dates[-1])})) + " UTC"
+        + (f"; no ratio (one side failed): {', '.join(one_side)}" if one_side else "") + "." if kept
+        else "No rows kept.", "",
+        *([f"**PARTIAL: {len(missing)} of {len(names)} corpus models have no row**: {', '.join(missing)}.", ""]
+          if missing else []),
+        "| model | etlab ms (median) | upstream s (median) | speed-up | CPU speed-up | samples etlab / upstream | "
+        "measured (commit, UTC) | load | note |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---|",
+    ]
+    for r in kept:
+        t = timings[r.name]
+        e = f"{statistics.median(t.etlab) * 1e3:.0f}" if t.etlab else "n/a"
+        u = f"{statistics.median(t.upstream):.2f}" if t.upstream else "n/a"
+        lines.append(f"| {t.name} | {e} | {u} | {f'{t.ratio:.1f}x' if t.ratio else 'n/a'} | "
+                     f"{f'{t.cpu_ratio:.1f}x' if t.cpu_ratio else 'n/a'} | {_samples_text(r, t)} | "
+                     f"{r.provenance} | {_load_text(r)} | {t.error or r.result.get('remark', '')} |")
+    lines += render_etrecord(list(timings.values()))
+    if notes:
+        lines += ["", store.NOTES_BEGIN, notes, store.NOTES_END]
+    return "\n".join(lines) + "\n"
+
+
+def run_order(names: list[str], rows: dict[str, Row], ctx, refresh: bool) -> list[str]:
+    """Models with no row first (corpus order), then those whose row is stale, oldest first; current rows
+    are skipped unless `refresh` (as bench/corpus.py orders its kept rows)."""
+    missing = [n for n in names if n not in rows]
+    stale = sorted((n for n in names if n in rows and (refresh or not is_current(rows[n], CORPUS[n], ctx))),
+                   key=lambda n: rows[n].measured_at)
+    return missing + stale
+
+
+def write_store_section(path: Path) -> None:
+    text = RESULTS.read_text() if RESULTS.is_file() else ""
+    write_section(SECTION, render_store(store.load_store(path), list(CORPUS), store.kept_notes(text, SECTION)))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=None, help="corpus names (default: all)")
@@ -263,14 +368,25 @@ def main(argv: list[str] | None = None) -> int:
                    help="models whose ETRecord save is timed too ('all' for every model, none given for none)")
     p.add_argument("--etrecord-only", action="store_true",
                    help="only the ETRecord save samples of --etrecord-models (no compile samples, no write)")
-    p.add_argument("--no-write", action="store_true")
+    p.add_argument("--no-write", action="store_true", help="neither the store nor RESULTS.md")
+    p.add_argument("--refresh", action="store_true", help="without --models: re-measure current rows too")
+    p.add_argument("--render-only", action="store_true", help="only re-render the section from the store")
+    p.add_argument("--store", type=Path, default=store.STORE, help="the kept rows (default: %(default)s)")
     a = p.parse_args(argv)
+    if a.render_only:
+        write_store_section(a.store)
+        return 0
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
     names = a.models or (list(a.etrecord_models) if a.etrecord_only else list(CORPUS))
     unknown = [n for n in names if n not in CORPUS]
     if unknown:
         p.error(f"unknown corpus models {unknown}; choose from {sorted(CORPUS)}")
+    keep = not (a.no_write or a.etrecord_only)
+    ctx = store.run_context(upstream_version()) if keep else None
+    if keep and not a.models:
+        names = run_order(names, store.load_store(a.store), ctx, a.refresh)
+        print(f"[speed] {len(names)} models to measure: {' '.join(names)}", flush=True)
     save_models = set(names) if a.etrecord_models == ["all"] else set(a.etrecord_models)
     unknown = sorted(save_models - set(CORPUS))
     if unknown:
@@ -291,9 +407,13 @@ def main(argv: list[str] | None = None) -> int:
                 warm = time_model("dynamic_conv1d", upstream, 1, Path(scratch) / "warm")
                 print(f"[speed] upstream warm-up: {warm.upstream}", flush=True)
             for name in names:
+                model_load = os.getloadavg()[0]
                 timings.append(time_model(name, upstream, a.upstream_repeat, Path(scratch), name in save_models,
                                           compile_samples=not a.etrecord_only))
                 t = timings[-1]
+                if keep:
+                    result = t.to_result(a.upstream_repeat, (model_load, os.getloadavg()[0]))
+                    store.merge([make_row(name, "", source_key(CORPUS[name]), ctx, result)], a.store)
                 print(f"[speed] {name}: etlab {[round(x * 1e3) for x in t.etlab]} ms, upstream "
                       f"{[round(x, 2) for x in t.upstream]} s, ratio {t.ratio and round(t.ratio, 1)}, CPU ratio "
                       f"{t.cpu_ratio and round(t.cpu_ratio, 1)} {t.error}", flush=True)
@@ -314,10 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     if a.etrecord_only:
         print("\n".join(render_etrecord(timings)))
         return 0
-    text = render(timings, a.upstream_repeat, (load_start, os.getloadavg()[0]), total=len(names))
-    print(text)
-    if not a.no_write and not a.models:
-        write_section("corpus compile speed", text)
+    print(render(timings, a.upstream_repeat, (load_start, os.getloadavg()[0]), total=len(names)))
+    if keep:
+        write_store_section(a.store)
     return 0
 
 
