@@ -33,9 +33,10 @@ $(VENV)/.etlab-installed: pyproject.toml $(NATIVE_SRC) $(VENV)/.build-tools-inst
 # registry (lockfile committed) into etlab/jupyter/labextension, which the Python package ships as
 # share/jupyter/labextensions/etlab-labextension. The builder needs JupyterLab's core package list.
 # The extension also bundles the views' formatters and element builders (etlab/visualizer/static) and compiles
-# against contract.d.ts, generated from the server's TypedDicts (etlab/jupyter/_contract.py) first.
+# against contract.d.ts, generated from the server's TypedDicts (etlab/jupyter/_contract/) first.
 LABEXT_SRC := $(wildcard labextension/src/*.ts labextension/style/*) labextension/package.json \
-              labextension/package-lock.json labextension/tsconfig.json etlab/jupyter/_contract.py \
+              labextension/package-lock.json labextension/tsconfig.json \
+              etlab/jupyter/_contract_ts.py $(wildcard etlab/jupyter/_contract/*.py) \
               etlab/visualizer/static/format.js etlab/visualizer/static/elements.js
 
 node:

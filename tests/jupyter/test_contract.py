@@ -1,6 +1,6 @@
-"""The server's JSON against its contract (etlab/jupyter/_contract.py, TypeScript: labextension/src/
+"""The server's JSON against its contract (the etlab/jupyter/_contract package, TypeScript: labextension/src/
 contract.d.ts): what every endpoint answers for real files holds to the TypedDicts, and the .d.ts the
-extension compiles against is the one generated from them."""
+extension compiles against is the one generated from them, also where etlab cannot be imported."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def test_check_refuses_what_the_contract_does_not_say():
 
 
 def test_the_typescript_contract_is_generated_from_the_typeddicts():
-    """labextension/src/contract.d.ts is _contract_ts's output for _contract.py as it is now (run as the
+    """labextension/src/contract.d.ts is _contract_ts's output for _contract as it is now (run as the
     Makefile runs it: a script by path, before etlab is installed)."""
     out = REPO / "labextension" / "src" / "contract.d.ts"
     p = subprocess.run([sys.executable, str(REPO / "etlab" / "jupyter" / "_contract_ts.py"), str(out), "--check"],
@@ -93,3 +93,34 @@ def test_the_typescript_contract_is_generated_from_the_typeddicts():
     text = out.read_text(encoding="utf-8")
     assert "export interface IPteView {" in text and "  delegation: IDelegation | null;" in text
     assert "  memory?: IMemoryBlock[];" in text  # NotRequired -> optional
+
+
+# Run in a Python that cannot import etlab: isolated (-I: no script folder, no PYTHONPATH) and without site
+# (-S: not the venv's site-packages, where etlab is installed), as the generator runs before etlab is installed.
+_NO_ETLAB = [sys.executable, "-I", "-S"]
+
+
+def test_the_contract_loads_by_path_where_etlab_cannot_be_imported(tmp_path):
+    """The generator loads the _contract package from its folder alone: in a Python without etlab it writes the
+    same .d.ts as the committed one, and the loaded contract checks values (its ContractError a ValueError)."""
+    gen = REPO / "etlab" / "jupyter" / "_contract_ts.py"
+    no_etlab = subprocess.run([*_NO_ETLAB, "-c", "import etlab"], capture_output=True, text=True, timeout=120)
+    assert no_etlab.returncode != 0 and "No module named 'etlab'" in no_etlab.stderr  # else the test proves nothing
+    out = tmp_path / "contract.d.ts"
+    p = subprocess.run([*_NO_ETLAB, str(gen), str(out)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert out.read_text(encoding="utf-8") == (REPO / "labextension" / "src" / "contract.d.ts").read_text(
+        encoding="utf-8")
+    script = f"""
+import runpy, sys
+C = runpy.run_path({str(gen)!r})["load_contract"]()
+assert not any(m == "etlab" or m.startswith("etlab.") for m in sys.modules), sorted(sys.modules)
+C.check({{"path": "a.pte", "size": 3, "mtime_ns": "12"}}, C.Stat)
+try:
+    C.check({{"path": "a.pte", "size": "3", "mtime_ns": "12"}}, C.Stat, "Stat")
+except ValueError as e:
+    print(type(e).__name__, e)
+"""
+    p = subprocess.run([*_NO_ETLAB, "-c", script], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "ContractError Stat.size: expected int, got str '3'"
