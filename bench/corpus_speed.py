@@ -354,9 +354,12 @@ def run_order(names: list[str], rows: dict[str, Row], ctx, refresh: bool) -> lis
     return missing + stale
 
 
-def write_store_section(path: Path) -> None:
-    text = RESULTS.read_text() if RESULTS.is_file() else ""
-    write_section(SECTION, render_store(store.load_store(path), list(CORPUS), store.kept_notes(text, SECTION)))
+def write_store_section(path: Path, results: Path | None = None) -> None:
+    """Renders the section of `results` (bench/RESULTS.md) from the store at `path`, keeping its notes."""
+    results = results or RESULTS
+    text = results.read_text() if results.is_file() else ""
+    write_section(SECTION, render_store(store.load_store(path), list(CORPUS), store.kept_notes(text, SECTION)),
+                  results)
 
 
 def main(argv: list[str] | None = None) -> int:
