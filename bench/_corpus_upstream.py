@@ -1,16 +1,20 @@
 """Upstream ExecuTorch's results for corpus models, cached by content (used by bench/corpus.py and
 tests/corpus).
 
-Two kinds of cached artifacts under `cache_root()` (~/.cache/etlab/corpus, or ETLAB_CORPUS_CACHE):
+Three kinds of cached artifacts under `cache_root()` (~/.cache/etlab/corpus, or ETLAB_CORPUS_CACHE),
+each keyed by what made it (artifact_key / run_key):
 
-- `compile/<key>/`: one model compiled by upstream from the same ExportedProgram etlab compiled
-  (torch.export.save files), its XNNPACK-lowered program, and upstream's runtime outputs of both.
-  The key hashes the model's name, the corpus file defining it, _entry.py, bench/_ref_corpus.py,
-  setup.sh, the torch and transformers versions and RECIPE: a model is re-done only when something
-  that shapes it changed.
+- `portable/<key>/`: upstream's portable compile of one model (upstream.pte, upstream.json with its
+  time or error), made by the long-lived timer worker (bench/_ref_corpus_timer.py, UpstreamCompiler)
+  in the harness's foreground, so that its time is a sample interleaved with etlab's;
+- `xnnpack/<key>/`: the same programs lowered with upstream's XnnpackPartitioner (xnnpack.pte), a
+  background job of bench/_ref_corpus.py;
 - `run/<sha256 of the .pte and inputs>/`: upstream's runtime outputs for one etlab-written `.pte`
-  (re-done whenever etlab's compiler writes different bytes).
+  (re-done whenever etlab's compiler writes different bytes), a background job too.
 
+A compile's key hashes the exported programs (program_digest: graph code, signature, weights), the
+memory-planning option, the script that does the work, setup.sh, the torch version, the upstream
+release and RECIPE; not the model's name, inputs or defining file, which the compile does not read.
 Jobs are built in a temporary directory and renamed into place under a file lock, so concurrent
 harnesses (pytest-xdist workers) do each one once.
 """
@@ -22,9 +26,11 @@ import fcntl
 import hashlib
 import json
 import os
+import queue
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,9 +41,10 @@ import torch
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 REF_SCRIPT = HERE / "_ref_corpus.py"
+TIMER_SCRIPT = HERE / "_ref_corpus_timer.py"
 SETUP_SH = REPO.parent / "shared" / "reference" / "setup.sh"
 ENTRY_SOURCE = REPO / "etlab" / "models" / "corpus" / "_entry.py"
-RECIPE = "corpus-v1 repeat=2"
+RECIPE = "corpus-v2"
 JOB_TIMEOUT_S = 3600
 
 
@@ -127,6 +134,22 @@ def program_key(name: str, programs: dict, inputs: dict[str, tuple], share_mutab
     return h.hexdigest()
 
 
+SCRIPTS = {"portable": TIMER_SCRIPT, "xnnpack": REF_SCRIPT}
+
+
+def artifact_key(kind: str, programs: dict, share_mutable_buffers: bool) -> str:
+    """Content key of upstream's `kind` ('portable' or 'xnnpack') compile of `programs` ({method:
+    ExportedProgram}): only what that compile reads (see the module docstring)."""
+    h = hashlib.sha256(f"{RECIPE}\0{kind}\0{torch.__version__}\0{upstream_version()}\0{share_mutable_buffers}".encode())
+    for p in [SCRIPTS[kind], SETUP_SH]:
+        data = p.read_bytes() if p.is_file() else b""
+        h.update(f"\0{p.name}\0{len(data)}\0".encode() + data)
+    for method in sorted(programs):
+        h.update(f"\0method {method}\0".encode())
+        program_digest(h, programs[method])
+    return h.hexdigest()
+
+
 def run_key(pte: bytes, inputs: dict[str, Path]) -> str:
     """Content key of an upstream run of `pte` on the saved inputs of each method."""
     h = hashlib.sha256(RECIPE.encode() + pte)
@@ -146,7 +169,7 @@ def ref_env() -> dict[str, str]:
 class PendingJob:
     """A job for the reference python, built in `tmp`, renamed to `final` when it has finished."""
 
-    kind: str  # "compile" or "run"
+    kind: str  # "portable", "xnnpack" or "run"
     tmp: Path
     final: Path
     spec: dict = field(default_factory=dict)
@@ -157,7 +180,7 @@ def _complete(d: Path, marker: str) -> bool:
 
 
 def _marker(kind: str) -> str:
-    return "upstream.json" if kind == "compile" else "status.json"
+    return "status.json" if kind == "run" else "upstream.json"
 
 
 def cached(kind: str, key: str) -> Path | None:
@@ -178,7 +201,7 @@ def new_job(kind: str, key: str) -> PendingJob:
     return PendingJob(kind, tmp, root / key)
 
 
-def _publish(job: PendingJob) -> Path:
+def publish(job: PendingJob) -> Path:
     """Renames a finished job into place (another process may have got there first)."""
     if _complete(job.final, _marker(job.kind)):
         shutil.rmtree(job.tmp, ignore_errors=True)
@@ -237,7 +260,7 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
             while pending:
                 for j in list(pending):
                     if _complete(j.tmp, _marker(j.kind)):
-                        _publish(j)
+                        publish(j)
                         pending.remove(j)
                 if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
                     break
@@ -250,12 +273,90 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
                 _LIVE.discard(p)
         for j in pending:
             if _complete(j.tmp, _marker(j.kind)):
-                _publish(j)
+                publish(j)
             else:
                 log(f"upstream {j.kind} job {j.spec} left no result; reference logs in {logdir}")
                 shutil.rmtree(j.tmp, ignore_errors=True)
         if len(pending) == 0 or all(_complete(j.final, _marker(j.kind)) for j in pending):
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+class UpstreamCompiler:
+    """The long-lived reference-python worker (bench/_ref_corpus_timer.py) that compiles a model with
+    upstream's to_edge().to_executorch() on request and says how long it took: the harness asks it
+    between etlab's own samples, so both sides are timed under the same load. Started warm (a tiny
+    compile first, so imports are not in the first model's sample); a worker that dies or outlives
+    `timeout` is killed and the next request starts a new one."""
+
+    def __init__(self, ref_python: str, timeout: float = JOB_TIMEOUT_S):
+        self.ref_python, self.timeout = ref_python, timeout
+        self.proc: subprocess.Popen | None = None
+        self.lines: queue.Queue[str | None] = queue.Queue()
+
+    def _start(self) -> None:
+        self.proc = subprocess.Popen([self.ref_python, str(TIMER_SCRIPT)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env())
+        _LIVE.add(self.proc)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
+        self._ask({"warmup": True})
+
+    @staticmethod
+    def _read(proc: subprocess.Popen, lines: queue.Queue) -> None:
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    def _ask(self, request: dict) -> dict:
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + self.timeout
+        while True:  # a library may print to stdout too: the answer is the next JSON object
+            try:
+                line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+            except queue.Empty:
+                line = None
+            if line is None:
+                self.close()
+                raise WorkerDied(f"upstream's compile worker died or took over {self.timeout:.0f} s")
+            with contextlib.suppress(ValueError):
+                answer = json.loads(line)
+                if isinstance(answer, dict):
+                    return answer
+
+    def compile(self, directory: Path, methods: list[str], pte: Path, share_mutable_buffers: bool) -> dict:
+        """Upstream's compile of directory/<method>.pt2, its program written to `pte`: {"seconds",
+        "cpu_seconds", "pte_bytes"} or {"error": "..."} (upstream cannot compile it)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._start()
+        return self._ask({"dir": str(directory), "methods": methods, "pte": str(pte),
+                          "share_mutable_buffers": share_mutable_buffers})
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+            _LIVE.discard(self.proc)
+            self.proc = None
+
+
+class WorkerDied(RuntimeError):
+    """Upstream's compile worker exited or hung: no result (not a verdict on the model)."""
+
+
+def publish_portable(job: PendingJob, answer: dict) -> Path:
+    """Publishes the timer's compile of one model (job.tmp/upstream.pte, written by the worker) with
+    its time or error as upstream.json."""
+    ok = "error" not in answer
+    comp = {"ok": ok, **({"seconds": answer["seconds"], "cpu_seconds": answer["cpu_seconds"]} if ok
+                         else {"error": str(answer["error"])})}
+    (job.tmp / "upstream.json").write_text(json.dumps({"compile": comp}))
+    return publish(job)
 
 
 _OPERATORS_SNIPPET = ("import json; from executorch.runtime import Runtime; "

@@ -1,24 +1,25 @@
-"""Upstream ExecuTorch's side of the corpus harness (bench/corpus.py). Runs ONLY under the reference
-python (../shared/reference/setup.sh prints it); etlab never imports upstream.
+"""Upstream ExecuTorch's background jobs for the corpus harness (bench/corpus.py). Runs ONLY under the
+reference python (../shared/reference/setup.sh prints it); etlab never imports upstream.
 
   $REF bench/_ref_corpus.py JOBS.json
 
-JOBS.json is a list of jobs; each is {"kind": "compile", "dir": D, "methods": [...], "share_mutable_buffers": B} or
-{"kind": "run", "pte": P, "inputs_dir": D, "methods": [...], "out": O}.
+JOBS.json is a list of jobs; each is {"kind": "xnnpack", "dir": D, "programs_dir": P, "methods": [...],
+"share_mutable_buffers": B}
+or {"kind": "run", "pte": P, "inputs_dir": D, "methods": [...], "out": O}.
 
-compile: loads D/<method>.pt2 (torch.export.save files written by etlab's side, so both compilers
-start from the same ExportedProgram), times to_edge(...).to_executorch() (--repeat runs, first is
-cold), writes D/upstream.pte; lowers with XnnpackPartitioner to D/xnnpack.pte; runs both with
-upstream's runtime on D/<method>.inputs.pt. Results (times, errors per step) go to D/upstream.json
-and outputs to D/upstream.<method>.out.pt and D/xnnpack.<method>.out.pt.
-run: runs P's methods with upstream's runtime on D/<method>.inputs.pt; outputs to
+xnnpack: loads <method>.pt2 from "programs_dir" (default D; torch.export.save files written by etlab's
+side, so both tools start from the same ExportedProgram), lowers them with XnnpackPartitioner and
+writes D/xnnpack.pte; the result (ok or the error) goes to D/upstream.json. Nothing is run here: the
+table's column is etlab reading and running upstream's XNNPACK program. Upstream's portable compile
+is not a job: bench/corpus.py times it interleaved with etlab's through bench/_ref_corpus_timer.py,
+which writes that .pte.
+run: runs P's methods once with upstream's runtime on D/<method>.inputs.pt; outputs to
 O/<method>.out.pt and a status to O/status.json.
 A failing step is recorded with its error and the job goes on; the process exits 0 unless a job
 file is unreadable.
 """
 
 import argparse
-import copy
 import json
 import logging
 import os
@@ -66,54 +67,27 @@ def _step(result, name, fn):
         result[name] = {"ok": False, "error": _error(e), "trace": traceback.format_exc()[-2000:]}
 
 
-def compile_job(job, repeat):
+def xnnpack_job(job):
     import torch
-    from executorch.exir import ExecutorchBackendConfig, to_edge, to_edge_transform_and_lower
+    from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
+    from executorch.exir import ExecutorchBackendConfig, to_edge_transform_and_lower
     from executorch.exir.passes import MemoryPlanningPass
 
     d, methods = job["dir"], job["methods"]
-    result = {}
-    programs = {}
-
-    def config():  # methods sharing mutable buffers (a KV cache) when the job says so
-        if not job.get("share_mutable_buffers"):
-            return None
-        return ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True))
-
-    def load():
-        programs.update(_load_programs(d, methods))
-
-    def compile_portable():
-        times, buf = [], None
-        for _ in range(repeat):
-            progs = copy.deepcopy(programs)  # to_edge may mutate; copying is outside the timer
-            t = time.perf_counter()
-            et = to_edge(progs).to_executorch(config())
-            buf = et.buffer
-            times.append(time.perf_counter() - t)
-        with open(os.path.join(d, "upstream.pte"), "wb") as f:
-            f.write(buf)
-        return {"times": times}
+    result, programs = {}, {}
+    config = None  # methods sharing mutable buffers (a KV cache) when the job says so
+    if job.get("share_mutable_buffers"):
+        config = ExecutorchBackendConfig(memory_planning_pass=MemoryPlanningPass(share_mutable_buffers=True))
 
     def compile_xnnpack():
-        from executorch.backends.xnnpack.partition.xnnpack_partitioner import XnnpackPartitioner
-
-        et = to_edge_transform_and_lower(copy.deepcopy(programs), partitioner=[XnnpackPartitioner()]).to_executorch(
-            config())
+        et = to_edge_transform_and_lower(programs, partitioner=[XnnpackPartitioner()]).to_executorch(config)
         with open(os.path.join(d, "xnnpack.pte"), "wb") as f:
             f.write(et.buffer)
 
     torch.set_num_threads(1)
-    _step(result, "load", load)
+    _step(result, "load", lambda: programs.update(_load_programs(job.get("programs_dir", d), methods)))
     if result["load"]["ok"]:
-        _step(result, "compile", compile_portable)
-        if result["compile"]["ok"]:
-            _step(result, "run_upstream_pte", lambda: _run_pte(os.path.join(d, "upstream.pte"), d, methods,
-                                                               os.path.join(d, "upstream")))
         _step(result, "xnnpack", compile_xnnpack)
-        if result["xnnpack"]["ok"]:
-            _step(result, "run_xnnpack_pte", lambda: _run_pte(os.path.join(d, "xnnpack.pte"), d, methods,
-                                                              os.path.join(d, "xnnpack")))
     with open(os.path.join(d, "upstream.json.tmp"), "w") as f:
         json.dump(result, f)
     os.replace(os.path.join(d, "upstream.json.tmp"), os.path.join(d, "upstream.json"))
@@ -132,14 +106,13 @@ def run_job(job):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("jobs")
-    p.add_argument("--repeat", type=int, default=2)
     a = p.parse_args()
     with open(a.jobs) as f:
         jobs = json.load(f)
     for job in jobs:
         t = time.perf_counter()
-        if job["kind"] == "compile":
-            compile_job(job, a.repeat)
+        if job["kind"] == "xnnpack":
+            xnnpack_job(job)
         else:
             run_job(job)
         print(json.dumps({"job": job.get("dir") or job.get("pte"), "seconds": time.perf_counter() - t}), flush=True)
