@@ -28,7 +28,8 @@
   `error_line`, `Progress` (stages on stderr), `stdout_closed` (a reader that went away: no traceback),
   `terminal_width`, `cut` (text cut with "…"), `fit_table` (a table within a width), `fit_frame` (a
   DataFrame within a width, the columns that do not fit named), `compact_table` (the
-  events' table `etlab inspect` prints)
+  events' table `etlab inspect` prints), `cell_text` (a table cell as text: one rule for the terminal's
+  tables and the views' plain HTML ones)
 """
 
 from etlab.inspector._cli import (
@@ -71,7 +72,7 @@ from etlab.inspector._rollups import (
     time_unit,
     timings_counted_once,
 )
-from etlab.inspector._terminal import compact_table, cut, fit_frame, fit_table, terminal_width
+from etlab.inspector._terminal import cell_text, compact_table, cut, fit_frame, fit_table, terminal_width
 from etlab.schema.etdump import DELEGATE_CALL, FRAMEWORK_EVENT_NAMES, OPERATOR_CALL
 
 __all__ = [
@@ -101,6 +102,7 @@ __all__ = [
     "RunCall",
     "TimeScale",
     "block_methods",
+    "cell_text",
     "compact_table",
     "compare",
     "compare_main",

@@ -9,8 +9,10 @@ characters. `etlab inspect --wide` prints the whole printable frame instead, `--
 
 from __future__ import annotations
 
+import numbers
 import shutil
 
+import numpy as np
 import pandas as pd
 
 from etlab.schema.etdump import OPERATOR_CALL
@@ -43,10 +45,6 @@ def _stat_column(df: pd.DataFrame, stat: str) -> str | None:
     return next((c for c in df.columns if str(c).split(" ")[0] == stat), None)
 
 
-def _number(v) -> str:
-    return "" if v is None or v != v else f"{v:.4g}"
-
-
 def compact_table(df: pd.DataFrame, width: int, top: int | None) -> str:
     """The frame (`Inspector.to_dataframe()`) as text at most `width` characters wide: the `top`
     slowest events by average time (every event when None), in execution order, OPERATOR_CALL rows
@@ -59,7 +57,7 @@ def compact_table(df: pd.DataFrame, width: int, top: int | None) -> str:
     stats = [(s, _stat_column(rows, s)) for s in ("p50", "avg", "max")]
     unit = str(avg).split(" ", 1)[1] if avg and " " in str(avg) else ""
     table = [[str(rows.at[i, "event_block_name"]), str(rows.at[i, "event_name"]),
-              *[_number(rows.at[i, c]) if c else "" for _, c in stats],
+              *[cell_text(rows.at[i, c]) if c else "" for _, c in stats],
               short_ops(rows.at[i, "op_types"]), str(rows.at[i, "delegate_backend_name"] or "")] for i in keep]
     heads = ["block", "event", *[f"{s} {unit}".strip() for s, _ in stats], "ops", "backend"]
     colalign = ("left", "left", "right", "right", "right", "left", "left")
@@ -99,13 +97,27 @@ def _render(rows, heads, flex, room: int, colalign) -> str:
 
 
 def cell_text(v) -> str:
-    """A frame's cell as a table shows it: floats to 4 significant digits, None / NaN empty, lists joined."""
-    if v is None or (isinstance(v, float) and v != v):
+    """A value as every etlab table writes it: the terminal's (`etlab inspect`, `etlab quant`, a view's text form)
+    and a TableView's plain HTML, so the same number reads the same on each. Missing (None, NaN, pandas' NA / NaT):
+    empty. A whole number: all its digits, also as a float below 1e15 (pandas makes an int column float when a cell
+    is missing; 123456 must not read 1.235e+05 there). Any other number: 4 significant digits, the project's
+    precision for measurements (format.js's fmtNum, the CLIs' summaries). A list: its items by this rule, joined."""
+    if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim > 0):
+        items = v.tolist() if isinstance(v, np.ndarray) else v
+        return ", ".join(f"[{cell_text(x)}]" if isinstance(x, (list, tuple)) else cell_text(x) for x in items)
+    if v is None or v is pd.NA or v is pd.NaT:
         return ""
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    if isinstance(v, (list, tuple)):
-        return ", ".join(map(str, v))
+    if isinstance(v, (bool, np.bool_)):
+        return str(bool(v))
+    if isinstance(v, numbers.Integral):
+        return str(int(v))
+    if isinstance(v, numbers.Real):
+        x = float(v)
+        if x != x:
+            return ""
+        if x.is_integer() and abs(x) < 1e15:
+            return str(int(x))
+        return f"{x:.4g}"
     return str(v)
 
 

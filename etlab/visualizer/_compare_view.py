@@ -16,13 +16,14 @@ import os
 import ipywidgets as widgets
 import plotly.graph_objects as go
 
+from etlab.inspector import cell_text
 from etlab.visualizer import _html
 from etlab.visualizer._analysis_views import NumericGapView, _fragments, _link_table_to_graph
 from etlab.visualizer._graph_model import GraphModel
 from etlab.visualizer._graph_view import GraphView, graph_models
 from etlab.visualizer._plot_view import PlotView
 from etlab.visualizer._sources import resolve_sources
-from etlab.visualizer._table import TableView, _cell
+from etlab.visualizer._table import TableView
 from etlab.visualizer._text import TextForm, table_lines, wrap
 
 OVERLAYS = {"ratio": "latency", "numeric": "gap", "none": "none"}
@@ -201,7 +202,7 @@ def comparison_html(comparison, max_rows: int = 12) -> str:
     by_key = {r["key"]: r for r in compare_rows(comparison)}
     shown = [by_key[r.key] for r in comparison.top(max_rows)]
     shown += [by_key[r.key] for r in comparison.rows if r.present != "both"][: max(0, max_rows - len(shown))]
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(k)))}</td>" for k, _, _ in columns) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(cell_text(r.get(k)))}</td>" for k, _, _ in columns) + "</tr>"
                    for r in shown)
     return (f"<div class='etlab-repr' data-etlab-view='compare-repr'>{_warning_html(capture_warning(comparison))}"
             f"<p><b>{html.escape(comparison.name_a)}</b> (A) vs "

@@ -8,6 +8,7 @@ import math
 import anywidget
 import traitlets
 
+from etlab.inspector import cell_text
 from etlab.visualizer import _html
 from etlab.visualizer._text import TextForm, table_lines
 
@@ -27,16 +28,6 @@ def _clean(v):
         return {str(k): _clean(x) for k, x in v.items()}
     if v is None or isinstance(v, (bool, int, float, str)):
         return v
-    return str(v)
-
-
-def _cell(v) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return f"{v:.5g}"
-    if isinstance(v, (list, tuple)):
-        return ", ".join(map(str, v))
     return str(v)
 
 
@@ -64,9 +55,10 @@ class TableView(TextForm, anywidget.AnyWidget):
                 "clicked": {}}
 
     def static_html(self, max_rows: int = 100) -> str:
-        """The rows as a plain HTML table (the first `max_rows`)."""
+        """The rows as a plain HTML table (the first `max_rows`), each cell as the terminal's tables write it
+        (etlab.inspector.cell_text: the same digits as the text form)."""
         head = "".join(f"<th>{html.escape(c['label'])}</th>" for c in self.columns)
-        body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(r.get(c['key'])))}</td>" for c in self.columns)
+        body = "".join("<tr>" + "".join(f"<td>{html.escape(cell_text(r.get(c['key'])))}</td>" for c in self.columns)
                        + "</tr>" for r in self.rows[:max_rows])
         more = f"<p>… {len(self.rows) - max_rows} more rows</p>" if len(self.rows) > max_rows else ""
         title = f"<p><b>{html.escape(self.title)}</b></p>" if self.title else ""
