@@ -51,7 +51,8 @@ if str(HERE) not in sys.path:
 
 import torch  # noqa: E402
 from _common import RESULTS, ref_env, reference_python, write_section  # noqa: E402
-from _xnnpack_ptes import default_dir, keep_pair  # noqa: E402
+from _xnnpack_latency import retime  # noqa: E402
+from _xnnpack_ptes import default_dir, keep_pair, read_pair  # noqa: E402
 
 from etlab.devtools import get_delegation_info  # noqa: E402
 from etlab.models import DYNAMIC_SHAPES, ZOO  # noqa: E402
@@ -110,6 +111,8 @@ class Result:
     etlab_ops: dict[str, int] = field(default_factory=dict)  # op type -> delegated occurrences
     upstream_ops: dict[str, int] = field(default_factory=dict)
     remark: str = ""  # hand-written (--remark), kept when the model is re-measured: check it still holds
+    # --latency-only: threads label -> when / load / rounds / which kept pair the latency fields were re-timed
+    latency_retimed: dict[str, dict] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -143,18 +146,30 @@ class Result:
 
 
 class Upstream:
-    """The reference-python worker (bench/_ref_xnnpack.py): one JSON request in, one JSON answer out."""
+    """The reference-python worker (bench/_ref_xnnpack.py): one JSON request in, one JSON answer out.
+    A worker that died (a program crashed upstream's runtime) is named in the error and started again
+    for the next request, so an unattended run goes on with the next model."""
 
     def __init__(self, ref_python: str):
-        self.proc = subprocess.Popen([ref_python, str(HERE / "_ref_xnnpack.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=ref_env())
+        self.ref_python = ref_python
+        self.proc = self._start()
+
+    def _start(self) -> subprocess.Popen:
+        return subprocess.Popen([self.ref_python, str(HERE / "_ref_xnnpack.py")], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=ref_env())
 
     def ask(self, **req) -> dict:
-        self.proc.stdin.write(json.dumps(req, default=str) + "\n")
-        self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
+        if self.proc.poll() is not None:
+            self.proc = self._start()
+        try:
+            self.proc.stdin.write(json.dumps(req, default=str) + "\n")
+            self.proc.stdin.flush()
+            line = self.proc.stdout.readline()
+        except BrokenPipeError:
+            line = ""
         if not line:
-            raise RuntimeError(f"upstream worker exited (code {self.proc.poll()})")
+            code = self.proc.wait(timeout=60)
+            raise RuntimeError(f"upstream worker exited (code {code})")
         answer = json.loads(line)
         if "error" in answer:
             raise RuntimeError(answer["error"])
@@ -323,6 +338,45 @@ def bench_model(name: str, kind: str, upstream: Upstream, partitioner_cls, why_n
     return res
 
 
+def store_pair(name: str, kind: str, upstream: Upstream, partitioner_cls, scratch: Path, pte_dir: Path,
+               commit: str) -> str:
+    """--store-only: lowers one model on both sides (one upstream lowering, one etlab lowering, nothing
+    timed), checks that upstream's runtime runs both programs, and keeps the pair. Returns what happened."""
+    d = scratch / name
+    d.mkdir()
+    model = build(name, kind)
+    torch.export.save(model.ep, d / "model.pt2")
+    torch.save(list(model.inputs), d / "inputs.pt")
+    first = upstream.ask(cmd="compile", dir=str(d), write=True)
+    if not first["partitions"]:
+        return "upstream's XnnpackPartitioner delegates nothing: no pair"
+    _, buf = _etlab_compile(model, partitioner_cls)
+    (d / "etlab.pte").write_bytes(buf)
+    errors = {}
+    for side in ("etlab", "upstream"):
+        upstream.ask(cmd="outputs", pte=str(d / f"{side}.pte"), inputs=str(d / "inputs.pt"), out=str(d / "out.pt"))
+        got = torch.load(d / "out.pt", weights_only=True)
+        errors[side] = max_abs_error(got, model.eager)
+        if side == "etlab" and not _tolerance_ok(got, model):
+            return f"etlab's program outside the tolerance on upstream's runtime ({errors[side]:.2g}): no pair"
+    kept = keep_pair(pte_dir, name, d, commit, "store-only")
+    return (f"kept in {kept.folder} (upstream lowering {first['seconds']:.1f} s; max err etlab "
+            f"{errors['etlab']:.2g} / upstream {errors['upstream']:.2g})")
+
+
+def lacking_pairs(rows: list[Result], pte_dir: Path) -> list[Result]:
+    """The rows lowered by both sides whose model has no kept pair (not verified: a manifest and its files),
+    smallest first (by the row's upstream compile time)."""
+    out = []
+    for r in rows:
+        if r.etlab_partitions and r.upstream_partitions:
+            try:
+                read_pair(pte_dir, r.name, verify=False)
+            except ValueError:
+                out.append(r)
+    return sorted(out, key=lambda r: statistics.median(r.upstream_s) if r.upstream_s else float("inf"))
+
+
 def _result(row: dict, path: Path, lineno: int) -> Result:
     """A Result from one saved JSON line; a line that is not one is an error naming file and line."""
     names = {f.name for f in dataclasses.fields(Result)}
@@ -437,6 +491,7 @@ def render(results: list[Result], notes: str = "") -> str:
                        f"{', '.join(slow_latency[k]) or 'none'})." for k, v in lat.items() if v and k == "1")
             + (f" Latency at default threads: {_default_threads_verdict(lat['default'], slow_latency['default'], both)}"
                if lat["default"] else "")
+            + _retimed_summary(both)
             + f" Fewer delegated nodes than upstream: {', '.join(fewer) or 'none'}. "
             f"Outside the tolerance on upstream's runtime: {', '.join(off_tol) or 'none'}.", "",
         ]
@@ -468,11 +523,23 @@ def render(results: list[Result], notes: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def _retimed_summary(rows: list[Result]) -> str:
+    """How many rows' latency was re-timed from kept pairs (--latency-only), per threads label, and at what load."""
+    out = []
+    for label in ("1", "default"):
+        loads = [x for r in rows if label in r.latency_retimed for x in latency_load(r, label)]
+        if loads:
+            n = sum(label in r.latency_retimed for r in rows)
+            out.append(f"{'1 thread' if label == '1' else 'default threads'} of {n} of {len(rows)} rows "
+                       f"(load {min(loads):.1f}-{max(loads):.1f})")
+    return (" Latency re-timed from the kept .pte pairs (--latency-only): " + ", ".join(out) + ".") if out else ""
+
+
 def _default_threads_verdict(ratios: list[float], above: list[str], rows: list[Result]) -> str:
     """The default-threads summary, or why it is not one: with the load above the core count a second
     thread is rarely free, and both sides' rounds swing by several times, so the ratio is noise."""
     cores = os.cpu_count() or 1
-    loaded = [r.name for r in rows if r.load and max(r.load) > cores]
+    loaded = [r.name for r in rows if latency_load(r, "default") and max(latency_load(r, "default")) > cores]
     text = (f"median {statistics.median(ratios):.3f}, max {max(ratios):.3f} (above {LATENCY_MAX_TARGET}: "
             f"{', '.join(above) or 'none'}).")
     if len(loaded) * 2 > len(rows):
@@ -484,7 +551,24 @@ def _default_threads_verdict(ratios: list[float], above: list[str], rows: list[R
 
 def _note_cell(r: Result) -> str:
     run = f"etlab at {r.commit or '?'}" + (f", rounds {r.rounds} / {r.latency_rounds}" if r.rounds is not None else "")
-    return "; ".join(x for x in (r.remark, fewer_ops(r), r.error, run) if x)
+    return "; ".join(x for x in (r.remark, fewer_ops(r), r.error, run, _retimed_note(r)) if x)
+
+
+def _retimed_note(r: Result) -> str:
+    """What --latency-only changed in this row: only the latency columns, from which kept pair, when."""
+    parts = []
+    for label, m in sorted(r.latency_retimed.items()):
+        load = m.get("load") or [float("nan")] * 2
+        parts.append(f"latency {'1T' if label == '1' else 'default (' + str(m.get('threads', '?')) + ' threads)'} "
+                     f"re-timed alone {str(m.get('date', '?'))[:16]}Z at load {load[0]:.1f} -> {load[-1]:.1f}, "
+                     f"{m.get('rounds')} rounds of {m.get('per_round')}, from the kept .pte pair lowered at "
+                     f"{m.get('pte_commit', '?')} ({m.get('pte_source', '?')})")
+    return "; ".join(parts) + ("; only the latency columns changed" if parts else "")
+
+
+def latency_load(r: Result, label: str) -> list[float]:
+    """The load the row's latency of this threads label was measured at (its re-timing's, else the row's)."""
+    return (r.latency_retimed.get(label) or {}).get("load") or r.load
 
 
 def _load_cell(r: Result) -> str:
@@ -524,11 +608,21 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--models", nargs="*", default=None, help="zoo or corpus names (default: zoo set + corpus)")
     p.add_argument("--rounds", type=int, default=2, help="upstream compile samples per model after the first")
-    p.add_argument("--latency-rounds", type=int, default=15)
+    p.add_argument("--latency-rounds", type=int, default=None,
+                   help="latency rounds per model (default 15; with --latency-only the most a model gets, default 30)")
     p.add_argument("--no-write", action="store_true", help="leave the store and RESULTS.md alone")
     p.add_argument("--pte-dir", type=Path, default=None,
                    help=f"where each measured model's .pte pair is kept (default {default_dir()})")
     p.add_argument("--no-keep-pte", action="store_true", help="do not keep the measured .pte pairs")
+    p.add_argument("--latency-only", action="store_true",
+                   help="re-time only the latency of the stored rows from their kept .pte pairs (nothing lowered; "
+                        "updates only the rows' latency fields); with --models: only those")
+    p.add_argument("--threads", choices=("1", "default", "both"), default="both", help="with --latency-only")
+    p.add_argument("--budget-min", type=float, default=8.0,
+                   help="with --latency-only: the time the rounds are chosen to fit (estimated, printed)")
+    p.add_argument("--store-only", action="store_true",
+                   help="lower both sides of each model (nothing timed) and keep the .pte pair; default models: "
+                        "the stored rows without a kept pair, smallest first; the row store is left alone")
     p.add_argument("--json", type=Path, default=None, help="also append each model's result as a JSON line here")
     p.add_argument("--from-json", type=Path, nargs="*", default=None,
                    help="merge lines saved by --json into the store and render the section (no measuring)")
@@ -557,8 +651,14 @@ def main(argv: list[str] | None = None) -> int:
         if not a.no_write:
             write_section(SECTION, text)
         return 0
+    if a.latency_rounds is None:
+        a.latency_rounds = 30 if a.latency_only else 15
+    if a.latency_only and a.store_only:
+        raise SystemExit("xnnpack_lowering: --latency-only and --store-only are two runs")
     warnings.filterwarnings("ignore")
     torch.set_num_threads(1)
+    if a.latency_only or a.store_only:
+        return _pairs_main(a)
     names = a.models or default_models()
     models = load_models(names)
     ref = reference_python()
@@ -601,6 +701,61 @@ def main(argv: list[str] | None = None) -> int:
     text = write_store_and_section(results) if not a.no_write else render(results, kept_notes())
     print(text)
     return 0
+
+
+def _pairs_main(a) -> int:
+    """--latency-only and --store-only: the kept .pte pairs' two runs."""
+    pte_dir = a.pte_dir or default_dir()
+    rows = load_results([STORE])[0] if STORE.is_file() else []
+    if a.models:
+        unknown = sorted(set(a.models) - {r.name for r in rows}) if a.latency_only else []
+        if unknown:
+            raise SystemExit(f"xnnpack_lowering: --latency-only: no stored row for {unknown}")
+        load_models(a.models)  # names a model that is neither in the zoo nor in the corpus
+    ref = reference_python()
+    if ref is None:
+        print("xnnpack_lowering: the upstream reference python is unavailable (../shared/reference/setup.sh)",
+              file=sys.stderr)
+        return 2
+    upstream = Upstream(ref)
+    try:
+        if a.latency_only:
+            chosen = [r for r in rows if r.etlab_partitions and r.upstream_partitions
+                      and (not a.models or r.name in a.models)]
+            labels = ["1", "default"] if a.threads == "both" else [a.threads]
+
+            def save(row: Result) -> None:
+                if a.json is not None:
+                    with open(a.json, "a") as f:
+                        f.write(json.dumps(dataclasses.asdict(row)) + "\n")
+                if not a.no_write:
+                    merge_into_store([row])
+
+            done = retime(chosen, pte_dir, labels, a.budget_min * 60, upstream.ask, save,
+                          max_rounds=a.latency_rounds)
+            print(f"[latency] {len(done)} of {len(chosen)} rows re-timed", flush=True)
+            if not a.no_write:
+                print(write_store_and_section([]))
+            return 0
+        partitioner_cls, why = _etlab_partitioner()
+        if partitioner_cls is None:
+            raise SystemExit(f"xnnpack_lowering: --store-only: {why}")
+        names = a.models or [r.name for r in lacking_pairs(rows, pte_dir)]
+        print(f"[store] {len(names)} models to lower on both sides and keep in {pte_dir}: {', '.join(names)}",
+              flush=True)
+        commit = _commit()
+        with tempfile.TemporaryDirectory() as scratch:
+            for i, (name, kind) in enumerate(load_models(names), 1):
+                t = time.perf_counter()
+                try:
+                    what = store_pair(name, kind, upstream, partitioner_cls, Path(scratch), pte_dir, commit)
+                except Exception as e:  # one model's failure is named; the run goes on
+                    what = f"FAILED ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''})"
+                print(f"[store {i}/{len(names)}] {name}: {what}; {time.perf_counter() - t:.0f} s, "
+                      f"load {os.getloadavg()[0]:.1f}", flush=True)
+        return 0
+    finally:
+        upstream.close()
 
 
 if __name__ == "__main__":
