@@ -317,7 +317,7 @@ class UpstreamCompiler:
             except queue.Empty:
                 line = None
             if line is None:
-                self.close()
+                self.close(kill=True)
                 raise WorkerDied(f"upstream's compile worker died or took over {self.timeout:.0f} s")
             with contextlib.suppress(ValueError):
                 answer = json.loads(line)
@@ -332,8 +332,11 @@ class UpstreamCompiler:
         return self._ask({"dir": str(directory), "methods": methods, "pte": str(pte),
                           "share_mutable_buffers": share_mutable_buffers})
 
-    def close(self) -> None:
+    def close(self, kill: bool = False) -> None:
+        """Ends the worker: at the end of its input (it exits by itself), or killed."""
         if self.proc is not None:
+            if kill:
+                self.proc.kill()
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
             try:
