@@ -59,7 +59,12 @@ def source_key(entry) -> str:
 
 
 def git_state() -> tuple[str, bool]:
-    """(short HEAD commit, whether etlab/ has uncommitted edits), ('unknown', True) outside git."""
+    """(short HEAD commit, whether etlab/ has uncommitted edits), ('unknown', True) outside git. A tree
+    exported with `git archive COMMIT` (a long run that other people's uncommitted edits must not reach)
+    names its commit in ETLAB_TREE_COMMIT: that commit, clean."""
+    exported = os.environ.get("ETLAB_TREE_COMMIT", "").strip()
+    if exported and not (REPO / ".git").exists():
+        return exported[:12], False
     try:
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                               check=True).stdout.strip()

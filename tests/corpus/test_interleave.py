@@ -108,3 +108,12 @@ def test_a_published_portable_compile_records_its_time_or_error(tmp_path, monkey
     assert up.cached("portable", "a" * 64) == final and (final / "upstream.pte").read_bytes() == b"PTE"
     failed = up.publish_portable(up.new_job("portable", "b" * 64), {"error": "SpecViolationError: x"})
     assert '"ok": false' in (failed / "upstream.json").read_text() and up.cached("portable", "b" * 64) == failed
+
+
+def test_an_exported_tree_names_its_commit(tmp_path, monkeypatch):
+    rows = sys.modules["_corpus_rows"]
+    monkeypatch.setattr(rows, "REPO", tmp_path)  # a `git archive` export: no .git
+    monkeypatch.setenv("ETLAB_TREE_COMMIT", "0233d32")
+    assert rows.git_state() == ("0233d32", False)
+    monkeypatch.delenv("ETLAB_TREE_COMMIT")
+    assert rows.git_state() == ("unknown", True)
