@@ -97,3 +97,114 @@ def test_a_bad_saved_line_names_file_and_line(bench, tmp_path):
         bench.load_results([bad])
     bad.write_text(json.dumps({"name": "mlp"}) + "\n")
     assert bench.load_results([bad], "abc")[0][0].commit == "abc"
+
+
+def _pair(bench, store, name, scratch, commit="c9", etlab=b"E" * 10, upstream=b"U" * 20):
+    scratch.mkdir(parents=True, exist_ok=True)
+    for file, data in (("etlab.pte", etlab), ("upstream.pte", upstream), ("inputs.pt", b"I")):
+        (scratch / file).write_bytes(data)
+    return sys.modules["_xnnpack_ptes"].keep_pair(store, name, scratch, commit, "bench")
+
+
+def test_a_kept_pair_is_read_back_and_a_replaced_file_is_named(bench, tmp_path):
+    ptes = sys.modules["_xnnpack_ptes"]
+    store = tmp_path / "pairs"
+    kept = _pair(bench, store, "mlp", tmp_path / "s")
+    got = ptes.read_pair(store, "mlp")
+    assert (got.commit, got.source, got.folder) == ("c9", "bench", kept.folder)
+    assert ptes.kept_models(store) == ["mlp"]
+    (store / "mlp" / "etlab.pte").write_bytes(b"X" * 10)  # same size, other bytes
+    with pytest.raises(ValueError, match=r"mlp/etlab.pte: SHA-256 differs"):
+        ptes.read_pair(store, "mlp")
+    assert ptes.read_pair(store, "mlp", verify=False).commit == "c9"
+    (store / "mlp" / "upstream.pte").write_bytes(b"U")
+    with pytest.raises(ValueError, match=r"upstream.pte: 1 bytes, the manifest says 20"):
+        ptes.read_pair(store, "mlp", verify=False)
+    with pytest.raises(ValueError, match=r"cnn/manifest.json: no manifest"):
+        ptes.read_pair(store, "cnn")
+    (store / "mlp" / "manifest.json").write_text("{")
+    with pytest.raises(ValueError, match=r"manifest\.json: not JSON"):
+        ptes.read_pair(store, "mlp")
+    with pytest.raises(FileNotFoundError, match=r"no etlab\.pte, upstream\.pte, inputs\.pt"):
+        ptes.keep_pair(store, "gru", tmp_path / "empty", "c9", "bench")
+
+
+def _timed_row(bench, name, ms):
+    r = _row(bench, name, 20)
+    r.latency = {"1": {"etlab": ms, "upstream": ms}, "default": {"etlab": ms, "upstream": ms}}
+    r.load = [9.0, 9.5]
+    return r
+
+
+def test_rounds_fit_the_budget_small_models_get_more(bench, tmp_path):
+    lat = sys.modules["_xnnpack_latency"]
+    store = tmp_path / "pairs"
+    rows = [_timed_row(bench, "mlp", 0.01), _timed_row(bench, "cnn", 200.0)]
+    pairs = {r.name: _pair(bench, store, r.name, tmp_path / r.name) for r in rows}
+    roomy = lat.plan(rows, pairs, ["1"], budget_s=1e4)
+    assert [p.rounds for p in roomy] == [30, 30]
+    tight = lat.plan(rows, pairs, ["1", "default"], budget_s=20)
+    by = {(p.model, p.label): p for p in tight}
+    assert sum(p.seconds for p in tight) <= 20
+    assert by["mlp", "1"].rounds == 30 and by["mlp", "1"].per_round == lat.MAX_PER_ROUND
+    assert 5 <= by["cnn", "1"].rounds < 30 and by["cnn", "1"].per_round == 1
+    starved = lat.plan(rows, pairs, ["1"], budget_s=0.1)  # never fewer than min_rounds: over budget, said so
+    assert min(p.rounds for p in starved) == 5 and sum(p.seconds for p in starved) > 0.1
+
+
+def test_latency_only_changes_only_the_latency_fields_and_says_so(bench, tmp_path):
+    lat = sys.modules["_xnnpack_latency"]
+    store = tmp_path / "pairs"
+    rows = [_timed_row(bench, n, 1.0) for n in ("mlp", "cnn", "gru")]
+    before = {r.name: (r.etlab_nodes, r.etlab_s, r.upstream_s, r.commit, r.load) for r in rows}
+    _pair(bench, store, "mlp", tmp_path / "a", commit="p1")
+    _pair(bench, store, "cnn", tmp_path / "b", commit="p1")
+    asked, saved, said = [], [], []
+
+    def ask(**req):
+        asked.append(req)
+        if "cnn" in req["ptes"]["etlab"] and req["threads"] == 0:
+            raise RuntimeError("upstream worker exited (code -11)")
+        return {"median_ms": {"etlab": 0.5, "upstream": 0.4}, "iqr_ms": {"etlab": [0.4, 0.6], "upstream": [0.3, 0.5]},
+                "threads": req["threads"] or 2}
+
+    done = lat.retime(rows, store, ["1", "default"], 60, ask, saved.append, log=said.append)
+    assert sorted(r.name for r in done) == ["cnn", "mlp"] and len(saved) == 3
+    assert {(q["threads"], q["ptes"]["upstream"].endswith("upstream.pte")) for q in asked} == {(1, True), (0, True)}
+    assert any("no usable kept pair for 1 rows" in s and "gru" in s for s in said)
+    assert any("cnn default: FAILED (upstream worker exited (code -11)); row left as it is" in s for s in said)
+    mlp, cnn, gru = rows
+    assert mlp.latency_ratio("1") == pytest.approx(1.25) and mlp.latency_ratio("default") == pytest.approx(1.25)
+    assert mlp.threads_default == 2 and cnn.latency["default"] == {"etlab": 1.0, "upstream": 1.0}
+    assert gru.latency_retimed == {} and gru.latency_ratio("1") == 1.0
+    assert {r.name: (r.etlab_nodes, r.etlab_s, r.upstream_s, r.commit, r.load) for r in rows} == before
+    note = bench._note_cell(mlp)
+    assert "latency 1T re-timed alone" in note and "default (2 threads) re-timed alone" in note
+    assert "from the kept .pte pair lowered at p1 (bench)" in note and "only the latency columns changed" in note
+    assert bench._note_cell(gru).endswith("rounds 1 / 10")
+
+
+def test_default_threads_re_timed_on_a_quiet_machine_are_a_measurement(bench):
+    rows = [_timed_row(bench, n, 1.0) for n in ("mlp", "cnn")]
+    for r in rows:
+        r.load = [1e4, 1e4]
+    assert "NOT a measurement" in bench.render(rows)
+    for r in rows:
+        r.latency_retimed["default"] = {"date": "2026-11-28T01:00:00Z", "load": [0.2, 0.3], "rounds": 30,
+                                        "per_round": 5, "threads": 2, "pte_commit": "p1", "pte_source": "bench"}
+    text = bench.render(rows)
+    assert "NOT a measurement" not in text and "Latency at default threads: median 1.000" in text
+    assert "re-timed from the kept .pte pairs (--latency-only): default threads of 2 of 2 rows (load 0.2-0.3)" in text
+
+
+def test_store_only_takes_the_rows_without_a_pair_smallest_first(bench, tmp_path):
+    store = tmp_path / "pairs"
+    rows = [_row(bench, "mlp", 20), _row(bench, "cnn", 40), _row(bench, "gru", 10), _row(bench, "lstm", 5)]
+    rows[3].etlab_partitions = None  # etlab's lowering failed: nothing to keep
+    _pair(bench, store, "cnn", tmp_path / "c")
+    assert [r.name for r in bench.lacking_pairs(rows, store)] == ["gru", "mlp"]
+
+
+def test_latency_only_and_store_only_are_refused_together(bench):
+    with pytest.raises(SystemExit, match="--latency-only and --store-only are two runs"):
+        bench.main(["--latency-only", "--store-only"])
