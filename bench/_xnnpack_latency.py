@@ -89,10 +89,11 @@ def _minutes(s: float) -> str:
 
 
 def retime(rows: list, store: Path, labels: list[str], budget_s: float, ask: Callable[..., dict],
-           save: Callable[[object], None], max_rounds: int = 30, log: Callable[[str], None] = print) -> list:
+           save: Callable[[object], None], max_rounds: int = 30, log: Callable[[str], None] = print,
+           dry_run: bool = False) -> list:
     """Re-times every row of `rows` that has a kept pair (the others are named and left as they are);
     `ask(**request)` is the upstream worker's, `save(row)` stores a row as soon as it is updated.
-    Returns the updated rows."""
+    Returns the updated rows. `dry_run`: only the plan and its estimate are printed."""
     pairs, lacking = {}, []
     for r in rows:
         try:
@@ -108,6 +109,10 @@ def retime(rows: list, store: Path, labels: list[str], budget_s: float, ask: Cal
         f"{_minutes(total)} (budget {_minutes(budget_s)}; from the rows' latency measured under load, so an upper "
         f"bound on a quiet machine; plus the upstream worker's start-up); rounds {min(rounds)}-{max(rounds)}, "
         f"load now {os.getloadavg()[0]:.1f}")
+    if dry_run:
+        for p in plans:
+            log(f"[latency plan] {p.model} {p.label}: {p.rounds} rounds of {p.per_round}, ~{p.seconds:.1f} s")
+        return []
     by_name, updated, start = {r.name: r for r in rows}, {}, time.perf_counter()
     for i, p in enumerate(plans, 1):
         row = by_name[p.model]
@@ -117,7 +122,7 @@ def retime(rows: list, store: Path, labels: list[str], budget_s: float, ask: Cal
             t = ask(cmd="latency", ptes={"etlab": str(p.pair.path("etlab.pte")),
                                          "upstream": str(p.pair.path("upstream.pte"))},
                     inputs=str(p.pair.path("inputs.pt")), threads=LABELS[p.label], rounds=p.rounds,
-                    per_round=p.per_round)
+                    per_round=p.per_round, timeout=120 + 10 * p.seconds)
         except RuntimeError as e:
             log(f"[latency {i}/{len(plans)}] {p.model} {p.label}: FAILED ({e}); row left as it is")
             continue

@@ -36,6 +36,7 @@ import dataclasses
 import json
 import os
 import re
+import select
 import statistics
 import subprocess
 import sys
@@ -158,12 +159,18 @@ class Upstream:
         return subprocess.Popen([self.ref_python, str(HERE / "_ref_xnnpack.py")], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, text=True, env=ref_env())
 
-    def ask(self, **req) -> dict:
+    def ask(self, timeout: float | None = None, **req) -> dict:
+        """One request's answer; `timeout` (seconds): a worker that has not answered by then is stopped
+        (and started again by the next request) and the request raises."""
         if self.proc.poll() is not None:
             self.proc = self._start()
         try:
             self.proc.stdin.write(json.dumps(req, default=str) + "\n")
             self.proc.stdin.flush()
+            if timeout is not None and not select.select([self.proc.stdout], [], [], timeout)[0]:
+                self.proc.kill()
+                self.proc.wait(timeout=60)
+                raise RuntimeError(f"upstream worker gave no answer in {timeout:.0f} s (stopped)")
             line = self.proc.stdout.readline()
         except BrokenPipeError:
             line = ""
@@ -620,6 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", choices=("1", "default", "both"), default="both", help="with --latency-only")
     p.add_argument("--budget-min", type=float, default=8.0,
                    help="with --latency-only: the time the rounds are chosen to fit (estimated, printed)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="with --latency-only: print the kept pairs, the rounds per model and the time estimate; "
+                        "time nothing")
     p.add_argument("--store-only", action="store_true",
                    help="lower both sides of each model (nothing timed) and keep the .pte pair; default models: "
                         "the stored rows without a kept pair, smallest first; the row store is left alone")
@@ -712,6 +722,11 @@ def _pairs_main(a) -> int:
         if unknown:
             raise SystemExit(f"xnnpack_lowering: --latency-only: no stored row for {unknown}")
         load_models(a.models)  # names a model that is neither in the zoo nor in the corpus
+    chosen = [r for r in rows if r.etlab_partitions and r.upstream_partitions and (not a.models or r.name in a.models)]
+    labels = ["1", "default"] if a.threads == "both" else [a.threads]
+    if a.latency_only and a.dry_run:
+        retime(chosen, pte_dir, labels, a.budget_min * 60, None, None, max_rounds=a.latency_rounds, dry_run=True)
+        return 0
     ref = reference_python()
     if ref is None:
         print("xnnpack_lowering: the upstream reference python is unavailable (../shared/reference/setup.sh)",
@@ -720,9 +735,6 @@ def _pairs_main(a) -> int:
     upstream = Upstream(ref)
     try:
         if a.latency_only:
-            chosen = [r for r in rows if r.etlab_partitions and r.upstream_partitions
-                      and (not a.models or r.name in a.models)]
-            labels = ["1", "default"] if a.threads == "both" else [a.threads]
 
             def save(row: Result) -> None:
                 if a.json is not None:

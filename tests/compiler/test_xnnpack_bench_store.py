@@ -161,7 +161,7 @@ def test_latency_only_changes_only_the_latency_fields_and_says_so(bench, tmp_pat
     _pair(bench, store, "cnn", tmp_path / "b", commit="p1")
     asked, saved, said = [], [], []
 
-    def ask(**req):
+    def ask(timeout=None, **req):
         asked.append(req)
         if "cnn" in req["ptes"]["etlab"] and req["threads"] == 0:
             raise RuntimeError("upstream worker exited (code -11)")
@@ -208,3 +208,33 @@ def test_store_only_takes_the_rows_without_a_pair_smallest_first(bench, tmp_path
 def test_latency_only_and_store_only_are_refused_together(bench):
     with pytest.raises(SystemExit, match="--latency-only and --store-only are two runs"):
         bench.main(["--latency-only", "--store-only"])
+
+
+def test_a_silent_or_dead_worker_is_named_and_started_again(bench, tmp_path):
+    """An unattended --latency-only run goes on after a program that hangs or crashes upstream's runtime."""
+    import subprocess
+
+    script = tmp_path / "worker.py"
+    script.write_text("import json, sys, time\n"
+                      "for line in sys.stdin:\n"
+                      "    req = json.loads(line)\n"
+                      "    if req['cmd'] == 'hang': time.sleep(60)\n"
+                      "    if req['cmd'] == 'die': sys.exit(3)\n"
+                      "    print(json.dumps({'echo': req['cmd']}), flush=True)\n")
+
+    class Fake(bench.Upstream):
+        def _start(self):
+            return subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    text=True)
+
+    up = Fake("unused")
+    try:
+        assert up.ask(cmd="a") == {"echo": "a"}
+        with pytest.raises(RuntimeError, match=r"gave no answer in 1 s \(stopped\)"):
+            up.ask(cmd="hang", timeout=1)
+        assert up.ask(cmd="b", timeout=30) == {"echo": "b"}
+        with pytest.raises(RuntimeError, match=r"upstream worker exited \(code 3\)"):
+            up.ask(cmd="die")
+        assert up.ask(cmd="c") == {"echo": "c"}
+    finally:
+        up.close()
