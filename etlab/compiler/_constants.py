@@ -10,6 +10,7 @@ import torch
 from etlab.compiler._tensor_spec import TensorSpec, align
 from etlab.schema import dtype_to_scalar_type
 from etlab.schema import flat_tensor as FT
+from etlab.schema import program as P
 
 DEFAULT_EXTERNAL_FILE = "_default_external_constant"  # upstream's name for the .ptd of external constants
 
@@ -73,8 +74,9 @@ class ConstantStore:
         self._index[key] = value
         return value
 
-    def segment(self) -> tuple[bytes | None, list[int]]:
-        """The constant segment's bytes and its offsets table ([0] for the reserved buffer, then one per buffer)."""
+    def segment(self) -> tuple[P.Pieces | None, list[int]]:
+        """The constant segment (its tensors and padding, copied into the file once by serialize_pte) and its offsets
+        table ([0] for the reserved buffer, then one per buffer)."""
         offsets, end = [0], 0
         for data in self.buffers:
             off = align(end, self.alignment)
@@ -82,11 +84,11 @@ class ConstantStore:
             end = off + data.nbytes
         if not self.buffers:
             return None, offsets
-        parts, pos = [], 0  # one join: the weights are copied once
+        parts, pos = [], 0
         for off, data in zip(offsets[1:], self.buffers):
             parts += [bytes(off - pos), data]
             pos = off + data.nbytes
-        return b"".join(parts), offsets
+        return P.Pieces(tuple(parts), end), offsets
 
 
 @dataclass

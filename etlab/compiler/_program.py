@@ -23,7 +23,7 @@ class CompiledProgram:
     and memory plan, and the .ptd files of external constants."""
 
     program: P.Program
-    segments: list[bytes]
+    segments: list[bytes | P.Pieces]
     methods: dict[str, EmittedMethod]
     et_programs: dict[str, ExportedProgram]
     memory_plans: dict[str, MemoryPlan]
@@ -101,7 +101,7 @@ def compile_program(edge_programs: dict[str, ExportedProgram], constant_methods:
         execution_plans.append(_constant_method_plan(name, value))
     execution_plans.sort(key=lambda p: p.name)
 
-    segments: list[bytes] = []
+    segments: list[bytes | P.Pieces] = []
     data, offsets = constants.segment()
     if data is not None:
         segments.append(data)

@@ -5,11 +5,25 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 
 def align(n: int, alignment: int) -> int:
     """`n` rounded up to a multiple of `alignment`."""
     return (n + alignment - 1) // alignment * alignment
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """A segment given as the pieces it is made of, in order (a constant segment's aligned tensors and the
+    padding between them). `assemble` copies the pieces straight into the file: joining them into one
+    segment first would copy every weight twice (the cost of compiling a model with big weights)."""
+
+    parts: tuple
+    size: int
+
+    def __len__(self) -> int:
+        return self.size
 
 
 def place_segments(segments: Sequence, alignment: int) -> tuple[list[tuple[int, int]], int]:
@@ -35,7 +49,7 @@ def assemble(flat: bytes, header_len: int, make_header: Callable[[int, int], byt
              flat[4:8], make_header(flat_end, base).ljust(header_len, b"\0"), memoryview(flat)[8:]]
     pos = flat_end
     for (off, size), data in zip(placed, segments):
-        parts += [bytes(base + off - pos), data]
+        parts += [bytes(base + off - pos), *(data.parts if isinstance(data, Pieces) else (data,))]
         pos = base + off + size
     parts.append(bytes(base + end - pos))
     return b"".join(parts)

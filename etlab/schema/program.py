@@ -8,11 +8,12 @@ extended header (magic ``eh00``), then zero padding, then data segments. Segment
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from etlab.errors import FormatError
 from etlab.schema._codec import TableCodec, make_enum
-from etlab.schema._container import align, assemble, place_segments
+from etlab.schema._container import Pieces, align, assemble, place_segments
 from etlab.schema._scalars import Bool, DataSegment, Double, Int, Null, String
 
 ScalarType = make_enum("scalar_type.ScalarType")
@@ -454,8 +455,10 @@ def deserialize_pte(data, *, what: str = "program") -> PteFile:
     return PteFile(program, segments, header)
 
 
-def serialize_pte(program: Program, segments=(), *, segment_alignment: int = 4096) -> bytes:
-    """Writes a .pte. `segments` are the raw bytes of each data segment, in `program.segments` order.
+def serialize_pte(program: Program, segments: Sequence[bytes | memoryview | Pieces] = (), *,
+                  segment_alignment: int = 4096) -> bytes:
+    """Writes a .pte. `segments` are the raw bytes of each data segment, in `program.segments` order (a segment may
+    be `Pieces`, copied piece by piece into the file).
 
     `program.segments` is rewritten with the laid-out offsets and sizes (each segment aligned to
     `segment_alignment`). Without segments no extended header is written, as upstream does.
