@@ -23,6 +23,17 @@ from etlab.runtime._events import watched_run
 from etlab.runtime._interpreter import BoundChain, Goto, Step, StepFailed, StepInfo, step_events
 from etlab.runtime._memory_events import step_memory_events
 from etlab.runtime._native import _core
+from etlab.runtime._native._dynamic_plan import (
+    RunTimeInts,
+    add_dim_order_copy,
+    add_int_step,
+    add_view_step,
+    declare,
+    python_reads,
+    run_time_ints,
+    view_of,
+)
+from etlab.runtime._prim_kernels import _nothing
 from etlab.runtime._values import OPT_TENSOR_LIST, TENSOR, TENSOR_LIST, ValueTable
 from etlab.schema import program as P
 from etlab.schema.scalar_type import ScalarType, scalar_type_to_dtype
@@ -53,9 +64,22 @@ def _slot_is_fixed(table: ValueTable, slot: int) -> bool:
     return kind in (TENSOR, TENSOR_LIST, OPT_TENSOR_LIST) or table.resolver(slot) is None
 
 
-def _native_kernel_args(entry, table: ValueTable, slots: list[int]):
-    """(operator handle name, overload, argument values, result tensor) for a torch kernel the native
-    core can call itself, or None."""
+@dataclass
+class KernelCall:
+    """A torch kernel the native core calls itself: its operator, arguments (values at load), result tensor,
+    the run-time ints patched into its arguments before each call, and the view operator it runs as."""
+
+    name: str
+    overload: str
+    args: list
+    result: object = None
+    patches: list = field(default_factory=list)
+    view: tuple[str, str] | None = None
+
+
+def _native_kernel_args(entry, table: ValueTable, slots: list[int], ints: RunTimeInts) -> KernelCall | None:
+    """The native call of a torch kernel, or None (its Python step runs it)."""
+    from etlab.runtime._kernel_args import checks
     from etlab.runtime._torch_kernels import _resolve, _result_slot
 
     if entry.origin != "torch":
@@ -65,13 +89,17 @@ def _native_kernel_args(entry, table: ValueTable, slots: list[int]):
     if schema is None or len(slots) < len(schema.arguments):
         return None
     params = slots[: len(schema.arguments)]
-    if not all(_slot_is_fixed(table, s) for s in params):
+    patches = ints.patches(schema, params)
+    if patches is None:
         return None
     result = _result_slot(schema, table, slots)
     if result is not None and table.kinds[result] != TENSOR:
         return None  # a Python scalar result: the Python step stores it
-    return (schema.name, schema.overload_name, [table.values[s] for s in params],
-            None if result is None else table.values[result])
+    view = view_of(entry.name, table, params, bool(patches))
+    if patches and view is None and checks(schema.name):
+        return None  # its result's size is checked before each call: the Python step does it
+    return KernelCall(schema.name, schema.overload_name, [table.values[s] for s in params],
+                      None if result is None else table.values[result], patches, view)
 
 
 def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
@@ -80,9 +108,14 @@ def _direct_kernel_calls(entry, table: ValueTable, slots: list[int]):
     by `choose()` per thread count as the Python step does, or None."""
     from etlab.runtime._direct_kernels import _all_static
 
-    if entry.origin != "builtin" or len(slots) < 10 or not _all_static(table, slots[:10]):
+    if entry.origin != "builtin" or len(slots) < 10 or not all(_slot_is_fixed(table, s) for s in slots[:10]):
         return None
     v = [table.values[s] for s in slots[:10]]
+    if not _all_static(table, slots[:10]):  # dynamic shapes: ATen's kernel as the Python step calls it (checked
+        name, _, overload = entry.name.partition(".")  # at load, with every tensor at its upper bound)
+        if entry.name in ("aten::_native_batch_norm_legit_no_training.out", "aten::convolution.out"):
+            return [(name, overload, v, None), None]
+        return None
     if entry.name == "aten::_native_batch_norm_legit_no_training.out":
         x, weight, bias, mean, var, momentum, eps, out, save_mean, save_invstd = v
         return [("aten::native_batch_norm", "out",
@@ -282,50 +315,85 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
     native = _core.NativePlan(Goto, table.values, _ET_SCALAR_TYPES)
     native.small_products = native_small_products
     core = NativeCore(chains, native)
+    ints = run_time_ints(plan, table, kernels, chains)
+    declare(native, ints)
     log = tracer is not None and tracer.logs_intermediates
+    logged: set[int] = set()
     for c, (chain, bound) in enumerate(zip(plan.chains or [], chains)):
         native.add_chain(bound.jumps)
         for i, (instr, step, info) in enumerate(zip(chain.instructions or [], bound.steps, bound.infos)):
-            _add_step(native, core, table, c, instr.instr_args, step, info, kernels, context)
+            if not _add_step(native, table, c, instr.instr_args, step, info, kernels, ints):
+                _add_python_step(native, core, table, c, instr.instr_args, step, info, context, ints)
             if log:
                 for slot in info.log_slots:
                     native.add_log(c, i, table.values[slot], slot)
+                logged.update(info.log_slots)
         native.set_event_counts(c, [info.event_count for info in bound.infos])
+    native.set_exported_ints(sorted(s for s in ints.kinds if s in logged or s in set(plan.outputs or [])))
     return core
 
 
-def _add_step(native, core: NativeCore, table: ValueTable, c: int, args, step: Step, info: StepInfo,
-              kernels: dict, context) -> None:
+def _add_kernel(native, c: int, call: KernelCall, entry, table: ValueTable, slots: list[int]) -> bool:
+    """Adds a torch kernel's native call; False when the core cannot represent an argument (nothing added)."""
+    try:
+        native.add_kernel(c, call.name, call.overload, call.args, call.result)
+    except (ValueError, TypeError, RuntimeError):
+        return False
+    if call.patches:
+        native.set_int_patches(c, call.patches)
+    if call.view is not None:
+        native.set_view_of(c, *call.view)
+    elif not call.patches:
+        _set_view_copy(native, c, entry, table, slots)
+    return True
+
+
+def _add_step(native, table: ValueTable, c: int, args, step: Step, info: StepInfo, kernels: dict,
+              ints: RunTimeInts) -> bool:
+    """Adds the native step of an instruction; False when it runs as a Python step."""
     values = table.values
-    if isinstance(args, P.KernelCall) and step is folded_at_load:  # computed at load: a step doing nothing
+    if isinstance(args, P.KernelCall) and step in (folded_at_load, _nothing):  # computed at load: nothing to do
         native.add_nop(c, info.operator)
-        return
+        return True
     if isinstance(args, P.KernelCall):
         entry, slots = kernels[info.operator], list(args.args or [])
-        call = _native_kernel_args(entry, table, slots) or _quant_kernel_call(entry, table, slots)
+        if (add_int_step(native, c, entry, slots, ints) or add_view_step(native, c, entry, slots, ints)
+                or add_dim_order_copy(native, c, entry, slots, table)):
+            return True
+        call = _native_kernel_args(entry, table, slots, ints)
+        if call is not None:
+            return _add_kernel(native, c, call, entry, table, slots)
+        call = _quant_kernel_call(entry, table, slots)
         calls = [call, None] if call is not None else _direct_kernel_calls(entry, table, slots)
         if calls is not None:
             try:
                 native.add_kernel(c, *calls[0])
             except (ValueError, TypeError, RuntimeError):
-                pass  # an argument the native core cannot represent: the Python step runs it
-            else:
-                if calls[1] is not None:
-                    (name, overload, values_, _), choose = calls[1]
-                    native.set_alternative(c, name, overload, values_, choose)
-                elif call is not None:
-                    _set_view_copy(native, c, entry, table, slots)
-                return
-    elif isinstance(args, P.MoveCall) and table.kinds[args.move_to] == TENSOR:
+                return False  # an argument the native core cannot represent: the Python step runs it
+            if calls[1] is not None:
+                (name, overload, values_, _), choose = calls[1]
+                native.set_alternative(c, name, overload, values_, choose)
+            return True
+        return False
+    if isinstance(args, P.MoveCall) and table.kinds[args.move_to] == TENSOR:
         native.add_move(c, values[args.move_to], values[args.move_from])
-        return
-    elif isinstance(args, P.FreeCall):
+        return True
+    if isinstance(args, P.FreeCall):
         native.add_free(c, values[args.value_index])
-        return
-    elif isinstance(args, P.JumpFalseCall) and table.kinds[args.cond_value_index] == TENSOR:
+        return True
+    if isinstance(args, P.JumpFalseCall) and table.kinds[args.cond_value_index] == TENSOR:
         native.add_jump(c, values[args.cond_value_index], args.destination_instruction)
-        return
-    elif isinstance(args, P.DelegateCall) and context is not None:
+        return True
+    return False
+
+
+def _add_python_step(native, core: NativeCore, table: ValueTable, c: int, args, step: Step, info: StepInfo,
+                     context, ints: RunTimeInts) -> None:
+    """The instruction's Python step, called back; the run-time ints it reads are published to it first."""
+    if isinstance(args, P.DelegateCall) and context is not None:
         step = _with_context(step, context, info)
     core.python_steps[info.operator] += 1
     native.add_python(c, info.operator, step)
+    reads = sorted(s for s in python_reads(args, table) if s in ints.kinds)
+    if reads:
+        native.set_sync(c, reads)

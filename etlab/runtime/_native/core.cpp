@@ -576,7 +576,10 @@ int64_t checked_destination(int64_t destination, int64_t pc, int64_t n) {
 int64_t NativePlan::step(Instr& in, int64_t pc, int64_t n) {
   switch (in.op) {
     case Op::Kernel:
-      if (in.alternative) {
+      if (!in.patches.empty()) patch_args(in);
+      if (in.view) {
+        call_view_copy(in);
+      } else if (in.alternative) {
         const int64_t threads = at::get_num_threads();
         if (threads != in.chosen_for_threads) {
           py::gil_scoped_acquire gil;
@@ -592,6 +595,7 @@ int64_t NativePlan::step(Instr& in, int64_t pc, int64_t n) {
     case Op::Python: {
       py::gil_scoped_acquire gil;
       c10::impl::ForceDispatchKeyGuard caller_state(outer_tls_);  // Python code runs as it would anywhere
+      if (!in.sync.empty()) publish_ints(in.sync);
       py::object r = in.fn();
       if (Py_TYPE(r.ptr()) == reinterpret_cast<PyTypeObject*>(goto_type_.ptr()))
         return checked_destination(r.cast<int64_t>(), pc, n);
@@ -609,6 +613,12 @@ int64_t NativePlan::step(Instr& in, int64_t pc, int64_t n) {
       return at::all(in.a).item<bool>() ? pc + 1 : checked_destination(in.destination, pc, n);
     }
     case Op::Nop:
+      return pc + 1;
+    case Op::SymSize:
+    case Op::IntOp:
+    case Op::View:
+    case Op::DimOrderCopy:
+      run_dynamic(in);
       return pc + 1;
   }
   return pc + 1;
@@ -695,6 +705,7 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
       throw;
     }
   }
+  publish_exported();
   return result;
 }
 
@@ -735,6 +746,8 @@ void NativePlan::log(const LogItem& item, DebugArena& arena, int64_t& dropped) {
     DebugRecord rec;  // declared after the GIL is taken: its value is released before the GIL is
     if (item.slot < 0 || item.slot >= static_cast<int64_t>(PyList_GET_SIZE(values_.ptr())))
       throw std::out_of_range("log slot " + std::to_string(item.slot) + " is outside the value table");
+    if (static_cast<size_t>(item.slot) < int_kind_.size() && int_kind_[static_cast<size_t>(item.slot)])
+      publish_ints({item.slot});  // a run-time int: the table holds the value of an earlier run
     rec.kind = DebugRecord::Python;
     rec.value = py::reinterpret_borrow<py::object>(PyList_GET_ITEM(values_.ptr(), item.slot));
     records_.push_back(std::move(rec));
@@ -804,6 +817,7 @@ std::vector<int64_t> NativePlan::run_traced(DebugArena& arena, py::handle python
       throw;
     }
   }
+  publish_exported();
   const Anchor anchor = new_anchor();
   for (size_t k = 0; k < steps.size(); k += 8) {
     steps[k + 2] = anchor.to_ns(static_cast<uint64_t>(steps[k + 2]));

@@ -92,7 +92,25 @@ class DebugArena {
 };
 
 // Nop: an instruction computed at load (a layout copy of constant data): a step with nothing to do.
-enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse, Nop };
+// SymSize, IntOp, View, DimOrderCopy: the steps of dynamic shapes (dynamic.cpp), which read and write the
+// core's run-time ints (`NativePlan::ints_`).
+enum class Op : uint8_t { Kernel, Python, Move, Free, JumpIfFalse, Nop, SymSize, IntOp, View, DimOrderCopy };
+
+// An int a dynamic-shape step reads: a run-time int of the core (slot >= 0) or a constant (`value`).
+struct IntRef {
+  int64_t slot = -1;
+  int64_t value = 0;
+};
+// executorch_prim's integer arithmetic and comparisons, with Python's semantics on ints (floor division and
+// modulo rounding toward negative infinity; an overflow of int64 is an error, where Python would go on).
+enum class IntOpKind : uint8_t { Add, Sub, Mul, FloorDiv, Mod, Neg, Max, Min, Eq, Gt, Lt, Ge, Le };
+// A kernel argument read from a run-time int before each call: args[arg] itself (element -1) or one element
+// of the int list args[arg].
+struct IntPatch {
+  int32_t arg = 0;
+  int32_t element = -1;
+  int64_t slot = 0;
+};
 
 // Unboxed calling conventions of the commonest out-variants (add.out, mul.out, mm.out, exp.out,
 // addmm.out, ...): called through a typed handle with no argument stack at all.
@@ -146,6 +164,16 @@ struct Instr {
   py::object fn;
   std::vector<LogItem> logs;
   std::string name;  // for error messages only
+  // Dynamic shapes (dynamic.cpp). Kernel: run-time ints written into `args` before each call, and the view
+  // operator of a view-copy out-variant computed as view, resize of the output within its memory, copy (no
+  // temporary). SymSize: `a`'s size along ints[0]; IntOp: int_op of ints; View: `b` re-pointed at `a`'s
+  // memory with sizes ints; DimOrderCopy: `a` copied into `b`, laid out in dim order ints (empty: contiguous).
+  std::vector<IntPatch> patches;
+  std::optional<c10::OperatorHandle> view;
+  std::vector<IntRef> ints;
+  int64_t int_dst = -1;  // SymSize, IntOp: the run-time int written
+  IntOpKind int_op = IntOpKind::Add;
+  std::vector<int64_t> sync;  // Python: run-time ints it reads, written into the value table before it runs
   // The dispatch key set the dispatcher would compute for these arguments inside the core (below
   // autograd), resolved at load time; `direct` when it selects the CPU kernel, which the core then
   // calls by redispatch (no key extraction, no TLS reads) on runs whose dispatch state matches.
@@ -311,6 +339,24 @@ class NativePlan {
   // operator's results on `src` (made at load), one per output in `outs`.
   void set_view_copy(int64_t chain, at::Tensor src, std::vector<at::Tensor> views, std::vector<at::Tensor> outs);
   void add_log(int64_t chain, int64_t index, py::object value, int64_t slot);
+  // Dynamic shapes (dynamic.cpp): value-table slot `slot` is a run-time int of the core (a size computed while
+  // running), starting at `initial`; `is_bool` for a comparison's result (published to Python as a bool).
+  void declare_int(int64_t slot, int64_t initial, bool is_bool);
+  void add_sym_size(int64_t chain, const std::string& name, at::Tensor t, int64_t dim, int64_t dst);
+  // `operands`: (slot, value) pairs, slot -1 for a constant; `op`: executorch_prim's name (add, mul, ...)
+  void add_int_op(int64_t chain, const std::string& name, const std::string& op,
+                  std::vector<std::pair<int64_t, int64_t>> operands, int64_t dst);
+  void add_view(int64_t chain, const std::string& name, at::Tensor src, at::Tensor out,
+                std::vector<std::pair<int64_t, int64_t>> sizes);
+  void add_dim_order_copy(int64_t chain, const std::string& name, at::Tensor src, at::Tensor out,
+                          std::vector<int64_t> dim_order);
+  // The last kernel of `chain` reads these (arg, element, slot) run-time ints before each call.
+  void set_int_patches(int64_t chain, std::vector<std::tuple<int64_t, int64_t, int64_t>> patches);
+  // The last kernel of `chain`, a view-copy out-variant, runs as view operator `name.overload`, resize, copy.
+  void set_view_of(int64_t chain, const std::string& name, const std::string& overload);
+  void set_sync(int64_t chain, std::vector<int64_t> slots);  // the last step (Python) publishes these first
+  void set_exported_ints(std::vector<int64_t> slots);         // published after each run (outputs, logs)
+  int64_t int_value(int64_t slot) const;
   void set_event_counts(int64_t chain, std::vector<int64_t> counts);
 
   // The three loops of _interpreter.py; the GIL is released by the caller. With a trace log set,
@@ -357,6 +403,17 @@ class NativePlan {
   LoopResult loop(std::vector<RecordWord>* record);
   Instr make_kernel(const std::string& name, const std::string& overload, py::list args, py::object result);
   void log(const LogItem& item, DebugArena& arena, int64_t& dropped);
+  // Dynamic shapes (dynamic.cpp).
+  void run_dynamic(Instr& in);
+  void patch_args(Instr& in) const;
+  void call_view_copy(Instr& in);
+  void publish_ints(const std::vector<int64_t>& slots);  // with the GIL held
+  void publish_exported();                               // takes the GIL when there is anything to publish
+  int64_t read_int(const IntRef& r) const { return r.slot < 0 ? r.value : ints_[static_cast<size_t>(r.slot)]; }
+  Instr& last_step(int64_t chain, const char* what);
+  std::vector<int64_t> ints_;     // per value-table slot: the run-time ints (declare_int)
+  std::vector<uint8_t> int_kind_; // per slot: 0 not a run-time int, 1 int, 2 bool
+  std::vector<int64_t> exported_;
 
   std::vector<Chain> chains_;
   std::vector<c10::IValue> stack_;
