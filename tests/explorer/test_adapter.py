@@ -205,6 +205,38 @@ def test_overlays_are_keyed_to_graph_nodes_and_equal_the_views(cnn_run, tmp_path
     assert json.loads(by_method["latency_p50"].read_text()) == p50
 
 
+def test_the_collector_stays_paused_until_model_explorer_drops_the_answer(cnn_run):
+    import gc
+
+    from model_explorer.utils import convert_adapter_response
+
+    from etlab.errors import FormatError
+
+    assert gc.isenabled()
+    answer = main.EtlabAdapter().convert(str(cnn_run / "model.etrecord"), {})
+    assert not gc.isenabled()  # Model Explorer's server encodes the answer next, then drops it
+    encoded = convert_adapter_response(answer)
+    assert not gc.isenabled()
+    del answer
+    assert gc.isenabled()
+    assert main.checked_graph_classes(json.loads(json.dumps(encoded)))
+
+    def broken():
+        raise FormatError("bad file")
+
+    with pytest.raises(FormatError):
+        main.collector_paused_until_freed(broken)
+    assert gc.isenabled()  # resumed when convert raised
+    assert main.collector_paused_until_freed(list) == [] and gc.isenabled()  # nothing to wait for
+    gc.disable()  # off already: the caller owns it, left off after the answer is gone
+    try:
+        answer = main.EtlabAdapter().convert(str(cnn_run / "model.pte"), {})
+        del answer
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
 def test_export_me_through_the_command_line(cnn_run, tmp_path):
     d = cnn_run
     out = tmp_path / "me"
