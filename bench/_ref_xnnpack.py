@@ -19,6 +19,7 @@ Reads one JSON request per line on stdin and answers one JSON line ({"error": ".
   Answer: {"median_ms": {label: ms}, "threads": the pool size used}.
 - {"cmd": "outputs", "pte": path, "inputs": P, "out": Q}: one run; saves the outputs (a list of
   tensors) to Q. Answer: {"outputs": n}.
+- {"cmd": "ready"}: answers {"ready": true} once upstream's runtime is imported (start-up, timed apart).
 
 Single-threaded compile like the etlab side. Exits at end of input.
 """
@@ -136,7 +137,7 @@ def main():
     from executorch.extension.pybindings import portable_lib  # noqa: F401  (the runtime's kernels and backends)
 
     torch.set_num_threads(1)
-    handlers = {"compile": _compile, "latency": _latency, "outputs": _outputs}
+    handlers = {"compile": _compile, "latency": _latency, "outputs": _outputs, "ready": lambda req: {"ready": True}}
     for line in sys.stdin:
         if not line.strip():
             continue

@@ -113,6 +113,9 @@ def retime(rows: list, store: Path, labels: list[str], budget_s: float, ask: Cal
         for p in plans:
             log(f"[latency plan] {p.model} {p.label}: {p.rounds} rounds of {p.per_round}, ~{p.seconds:.1f} s")
         return []
+    t0 = time.perf_counter()
+    ask(cmd="ready", timeout=900)
+    log(f"[latency] upstream's worker started in {time.perf_counter() - t0:.1f} s")
     by_name, updated, start = {r.name: r for r in rows}, {}, time.perf_counter()
     for i, p in enumerate(plans, 1):
         row = by_name[p.model]

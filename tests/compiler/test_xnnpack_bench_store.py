@@ -163,6 +163,8 @@ def test_latency_only_changes_only_the_latency_fields_and_says_so(bench, tmp_pat
 
     def ask(timeout=None, **req):
         asked.append(req)
+        if req["cmd"] == "ready":
+            return {"ready": True}
         if "cnn" in req["ptes"]["etlab"] and req["threads"] == 0:
             raise RuntimeError("upstream worker exited (code -11)")
         return {"median_ms": {"etlab": 0.5, "upstream": 0.4}, "iqr_ms": {"etlab": [0.4, 0.6], "upstream": [0.3, 0.5]},
@@ -170,7 +172,8 @@ def test_latency_only_changes_only_the_latency_fields_and_says_so(bench, tmp_pat
 
     done = lat.retime(rows, store, ["1", "default"], 60, ask, saved.append, log=said.append)
     assert sorted(r.name for r in done) == ["cnn", "mlp"] and len(saved) == 3
-    assert {(q["threads"], q["ptes"]["upstream"].endswith("upstream.pte")) for q in asked} == {(1, True), (0, True)}
+    assert asked[0] == {"cmd": "ready"} and len(asked) == 5
+    assert {(q["threads"], q["ptes"]["upstream"].endswith("upstream.pte")) for q in asked[1:]} == {(1, True), (0, True)}
     assert any("no usable kept pair for 1 rows" in s and "gru" in s for s in said)
     assert any("cnn default: FAILED (upstream worker exited (code -11)); row left as it is" in s for s in said)
     mlp, cnn, gru = rows
