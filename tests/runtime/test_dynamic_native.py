@@ -71,6 +71,41 @@ def test_run_time_ints_match_python_for_every_size(offset):
         assert torch.equal(got[7], x.expand(2, rows, cols).reshape(-1)) and torch.equal(got[8], x[: rows - 1])
 
 
+def _python_reader_program() -> bytes:
+    """forward(x: <=[4, 6]) = full([n, k], 2.5): full.out's size is checked before each call by its Python step,
+    which reads the run-time ints n and k (published to the value table first)."""
+    b = PlanBuilder()
+    x = b.tensor([4, 6], dynamic=True)
+    n, k = b.int(0), b.int(0)
+    b.kernel("aten::sym_size.int", x, b.int(0), n)
+    b.kernel("aten::sym_size.int", x, b.int(1), k)
+    out = b.tensor([4, 6], dynamic=True)
+    b.kernel("aten::full.out", b.int_list([("v", n), ("v", k)]), b.double(2.5), out, out)
+    return ProgramBuilder().serialize([b.plan([x], [out])])
+
+
+def test_a_python_step_reads_the_run_time_ints_of_this_run():
+    native, python = _methods(_python_reader_program())
+    assert native._core.python_steps == {"aten::full.out": 1}
+    for shape in [(1, 1), (3, 5), (4, 6), (2, 6)]:
+        got = native.execute([torch.zeros(shape)])
+        _same(got, python.execute([torch.zeros(shape)]))
+        _same(got, [torch.full(shape, 2.5)])
+
+
+@pytest.mark.parametrize("trace", [{"enable_etdump": True}, {"enable_etdump": True, "debug_buffer_size": 1 << 20}])
+def test_traces_of_dynamic_steps_match_the_python_cores(trace):
+    from tests.runtime.test_cores import _events
+
+    programs = [Runtime.get(core=core).load_program(_int_program(10), **trace) for core in ("native", "python")]
+    for shape in [(2, 3), (8, 6)]:
+        outputs = [p.load_method("forward").execute([torch.ones(shape)]) for p in programs]
+        _same(*outputs)
+    assert _events(programs[0]) == _events(programs[1])
+    if trace.get("debug_buffer_size"):
+        assert programs[0]._tracer.debug_buffer() == programs[1]._tracer.debug_buffer()
+
+
 def test_an_input_past_its_bound_is_refused_by_both_cores():
     for method in _methods(_int_program(0)):
         with pytest.raises(ExecutionError, match="exceeds its upper bound"):
