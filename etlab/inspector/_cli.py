@@ -343,11 +343,11 @@ def render(df: pd.DataFrame, fmt: str) -> str:
     """The frame as text: "table" is the printed view; csv/tsv/json keep every column, with
     tensors described by dtype and shape. JSON is strict: a missing or non-finite number (NaN,
     inf; e.g. the timing columns of events without timings) is null."""
-    if fmt == "table":
-        from tabulate import tabulate
+    if fmt == "table":  # every column whole, cells as every etlab table writes them (cell_text)
+        from etlab.inspector._terminal import fit_frame
 
         shown = printable(df) if "event_name" in df.columns else df
-        return tabulate(shown, headers="keys", tablefmt="simple", showindex=False) + "\n"
+        return "\n".join(fit_frame(shown, 0, wide=True)[0]) + "\n"
     if fmt == "json":  # per record: a column map would turn None back into NaN in float columns
         rows = [{str(k): _plain(v) for k, v in row.items()} for row in df.to_dict(orient="records")]
         return json.dumps(rows, indent=1, allow_nan=False) + "\n"

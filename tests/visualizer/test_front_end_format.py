@@ -22,9 +22,9 @@ def _node() -> str:
     return node
 
 
-def _formatted(calls: list[str]) -> list[str]:
-    """Each JavaScript expression over format.js's exports, evaluated by node."""
-    script = (f"import {{ fmtBytes, fmtNum }} from {json.dumps((STATIC / 'format.js').as_uri())};\n"
+def _formatted(calls: list[str], names: str = "fmtBytes, fmtNum") -> list[str]:
+    """Each JavaScript expression over format.js's exports (`names`), evaluated by node."""
+    script = (f"import {{ {names} }} from {json.dumps((STATIC / 'format.js').as_uri())};\n"
               f"console.log(JSON.stringify([{', '.join(calls)}]));")
     p = subprocess.run([_node(), "--input-type=module", "-e", script], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -76,3 +76,15 @@ def test_the_declarations_name_what_the_modules_export():
                                     if not rest and not optional)  # required parameters
                     for m in re.finditer(r"export function (\w+)\((.*)\):", (STATIC / f"{name}.d.ts").read_text())}
         assert declared == exported, name
+
+
+def test_a_live_table_cell_reads_as_the_terminal_and_static_copy():
+    """format.js's cellText (the live TableView's cells) writes each value as etlab.inspector.cell_text does (the
+    terminal's tables and the view's saved static copy): one rule on both sides of the notebook."""
+    from etlab.inspector import cell_text
+
+    values = [None, 0, 42, -7, 123456, 99999.0, 3.14159, -0.5, 0.001, 0.0001234, 12345.6, 1e-5, 2.5e17, 123456789012,
+              1.0e-300, 0.1 + 0.2, 1.5, 1e4 + 0.5, [1, 2.5, 0.333333], [[1, 2], [3]], "relu", True, False]
+    calls = [f"cellText({json.dumps(v)})" for v in values]
+    assert dict(zip(calls, _formatted(calls, "cellText"))) == {c: cell_text(v) for c, v in zip(calls, values)}
+    assert _formatted(["cellText(NaN)"], "cellText") == [cell_text(float("nan"))]

@@ -34,3 +34,26 @@ export function fmtNum(x, digits = 4) {
   if (a >= 1e5 || a < 1e-3) return x.toExponential(digits - 1);
   return Number.isInteger(x) ? String(x) : x.toPrecision(digits);
 }
+
+/**
+ * A table cell as every etlab table writes it (the Python side's etlab.inspector.cell_text, so a live
+ * TableView, its saved static copy and the terminal's `etlab inspect` read the same): missing or NaN
+ * empty; a whole number all its digits; any other number 4 significant digits as Python's "%.4g"
+ * (no trailing zeros, exponent from 1e-4 down and 1e4 up: "1.235e+04"); a list its items, joined.
+ * @param {unknown} v
+ * @returns {string}
+ */
+export function cellText(v) {
+  if (v === null || v === undefined) return "";
+  if (Array.isArray(v)) return v.map((x) => (Array.isArray(x) ? `[${cellText(x)}]` : cellText(x))).join(", ");
+  if (typeof v === "boolean") return v ? "True" : "False";
+  if (typeof v !== "number") return String(v);
+  if (Number.isNaN(v)) return "";
+  if (!Number.isFinite(v)) return v > 0 ? "inf" : "-inf";
+  if (Number.isInteger(v) && Math.abs(v) < 1e15) return String(v); // as a Python float (JSON keeps no int type)
+  const [mantissa, e] = v.toExponential(3).split("e");
+  const exp = Number(e);
+  const trim = (t) => (t.includes(".") ? t.replace(/0+$/, "").replace(/\.$/, "") : t);
+  if (exp < -4 || exp >= 4) return `${trim(mantissa)}e${exp < 0 ? "-" : "+"}${String(Math.abs(exp)).padStart(2, "0")}`;
+  return trim(v.toFixed(3 - exp));
+}

@@ -4,7 +4,7 @@
 // Keyboard: the rows are one Tab stop (a roving tabindex): arrows, Page Up/Down, Home/End move,
 // Enter or Space picks the row as a click does; the column headers are buttons that sort.
 
-import { fmtNum } from "./format.js";
+import { cellText } from "./format.js";
 
 const CSS = `
 .etlab-tv { font: 12px system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--etlab-fg); }
@@ -28,9 +28,9 @@ const CSS = `
 .etlab-tv tr.row.selected td { color: var(--etlab-selected-fg); }
 `;
 
-function fmt(v, numeric) {
-  if (v == null || v === "") return "";
-  if (numeric && typeof v === "number") return fmtNum(v, 5);
+/** A cell's full value as text (its tooltip, what the filter searches); the cell shows cellText. */
+function raw(v) {
+  if (v == null) return "";
   return Array.isArray(v) ? v.join(", ") : String(v);
 }
 
@@ -98,7 +98,7 @@ function render({ model, el }) {
     const fill = () => {
       const q = filter.trim().toLowerCase();
       let shown = rows.map((r, i) => [r, i]);
-      if (q) shown = shown.filter(([r]) => columns.some((c) => fmt(r[c.key], false).toLowerCase().includes(q)));
+      if (q) shown = shown.filter(([r]) => columns.some((c) => raw(r[c.key]).toLowerCase().includes(q)));
       if (sortKey) {
         shown.sort(([a], [b]) => {
           const x = a[sortKey], y = b[sortKey];
@@ -117,8 +117,8 @@ function render({ model, el }) {
         for (const c of columns) {
           const td = document.createElement("td");
           if (c.numeric) td.className = "num";
-          td.textContent = fmt(r[c.key], c.numeric);
-          td.title = fmt(r[c.key], false);
+          td.textContent = cellText(r[c.key]);
+          td.title = raw(r[c.key]);
           tr.append(td);
         }
         tr.addEventListener("click", () => {
