@@ -153,8 +153,13 @@ def load_note(load0: float, load1: float, cores: int, drawn_s: float) -> str:
             f"(load average at most {QUIET * cores:.0f}).")
 
 
-def report(args, nodes: int, shown: int, small_shown: int, size: int, proc: dict, large: Opens, small: Opens,
-           load0: float, load1: float) -> str:
+def top_level(nodes: list[dict]) -> int:
+    """How many items Model Explorer's first view lays out: the top-level layers (collapsed) and nodes."""
+    return len({n["namespace"].split("/")[0] for n in nodes if n["namespace"]}) + sum(not n["namespace"] for n in nodes)
+
+
+def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, proc: dict, large: Opens,
+           small: Opens, load0: float, load1: float) -> str:
     cores = os.cpu_count() or 1
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     med = {k: statistics.median(v) for k, v in proc.items()}
@@ -186,8 +191,8 @@ def report(args, nodes: int, shown: int, small_shown: int, size: int, proc: dict
         f"screenshots); the graph's size adds {variable:.1f} s: the server's convert ({med['convert']:.2f} s, "
         f"{med['convert_cpu']:.2f} s CPU) and encoding ({med['encode']:.2f} s, {med['encode_cpu']:.2f} s CPU), "
         "then the page parsing the answer, copying the graph to its worker and back and processing every node "
-        "and layer (node ids, namespaces, edges, layout connections, identical-layer hashes) before it lays out "
-        "the first view (the top-level layers, collapsed). "
+        f"and layer (node ids, namespaces, edges, layout connections, identical-layer hashes) before it lays out "
+        f"the first view ({top} top-level items: the sections of the chain, collapsed; a cheap layout). "
         "The adapter keeps the garbage collector paused from its convert until Model Explorer's server has copied "
         "the answer (`collector_paused_until_freed`), splits layers past 100 children into sections (without "
         "them Model Explorer's layout overflows its stack on this chain) and reads the graphs from the record's "
@@ -212,6 +217,7 @@ def main() -> None:
         load0 = os.getloadavg()[0]
         answer = EtlabAdapter().convert(str(record), {})
         shown = len(answer["graphs"][0].nodes)
+        top = top_level(answer["graphs"][0].nodes)
         size = len(json.dumps(convert_adapter_response(answer)))
         small_shown = len(EtlabAdapter().convert(str(small_record), {})["graphs"][0].nodes)
         del answer
@@ -229,7 +235,7 @@ def main() -> None:
             for s in sessions:
                 s.stop()
     load1 = os.getloadavg()[0]
-    body = report(args, nodes, shown, small_shown, size, proc, large, small, load0, load1)
+    body = report(args, nodes, shown, top, small_shown, size, proc, large, small, load0, load1)
     if not args.dry_run:
         write_section("model explorer", body)
     print(body)

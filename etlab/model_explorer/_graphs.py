@@ -146,25 +146,28 @@ def node_attrs(n: GraphNode, model: GraphModel, extra: dict[str, str] | None = N
     the output's bytes follow from its `tensor_shape` (and are the `output_bytes` overlay). Every row
     costs on a large graph: Model Explorer's server copies each one (`dataclasses.asdict`) and its page
     parses and keeps it."""
-    rows = [("op", n.op), ("name", n.name)]
+    rows = [{"key": "op", "value": n.op}, {"key": "name", "value": n.name}]
     if n.module and n.group != n.module:
-        rows.append(("module", f"{n.module} ({n.module_type.rsplit('.', 1)[-1]})" if n.module_type else n.module))
+        module = f"{n.module} ({n.module_type.rsplit('.', 1)[-1]})" if n.module_type else n.module
+        rows.append({"key": "module", "value": module})
     if n.source:
-        rows.append(("source", n.source))
+        rows.append({"key": "source", "value": n.source})
     if n.backend:
-        rows.append(("backend", n.backend))
+        rows.append({"key": "backend", "value": n.backend})
     if n.handles:
         key = "instruction" if model.kind == "runtime" else "debug handles"
-        rows.append((key, ", ".join(str(h) for h in n.handles)))
+        rows.append({"key": key, "value": ", ".join(map(str, n.handles))})
     if n.weights:
-        rows.append(("weights", ", ".join(n.weights)))
+        rows.append({"key": "weights", "value": ", ".join(n.weights)})
     if n.latency:
         unit = model.time_unit
-        rows += [(f"latency {k} ({unit})", _fmt(n.latency[k])) for k in ("p50", "p90") if n.latency.get(k) is not None]
+        rows += [{"key": f"latency {k} ({unit})", "value": _fmt(n.latency[k])} for k in ("p50", "p90")
+                 if n.latency.get(k) is not None]
     if n.gap is not None and model.gap_metric:
-        rows.append((f"numeric gap ({model.gap_metric})", _fmt(n.gap)))
-    rows += list((extra or {}).items())
-    return [{"key": k, "value": str(v)} for k, v in rows]
+        rows.append({"key": f"numeric gap ({model.gap_metric})", "value": _fmt(n.gap)})
+    if extra:
+        rows += [{"key": k, "value": str(v)} for k, v in extra.items()]
+    return rows
 
 
 def _tensor_shape(shape: list, dtype: str) -> str:
@@ -172,12 +175,19 @@ def _tensor_shape(shape: list, dtype: str) -> str:
     return f"{dtype or 'tensor'}[{dims}]"
 
 
-def outputs_metadata(n: GraphNode) -> list[dict]:
-    """Per output: its `tensor_shape` ("float32[1,32,112,112]"), which Model Explorer draws on edges."""
+def outputs_metadata(n: GraphNode, texts: dict | None = None) -> list[dict]:
+    """Per output: its `tensor_shape` ("float32[1,32,112,112]"), which Model Explorer draws on edges.
+    `texts`: the texts made so far, by (dims, dtype) (a graph's nodes share a few shapes)."""
     out = []
     for i, shape in enumerate(n.shapes):
         dtype = n.dtypes[i] if i < len(n.dtypes) else (n.dtypes[0] if n.dtypes else "")
-        out.append({"id": str(i), "attrs": [{"key": "tensor_shape", "value": _tensor_shape(shape, dtype)}]})
+        key = (repr(shape), dtype)
+        text = texts.get(key) if texts is not None else None
+        if text is None:
+            text = _tensor_shape(shape, dtype)
+            if texts is not None:
+                texts[key] = text
+        out.append({"id": str(i), "attrs": [{"key": "tensor_shape", "value": text}]})
     return out
 
 
@@ -192,6 +202,7 @@ def to_me_graph(model: GraphModel, node_extra: dict[int, dict[str, str]] | None 
     node_spaces, paths = sectioned([spaces.get(n.group, "") if n.group else "" for n in model.nodes], labels)
     spaces = {gid: paths.get(space, space) for gid, space in spaces.items()}
     extra = node_extra or {}
+    texts: dict[tuple[str, str], str] = {}
     nodes = []
     for n, label, space in zip(model.nodes, labels, node_spaces):
         node = {
@@ -199,7 +210,7 @@ def to_me_graph(model: GraphModel, node_extra: dict[int, dict[str, str]] | None 
             "attrs": node_attrs(n, model, extra.get(n.id)),
             "incomingEdges": [{"sourceNodeId": str(s), "sourceNodeOutputId": "0", "targetNodeInputId": str(i)}
                               for i, s in enumerate(incoming.get(n.id, ()))],
-            "outputsMetadata": outputs_metadata(n),
+            "outputsMetadata": outputs_metadata(n, texts),
         }
         if n.kind == "delegate" and n.backend in model.backend_colors:
             node["style"] = {"borderColor": model.backend_colors[n.backend]}
