@@ -301,13 +301,7 @@ void NativePlan::run_dynamic(Instr& in) {
         for (int64_t s : sizes) shown += (shown.empty() ? "" : ", ") + std::to_string(s);
         int_error(in, "cannot view " + std::to_string(numel) + " elements as [" + shown + "]");
       }
-      std::vector<int64_t> strides(n);
-      int64_t step = 1;
-      for (size_t k = n; k-- > 0;) {
-        strides[k] = step;
-        step *= std::max<int64_t>(sizes[k], 1);
-      }
-      in.b.set_(in.a.storage(), in.a.storage_offset(), sizes, strides);
+      in.b.set_(in.a.storage(), in.a.storage_offset(), sizes, dim_order_strides(sizes, {}));
       return;
     }
     case Op::DimOrderCopy:  // _prim_kernels._bind_dim_order_copy
