@@ -55,6 +55,15 @@ class ModelResult:
         return None
 
     @property
+    def cpu_speedup(self) -> float | None:
+        """The same ratio on each process's CPU time (the samples after etlab's first): on a loaded machine
+        the steadier one, as wall time also counts the time a process waited for a core."""
+        etlab, upstream = self.samples.get("etlab_cpu"), self.samples.get("upstream_cpu")
+        if self.interleaved and etlab and upstream:
+            return statistics.median(upstream) / statistics.median(etlab)
+        return None
+
+    @property
     def green(self) -> bool:
         """Every check passed (a check upstream cannot do, marked n/a with its reason, does not count;
         one not measured does)."""
@@ -86,9 +95,11 @@ def render(results: list[ModelResult], repeat: int, total: int | None = None,
     unmeasured = [r.name for r in results if any(c.unmeasured for c in r.checks.values())]
     ratios = {r.name: r.speedup for r in results if r.speedup}
     firsts = {r.name: r.first_speedup for r in results if r.first_speedup}
+    cpus = {r.name: r.cpu_speedup for r in results if r.cpu_speedup}
     old = [r.name for r in results if not r.interleaved and r.checks.get("upstream compile", Check(None)).ok]
     below = [f"{n} {v:.1f}x" for n, v in ratios.items() if v < TARGET]
     below_first = [f"{n} {v:.1f}x" for n, v in firsts.items() if v < TARGET]
+    below_cpu = [f"{n} {v:.1f}x" for n, v in cpus.items() if v < TARGET]
     lines = [
         "## corpus", "",
         f"`make corpus` (bench/corpus.py): {len(results)} architectures from etlab.models.corpus. Errors are max "
@@ -97,7 +108,8 @@ def render(results: list[ModelResult], repeat: int, total: int | None = None,
         "timed side by side per model in the foreground: etlab's first compile of the model, then etlab, upstream, "
         f"etlab, etlab ({max(repeat, 1)} etlab samples; upstream's from a long-lived reference-python worker warmed "
         "up on a tiny model; upstream's .pte used by the other columns is the one it timed). Speed-up = upstream's "
-        "time / etlab's median; `first` = the same against etlab's first compile of the model (etlab keeps op "
+        "time / etlab's median; `CPU` = the same on each process's CPU time; `first` = wall time against etlab's "
+        "first compile of the model (etlab keeps op "
         "results across compiles in a process; a user's first compile does not have them). Upstream's XNNPACK "
         "lowering and its runs of etlab's .pte are background jobs cached by content (bench/_corpus_upstream.py); "
         "the Inspector's ETDump has intermediate outputs with the debug buffer sized from the plan (no "
@@ -107,9 +119,10 @@ def render(results: list[ModelResult], repeat: int, total: int | None = None,
            f"Load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores at the end."), "",
         f"**Fully green: {green}/{len(results)}**; compile speed-up vs upstream, side by side: median "
         f"{_median(ratios.values()):.1f}x, min {min(ratios.values(), default=float('nan')):.1f}x over {len(ratios)} "
-        f"models (first compile: median {_median(firsts.values()):.1f}x, min "
+        f"models (CPU time: median {_median(cpus.values()):.1f}x, min {min(cpus.values(), default=float('nan')):.1f}x; "
+        f"first compile: median {_median(firsts.values()):.1f}x, min "
         f"{min(firsts.values(), default=float('nan')):.1f}x); below {TARGET:.0f}x: {', '.join(below) or 'none'}"
-        f" (first compile: {', '.join(below_first) or 'none'})."
+        f" (CPU time: {', '.join(below_cpu) or 'none'}; first compile: {', '.join(below_first) or 'none'})."
         + (f" Upstream not measured for {len(unmeasured)}: {', '.join(unmeasured)}." if unmeasured else "")
         + (f" Speed-up not side by side (rows from before the interleaved timing, shown as `-`): {', '.join(old)}."
            if old else ""), "",
@@ -122,7 +135,8 @@ def render(results: list[ModelResult], repeat: int, total: int | None = None,
         "|---|---|---:|" + "---|" * len(COLUMNS) + ("---|" if provenance else ""),
     ]
     for r in results:
-        speed = (f"{r.speedup:.1f}x" + (f" (first {r.first_speedup:.1f}x)" if r.first_speedup else "")
+        extra = [f"{label} {v:.1f}x" for label, v in (("CPU", r.cpu_speedup), ("first", r.first_speedup)) if v]
+        speed = (f"{r.speedup:.1f}x" + (f" ({', '.join(extra)})" if extra else "")
                  if r.speedup else "-" if r.name in old else "n/a")
         cells = [r.checks.get(c, Check(None, "not reached")).cell() for c in COLUMNS]
         if provenance:

@@ -57,8 +57,11 @@ def test_table_shows_side_by_side_ratios_and_marks_old_rows():
     assert old.speedup is None and fast.speedup == pytest.approx(40.0) and fast.first_speedup == pytest.approx(8.0)
     assert corpus.ModelResult.from_json("fast", fast.to_json()).samples == fast.samples
     table = corpus.render([fast, slow, old], repeat=3)
-    assert "| fast | timm | 40.0x (first 8.0x) |" in table and "| old | timm | - |" in table
-    assert "below 10x: slow 8.0x (first compile: fast 8.0x, slow 5.0x)" in table
+    assert "| fast | timm | 40.0x (first 8.0x) |" in table  # no CPU samples: no CPU ratio
+    assert "| old | timm | - |" in table
+    assert "below 10x: slow 8.0x (CPU time: none; first compile: fast 8.0x, slow 5.0x)" in table
+    fast.samples.update(etlab_cpu=[0.05, 0.06, 0.04], upstream_cpu=[3.0])
+    assert "| fast | timm | 40.0x (CPU 60.0x, first 8.0x) |" in corpus.render([fast], repeat=3)
     assert "min 8.0x over 2 models" in table and "not side by side (rows from before the interleaved timing, shown " \
         "as `-`): old." in table
 
