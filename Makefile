@@ -172,8 +172,9 @@ FUZZ_WORKERS ?= 2
 fuzz: setup
 	$(PY) -m tests.fuzz.campaign --seconds $(FUZZ_SECONDS) --workers $(FUZZ_WORKERS)
 
-# The whole model corpus: every architecture compiled, run and inspected next to upstream (slow on a
-# cold upstream cache: ~1 min per model); rewrites the corpus section of bench/RESULTS.md.
+# The whole model corpus: every architecture compiled, run and inspected next to upstream, upstream's
+# compile timed next to etlab's for each model measured (1-3 min per model on 2 loaded cores; kept rows
+# that are current are skipped, bench/_corpus_rows.py); rewrites the corpus section of bench/RESULTS.md.
 # `make test` runs a fast subset (tests/corpus).
 corpus: setup
 	status=0; $(PY) bench/corpus.py --parallel 2 || status=$$?; \
