@@ -67,7 +67,7 @@ class Writers:
     count: Counter  # slot -> instructions that may write it
     position: dict[tuple[int, int], int]  # (chain, instruction) -> its place in plan order
     writes: list[list[tuple[int, int]]]  # per instruction in plan order: the planned bytes [lo, hi) it writes
-    aliases: list[tuple[int, int, list[int]]]  # planned tensors no instruction writes: bytes, where they are read
+    aliases: list[tuple[int, int, list[int], int]]  # planned tensors no instruction writes: bytes, reads, slot
     folded: set[int] = field(default_factory=set)  # results computed at load: constant from then on
 
 
@@ -82,9 +82,9 @@ def plan_writers(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, Ke
     method's inputs and outputs, and the sources of views (`et_view` points its result into its source's
     memory when the method loads, before this pass moves anything), count as written twice: never folded.
     Also the planned tensors no instruction writes and where they are read: the emitter turns a static
-    `view_copy` into a tensor sharing its source's memory and no instruction, so a result such a tensor is
-    read from while it holds that result is not moved (the view would be left behind). A plan with jumps
-    folds nothing: plan order is then not the order instructions run in."""
+    `view_copy` into a tensor sharing its source's memory and no instruction, so a folded result such a tensor
+    reads while it holds that result takes the view along (`_views_of`). A plan with jumps folds nothing: plan
+    order is then not the order instructions run in."""
     ops = plan.operators or []
     writers: Counter = Counter()
     reads: dict[int, list[int]] = {}
@@ -128,7 +128,7 @@ def plan_writers(plan: P.ExecutionPlan, table: ValueTable, kernels: dict[str, Ke
     if jumps:
         writers.update({s: 2 for s in range(len(table.kinds))})
     writes = [[_byte_range(table.values[m]) for m in slots if table.values[m].numel() > 0] for slots in written_at]
-    aliases = [(*_byte_range(table.values[s]), reads.get(s, [])) for s in table.planned
+    aliases = [(*_byte_range(table.values[s]), reads.get(s, []), s) for s in table.planned
                if writers.get(s, 0) == 0 and table.kinds[s] == TENSOR and table.values[s].numel() > 0]
     return Writers(writers, position, writes, aliases)
 
@@ -139,18 +139,36 @@ def _byte_range(t: torch.Tensor) -> tuple[int, int]:
     return lo, lo + (last + 1) * t.element_size()
 
 
-def _left_behind(writers: Writers, at: int, lo: int, hi: int) -> bool:
-    """Whether a view with no instruction of its own reads bytes [lo, hi) while the result written there by
-    instruction `at` still holds them (until the next instruction writing any of those bytes)."""
+def _views_of(writers: Writers, table: ValueTable, at: int, lo: int, hi: int) -> list[int] | None:
+    """The views with no instruction of their own (slots) that read bytes [lo, hi) while the result written
+    there by instruction `at` still holds them (until the next instruction writing any of those bytes): they
+    move with a folded result. None when one cannot: it also reads those bytes at another time (holding
+    another value then), or it reaches outside them, or its shape may change."""
     end = len(writers.writes)
     for k in range(at + 1, len(writers.writes)):
         if any(a < hi and lo < b for a, b in writers.writes[k]):
             end = k
             break
-    for a, b, read_at in writers.aliases:
-        if a < hi and lo < b and any(at < r <= end for r in read_at):
-            return True
-    return False
+    views = []
+    for a, b, read_at, slot in writers.aliases:
+        if not (a < hi and lo < b and any(at < r <= end for r in read_at)):
+            continue
+        if (a < lo or b > hi or not all(at < r <= end for r in read_at) or slot in table.dynamic
+                or slot in table.rebound or not table.is_static_shape(slot)
+                or (a - lo) % table.values[slot].element_size()):
+            return None
+        views.append(slot)
+    return views
+
+
+def _move(out: torch.Tensor, views: list[torch.Tensor]) -> None:
+    """Moves a folded result into memory of its own, and the views reading it to the same place in that memory."""
+    lo = _byte_range(out)[0]
+    offsets = [_byte_range(v)[0] - lo for v in views]
+    out.set_(out.clone(memory_format=torch.preserve_format))
+    storage, base = out.untyped_storage(), out.storage_offset() * out.element_size()
+    for v, offset in zip(views, offsets):
+        v.set_(storage, (base + offset) // v.element_size(), v.shape, v.stride())
 
 
 def _pure(entry: KernelEntry) -> bool:
@@ -190,13 +208,14 @@ def fold_if_constant(entry: KernelEntry, table: ValueTable, slots: list[int], st
     out = table.values[out_slot]
     if out.numel() * out.element_size() > MAX_FOLDED_BYTES:
         return step
-    if _left_behind(writers, writers.position[where], *_byte_range(out)):
+    views = _views_of(writers, table, writers.position[where], *_byte_range(out))
+    if views is None:
         return step
     try:
         with torch.no_grad():
             step()
     except Exception:
         return step  # it fails when it runs, as it would have
-    out.set_(out.clone(memory_format=torch.preserve_format))
-    writers.folded.add(out_slot)
+    _move(out, [table.values[v] for v in views])
+    writers.folded.update([out_slot, *views])
     return folded_at_load

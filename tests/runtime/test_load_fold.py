@@ -84,3 +84,18 @@ def test_random_and_uninitialized_operators_are_never_folded():
                  "aten::empty.out", "aten::native_dropout.out"):
         assert load_fold._IMPURE.search(name), name
     assert not load_fold._IMPURE.search("aten::arange.start_out")
+
+
+def test_a_folded_result_read_through_views_moves_with_them():
+    """Edge leaves a bicubic resize's weight rows as views of a `cat` result (tensors sharing its memory, with no
+    instruction of their own): the cat folds all the same, its views moved along with its result."""
+    torch.manual_seed(0)
+    plain, folded = _methods(_Bicubic(), torch.randn(1, 2, 5, 6))
+    x = torch.randn(1, 2, 5, 6)
+    with OpsSeen() as before:
+        want = plain.execute([x])[0]
+    with OpsSeen() as after:
+        got = folded.execute([x])[0]
+    assert any(n.startswith("cat.") for n in before.names)
+    assert not any(n.startswith("cat.") for n in after.names)
+    assert torch.equal(got, want)

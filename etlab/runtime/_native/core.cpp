@@ -316,6 +316,7 @@ bool run_small(const Instr& in) {
     case Small::MulScalar:
       return run_mul_scalar(in);
     case Small::None:
+    case Small::Fn:
       return false;
     default:
       return run_elementwise(in);
@@ -375,6 +376,8 @@ Instr NativePlan::make_kernel(const std::string& name, const std::string& overlo
     in.small = small_kind(name, overload, in.fast);
     if (!small_products && (in.small == Small::Addmm || in.small == Small::Mm)) in.small = Small::None;
   }
+  if (!in.has_result) in.small_fn = small_kernel(name, overload, small_products);
+  if (in.small_fn != nullptr && in.small == Small::None) in.small = Small::Fn;
   return in;
 }
 
@@ -507,7 +510,8 @@ void NativePlan::call_kernel(Instr& in) {
   // parameters; toTensor() would throw otherwise).
   auto& a = in.args;
   // computed here when no dispatch mode or profiler watches this run (else they see the call)
-  if (direct_ && in.small != Small::None && run_small(in)) return;
+  if (direct_ && in.small != Small::None && (run_small(in) || (in.small_fn != nullptr && in.small_fn(in.args))))
+    return;
   if (direct_ && in.direct) {  // straight to the CPU kernel: the key set is known
     const c10::DispatchKeySet ks = in.keys;
     switch (in.fast) {

@@ -124,8 +124,9 @@ enum class Fast : uint8_t { None, TTS, TT, T, TTTSS, TS };
 // Out-variants the core computes itself on small tensors (`run_small`; small.h): for a (4, 4) add,
 // ATen's own dispatch and TensorIterator set-up cost ~20x the arithmetic. Elementwise add/sub/mul/div on
 // float, sigmoid and tanh on float, copies of views (Copy: `Instr::copy`), one-row addmm/mm (Addmm, Mm), a float
-// tensor times a number (MulScalar: mul.Scalar_out, attention's scaling of its queries and keys).
-enum class Small : uint8_t { None, Add, Sub, Mul, Div, Copy, Addmm, Mm, Sigmoid, Tanh, MulScalar };
+// tensor times a number (MulScalar: mul.Scalar_out, attention's scaling of its queries and keys). Fn: only
+// `Instr::small_fn` (small_ops.cpp), which also runs when a named kind declines (add/mul with broadcasts).
+enum class Small : uint8_t { None, Add, Sub, Mul, Div, Copy, Addmm, Mm, Sigmoid, Tanh, MulScalar, Fn };
 
 // A value an intermediate-output trace logs after a step.
 struct LogItem {
@@ -143,6 +144,7 @@ struct Instr {
   int32_t events = 0;       // ETDump events of a timed step (what the tracer counts against its limit)
   std::vector<c10::IValue> args;  // Kernel: the argument stack, built at load time
   std::shared_ptr<const ViewCopy> copy;  // Small::Copy: where each output's view lies in the source
+  SmallFn small_fn = nullptr;             // small.h small_kernel's kernel for this operator, if any
   at::Scalar s0, s1;              // the fast path's Scalar arguments, in order
   std::optional<c10::TypedOperatorHandle<SigTTS>> tts;
   std::optional<c10::TypedOperatorHandle<SigTT>> tt;

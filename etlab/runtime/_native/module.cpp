@@ -274,6 +274,8 @@ PYBIND11_MODULE(_core, m) {
 
   m.def("clock_ns", &clock_ns,
         "CLOCK_MONOTONIC nanoseconds (time.perf_counter_ns's clock) read from the CPU's time-stamp counter");
+  m.def("small_kernel_calls", &small_kernel_calls,
+        "Calls each small_ops.cpp kernel computed in this process, by operator (tests: the native path was taken)");
   py::class_<BareAddOutLoop>(m, "BareAddOutLoop")
       .def(py::init<std::vector<at::Tensor>, std::vector<at::Tensor>, std::vector<at::Tensor>, py::object>())
       .def("run", &BareAddOutLoop::run);

@@ -25,8 +25,6 @@
 
 namespace etlab_native {
 
-namespace {
-
 bool plain_cpu(const at::Tensor& t) {
   static const c10::DispatchKeySet elsewhere({c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot,
                                              c10::DispatchKey::Functionalize, c10::DispatchKey::Negative,
@@ -34,6 +32,8 @@ bool plain_cpu(const at::Tensor& t) {
   return t.defined() && t.layout() == at::kStrided && t.device().is_cpu() && !t.key_set().has_any(elsewhere) &&
          t.has_storage();
 }
+
+namespace {
 
 // [lo, hi) byte ranges lie apart.
 bool apart(uintptr_t lo_a, uintptr_t hi_a, uintptr_t lo_b, uintptr_t hi_b) { return hi_a <= lo_b || hi_b <= lo_a; }
@@ -106,6 +106,15 @@ void copy_part(const ViewCopy::Part& p, const char* base, size_t es) {
 }
 
 }  // namespace
+
+bool tensors_apart(const at::Tensor& a, const at::Tensor& b) {
+  for (const at::Tensor* t : {&a, &b})
+    for (int64_t d = 0; d < t->dim(); ++d)
+      if (t->stride(d) < 0) return false;
+  if (a.numel() == 0 || b.numel() == 0) return true;
+  const auto x = span(a), y = span(b);
+  return apart(x.first, x.second, y.first, y.second);
+}
 
 ViewCopy make_view_copy(const at::Tensor& src, const std::vector<at::Tensor>& views,
                         const std::vector<at::Tensor>& outs) {
@@ -311,6 +320,18 @@ __attribute__((target("avx2,fma"))) int64_t sigmoid_avx2(const float* x, float* 
   return i;
 }
 
+__attribute__((target("avx512f"))) int64_t exp_avx512(const float* x, float* o, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(o + i, Sleef_expf16_u10(_mm512_loadu_ps(x + i)));
+  return i;
+}
+
+__attribute__((target("avx2,fma"))) int64_t exp_avx2(const float* x, float* o, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(o + i, Sleef_expf8_u10(_mm256_loadu_ps(x + i)));
+  return i;
+}
+
 __attribute__((target("avx2,fma"))) int64_t tanh_avx2(const float* x, float* o, int64_t n) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -478,6 +499,18 @@ bool tanh_floats(const float* x, float* o, int64_t n) {
 #endif
   for (; i < n; ++i) o[i] = std::tanh(x[i]);
   return true;
+}
+
+void exp_floats(const float* x, float* o, int64_t n) {
+  int64_t i = 0;
+#ifdef ETLAB_X86
+  if (isa() == Isa::Avx512) {
+    i = exp_avx512(x, o, n);
+  } else if (isa() == Isa::Avx2) {
+    i = exp_avx2(x, o, n);
+  }
+#endif
+  for (; i < n; ++i) o[i] = std::exp(x[i]);
 }
 
 }  // namespace etlab_native

@@ -8,6 +8,8 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 namespace etlab_native {
@@ -15,6 +17,22 @@ namespace etlab_native {
 // At most this many elements: ATen splits larger loops over threads (at::internal::GRAIN_SIZE), which
 // a kernel here never does.
 constexpr int64_t kSmallCopyElements = 32768;
+
+// A dense strided CPU tensor with storage and none of the keys that would send a call elsewhere (Python
+// subclass or mode, functionalization, lazy negation or conjugation, zero tensor).
+bool plain_cpu(const at::Tensor& t);
+// The elements of two dense tensors (non-negative strides) lie in disjoint bytes.
+bool tensors_apart(const at::Tensor& a, const at::Tensor& b);
+
+// A kernel the core runs on an out-variant's whole argument stack (built at load, one IValue per schema
+// parameter): true when it computed the call, false (nothing written) for anything it does not cover.
+using SmallFn = bool (*)(const std::vector<c10::IValue>& args);
+// The small_ops.cpp kernel for operator `name`.`overload` (add/sub/mul with broadcasts, index.Tensor
+// gathers, eq.Scalar, logical_not, any over the last dimension, where, full_like, last-dimension softmax),
+// or nullptr. `inexact`: also kernels within float tolerance of ATen's rather than its bits (softmax).
+SmallFn small_kernel(const std::string& name, const std::string& overload, bool inexact);
+// How many calls each of those kernels computed in this process, by operator ("index.Tensor_out", ...).
+std::map<std::string, int64_t> small_kernel_calls();
 
 // A copy of a view of `src` into the contiguous `out` tensors (slice_copy, select_copy, squeeze_copy,
 // unsqueeze_copy, view_copy, permute_copy, expand_copy, split_with_sizes_copy, ...): each part is where
@@ -58,6 +76,9 @@ void mul_scalar_floats(const float* p, float s, float* o, int64_t n);
 // vectors, std::exp / std::tanh on the rest); false (nothing done) on a CPU without AVX2.
 bool sigmoid_floats(const float* x, float* o, int64_t n);
 bool tanh_floats(const float* x, float* o, int64_t n);
+// o = exp(x) over n floats (o may be x) with ATen's vector exp (SLEEF, within 1 ulp) on whole vectors and
+// std::exp on the rest (on a CPU without AVX2, std::exp on all).
+void exp_floats(const float* x, float* o, int64_t n);
 
 // The widest vector units of this CPU the native kernels use: AVX-512 F, AVX2 with FMA, or neither.
 enum class CpuIsa : uint8_t { Plain, Avx2, Avx512 };
