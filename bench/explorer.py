@@ -133,11 +133,12 @@ def _stage_row(step: str, large: list[float], small: list[float]) -> str:
 
 
 QUIET = 0.5  # load average per core under which the machine counts as quiet (wall times comparable)
-PREVIOUS = ("Before this round of changes (d133cd5, load average 1.4 / 3.1): convert 0.58 s, encoding 0.60 s "
-            "(0.60 CPU), answer at 2.63 s, drawn at 4.56 s. At 6df67aa (before the adapter paused the garbage "
-            "collector, kept its nodes as plain JSON and dropped the module and output-bytes rows its layers and "
-            "shapes already show), on a quiet machine (load 0.8): convert 2.19 s (all CPU), encoding 0.57 s, "
-            "drawn 4.88 s.")
+PREVIOUS = ("Before this round of changes, interleaved with it in one process (7 rounds, load average 14.9, "
+            "CPU medians; CPU time also stretches under load, so compare within a run): convert 0.62 -> 0.53 s, "
+            "encoding 0.86 -> 0.60 s, the collector no longer running over the server's heap while Model Explorer "
+            "copies the answer. That version on a lighter machine (d133cd5, load average 1.4 / 3.1): convert "
+            "0.58 s, encoding 0.60 s, answer at 2.63 s, drawn at 4.56 s; at 6df67aa, on a quiet machine (load 0.8): "
+            "convert 2.19 s, encoding 0.57 s, drawn 4.88 s.")
 
 
 def load_note(load0: float, load1: float, cores: int, drawn_s: float) -> str:
