@@ -134,9 +134,25 @@ def test_a_size_past_the_planned_memory_is_a_clean_error_on_both_cores():
     x = torch.randn(1, 4)
     _same(native.execute([x]), python.execute([x]))  # 4 rows: within the plan
     for method in (native, python):
-        with pytest.raises(ExecutionError, match="expand_copy"):
+        with pytest.raises(ExecutionError, match=r"expand_copy.*\[12, 4\] result \(192 bytes\).*planned memory"):
             method.execute([torch.randn(3, 4)])  # 12 rows of a plan for 4
         _same(method.execute([x]), [x.expand(4, 4)])  # the method stays usable
+
+
+def test_a_dim_order_copy_past_its_planned_memory_is_a_clean_error():
+    b = PlanBuilder()
+    x = b.tensor([8, 4], dynamic=True)
+    out = b.tensor([2, 4], dynamic=True)  # planned for 2 rows only
+    b.kernel("dim_order_ops::_clone_dim_order.out", x, b.bool(False), b.int_list([0, 1]), out, out)
+    native, python = _methods(ProgramBuilder().serialize([b.plan([x], [out])]))
+    assert native._core.python_steps == {}
+    x = torch.randn(2, 4)
+    _same(native.execute([x]), [x])
+    with pytest.raises(ExecutionError, match=r"\[5, 4\] result \(80 bytes\) is larger than its output's planned"):
+        native.execute([torch.randn(5, 4)])
+    with pytest.raises(ExecutionError, match="_clone_dim_order"):
+        python.execute([torch.randn(5, 4)])
+    _same(native.execute([x]), python.execute([x]))
 
 
 def _int_overflow_program() -> bytes:

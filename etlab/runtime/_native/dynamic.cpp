@@ -92,6 +92,29 @@ std::vector<int64_t> dim_order_strides(c10::IntArrayRef sizes, const std::vector
   return strides;
 }
 
+std::string shape_text(c10::IntArrayRef sizes) {
+  std::string out;
+  for (int64_t s : sizes) out += (out.empty() ? "" : ", ") + std::to_string(s);
+  return "[" + out + "]";
+}
+
+// A dense result of `sizes` must fit the memory the plan gave `out` (planned storage cannot grow): an error
+// naming both sizes, where ATen would say only that the storage is not resizable.
+void check_fits(const Instr& in, const at::Tensor& out, c10::IntArrayRef sizes) {
+  const c10::Storage& storage = out.storage();
+  if (!storage || storage.resizable()) return;
+  int64_t count = 1, bytes = 0;
+  bool overflow = false;
+  for (int64_t s : sizes) overflow |= __builtin_mul_overflow(count, std::max<int64_t>(s, 0), &count);
+  overflow |= __builtin_add_overflow(count, out.storage_offset(), &bytes);
+  overflow |= __builtin_mul_overflow(bytes, static_cast<int64_t>(out.itemsize()), &bytes);
+  if (overflow || bytes > static_cast<int64_t>(storage.nbytes()))
+    int_error(in, "a " + shape_text(sizes) + " result (" + (overflow ? std::string("over 2^63") : std::to_string(
+                      count * static_cast<int64_t>(out.itemsize()))) + " bytes) is larger than its output's planned "
+                  "memory (" + std::to_string(storage.nbytes() - out.storage_offset() * out.itemsize()) +
+                  " bytes); the call was not run");
+}
+
 }  // namespace
 
 Instr& NativePlan::last_step(int64_t chain, const char* what) {
@@ -263,6 +286,7 @@ void NativePlan::call_view_copy(Instr& in) {
   const at::Tensor v = stack_.at(0).toTensor();
   stack_.clear();
   const at::Tensor& out = in.args.back().toTensor();
+  check_fits(in, out, v.sizes());
   at::native::resize_output(out, v.sizes());
   out.copy_(v);
 }
@@ -296,17 +320,16 @@ void NativePlan::run_dynamic(Instr& in) {
       int64_t count = 1;
       bool overflow = false;
       for (int64_t s : sizes) overflow |= __builtin_mul_overflow(count, s, &count);
-      if (overflow || count != numel) {
-        std::string shown;
-        for (int64_t s : sizes) shown += (shown.empty() ? "" : ", ") + std::to_string(s);
-        int_error(in, "cannot view " + std::to_string(numel) + " elements as [" + shown + "]");
-      }
+      if (overflow || count != numel)
+        int_error(in, "cannot view " + std::to_string(numel) + " elements as " + shape_text(sizes));
       in.b.set_(in.a.storage(), in.a.storage_offset(), sizes, dim_order_strides(sizes, {}));
       return;
     }
     case Op::DimOrderCopy:  // _prim_kernels._bind_dim_order_copy
-      if (!in.b.sizes().equals(in.a.sizes()))
+      if (!in.b.sizes().equals(in.a.sizes())) {
+        check_fits(in, in.b, in.a.sizes());
         in.b.set_(in.b.storage(), in.b.storage_offset(), in.a.sizes(), dim_order_strides(in.a.sizes(), in.ints));
+      }
       in.b.copy_(in.a);
       return;
     default:
