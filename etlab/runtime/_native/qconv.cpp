@@ -109,6 +109,7 @@ void bind_int8_kernels(pybind11::module_& m) {
   bind_int8_eltwise(m);
   bind_int8_gemm(m);
   bind_int8_depthwise(m);
+  bind_xnn_plan(m);
 }
 
 }  // namespace etlab_native

@@ -238,6 +238,11 @@ class QDepthwiseConv2d {
   std::vector<float> ss_;
 };
 
+UnaryFn bound_qdepthwise_fn(py::handle obj) {
+  if (!py::isinstance<Bound<QDepthwiseConv2d>>(obj)) return {};
+  return [k = obj.cast<Bound<QDepthwiseConv2d>>()](const at::Tensor& x) { return k(x); };
+}
+
 void bind_int8_depthwise(py::module_& m) {
   using py::arg;
   bind_bound<QDepthwiseConv2d>(m, "BoundQDepthwiseConv2d");

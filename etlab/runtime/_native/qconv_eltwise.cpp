@@ -171,6 +171,11 @@ at::Tensor dequantize_u8(const at::Tensor& q_in, double scale, int64_t zp, int64
   return x;
 }
 
+BinaryFn qadd_fn(py::handle obj) {
+  if (!py::isinstance<QAdd>(obj)) return {};
+  return [k = obj.cast<QAdd>()](const at::Tensor& a, const at::Tensor& b) { return k.run(a, b); };
+}
+
 void bind_int8_eltwise(py::module_& m) {
   using py::arg;
   m.def("quantize_u8", &quantize_u8, arg("x"), arg("inv_scale"), arg("zp"), arg("lo"), arg("hi"), arg("isa") = -1,

@@ -316,6 +316,11 @@ class QConv2d {
   bool direct_ = false;
 };
 
+UnaryFn bound_qconv_fn(py::handle obj) {
+  if (!py::isinstance<Bound<QConv2d>>(obj)) return {};
+  return [k = obj.cast<Bound<QConv2d>>()](const at::Tensor& x) { return k(x); };
+}
+
 void bind_int8_gemm(py::module_& m) {
   using py::arg;
   bind_bound<QConv2d>(m, "BoundQConv2d");

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -145,7 +146,7 @@ constexpr int64_t kReleaseGilWork = int64_t(1) << 17;
 
 struct MaybeReleaseGil {
   explicit MaybeReleaseGil(int64_t work) {
-    if (work >= kReleaseGilWork) release.emplace();
+    if (work >= kReleaseGilWork && PyGILState_Check()) release.emplace();  // held: not inside xnn_plan.cpp's loop
   }
   std::optional<py::gil_scoped_release> release;
 };
@@ -186,6 +187,19 @@ void bind_bound(py::module_& m, const char* name) {
       .def_readonly("lo", &Bound<Kernel>::lo)
       .def_readonly("hi", &Bound<Kernel>::hi);
 }
+
+// Conversions between float32 values and the shifted integers (qconv_eltwise.cpp).
+at::Tensor quantize_u8(const at::Tensor& x_in, double inv_scale, int64_t zp, int64_t lo, int64_t hi, int64_t isa);
+at::Tensor dequantize_u8(const at::Tensor& q_in, double scale, int64_t zp, int64_t isa);
+
+// A kernel object made in Python as a C++ function (the XNNPACK partition plan, xnn_plan.cpp): an empty function
+// when `obj` is not of the file's kind. Each shares the object's packed weights.
+using UnaryFn = std::function<at::Tensor(const at::Tensor&)>;
+using BinaryFn = std::function<at::Tensor(const at::Tensor&, const at::Tensor&)>;
+UnaryFn bound_qconv_fn(py::handle obj);        // BoundQConv2d (qconv_gemm.cpp)
+UnaryFn bound_qdepthwise_fn(py::handle obj);   // BoundQDepthwiseConv2d (qconv_depthwise.cpp)
+BinaryFn qadd_fn(py::handle obj);              // QAdd (qconv_eltwise.cpp)
+void bind_xnn_plan(py::module_& m);            // xnn_plan.cpp
 
 // The Python registrations of each source's kernels (called by bind_int8_kernels in qconv.cpp)
 void bind_int8_gemm(py::module_& m);

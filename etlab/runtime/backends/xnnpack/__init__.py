@@ -6,6 +6,8 @@ quantized values as dequantize -> float op -> requantize). Results match XNNPACK
 rounding (and within one quantization step for quantized programs), not bit for bit, and the
 speed is torch's, not XNNPACK's. What it adds: each delegated node reports a profiling event
 and its output under its debug handle, so the Inspector can look inside the partition.
+Where the native core is built, a partition's untraced and profiled calls are one native loop over its
+nodes (`_native_plan`; nodes without a native form run as Python steps inside it).
 """
 
 from etlab.runtime.backends.xnnpack._backend import XNNPACK_BACKEND, XnnpackBackendRuntime

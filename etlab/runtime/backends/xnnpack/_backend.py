@@ -6,6 +6,7 @@ from typing import ClassVar
 
 from etlab.runtime._delegate import BackendInitContext
 from etlab.runtime._registry import register_backend  # not `etlab.runtime`: it imports the backends
+from etlab.runtime.backends.xnnpack import _native_plan as native_plan
 from etlab.runtime.backends.xnnpack._fast import prepare, run_prepared
 from etlab.runtime.backends.xnnpack._graph import BACKEND_ID, XnnpackPlan, build_plan, run_plan
 from etlab.schema.xnnpack import deserialize_xnnpack
@@ -27,14 +28,24 @@ class XnnpackBackendRuntime:
         blob = deserialize_xnnpack(processed, what=what)
         plan = build_plan(blob, context.named_data if context is not None else {}, what)
         plan.steps = prepare(plan)
+        plan.native, plan.native_timed = native_plan.build(plan), native_plan.build(plan, fuse=False)
         return plan
 
     def execute(self, handle: XnnpackPlan, args: list, context=None) -> None:
-        """Untraced: the prepared steps (`_fast`); traced: node by node, one event and value each."""
+        """Untraced: the native loop, else the prepared steps (`_fast`); traced without values: the timed native
+        loop, one event per node; traced with values (or arguments the loops do not take): node by node in Python,
+        one event and value each."""
         if context is None or not getattr(context, "enabled", True):
-            run_prepared(handle, handle.steps, args)
-        else:
-            run_plan(handle, args, context)
+            if handle.native is None or handle.native.run(args) is None:
+                run_prepared(handle, handle.steps, args)
+            return
+        if (not getattr(context, "logs_values", True) and handle.native_timed is not None
+                and hasattr(context, "log_profiling_delegate")):  # a context of spans timed by the backend
+            times = handle.native_timed.run(args, True)
+            if times is not None:
+                native_plan.profile_events(handle, times, context)
+                return
+        run_plan(handle, args, context)
 
 
 XNNPACK_BACKEND = XnnpackBackendRuntime()

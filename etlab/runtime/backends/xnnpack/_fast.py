@@ -91,9 +91,12 @@ def _fused_conv_clamp(conv, conv_node: PlannedNode, clamp_node: PlannedNode, spe
     return lambda q: conv(q).clamp_(lo, hi)
 
 
-def prepare(plan: XnnpackPlan) -> list[Step]:
-    """The plan's untraced steps (see the module doc)."""
+def prepare(plan: XnnpackPlan, fuse: bool = True, ops: list | None = None) -> list[Step]:
+    """The plan's untraced steps (see the module doc). fuse=False: one step per node (no clamp fused into the
+    convolution before it), for a loop that times each node. `ops`, if given, receives for each step what it does
+    in terms the native loop takes (`_native_plan`), or None where the step is Python only."""
     specs, nodes = plan.specs, plan.nodes
+    ops = [] if ops is None else ops
     reads = Counter(v for node in nodes for v in node.inputs)
     outputs = set(plan.outputs)
     held_as_int: set[int] = set()
@@ -107,15 +110,19 @@ def prepare(plan: XnnpackPlan) -> list[Step]:
         nxt = nodes[index + 1] if index + 1 < len(nodes) else None
         if node.int_fn is not None:
             fn = node.int_fn
-            if (kind in _CONV_KINDS and nxt is not None and nxt.kind == "XNNClamp" and nxt.int_fn is not None
+            if (fuse and kind in _CONV_KINDS and nxt is not None and nxt.kind == "XNNClamp" and nxt.int_fn is not None
                     and nxt.inputs[0] == out and reads[out] == 1 and out not in outputs):
                 fn = _fused_conv_clamp(fn, node, nxt, specs)
                 out, skip = nxt.output, index + 1
+            pre = None if first_int else integers_of(specs[ins[0]].quant)
+            bounds = getattr(fn, "bounds", None)  # a clamp of integers (`_int8.int_kernel`)
+            ops.append(("clamp", pre, *bounds) if isinstance(bounds, tuple) else ("kernel", fn, pre))
             if not first_int:
                 fn = _as_integers(fn, specs[ins[0]].quant)
             steps.append((fn, ins[:1], out))
             held_as_int.add(out)
         elif node.passes_ints and first_int:
+            ops.append(("permute", node.perm) if node.perm is not None else None)
             steps.append((node.fn, ins[:1], out))
             held_as_int.add(out)
         elif kind == "XNNAdd" and all(offset(specs[v].quant) is not None for v in (*ins, out)):
@@ -125,18 +132,48 @@ def prepare(plan: XnnpackPlan) -> list[Step]:
 
             def add_step(a, b, add=add, qa=qa, qb=qb, a_int=a_int, b_int=b_int):
                 return add(a if a_int else to_integers(a, qa), b if b_int else to_integers(b, qb))
+            native = getattr(add, "native", None)
+            same_shape = specs[ins[0]].shape == specs[ins[1]].shape
+            ops.append(("qadd", native, None if a_int else integers_of(qa), None if b_int else integers_of(qb))
+                       if native is not None and same_shape else None)
             steps.append((add_step, ins, out))
             held_as_int.add(out)
         elif (kind == "XNNConvert" and specs[ins[0]].quant is None and node.narrow is None
               and offset(specs[out].quant) is not None and node.clamp is None):
             quant = specs[out].quant
+            ops.append(("quantize", *integers_of(quant)))
             steps.append(((lambda x, quant=quant: to_integers(x, quant)), ins, out))
             held_as_int.add(out)
         else:
             int_positions = tuple(k for k in node.int_inputs if ins[k] in held_as_int)
             fn = _levels_step(node, int_positions, specs)
+            ops.append(_levels_op(node, int_positions, specs, fn))
             steps.append((fn, ins[:1] if fn is node.fast else ins, out))
     return steps
+
+
+def integers_of(quant) -> tuple[float, int, int, int]:
+    """(inverse scale, zero point, lo, hi) of `to_integers(x, quant)`'s native conversion (uint8 form)."""
+    off = offset(quant)
+    return 1.0 / quant.scale, quant.zero_point + off, quant.qmin + off, quant.qmax + off
+
+
+def _levels_op(node: PlannedNode, int_positions: tuple[int, ...], specs, fn):
+    """The native loop's form of a `_levels_step` (see `prepare`'s ops), or None."""
+    if fn is node.fast:
+        return ("kernel", fn, None)
+    if node.quant is not None or node.narrow is not None:
+        return None
+    if node.kind == "XNNConvert" and int_positions == (0,) and node.clamp is None:
+        quant = specs[node.inputs[0]].quant
+        return ("dequantize", quant.scale, quant.zero_point + offset(quant))
+    if int_positions:
+        return None
+    if node.kind == "XNNAdd":
+        return ("add", node.clamp)
+    if node.kind == "XNNStaticTranspose" and node.clamp is None and node.perm is not None:
+        return ("permute", node.perm)
+    return None
 
 
 def run_prepared(plan: XnnpackPlan, steps: list[Step], args: list) -> None:

@@ -71,6 +71,7 @@ class PlannedNode:
     passes_ints: bool = False             # a layout node that moves its input's integers unchanged
     int_inputs: tuple[int, ...] = ()      # positions of inputs that may be held as integers
     narrow: torch.dtype | None = None     # fp16/bf16 output: computed in float32, rounded to this type
+    perm: tuple[int, ...] | None = None   # a transpose's permutation (for the native loop, `_native_plan`)
 
 
 @dataclass
@@ -83,6 +84,8 @@ class XnnpackPlan:
     outputs: list[int]
     nodes: list[PlannedNode]
     steps: list | None = None  # the untraced run, prepared once (`_fast.prepare`)
+    native: object | None = None        # the untraced run as one native loop (`_native_plan`), if built
+    native_timed: object | None = None  # the same, one timed step per node (a traced run that logs no values)
 
 
 def fake_quantize(x: torch.Tensor, quant: Quant) -> torch.Tensor:
@@ -132,6 +135,10 @@ def _layouts(kind: str, inputs: tuple[int, ...], output_rank: int, nhwc: set[int
     if kind in _KEEPS_LAYOUT:
         return any(i in nhwc for i in inputs)
     return False
+
+
+def _perm(kind: str, attrs) -> tuple[int, ...] | None:
+    return tuple(int(p) for p in attrs.perm or []) if kind == "XNNStaticTranspose" else None
 
 
 def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -> XnnpackPlan:
@@ -197,7 +204,8 @@ def build_plan(blob: XnnpackBlob, named_data: Mapping[str, object], what: str) -
         nodes.append(PlannedNode(kind, kernel.inputs, out, kernel.fn, clamp, spec.quant,
                                  -1 if name else handle, name, kind.encode(), out in nhwc, logs_stored,
                                  fast=fast, int_fn=int_fn, passes_ints=passes, int_inputs=int_inputs,
-                                 narrow=NARROW_FLOATS.get(spec.datatype)))
+                                 narrow=NARROW_FLOATS.get(spec.datatype),
+                                 perm=_perm(kind, xnode.xnode_union)))
     # An op lowered to several nodes (matmul -> reshape, reshape, batch matmul, reshape) gives them
     # all its handle: only the last one logs an output, the value that handle ends with.
     last = {node.debug_id: index for index, node in enumerate(nodes) if node.debug_id >= 0}

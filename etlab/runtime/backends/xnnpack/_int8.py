@@ -78,7 +78,11 @@ def int_kernel(kind: str, inputs: tuple[int, ...], output: int, specs: dict[int,
     same = (qin.scale, qin.zero_point, qin.qmin) == (qout.scale, qout.zero_point, qout.qmin)
     if kind == "XNNClamp" and same:
         bounds = clamp_bounds(qout, clamp)
-        return lambda q: torch.clamp(q, *bounds)
+
+        def clamp_integers(q: torch.Tensor) -> torch.Tensor:
+            return torch.clamp(q, *bounds)
+        clamp_integers.bounds = bounds  # for a partition's native loop (`_native_plan`)
+        return clamp_integers
     return None
 
 
@@ -117,6 +121,7 @@ def int_add(qa: Quant, qb: Quant, qout: Quant, clamp: tuple[float, float] | None
 
     def add_native(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         return native(a, b) if a.shape == b.shape else add(a, b)  # broadcasting adds: torch
+    add_native.native = native  # the kernel itself, for a partition's native loop (`_native_plan`)
     return add_native
 
 
