@@ -34,6 +34,7 @@ NATIVE_SOURCES = ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace
                   "etlab/runtime/_native/dynamic.cpp", "etlab/runtime/_native/module.cpp",
                   "etlab/runtime/_native/quant.cpp",
                   "etlab/runtime/_native/quant_choose.cpp", "etlab/runtime/_native/small.cpp",
+                  "etlab/runtime/_native/small_ops.cpp",
                   "etlab/runtime/_native/conv.cpp", "etlab/runtime/_native/conv_depthwise.cpp",
                   "etlab/runtime/_native/qconv.cpp", "etlab/runtime/_native/qconv_gemm.cpp",
                   "etlab/runtime/_native/qconv_depthwise.cpp", "etlab/runtime/_native/qconv_eltwise.cpp",
