@@ -190,3 +190,21 @@ def test_a_watching_dispatch_mode_sees_every_call():
     assert sum(n.startswith("where.") for n in seen.names) >= 2
     for g, w in zip(got, python.execute(list(inputs))):
         assert _same_bits(g, w)  # ATen computed every call
+
+
+def test_etdump_events_and_intermediates_are_the_python_cores(monkeypatch):
+    """Each instruction the small kernels compute keeps its own ETDump events and logged value: the native trace
+    of a resize and an attention is the Python core's, event for event and byte for byte (exact kernels)."""
+    from tests.runtime.test_cores import _events
+
+    monkeypatch.setattr(_plan, "native_small_products", False)
+    for model, inputs in ((_Resizes(), (torch.randn(1, 3, 5, 6),)), (_SafeSoftmax(), _attention_inputs())):
+        with torch.no_grad():
+            program = to_edge(torch.export.export(model, inputs)).to_executorch().buffer
+        traced = {}
+        for core in ("native", "python"):
+            loaded = Runtime.get(core=core).load_program(program, enable_etdump=True, debug_buffer_size=1 << 20)
+            loaded.load_method("forward").execute(list(inputs))
+            traced[core] = loaded
+        assert _events(traced["native"]) == _events(traced["python"])
+        assert traced["native"]._tracer.debug_buffer() == traced["python"]._tracer.debug_buffer()
