@@ -3,8 +3,8 @@
 - batch norm after a convolution (whose result nothing else reads) folds into the convolution's
   weights and bias; its `getitem(bn, 0)` then stands for the convolution's value;
 - `getitem(max_pool2d_with_indices, 0)` stands for the pooling's value;
-- relu, relu6/hardtanh and clamp after a convolution, a fully connected node or an add (whose
-  result only the activation reads) become that node's output_min/max;
+- relu, relu6/hardtanh and clamp after a convolution, a fully connected node, an add or a batch norm
+  no convolution absorbed (whose result only the activation reads) become that node's output_min/max;
 - hardswish as Edge decomposes it, x * clamp(x + 3, 0, 6) / 6, is one XNNHardswish of x (as
   upstream, which keeps hardswish whole): its add, clamps and mul stand for the div.
 
@@ -26,7 +26,7 @@ MAX_POOL_WITH_INDICES = "aten.max_pool2d_with_indices.default"
 CONVOLUTION = "aten.convolution.default"
 # Producers whose XNNPACK node takes a fused output clamp.
 FUSES_ACTIVATION = {CONVOLUTION, "aten.addmm.default", "aten.mm.default", "aten.linear.default",
-                    "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor"}
+                    "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", BATCH_NORM}
 ACTIVATIONS = {"aten.relu.default", "aten.hardtanh.default", "aten.clamp.default"}
 
 

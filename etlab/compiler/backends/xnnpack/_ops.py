@@ -224,7 +224,10 @@ def _quantized_bias(lw: Lowering, node: Node, bias: torch.Tensor, weight: QuantW
 
 
 def _batch_norm(lw: Lowering, node: Node) -> None:
-    """A batch norm no convolution absorbed: y = x * scale + shift, per channel."""
+    """A batch norm no convolution absorbed. Over (N, C, H, W) in NHWC (after a concatenation of
+    convolutions: DenseNet's pre-activation norms) it is a 1x1 depthwise convolution, as upstream writes
+    it: one pass over the tensor, the activation after it fused as its clamp. Otherwise y = x * scale +
+    shift, per channel, the activation fused into the add."""
     x_node = node.args[0]
     gamma, beta, mean, var = (lw.constant_of(node, a, "batch norm parameter").float() if a is not None else None
                               for a in node.args[1:5])
@@ -234,6 +237,18 @@ def _batch_norm(lw: Lowering, node: Node) -> None:
     layout = lw.preferred_layout(x_node)
     x = lw.value(x_node, layout)
     rank = lw.tensor(x_node).dim()
+    if rank == 4 and layout == NHWC:
+        channels = scale.numel()
+        filter_id = lw.constant(node, scale.reshape(1, 1, 1, channels).contiguous(), "bn-dw-filter")
+        bias_id = lw.constant(node, shift.contiguous(), "bn-dw-bias")
+        out = lw.define(node, lw.out_shape(x_node, NHWC), NHWC)
+        lw.b.node("XNNDepthwiseConv2d", lw.handle(node), lw.clamp_of(node),
+                  padding_top=0, padding_right=0, padding_bottom=0, padding_left=0, kernel_height=1, kernel_width=1,
+                  subsampling_height=1, subsampling_width=1, dilation_height=1, dilation_width=1,
+                  group_input_channels=1, group_output_channels=1, groups=channels,
+                  adjustment_height=0, adjustment_width=0,
+                  input1_id=x, filter_id=filter_id, bias_id=bias_id, output_id=out)
+        return
     shape = [-1] if layout == NHWC else [-1] + [1] * (rank - 2)
     scale_id = lw.constant(node, scale.reshape(shape).contiguous(), f"bn-scale-{layout}")
     shift_id = lw.constant(node, shift.reshape(shape).contiguous(), f"bn-shift-{layout}")
@@ -242,7 +257,7 @@ def _batch_norm(lw: Lowering, node: Node) -> None:
     handle = lw.handle(node)
     lw.b.node("XNNMultiply", handle, input1_id=x, input2_id=scale_id, output_id=scaled)
     out = lw.define(node, shape_out, layout)
-    lw.b.node("XNNAdd", handle, input1_id=scaled, input2_id=shift_id, output_id=out)
+    lw.b.node("XNNAdd", handle, lw.clamp_of(node), input1_id=scaled, input2_id=shift_id, output_id=out)
 
 
 def _fully_connected(lw: Lowering, node: Node) -> None:
