@@ -99,6 +99,49 @@ def open_once(browser, url: str, shown: int, out: Opens) -> None:
     page.close()
 
 
+PAGE_THREADS = {"CrRendererMain": "main thread", "DedicatedWorker thread": "worker"}
+TRACED = 3  # opens per graph recorded with Chromium's tracing (their CPU rows: medians)
+
+
+def thread_cpu(trace: dict, start: float, end: float) -> dict[str, float]:
+    """CPU seconds of the page's main thread and its worker between two trace timestamps (microseconds):
+    the thread time of their top-level trace events (nested ones are inside them)."""
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_name"}
+    out = dict.fromkeys(PAGE_THREADS.values(), 0.0)
+    ends: dict[tuple, float] = {}
+    for e in sorted((e for e in events if e.get("ph") == "X" and "tdur" in e), key=lambda e: e["ts"]):
+        key = (e["pid"], e["tid"])
+        what = PAGE_THREADS.get(names.get(key, ""))
+        if what is None or e["ts"] < ends.get(key, 0):
+            continue
+        ends[key] = e["ts"] + e.get("dur", 0)
+        if start <= e["ts"] < end:
+            out[what] += e["tdur"] / 1e6
+    return out
+
+
+def traced_open(browser, url: str, shown: int) -> dict[str, dict[str, float]]:
+    """One more open with Chromium's trace recording: CPU seconds of the page's main thread and worker
+    before the page asked for the graph and from the answer to drawn (wall time waits for CPU at load)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    browser.start_tracing(page=page, categories=["devtools.timeline", "disabled-by-default-devtools.timeline"])
+    page.goto(url, timeout=300_000)
+    page.get_by_text(re.compile(rf"^\s*({shown}|{shown:,}) nodes")).first.wait_for(timeout=600_000)
+    while not drawn(page):
+        time.sleep(0.05)
+    trace = json.loads(browser.stop_tracing())
+    page.close()
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    sent = [e for e in events if e.get("name") == "ResourceSendRequest"
+            and "send_command" in e.get("args", {}).get("data", {}).get("url", "")]
+    rid = sent[0]["args"]["data"]["requestId"]
+    done = next(e["ts"] for e in events if e.get("name") == "ResourceFinish"
+                and e.get("args", {}).get("data", {}).get("requestId") == rid)
+    return {"before": thread_cpu(trace, 0, sent[0]["ts"]), "after": thread_cpu(trace, done, float("inf"))}
+
+
 def in_process(record: Path, rounds: int) -> dict[str, list[float]]:
     """The adapter's convert and the server's encoding of its answer, wall and CPU seconds per round."""
     from model_explorer.utils import convert_adapter_response
@@ -160,7 +203,7 @@ def top_level(nodes: list[dict]) -> int:
 
 
 def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, proc: dict, large: Opens,
-           small: Opens, load0: float, load1: float) -> str:
+           small: Opens, cpu: list[dict], load0: float, load1: float) -> str:
     cores = os.cpu_count() or 1
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     med = {k: statistics.median(v) for k, v in proc.items()}
@@ -186,7 +229,14 @@ def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, 
         + _stage_row("page: answer to drawn (parse, Model Explorer's processing and layout, drawing)",
                      large.page_after(), small.page_after())
         + _stage_row("**drawn**", large.drawn, small.drawn)
+        + "".join(f"| CPU s of the page's {what}, {phase} (median of {TRACED} traced opens) | "
+                  f"{cpu[0][key][what]:.2f} | {cpu[1][key][what]:.2f} |\n"
+                  for key, what, phase in (("before", "main thread", "until it asks"),
+                                           ("after", "main thread", "answer to drawn"),
+                                           ("after", "worker", "answer to drawn (Model Explorer's graph processing)")))
         + "\n" + load_note(load0, load1, cores, large.median("drawn"))
+        + " The CPU rows of the page count its main thread and its worker only (not the compositor or the GPU "
+        "process drawing with software WebGL)."
         + f" Of the {large.median('drawn'):.1f} s, {fixed:.1f} s are what the {small_shown}-node graph takes too "
         "(Model Explorer's page starting, its worker and renderer starting, drawing, and the measurement's "
         f"screenshots); the graph's size adds {variable:.1f} s: the server's convert ({med['convert']:.2f} s, "
@@ -231,12 +281,16 @@ def main() -> None:
                 for _ in range(args.rounds):  # alternating: load drifts hit both alike
                     open_once(browser, sessions[0].url, shown, large)
                     open_once(browser, sessions[1].url, small_shown, small)
+                traced = [[traced_open(browser, s.url, n) for s, n in zip(sessions, (shown, small_shown))]
+                          for _ in range(TRACED)]
+                cpu = [{k: {w: statistics.median(t[i][k][w] for t in traced) for w in PAGE_THREADS.values()}
+                        for k in ("before", "after")} for i in range(2)]
                 browser.close()
         finally:
             for s in sessions:
                 s.stop()
     load1 = os.getloadavg()[0]
-    body = report(args, nodes, shown, top, small_shown, size, proc, large, small, load0, load1)
+    body = report(args, nodes, shown, top, small_shown, size, proc, large, small, cpu, load0, load1)
     if not args.dry_run:
         write_section("model explorer", body)
     print(body)
