@@ -10,6 +10,7 @@ graph classes strictly where the tests check it against their schema (`checked_g
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 
 from dacite import Config, from_dict
@@ -38,6 +39,9 @@ def adapter_graphs(response: dict) -> list[graph_builder.Graph]:
                                 if "groupNodeConfigs" in g else None) for g in response["graphs"]]
 
 
+RESUME_AFTER_S = 30.0  # far beyond Model Explorer's encoding of the largest answer (~1 s for 5,000 nodes)
+
+
 def collector_paused_until_freed(convert):
     """`convert()`'s graphs, built and then encoded by Model Explorer's server with the cyclic garbage
     collector paused: it resumes when the graphs are freed (or at once if `convert` raises).
@@ -48,7 +52,8 @@ def collector_paused_until_freed(convert):
     there) again and again: on a 5,000-node record about a third of the encoding's CPU, on top of one
     collection of the answer itself when the adapter resumed the collector on return. Reference counting
     frees all of it as usual; the collector is left alone when it was off already (then the caller owns
-    it), and a caller holding the answer (a test, a notebook) keeps it paused until it lets go."""
+    it). A caller holding the answer (a test, a notebook, a cache) keeps it paused until it lets go, or
+    for RESUME_AFTER_S at most: a held answer must not turn the process's collector off for good."""
     if not gc.isenabled():
         return convert()
     gc.disable()
@@ -57,10 +62,18 @@ def collector_paused_until_freed(convert):
     except BaseException:
         gc.enable()
         raise
-    if graphs:
-        weakref.finalize(graphs[0], gc.enable)
-    else:
+    if not graphs:
         gc.enable()
+        return graphs
+    backstop = threading.Timer(RESUME_AFTER_S, gc.enable)
+    backstop.daemon = True
+    backstop.start()
+
+    def resume() -> None:
+        backstop.cancel()
+        gc.enable()
+
+    weakref.finalize(graphs[0], resume)
     return graphs
 
 

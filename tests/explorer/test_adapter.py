@@ -8,6 +8,7 @@ import json
 import math
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -205,7 +206,7 @@ def test_overlays_are_keyed_to_graph_nodes_and_equal_the_views(cnn_run, tmp_path
     assert json.loads(by_method["latency_p50"].read_text()) == p50
 
 
-def test_the_collector_stays_paused_until_model_explorer_drops_the_answer(cnn_run):
+def test_the_collector_stays_paused_until_model_explorer_drops_the_answer(cnn_run, monkeypatch):
     import gc
 
     from model_explorer.utils import convert_adapter_response
@@ -228,6 +229,15 @@ def test_the_collector_stays_paused_until_model_explorer_drops_the_answer(cnn_ru
         main.collector_paused_until_freed(broken)
     assert gc.isenabled()  # resumed when convert raised
     assert main.collector_paused_until_freed(list) == [] and gc.isenabled()  # nothing to wait for
+    monkeypatch.setattr(main, "RESUME_AFTER_S", 3.0)
+    held = main.EtlabAdapter().convert(str(cnn_run / "model.etrecord"), {})
+    assert not gc.isenabled()
+    for _ in range(600):  # an answer held (a cache, a notebook): resumed after RESUME_AFTER_S anyway
+        if gc.isenabled():
+            break
+        time.sleep(0.1)
+    assert gc.isenabled() and held
+    del held
     gc.disable()  # off already: the caller owns it, left off after the answer is gone
     try:
         answer = main.EtlabAdapter().convert(str(cnn_run / "model.pte"), {})
