@@ -39,7 +39,7 @@ from etlab.devtools._quant_dataset_report import (
     _pooled_sqnr,
 )
 from etlab.devtools._quant_dataset_rows import LayerStats, commit_layer, layer_row, metric_functions, output_rows
-from etlab.devtools._quant_dataset_run import heap_kept
+from etlab.devtools._quant_dataset_run import gc_frozen, heap_kept
 from etlab.devtools._quant_debug import QuantReport, _as_inputs, converted_graph, float_graph_of
 from etlab.devtools._quant_debug import quantization_report as one_input_report
 
@@ -97,7 +97,7 @@ def dataset_report(float_model, quantized, dataset: Iterable, *, inputs=None, ba
     pool = Workers([Engine(float_gm, quantized, plan) for _ in range(workers or torch.get_num_threads())])
     bar = tqdm(total=total, unit="input", desc="quantization report", disable=not progress, leave=False)
     size, first = 1, 0
-    with heap_kept():  # see heap_kept: without it, page faults cost more than the ops
+    with heap_kept(), gc_frozen():  # see heap_kept (without it, page faults cost more than the ops), gc_frozen
         try:
             pending = list(itertools.islice(stream, 1))
             while pending:

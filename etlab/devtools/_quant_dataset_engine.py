@@ -102,7 +102,11 @@ class BatchRun:
         if ref is None or val is None or ref.shape != val.shape:
             return None
         feeds = {name: self.value(src) for name, src in task.feeds.items()}
-        total = batch_metrics(ref, val, batch, scratch=self.scratch)
+        # the float value's extremes (degenerate check, coverage) taken in the same pass while its rows are in cache
+        want = end.name not in self.ranges and (j.quantized or end.name in self.plan.ranged)
+        total = batch_metrics(ref, val, batch, scratch=self.scratch, ranges=want)
+        if want:
+            self.ranges[end.name] = (total["lo"], total["hi"])
         self.sqnr_of[(end.name, self.canonical((QUANT, j.qvalue_node.name))[1])] = total["sqnr"]
         local = None
         if task.local:
@@ -173,7 +177,9 @@ class Engine:
 
     def __post_init__(self):
         p = self.plan
-        self.fs = Stepper(self.float_gm, p.keep_float, p.float_constants, fold=True)
+        # the float graph's convolutions (and the local re-runs) on oneDNN, see _quant_dataset_fold.conv2d; the
+        # converted graph's as torch runs them: its values, and where they round, stay the single-input report's
+        self.fs = Stepper(self.float_gm, p.keep_float, p.float_constants, fold=True, onednn=True)
         self.qs = Stepper(self.quantized, p.keep_quant, p.quant_constants, p.fusable)
 
     def _measure(self) -> None:

@@ -82,6 +82,7 @@ class _Plan:
     tasks: list = field(default_factory=list)
     release_after: list[list[tuple[str, str]]] = field(default_factory=list)  # per task: values no later task reads
     static_float: set[str] = field(default_factory=set)  # float values no input reaches: held for every batch
+    ranged: set[str] = field(default_factory=set)  # float values whose per-input extremes a coverage task reads
 
 
 def feed_sources(join: LayerJoin, join_of: dict[str, LayerJoin], input_dep: set[str]) -> dict[str, tuple[str, str]]:
@@ -193,4 +194,5 @@ def make_plan(float_gm: GraphModule, quant_gm: GraphModule) -> _Plan:
     keep_quant = {name for g, name in [*last, *outputs] if g == QUANT}
     return _Plan(joins, join_of, input_dep, mutated, keep_float, keep_quant, quantizers, quant_inputs, observed,
                  quantizer_of, Constants.of(float_gm), Constants.of(quant_gm),
-                 fusable_quantizers(quant_gm, keep_quant), tasks, release_after, static_float)
+                 fusable_quantizers(quant_gm, keep_quant), tasks, release_after, static_float,
+                 {t.source[1] for t in coverage_tasks if t.source[0] == FLOAT})

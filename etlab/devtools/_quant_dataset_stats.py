@@ -160,7 +160,7 @@ class Scratch:
         return None
 
 
-ROW_BY_ROW = 1 << 16  # elements per input from which a layer is measured input by input (see _row_by_row)
+GROUP = 1 << 18  # elements (1 MB of float32) a layer is measured at a time: as many inputs (rows) as fit, at least one
 
 
 def _paired_rows(a: torch.Tensor, b: torch.Tensor, batch: int) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -176,36 +176,50 @@ def _paired_rows(a: torch.Tensor, b: torch.Tensor, batch: int) -> tuple[torch.Te
     return None
 
 
-def _row_by_row(a: torch.Tensor, b: torch.Tensor, with_b: bool, extremes: bool,
-                scratch: Scratch) -> tuple[np.ndarray, ...]:
-    """Squared norms of a - b, a and b, and the extremes of a - b, one input (row) at a time: a row of a large
-    layer (a few MB) stays in cache from the subtraction to the last reduction over it, where the whole
-    batch's difference would be read back from memory once per reduction (~1.5x the time)."""
-    n = a.shape[1]
-    buffer = scratch.like(a[0])
-    if buffer is None or buffer.numel() != n:
-        buffer = torch.empty(n, dtype=a.dtype)
+def _by_groups(a: torch.Tensor, b: torch.Tensor, with_b: bool, extremes: bool, scratch: Scratch,
+               ranges: bool = False) -> tuple[np.ndarray, ...]:
+    """Squared norms of a - b, a and b, the extremes of a - b, and (ranges) a's own extremes, for a few inputs
+    (rows) at a time: the rows of about `GROUP` elements stay in cache from the subtraction to the last
+    reduction over them, where the whole batch's difference would be read back from memory once per reduction
+    (~1.5x the time), and a small layer's inputs share each call (one row at a time, the calls' own cost was
+    ~10 ms per MobileNetV2 input). Every reduction is per row, bit for bit what it gives on that row alone."""
+    batch, n = a.shape
+    k = max(1, min(batch, GROUP // max(n, 1)))
+    if a.dtype == torch.float32:
+        if scratch.buffer.numel() < k * n:
+            scratch.buffer = torch.empty(k * n)
+        buffer = scratch.buffer
+    else:
+        buffer = torch.empty(k * n, dtype=a.dtype)
     vn = torch.linalg.vector_norm
-    per_row = []
-    for ai, bi in zip(a, b):
-        d = torch.sub(ai, bi, out=buffer)
-        r = [vn(d), vn(ai)]
+    parts = []
+    for first in range(0, batch, k):
+        ai, bi = a[first:first + k], b[first:first + k]
+        d = torch.sub(ai, bi, out=buffer[:ai.numel()].view(ai.shape))
+        cols = [vn(d, dim=1), vn(ai, dim=1)]
         if with_b:
-            r.append(vn(bi))
-        if extremes:  # one pass for both (aminmax without dim= is as fast as amin alone)
-            lo, hi = torch.aminmax(d)
-            r += [-lo, hi]
-        per_row.append(torch.stack(r))
-    m = torch.stack(per_row).to(torch.float64).numpy()
+            cols.append(vn(bi, dim=1))
+        if ranges:
+            cols += [ai.amin(1), ai.amax(1)] if k > 1 else list(torch.aminmax(ai[0]))
+        if extremes:  # one row: one pass for both (aminmax(dim=) is 10x slower than amin and amax)
+            if k > 1:
+                cols += [-d.amin(1), d.amax(1)]
+            else:
+                lo, hi = torch.aminmax(d[0])
+                cols += [-lo, hi]
+        parts.append(torch.stack([c.reshape(-1) for c in cols], 1))
+    m = torch.cat(parts).to(torch.float64).numpy()
     noise, signal = m[:, 0] ** 2, m[:, 1] ** 2
     b_sum = m[:, 2] ** 2 if with_b else None
     max_abs = np.maximum(m[:, -2], m[:, -1]) if extremes else np.full(len(m), math.nan)
-    return noise, signal, b_sum, max_abs
+    j = 2 + with_b
+    a_range = (m[:, j].copy(), m[:, j + 1].copy()) if ranges else None
+    return noise, signal, b_sum, max_abs, a_range
 
 
 def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | None = None, *,
                   value_norm: np.ndarray | None = None, extremes: bool = True,
-                  scratch: Scratch | None = None) -> dict[str, np.ndarray]:
+                  scratch: Scratch | None = None, ranges: bool = False) -> dict[str, np.ndarray]:
     """`error_metrics` for every row of a batch (dim 0 = input): sqnr, cosine, max_abs, mse, and `b_zero`
     (the value is all zero: rounded away). One difference and three norms per row and the difference's
     extremes, each a single pass in the tensors' own layout; the cosine comes from the norms
@@ -213,18 +227,21 @@ def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | Non
     norm go through `error_metrics` itself, which knows what a matching -inf mask means. batch: rows (default
     dim 0; 1 for a value without a batch dim). value_norm: the value's squared norms when already known (a
     layer's value is compared with two references: total and local). extremes=False: no max_abs (NaN; one
-    pass fewer over the difference when only the SQNR is wanted). scratch: where the difference is written."""
+    pass fewer over the difference when only the SQNR is wanted). scratch: where the difference is written.
+    ranges: also the reference's `raw_ranges` ("lo", "hi"), taken while its rows are in cache."""
     batch = reference.shape[0] if batch is None else batch
     dtype = torch.float64 if torch.float64 in (reference.dtype, value.dtype) else torch.float32
     a, b = reference.detach().to(dtype), value.detach().to(dtype)
     n = a.numel() // batch if batch else 0
     if n == 0:
         ones = np.ones(batch)
-        return {"sqnr": ones * math.inf, "cosine": ones, "max_abs": ones * 0.0, "mse": ones * 0.0,
-                "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0, "b_norm": ones * 0.0}
-    paired = _paired_rows(a, b, batch) if scratch is not None and n >= ROW_BY_ROW else None
+        out = {"sqnr": ones * math.inf, "cosine": ones, "max_abs": ones * 0.0, "mse": ones * 0.0,
+               "b_zero": np.zeros(batch, dtype=bool), "signal": ones * 0.0, "noise": ones * 0.0, "b_norm": ones * 0.0}
+        return {**out, "lo": ones * math.nan, "hi": ones * math.nan} if ranges else out
+    paired = _paired_rows(a, b, batch) if scratch is not None else None
+    a_range = None
     if paired is not None:
-        noise, signal, b_sum, max_abs = _row_by_row(*paired, value_norm is None, extremes, scratch)
+        noise, signal, b_sum, max_abs, a_range = _by_groups(*paired, value_norm is None, extremes, scratch, ranges)
         b_sum = b_sum if value_norm is None else value_norm.copy()
     else:
         buffer = scratch.like(a) if scratch is not None and a.shape == b.shape else None
@@ -233,6 +250,7 @@ def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | Non
         b_sum = _squared_norms(rows(b, batch)) if value_norm is None else value_norm.copy()
         max_abs = _max_abs(d) if extremes else np.full(batch, math.nan)
         del d, buffer
+        a_range = raw_ranges(a, batch) if ranges else None
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         sqnr = np.where(noise == 0, math.inf, np.where(signal == 0, -math.inf, 10.0 * np.log10(signal / noise)))
         norm = np.sqrt(signal) * np.sqrt(b_sum)
@@ -240,6 +258,8 @@ def batch_metrics(reference: torch.Tensor, value: torch.Tensor, batch: int | Non
         cosine = np.where(norm > 0, np.clip(cross / norm, -1.0, 1.0), np.where(signal == b_sum, 1.0, 0.0))
     out = {"sqnr": sqnr, "cosine": cosine, "max_abs": max_abs, "mse": noise / n, "b_zero": b_sum == 0,
            "signal": signal, "noise": noise, "b_norm": b_sum}
+    if a_range is not None:
+        out["lo"], out["hi"] = a_range
     bad = ~(np.isfinite(noise) & np.isfinite(signal) & np.isfinite(b_sum))
     if bad.any():  # rare: infinities, NaN, float32 overflow (rows paired element by element: one layout)
         a2, b2 = a.reshape(batch, -1), b.reshape(batch, -1)
