@@ -183,7 +183,7 @@ class QDepthwiseConv2d {
     check(x.dim() == 4 && x.size(3) == C_, "input must be NHWC with " + std::to_string(C_) + " channels");
     const int64_t N = x.size(0), H = x.size(1), W = x.size(2), OH = geo_.out_h(H), OW = geo_.out_w(W);
     check(OH >= 1 && OW >= 1, "input is smaller than the kernel");
-    at::Tensor y = at::empty({N, OH, OW, C_}, x.options());
+    at::Tensor y = output_.get({N, OH, OW, C_}, x.options());
     const Bounds bd = (lo < 0 && hi < 0) ? bounds_ : make_bounds(bounds_.zp, lo, hi);
     const uint8_t* xd = x.data_ptr<uint8_t>();
     uint8_t* yd = y.data_ptr<uint8_t>();
@@ -232,6 +232,7 @@ class QDepthwiseConv2d {
   std::vector<int32_t> w_;
   Epilogue epi_;
   std::vector<uint8_t> zeros_;
+  OutputCache output_;  // the last result, handed out again once nothing holds it (conv.h)
   int64_t quads_ = 0;        // VNNI: taps in fours
   std::vector<int8_t> wb_;   // VNNI: [channel group of 64][tap quad][vector r][lane][tap % 4]
   std::vector<int32_t> bs_;  // VNNI: bias and scales per [group][r][lane]

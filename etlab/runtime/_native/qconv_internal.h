@@ -4,6 +4,7 @@
 #pragma once
 
 #include "qconv.h"
+#include "conv.h"  // OutputCache
 
 #include <ATen/ATen.h>
 #include <immintrin.h>
