@@ -58,7 +58,8 @@ def xnnpack_section(results: dict[str, dict], clock: str, threads: int, loads: t
     """`## runtime-xnnpack`: upstream's XNNPACK-lowered programs on etlab's host backend and on upstream."""
     lines = [
         "## runtime-xnnpack", "",
-        f"`bench/runtime.py`, {time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
+        "`bench/runtime_xnnpack.py` (also `bench/runtime.py --xnnpack-only`), "
+        f"{time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, load average {loads[0]:.1f} "
         f"before / {loads[1]:.1f} after. Upstream's XNNPACK-lowered programs (`et_ref.py export --xnnpack`, int8: "
         "`--quantize`, upstream's XNNPACKQuantizer) run on etlab's host `XnnpackBackend` (no XNNPACK linked: "
         "float convolutions and fully connected layers on etlab's native kernels with weights packed at load "
