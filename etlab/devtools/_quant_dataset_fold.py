@@ -69,8 +69,7 @@ def fold(conv: Node, bn: Node, value) -> tuple[torch.Tensor, torch.Tensor] | Non
 
 
 def _pair(v) -> list[int] | None:
-    if isinstance(v, int) and not isinstance(v, bool):
-        return [v, v]
+    """A stride, padding or dilation as aten.conv2d.default takes it (one or two ints) as two ints, or None."""
     if isinstance(v, (list, tuple)) and len(v) in (1, 2) and all(isinstance(i, int) and not isinstance(i, bool)
                                                                 for i in v):
         return [int(i) for i in v] * (2 // len(v))

@@ -1,10 +1,13 @@
 """The shortcuts the report over a dataset takes to be fast, each against the straightforward computation it
 replaces: fake-quantization against the decomposed quantize/dequantize ops, a folded conv + batch norm against
-the two ops, a layer's local reference taken from the converted graph against the re-run, and the heap kept
-between ops (no page faults for a block allocated again)."""
+the two ops, a layer's local reference taken from the converted graph against the re-run, the heap kept
+between ops (no page faults for a block allocated again), convolutions on oneDNN against aten.conv2d, the
+statistics of a few inputs at a time against one input's, and the garbage collector's frozen objects."""
 
 from __future__ import annotations
 
+import gc
+import math
 import resource
 import sys
 
@@ -16,9 +19,10 @@ pytest.importorskip("torchao")
 
 from etlab.compiler import EtlabQuantizer
 from etlab.devtools._quant_dataset_engine import Engine
-from etlab.devtools._quant_dataset_fold import conv_bn_pair, fold, folded_conv
+from etlab.devtools._quant_dataset_fold import CONV2D, conv2d, conv_bn_pair, fold, folded_conv
 from etlab.devtools._quant_dataset_plan import make_plan
-from etlab.devtools._quant_dataset_run import fake_quantize, heap_kept
+from etlab.devtools._quant_dataset_run import Constants, fake_quantize, gc_frozen, heap_kept
+from etlab.devtools._quant_dataset_stats import GROUP, Scratch, batch_metrics, raw_ranges
 from etlab.devtools._quant_debug import float_graph_of
 from etlab.devtools._quant_debug_fix import quantize_pt2e
 from etlab.models import make_cnn
@@ -136,3 +140,85 @@ def test_heap_kept_serves_blocks_again_without_page_faults():
     faults_of(64)
     default = faults_of(48)
     assert kept < 1000 < 10000 < default, (kept, default)
+
+
+@pytest.mark.parametrize("shape,weight,args", [
+    ((3, 16, 20, 20), (32, 16, 1, 1), ([1, 1], [0, 0], [1, 1], 1)),  # pointwise: torch's own GEMM at one thread
+    ((3, 16, 20, 20), (16, 1, 3, 3), ([2, 2], [1, 1], [1, 1], 16)),  # depthwise, strided
+    ((2, 8, 9, 9), (4, 8, 3, 3), ([1, 1], [2, 2], [2, 2], 1)),  # dilated
+    ((2, 8, 9, 9), (4, 4, 3, 3), ([1], [1], [1], 2)),  # one-element lists, as aten expands them
+])
+def test_conv2d_on_onednn_is_aten_conv2d(shape, weight, args):
+    gen = torch.Generator().manual_seed(0)
+    w, b = torch.randn(weight, generator=gen), torch.randn(weight[0], generator=gen)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for x in (torch.randn(shape, generator=gen), torch.randn(shape, generator=gen).contiguous(
+                memory_format=torch.channels_last)):
+            for bias in (b, None):
+                want, got = CONV2D(x, w, bias, *args), conv2d(x, w, bias, *args)
+                assert got.shape == want.shape and got.dtype == want.dtype
+                assert got.is_contiguous(memory_format=torch.channels_last) == \
+                    want.is_contiguous(memory_format=torch.channels_last)
+                torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.filterwarnings("ignore:TF32 acceleration")  # torch.backends.mkldnn.flags says it on a CPU build
+def test_conv2d_leaves_what_onednn_does_not_take_to_aten():
+    x, w = torch.randn(1, 4, 8, 8), torch.randn(2, 4, 3, 3)
+    assert torch.equal(conv2d(x.double(), w.double(), None), CONV2D(x.double(), w.double()))  # float64
+    with torch.backends.mkldnn.flags(enabled=False):  # the user turned oneDNN off
+        assert torch.equal(conv2d(x, w, None, [1, 1], [1, 1]), CONV2D(x, w, None, [1, 1], [1, 1]))
+    for bad in ((torch.randn(1, 4, 2, 2), w), (x, w, None, 1)):  # aten's own errors: a kernel larger than the
+        with pytest.raises(RuntimeError):  # input, an int where aten.conv2d.default takes a list
+            conv2d(*bad)
+
+
+@pytest.mark.parametrize("shape,channels_last", [((5, 3, 4, 4), False), ((5, 64, 64, 40), True),
+                                                 ((3, GROUP + 7), False), ((7, 30, 30, 3), True)])
+def test_statistics_of_a_group_of_inputs_are_each_inputs_own(shape, channels_last):
+    """Rows measured together (a group) give bit for bit what each row measured alone gives, whatever the group
+    size; the reference's extremes taken on the way are raw_ranges'."""
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(shape, generator=gen)
+    b = a + 0.01 * torch.randn(shape, generator=gen)
+    a[1].view(-1)[3] = math.nan
+    if channels_last:
+        a, b = (t.contiguous(memory_format=torch.channels_last) for t in (a, b))
+    batched = batch_metrics(a, b, scratch=Scratch(), ranges=True)
+    lo, hi = raw_ranges(a)
+    np.testing.assert_array_equal(batched["lo"], lo)
+    np.testing.assert_array_equal(batched["hi"], hi)
+    for i in range(shape[0]):
+        alone = batch_metrics(a[i:i + 1], b[i:i + 1], scratch=Scratch())
+        for key in ("sqnr", "cosine", "max_abs", "noise", "signal", "b_norm"):
+            np.testing.assert_array_equal(batched[key][i:i + 1], alone[key], err_msg=f"{key} of input {i}")
+    local = batch_metrics(a, b, scratch=Scratch(), value_norm=batched["b_norm"], extremes=False)
+    np.testing.assert_array_equal(local["sqnr"], batched["sqnr"])
+    assert np.isnan(np.delete(local["max_abs"], 1)).all()  # not asked for (input 1's NaN: error_metrics says)
+
+
+def test_gc_frozen_freezes_for_the_report_only():
+    if gc.get_freeze_count():
+        pytest.skip("this process froze objects itself")
+    with gc_frozen() as applied:
+        assert applied and gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        count = gc.get_freeze_count()
+        with gc_frozen() as applied:  # the process's own freeze is left as it is
+            assert not applied
+        assert gc.get_freeze_count() == count
+    finally:
+        gc.unfreeze()
+
+
+def test_parameters_are_constants_unless_written_in_place(cnn):
+    float_gm = cnn[0]
+    consts = Constants.of(float_gm)
+    params = {n.name for n in float_gm.graph.nodes if n.op == "get_attr"}
+    assert params and params <= consts.names
