@@ -215,6 +215,57 @@ def publish(job: PendingJob) -> Path:
 _LIVE: set[subprocess.Popen] = set()  # reference processes of run_jobs calls still running
 
 
+def memory_limit() -> int:
+    """Bytes of address space each reference process may use (ETLAB_CORPUS_REF_MEMORY_GB, default 8):
+    an upstream compile that would take the shared machine down (ta_wavernn's XNNPACK lowering grew to
+    12.3 GB before the kernel killed it) fails inside its own process instead."""
+    return int(float(os.environ.get("ETLAB_CORPUS_REF_MEMORY_GB", "8")) * 2**30)
+
+
+def job_timeout() -> float:
+    """Seconds one background job may take (ETLAB_CORPUS_JOB_TIMEOUT_S, default JOB_TIMEOUT_S)."""
+    return float(os.environ.get("ETLAB_CORPUS_JOB_TIMEOUT_S", JOB_TIMEOUT_S))
+
+
+def bounds_text(memory: int | None = None, timeout: float | None = None) -> str:
+    """The bounds a reference process runs under, as the table names them."""
+    memory = memory_limit() if memory is None else memory
+    timeout = job_timeout() if timeout is None else timeout
+    return f"{memory / 2**30:g} GB address space, {timeout:.0f} s"
+
+
+def _bounded(memory: int):
+    """A preexec_fn limiting the child's address space to `memory` bytes (RLIMIT_AS): a runaway
+    allocation raises MemoryError there (or ends that process), never the machine's other work."""
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    return limit
+
+
+def named_error(error: str) -> str:
+    """An upstream error as the table shows it: a MemoryError is the reference process's own bound."""
+    if error.startswith("MemoryError"):
+        return f"out of memory under its bound ({bounds_text()}): {error}"
+    return error
+
+
+def bound_out(job: PendingJob, reason: str) -> Path:
+    """Publishes the result of a job its bounds stopped (killed after its timeout, or its process died,
+    most likely of its memory bound): upstream cannot do it here, which the table names as n/a."""
+    error = f"bounded out here: {reason} (bounds: {bounds_text()})"
+    if job.kind == "run":
+        status = {"ok": False, "error": error, "bounded": True}
+        (job.tmp / "status.json").write_text(json.dumps(status))
+    else:
+        result = {"load": {"ok": True}, job.kind: {"ok": False, "error": error, "bounded": True}}
+        (job.tmp / _marker(job.kind)).write_text(json.dumps(result))
+    return publish(job)
+
+
 def stop_jobs() -> None:
     """Kills the reference processes of run_jobs calls in flight (an interrupted harness); their
     finished jobs are already published."""
@@ -225,15 +276,78 @@ def stop_jobs() -> None:
         _LIVE.discard(p)
 
 
-def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log=print) -> None:
+@dataclass
+class _Slot:
+    """One reference process working through its share of the jobs in order; `started` is when its
+    current job (pending[0]) became current."""
+
+    index: int
+    pending: list[PendingJob]
+    proc: subprocess.Popen | None = None
+    started: float = 0.0
+    starts: int = 0
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            _LIVE.discard(self.proc)
+            self.proc = None
+
+
+def _start_slot(slot: _Slot, ref_python: str, logdir: Path, memory: int) -> None:
+    spec = logdir / f"jobs-{slot.index}-{slot.starts}.json"
+    spec.write_text(json.dumps([{**j.spec, "kind": j.kind} for j in slot.pending]))
+    with open(logdir / f"ref-{slot.index}-{slot.starts}.log", "w") as log_file:
+        slot.proc = subprocess.Popen([ref_python, str(REF_SCRIPT), str(spec)], stdout=log_file,
+                                     stderr=subprocess.STDOUT, env=ref_env(), stdin=subprocess.DEVNULL,
+                                     preexec_fn=_bounded(memory))
+    _LIVE.add(slot.proc)
+    slot.started, slot.starts = time.monotonic(), slot.starts + 1
+
+
+def _step_slot(slot: _Slot, ref_python: str, logdir: Path, memory: int, timeout: float, log) -> bool:
+    """Publishes the slot's finished jobs; bounds out its current job when it outlived `timeout` or its
+    process died under it (the process is then restarted on the jobs after it). True when it bounded
+    one out."""
+    while slot.pending and _complete(slot.pending[0].tmp, _marker(slot.pending[0].kind)):
+        publish(slot.pending.pop(0))
+        slot.started = time.monotonic()
+    if not slot.pending:
+        return False
+    if slot.proc is None:
+        _start_slot(slot, ref_python, logdir, memory)
+        return False
+    rc = slot.proc.poll()
+    current = slot.pending[0]
+    if rc is not None and _complete(current.tmp, _marker(current.kind)):
+        return False  # finished between the two looks: published on the next step
+    if rc is None and time.monotonic() - slot.started <= timeout:
+        return False
+    reason = (f"its process exited with code {rc} (under its memory bound)" if rc is not None
+              else f"still running after {timeout:.0f} s, killed")
+    slot.stop()
+    log(f"upstream {current.kind} job {current.spec}: {reason}; logs in {logdir}")
+    bound_out(slot.pending.pop(0), reason)
+    return True
+
+
+def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log=print,
+             timeout: float | None = None, memory: int | None = None) -> None:
     """Runs the jobs with the reference python in `parallel` processes, publishing each job as soon as
     it has finished (so an interrupted run keeps what it did). Cheap run jobs go first.
 
-    One lock per cache root keeps concurrent harnesses from running the same jobs twice; jobs that
-    another process finished meanwhile are dropped before starting.
+    Every job is bounded: its process has `memory` bytes of address space (memory_limit()) and the job
+    `timeout` seconds (job_timeout()); a job that outlives them is published as bounded out
+    (bound_out), and the process goes on with the next job. One lock per cache root keeps concurrent
+    harnesses from running the same jobs twice; jobs that another process finished meanwhile are
+    dropped before starting.
     """
     if not jobs:
         return
+    timeout = job_timeout() if timeout is None else timeout
+    memory = memory_limit() if memory is None else memory
     root = cache_root()
     root.mkdir(parents=True, exist_ok=True)
     with open(root / ".lock", "w") as lock:
@@ -244,40 +358,20 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
                 shutil.rmtree(j.tmp, ignore_errors=True)
         if not todo:
             return
-        groups = [todo[i::parallel] for i in range(parallel) if todo[i::parallel]]
+        slots = [_Slot(i, todo[i::parallel]) for i in range(parallel) if todo[i::parallel]]
         logdir = Path(tempfile.mkdtemp(prefix=".logs-", dir=root))
-        procs = []
-        for i, group in enumerate(groups):
-            spec = logdir / f"jobs-{i}.json"
-            spec.write_text(json.dumps([{**j.spec, "kind": j.kind} for j in group]))
-            with open(logdir / f"ref-{i}.log", "w") as log_file:
-                procs.append(subprocess.Popen([ref_python, str(REF_SCRIPT), str(spec)], stdout=log_file,
-                                              stderr=subprocess.STDOUT, env=ref_env(), stdin=subprocess.DEVNULL))
-                _LIVE.add(procs[-1])
-        deadline = time.monotonic() + JOB_TIMEOUT_S * max(len(g) for g in groups)
-        pending = list(todo)
+        bounded = False
         try:
-            while pending:
-                for j in list(pending):
-                    if _complete(j.tmp, _marker(j.kind)):
-                        publish(j)
-                        pending.remove(j)
-                if all(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-                    break
+            while any(s.pending for s in slots):
+                for slot in slots:
+                    bounded |= _step_slot(slot, ref_python, logdir, memory, timeout, log)
                 time.sleep(0.5)
         finally:
-            for p in procs:
-                if p.poll() is None:
-                    p.kill()
-                    p.wait()
-                _LIVE.discard(p)
-        for j in pending:
-            if _complete(j.tmp, _marker(j.kind)):
-                publish(j)
-            else:
-                log(f"upstream {j.kind} job {j.spec} left no result; reference logs in {logdir}")
-                shutil.rmtree(j.tmp, ignore_errors=True)
-        if len(pending) == 0 or all(_complete(j.final, _marker(j.kind)) for j in pending):
+            for slot in slots:
+                slot.stop()
+                for j in slot.pending:  # interrupted: not a result
+                    shutil.rmtree(j.tmp, ignore_errors=True)
+        if not bounded:
             shutil.rmtree(logdir, ignore_errors=True)
 
 
@@ -285,17 +379,20 @@ class UpstreamCompiler:
     """The long-lived reference-python worker (bench/_ref_corpus_timer.py) that compiles a model with
     upstream's to_edge().to_executorch() on request and says how long it took: the harness asks it
     between etlab's own samples, so both sides are timed under the same load. Started warm (a tiny
-    compile first, so imports are not in the first model's sample); a worker that dies or outlives
-    `timeout` is killed and the next request starts a new one."""
+    compile first, so imports are not in the first model's sample); a worker that dies (its address
+    space is bounded to `memory` bytes, memory_limit()) or outlives `timeout` is killed and the next
+    request starts a new one."""
 
-    def __init__(self, ref_python: str, timeout: float = JOB_TIMEOUT_S):
+    def __init__(self, ref_python: str, timeout: float = JOB_TIMEOUT_S, memory: int | None = None):
         self.ref_python, self.timeout = ref_python, timeout
+        self.memory = memory_limit() if memory is None else memory
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue[str | None] = queue.Queue()
 
     def _start(self) -> None:
         self.proc = subprocess.Popen([self.ref_python, str(TIMER_SCRIPT)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env())
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=ref_env(),
+                                     preexec_fn=_bounded(self.memory))
         _LIVE.add(self.proc)
         self.lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc, self.lines), daemon=True).start()
@@ -317,8 +414,11 @@ class UpstreamCompiler:
             except queue.Empty:
                 line = None
             if line is None:
+                rc = self.proc.poll()
                 self.close(kill=True)
-                raise WorkerDied(f"upstream's compile worker died or took over {self.timeout:.0f} s")
+                how = f"exit code {rc}" if rc is not None else "killed"
+                raise WorkerDied(f"upstream's compile worker died or took over {self.timeout:.0f} s ({how}; "
+                                 f"bounds: {bounds_text(self.memory, self.timeout)})")
             with contextlib.suppress(ValueError):
                 answer = json.loads(line)
                 if isinstance(answer, dict):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import signal
 import statistics
@@ -174,13 +175,13 @@ def _etlab_sample(work: _Work) -> bytes:
 
 def _upstream_sample(work: _Work, compiler: up.UpstreamCompiler, job: up.PendingJob, timed: bool) -> None:
     """Upstream's compile of the model by the worker, its .pte published to the portable cache; its
-    time is a sample when `timed`. A worker that died leaves no result (the row is not kept)."""
+    time is a sample when `timed`. A worker stopped by its bounds (memory, timeout) is named n/a."""
     try:
         answer = compiler.compile(work.programs_dir, list(work.programs), job.tmp / "upstream.pte",
                                   SHARED_STATE in work.entry.tags)
-    except up.WorkerDied as e:
+    except up.WorkerDied as e:  # its memory bound or timeout stopped it: upstream cannot do it here
         shutil.rmtree(job.tmp, ignore_errors=True)
-        work.result.checks["upstream compile"] = Check(False, f"no upstream result: {e}")
+        work.result.checks["upstream compile"] = Check(None, f"bounded out here: {e}")
         return
     work.portable_dir = up.publish_portable(job, answer)
     if timed and "error" not in answer:
@@ -243,10 +244,12 @@ def upstream_phase(work: _Work) -> None:
     elif status.get("ok"):
         got = _load_outputs(work.run_dir / "upstream", work.methods)
         checks["upstream runs etlab pte"] = _compare_methods(got, work.eager, entry)
+    elif status.get("bounded"):
+        checks["upstream runs etlab pte"] = Check(None, status.get("error", "bounded out")[:200])
     else:
-        checks["upstream runs etlab pte"] = _upstream_run_failure(work, status.get("error", "?"))
-    if "upstream compile" in checks:  # the worker died: no result
-        pass
+        checks["upstream runs etlab pte"] = _upstream_run_failure(work, up.named_error(status.get("error", "?")))
+    if "upstream compile" in checks:  # the worker was bounded out: no .pte
+        checks["etlab runs upstream pte"] = Check(None, "upstream wrote no .pte (bounded out)")
     elif work.portable_dir is None:
         for col in ("upstream compile", "etlab runs upstream pte"):
             checks[col] = Check(None, "not measured (no cached upstream compile)")
@@ -254,7 +257,7 @@ def upstream_phase(work: _Work) -> None:
         comp = (_read_json(work.portable_dir / "upstream.json") or {}).get("compile", {})
         if not comp.get("ok"):
             # Upstream itself cannot compile it: named, not counted against etlab.
-            checks["upstream compile"] = Check(None, f"upstream fails: {comp.get('error', '?')[:140]}")
+            checks["upstream compile"] = Check(None, f"upstream fails: {up.named_error(comp.get('error', '?'))[:200]}")
             checks["etlab runs upstream pte"] = Check(None, "upstream wrote no .pte")
         else:
             timed = work.result.upstream_compile_s
@@ -302,7 +305,7 @@ def _xnnpack_check(work: _Work, res: dict) -> Check:
     a backend named like the delegate is registered; the status says which of these held."""
     xnn = res.get("xnnpack", {})
     if not xnn.get("ok"):
-        return Check(None, f"upstream cannot lower: {xnn.get('error', '?')[:120]}")
+        return Check(None, f"upstream cannot lower: {up.named_error(xnn.get('error', '?'))[:200]}")
     path = work.xnnpack_dir / "xnnpack.pte"
     try:
         pte = load_pte(path)
@@ -470,7 +473,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--write-partial", action="store_true",
                    help="write the section even for --models (a run over part of the corpus, marked partial)")
     p.add_argument("--out", type=Path, default=None, help="keep .pte/.etrecord/.etdp/.html per model here")
+    p.add_argument("--ref-memory-gb", type=float, default=None, help="address space of each upstream process "
+                   "(default 8, ETLAB_CORPUS_REF_MEMORY_GB): past it the check is n/a, bounded out")
+    p.add_argument("--job-timeout", type=float, default=None, help="seconds per upstream background job "
+                   f"(default {up.JOB_TIMEOUT_S}, ETLAB_CORPUS_JOB_TIMEOUT_S): past it the check is n/a, bounded out")
     a = p.parse_args(argv)
+    if a.ref_memory_gb is not None:
+        os.environ["ETLAB_CORPUS_REF_MEMORY_GB"] = str(a.ref_memory_gb)
+    if a.job_timeout is not None:
+        os.environ["ETLAB_CORPUS_JOB_TIMEOUT_S"] = str(a.job_timeout)
     warnings.filterwarnings("ignore")
     names = list(FAST) if a.fast else (a.models or list(CORPUS))
     unknown = [n for n in names if n not in CORPUS]
