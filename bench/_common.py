@@ -6,6 +6,7 @@ RESULTS.md holds one `## <name>` section per bench script; a script replaces its
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import statistics
@@ -77,6 +78,17 @@ def run_ref(ref: str, *args, timeout: float = 1800) -> str:
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(map(str, args))} failed (exit {p.returncode}):\n{p.stderr[-3000:]}")
     return p.stdout
+
+
+def worker_answer(proc: subprocess.Popen, line: str, who: str) -> dict:
+    """One JSON answer `line` read from a long-lived reference-python worker `proc`: an empty line (the
+    worker exited) raises naming `who` and its exit code; an answer carrying "error" raises that error."""
+    if not line:
+        raise RuntimeError(f"{who} exited (code {proc.wait(timeout=60)})")
+    answer = json.loads(line)
+    if "error" in answer:
+        raise RuntimeError(answer["error"])
+    return answer
 
 
 def write_section(name: str, body: str, path: Path = RESULTS) -> None:

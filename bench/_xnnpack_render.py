@@ -15,7 +15,7 @@ from _common import RESULTS
 from etlab.models.corpus import CORPUS
 
 if TYPE_CHECKING:
-    from xnnpack_lowering import Result
+    from _xnnpack_rows import Result
 
 SECTION = "xnnpack lowering"
 NOTES_BEGIN = "<!-- notes: hand-written, kept by bench/xnnpack_lowering.py -->"

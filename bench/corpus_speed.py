@@ -45,7 +45,7 @@ if str(HERE) not in sys.path:
 
 import _speed_rows as store  # noqa: E402
 import torch  # noqa: E402
-from _common import RESULTS, ref_env, reference_python, write_section  # noqa: E402
+from _common import RESULTS, ref_env, reference_python, worker_answer, write_section  # noqa: E402
 from _corpus_rows import Row, is_current, make_row, source_key  # noqa: E402
 from _corpus_upstream import upstream_version  # noqa: E402
 
@@ -134,13 +134,7 @@ class UpstreamTimer:
     def _ask(self, request: dict) -> dict:
         self.proc.stdin.write(json.dumps(request) + "\n")
         self.proc.stdin.flush()
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError(f"upstream timer exited (code {self.proc.poll()})")
-        answer = json.loads(line)
-        if "error" in answer:
-            raise RuntimeError(answer["error"])
-        return answer
+        return worker_answer(self.proc, self.proc.stdout.readline(), "upstream timer")
 
     def close(self) -> None:
         self.proc.stdin.close()
