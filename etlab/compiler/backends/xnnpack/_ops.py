@@ -16,6 +16,7 @@ from etlab.compiler._delegation_lowering import DelegationError
 from etlab.compiler.backends.xnnpack._builder import QuantSpec
 from etlab.compiler.backends.xnnpack._checks import dim_upper, op_key
 from etlab.compiler.backends.xnnpack._fusion import activation_bounds
+from etlab.compiler.backends.xnnpack._layout import cheaper_layout
 from etlab.compiler.backends.xnnpack._lower import (
     FLAG_ALIGN_CORNERS,
     FLAG_KEEP_DIMS,
@@ -97,6 +98,8 @@ def _binary(kind: str) -> Handler:
         nhwc = (rank in (3, 4) and any(lw.has(x, NHWC) for x in live)
                 and all(lw.tensor(x).dim() == rank for x in live))
         layout = NHWC if nhwc else NCHW
+        if not quantized and rank in (3, 4) and all(lw.tensor(x).dim() == rank for x in live):
+            layout = cheaper_layout(lw, node, live, layout)  # the consumers count too
         ids = [_broadcast_constant(lw, x, layout, rank, quantized) if x in lw.constants
                else lw.operand(x, layout, quantized) for x in (a, b)]
         out = lw.result(node, lw.out_shape(node, layout), layout)
@@ -398,8 +401,10 @@ def _cat(lw: Lowering, node: Node) -> None:
     live = [t for t in tensors if t not in lw.constants]
     nhwc = rank in (3, 4) and sum(lw.has(t, NHWC) for t in live) * 2 > len(live)
     layout = NHWC if nhwc else NCHW
-    axis = _layout_dim(dim, rank, layout)
     q = lw.qplan.get(node)
+    if q is None and rank in (3, 4):
+        layout = cheaper_layout(lw, node, live, layout)  # the consumers count too
+    axis = _layout_dim(dim, rank, layout)
     ids = [lw.operand(t, layout, q is not None) for t in tensors]
     sizes = [lw.out_shape(t, layout)[axis] for t in tensors]
     handle = lw.handle(node)
