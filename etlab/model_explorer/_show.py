@@ -69,16 +69,17 @@ class ModelExplorerSession:
 
 
 def start(paths: list[str], node_data_paths: list[str] = (), *, port: int | None = None, timeout: float = 180,
-          extensions: list[str] = (ADAPTER_MODULE,)) -> ModelExplorerSession:
-    """Starts `model-explorer` on 127.0.0.1 for `paths` with overlays; returns once it serves.
-    Raises RuntimeError with its output if it exits or does not answer within `timeout` seconds."""
+          extensions: list[str] = (ADAPTER_MODULE,), env: dict[str, str] | None = None) -> ModelExplorerSession:
+    """Starts `model-explorer` on 127.0.0.1 for `paths` with overlays (`env`: more environment variables
+    for it); returns once it serves. Raises RuntimeError with its output if it exits or does not answer
+    within `timeout` seconds."""
     port = port or free_port()
     cmd = [*me_command(), *map(str, paths), "--host", "127.0.0.1", "--port", str(port), "--no_open_in_browser"]
     if node_data_paths:
         cmd.append("--node_data_paths=" + ",".join(map(str, node_data_paths)))
     if extensions:
         cmd.append("--extensions=" + ",".join(extensions))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **(env or {}), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     atexit.register(lambda: proc.poll() is None and proc.terminate())
     log: list[str] = []

@@ -10,12 +10,14 @@ graph classes strictly where the tests check it against their schema (`checked_g
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import weakref
 
 from dacite import Config, from_dict
 from model_explorer import Adapter, AdapterMetadata, ModelExplorerGraphs, graph_builder
 
+from etlab.model_explorer._cache import ConversionCache, command_line_models
 from etlab.model_explorer._export import me_graphs
 
 
@@ -93,5 +95,20 @@ class EtlabAdapter(Adapter):
         super().__init__()
 
     def convert(self, model_path: str, settings: dict) -> ModelExplorerGraphs:
-        """Model Explorer's adapter entry: the graphs of a .pte or .etrecord file in Model Explorer's graph classes."""
-        return {"graphs": collector_paused_until_freed(lambda: adapter_graphs(me_graphs(model_path)))}
+        """Model Explorer's adapter entry: the graphs of a .pte or .etrecord file in Model Explorer's graph
+        classes. The JSON is kept per file content (`CONVERSIONS`); the classes around it are new per call."""
+        return {"graphs": collector_paused_until_freed(lambda: adapter_graphs(CONVERSIONS.get(model_path)))}
+
+
+CONVERSIONS = ConversionCache(me_graphs)
+"""The adapter's conversions by file content, in this process (`_cache`)."""
+
+
+def _preload_command_line() -> None:
+    """In Model Explorer's own command (`model-explorer FILE --extensions=etlab.model_explorer`, which imports
+    this module while its server starts), converts the files it names before the page asks for them."""
+    if "model_explorer.cmdline" in sys.modules:
+        CONVERSIONS.preload(command_line_models(sys.argv[1:]))
+
+
+_preload_command_line()
