@@ -63,8 +63,8 @@ def compact_table(df: pd.DataFrame, width: int, top: int | None) -> str:
     colalign = ("left", "left", "right", "right", "right", "left", "left")
     lines = fit_table(table, heads, (1, 5), width, colalign)
     if len(keep) < len(rows):
-        lines.append(cut(f"({len(keep)} of {len(rows)} events, slowest first; --all: every event, --wide: "
-                         "every column)", width))
+        lines.append(cut(f"({len(keep)} of {len(rows)} events: the slowest by average, in run order; "
+                         "--all: every event, --wide: every column)", width))
     return "\n".join(lines) + "\n"
 
 

@@ -29,7 +29,7 @@ def test_compact_table_fits_the_width_and_keeps_the_slowest(delegate_runs, width
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= width
     n = int((df.event_name != "OPERATOR_CALL").sum())
-    assert lines[-1].startswith(f"(10 of {n} events, slowest first")
+    assert lines[-1].startswith(f"(10 of {n} events: the slowest by average, in run order")
     body = lines[2:-1]
     assert len(body) == 10 and not any("OPERATOR_CALL" in line for line in body)
     assert f"{df['avg (ms)'].max():.4g}" in text  # the slowest event is listed
