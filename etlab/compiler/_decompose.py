@@ -48,6 +48,12 @@ def core_decompositions() -> dict:
     return table
 
 
+def onednn_off():
+    """oneDNN disabled (portable decompositions, see `_record`), no other flag touched: torch's
+    `mkldnn.flags()` also sets TF32 by default, which warns on every CPU-only torch ("... for Intel GPUs")."""
+    return torch.backends.mkldnn.flags(enabled=False, allow_tf32=None, fp32_precision=None)
+
+
 def is_view_copy(op) -> bool:
     """Whether an op is a view_copy variant (e.g. aten::view_copy), the copy-semantics op the edge dialect uses in
     place of a view."""
@@ -360,7 +366,7 @@ def _record(node: Node, fake_mode, config: EdgeCompileConfig) -> tuple[_Recordin
     # The Python dispatcher makes composite ops take their Python decompositions (as torch's own
     # re-trace does), and with oneDNN off those pick portable ops: otherwise nn.LSTM becomes the
     # CPU-only aten.mkldnn_rnn_layer, which upstream lets through but no runtime has a kernel for.
-    with torch.backends.mkldnn.flags(enabled=False), enable_python_dispatcher(), fake_mode, recorder:
+    with onednn_off(), enable_python_dispatcher(), fake_mode, recorder:
         result = node.target(*args, **kwargs)
 
     def to_ref(x):

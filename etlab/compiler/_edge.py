@@ -30,7 +30,7 @@ from torch.fx import GraphModule, Node
 from etlab.compiler import _edge_passes as passes
 from etlab.compiler._autocast import inline_disabled_autocast
 from etlab.compiler._config import EdgeCompileConfig
-from etlab.compiler._decompose import NeedsRetrace, core_decompositions, decompose
+from etlab.compiler._decompose import NeedsRetrace, core_decompositions, decompose, onednn_off
 from etlab.compiler._errors import CompileError
 from etlab.compiler._functionalize import functionalize, has_mutation
 from etlab.compiler._graph import fake_mode_of
@@ -214,7 +214,7 @@ def to_edge_program(ep: ExportedProgram, config: EdgeCompileConfig | None = None
         _lower(builder, config)
     except NeedsRetrace:
         table = {op: fn for op, fn in core_decompositions().items() if op not in config._preserve_ops}
-        with torch.backends.mkldnn.flags(enabled=False):  # portable RNN decompositions (see _decompose)
+        with onednn_off():  # portable RNN decompositions (see _decompose)
             builder = _EdgeBuilder(ep.run_decompositions(table))
         _lower(builder, config)
     fold_quantized_constants(builder.gm, constant_values(builder.input_specs, builder.output_specs,
