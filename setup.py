@@ -38,7 +38,8 @@ NATIVE_SOURCES = ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace
                   "etlab/runtime/_native/conv.cpp", "etlab/runtime/_native/conv_depthwise.cpp",
                   "etlab/runtime/_native/qconv.cpp", "etlab/runtime/_native/qconv_gemm.cpp",
                   "etlab/runtime/_native/qconv_depthwise.cpp", "etlab/runtime/_native/qconv_eltwise.cpp",
-                  "etlab/runtime/_native/xnn_plan.cpp"]
+                  "etlab/runtime/_native/xnn_plan.cpp",
+                  "etlab/runtime/_native/lstm.cpp"]
 LABEXT_SRC = Path("labextension")
 LABEXT_OUT = Path("etlab/jupyter/labextension")
 _SANITIZERS = "-fsanitize=address,undefined"

@@ -33,6 +33,7 @@ from etlab.runtime._native._dynamic_plan import (
     run_time_ints,
     view_of,
 )
+from etlab.runtime._native._lstm_cells import add_cells
 from etlab.runtime._prim_kernels import _nothing
 from etlab.runtime._values import OPT_TENSOR_LIST, TENSOR, TENSOR_LIST, ValueTable
 from etlab.schema import program as P
@@ -140,6 +141,12 @@ native_small_products = True
 """Whether methods loaded from now on compute one-row float addmm/mm (a recurrent cell's matrix-vector
 product) with the core's own kernel (`small.cpp`, ~1.5x MKL's speed through ATen there; its sums round a few
 ulps apart from MKL's, within float tolerance of eager); tests holding the two cores to the same bits turn it off."""
+
+
+native_lstm_cells = True
+"""Whether methods loaded from now on compute each of Edge's decomposed LSTM cells as one native step in untraced
+runs (`_lstm_cells`, `lstm.cpp`; within a few ulps of the decomposed steps); only with `native_small_products`
+(whose products it shares) and never in a method that logs intermediate outputs."""
 
 
 native_quant_kernels = True
@@ -329,6 +336,8 @@ def build_native_core(plan: P.ExecutionPlan, table: ValueTable, chains: list[Bou
                     native.add_log(c, i, table.values[slot], slot)
                 logged.update(info.log_slots)
         native.set_event_counts(c, [info.event_count for info in bound.infos])
+    if native_lstm_cells and native_small_products and not log:  # logged runs keep every instruction's values
+        add_cells(native, plan, table, chains, kernels)
     native.set_exported_ints(sorted(s for s in ints.kinds if s in logged or s in set(plan.outputs or [])))
     return core
 

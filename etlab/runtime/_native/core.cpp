@@ -466,6 +466,27 @@ void NativePlan::add_log(int64_t chain, int64_t index, py::object value, int64_t
   ch.instrs[index].logs.push_back(std::move(item));
 }
 
+void NativePlan::set_lstm_cell(int64_t chain, int64_t start, int64_t span, std::optional<at::Tensor> bias,
+                               at::Tensor h, at::Tensor w, at::Tensor x, at::Tensor c, at::Tensor c_out,
+                               at::Tensor h_out) {
+  Chain& ch = chain_at(chains_, chain);
+  if (start < 0 || span < 1 || start + span > static_cast<int64_t>(ch.instrs.size()))
+    throw std::out_of_range("LSTM cell: steps " + std::to_string(start) + " + " + std::to_string(span) +
+                            " are not steps of the chain");
+  for (int64_t k = start; k < start + span; ++k)
+    if (ch.instrs[k].op != Op::Kernel || ch.instrs[k].fused)
+      throw std::invalid_argument("LSTM cell: step " + std::to_string(k) + " is not a kernel of its own");
+  Instr& first = ch.instrs[start];
+  first.cell = std::make_shared<LstmCell>(make_lstm_cell(std::move(bias), std::move(h), std::move(w), std::move(x),
+                                                         std::move(c), std::move(c_out), std::move(h_out), span));
+  first.fused = true;
+}
+
+bool NativePlan::run_fused(Instr& in) {
+  // as the small kernels: only when no dispatch mode or profiler watches the run (else they see each call)
+  return direct_ && run_lstm_cell(*in.cell);
+}
+
 void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
   Chain& ch = chain_at(chains_, chain);
   if (counts.size() != ch.instrs.size()) throw std::invalid_argument("one event count per step");
@@ -480,6 +501,13 @@ void NativePlan::set_event_counts(int64_t chain, std::vector<int64_t> counts) {
 int64_t NativePlan::instruction_count() const {
   int64_t n = 0;
   for (const auto& ch : chains_) n += static_cast<int64_t>(ch.instrs.size());
+  return n;
+}
+
+int64_t NativePlan::fused_cells() const {
+  int64_t n = 0;
+  for (const auto& ch : chains_)
+    for (const auto& in : ch.instrs) n += in.fused ? 1 : 0;
   return n;
 }
 
@@ -679,6 +707,12 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
     try {
       if (!ch.jumps) {  // only a jump's step returns anything but pc + 1
         for (; pc < n; ++pc) {
+          if constexpr (!kTimed) {
+            if (__builtin_expect(ch.instrs[pc].fused, 0) && run_fused(ch.instrs[pc])) {
+              pc += ch.instrs[pc].cell->span - 1;
+              continue;
+            }
+          }
           step(ch.instrs[pc], pc, n);
           if constexpr (kTimed) {
             const uint64_t t = ticks();
@@ -689,6 +723,12 @@ NativePlan::LoopResult NativePlan::loop(std::vector<RecordWord>* record) {
         if constexpr (kTimed) result.events += ch.events;
       } else {
         while (pc < n) {
+          if constexpr (!kTimed) {
+            if (__builtin_expect(ch.instrs[pc].fused, 0) && run_fused(ch.instrs[pc])) {
+              pc += ch.instrs[pc].cell->span;
+              continue;
+            }
+          }
           const int64_t next = step(ch.instrs[pc], pc, n);
           if constexpr (kTimed) {
             const uint64_t t = ticks();

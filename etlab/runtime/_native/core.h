@@ -6,6 +6,7 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include "lstm.h"
 #include "small.h"
 
 #include <array>
@@ -141,6 +142,7 @@ struct Instr {
   Fast fast = Fast::None;
   Small small = Small::None;
   bool has_result = false;  // a functional operator: its fresh result is pointed into `a`
+  bool fused = false;       // the first of a fused cell's steps (`cell`): plain runs compute the cell at once
   int32_t events = 0;       // ETDump events of a timed step (what the tracer counts against its limit)
   std::vector<c10::IValue> args;  // Kernel: the argument stack, built at load time
   std::shared_ptr<const ViewCopy> copy;  // Small::Copy: where each output's view lies in the source
@@ -166,6 +168,9 @@ struct Instr {
   py::object fn;
   std::vector<LogItem> logs;
   std::string name;  // for error messages only
+  // A fused LSTM cell starting at this step (`fused`; lstm.h): an untraced run computes it in one step and goes on
+  // after its `span` steps, which keep their own kernels for timed and traced runs and for any run the cell declines.
+  std::shared_ptr<LstmCell> cell;
   // Dynamic shapes (dynamic.cpp). Kernel: run-time ints written into `args` before each call, and the view
   // operator of a view-copy out-variant computed as view, resize of the output within its memory, copy (no
   // temporary). SymSize: `a`'s size along ints[0]; IntOp: int_op of ints; View: `b` re-pointed at `a`'s
@@ -341,6 +346,9 @@ class NativePlan {
   // operator's results on `src` (made at load), one per output in `outs`.
   void set_view_copy(int64_t chain, at::Tensor src, std::vector<at::Tensor> views, std::vector<at::Tensor> outs);
   void add_log(int64_t chain, int64_t index, py::object value, int64_t slot);
+  // Steps [start, start + span) of `chain`, already added, form an LSTM cell (lstm.h) untraced runs compute at once.
+  void set_lstm_cell(int64_t chain, int64_t start, int64_t span, std::optional<at::Tensor> bias, at::Tensor h,
+                     at::Tensor w, at::Tensor x, at::Tensor c, at::Tensor c_out, at::Tensor h_out);
   // Dynamic shapes (dynamic.cpp): value-table slot `slot` is a run-time int of the core (a size computed while
   // running), starting at `initial`; `is_bool` for a comparison's result (published to Python as a bool).
   void declare_int(int64_t slot, int64_t initial, bool is_bool);
@@ -383,6 +391,7 @@ class NativePlan {
   // matrix-vector kernel, whose sums round a few ulps apart from MKL's (false: ATen's, bit for bit).
   bool small_products = true;
   int64_t instruction_count() const;
+  int64_t fused_cells() const;  // steps that start a fused cell (set_lstm_cell)
   // How many steps are of each kind: native kernels (unboxed, boxed), Python call-backs, others.
   std::vector<int64_t> step_counts() const;
 
@@ -391,6 +400,7 @@ class NativePlan {
   // lie in (pc, n] (forward jumps only: a run always ends), whatever the loader checked.
   int64_t step(Instr& in, int64_t pc, int64_t n);
   void call_kernel(Instr& in);
+  bool run_fused(Instr& in);  // a fused cell (Instr::cell); false: its steps run one by one
   // Entering and leaving a run: below autograd for the whole run, and whether the precomputed key
   // sets hold (the dispatch state is the one seen at load, and no RecordFunction callbacks run).
   void begin_run(const c10::impl::LocalDispatchKeySet& outer);

@@ -223,6 +223,9 @@ PYBIND11_MODULE(_core, m) {
       .def("add_nop", &NativePlan::add_nop)
       .def("set_view_copy", &NativePlan::set_view_copy)
       .def("add_log", &NativePlan::add_log)
+      .def("set_lstm_cell", &NativePlan::set_lstm_cell, py::arg("chain"), py::arg("start"), py::arg("span"),
+           py::arg("bias"), py::arg("h"), py::arg("w"), py::arg("x"), py::arg("c"), py::arg("c_out"), py::arg("h_out"))
+      .def_property_readonly("fused_cells", &NativePlan::fused_cells)
       .def("declare_int", &NativePlan::declare_int, py::arg("slot"), py::arg("initial"), py::arg("is_bool"))
       .def("add_sym_size", &NativePlan::add_sym_size)
       .def("add_int_op", &NativePlan::add_int_op)

@@ -403,6 +403,14 @@ bool run_gemv(const at::Tensor* bias, const at::Tensor& mat1, const at::Tensor& 
   return true;
 }
 
+void gemv_floats(const float* h, const float* w, int64_t ldw, int64_t K, int64_t N, float* y, bool rows) {
+  if (rows) {
+    gemv_rows(h, w, ldw, K, N, y);
+  } else {
+    gemv_cols(h, w, ldw, K, N, y);
+  }
+}
+
 // The elementwise loops of the core's add/sub/mul/div (one IEEE operation per element, whatever the vector width:
 // the same bits as ATen's loop), in blocks of constant length the compiler vectorizes.
 template <class Op>

@@ -63,6 +63,9 @@ bool run_view_copy(const ViewCopy& copy);
 // rows contiguous, out (1, N) contiguous, bias (N) or (1, N) contiguous or absent. The sums run in a
 // different order than MKL's (a few ulps apart, as MKL differs from itself across CPUs).
 bool run_gemv(const at::Tensor* bias, const at::Tensor& mat1, const at::Tensor& mat2, const at::Tensor& out);
+// y += h w for one row of K floats, w (K, N) with its rows `ldw` floats apart (`rows`, unit column stride) or its
+// columns `ldw` apart (unit row stride): run_gemv's loops, for kernels that hold raw pointers (lstm.cpp).
+void gemv_floats(const float* h, const float* w, int64_t ldw, int64_t K, int64_t N, float* y, bool rows);
 
 // o = p (op) q elementwise over n floats (o may be p or q, or lie apart from both).
 void add_floats(const float* p, const float* q, float* o, int64_t n);
