@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> Path:
         from etlab.compiler.backends import DemoPartitioner
         from etlab.inspector import Inspector, terminal_width
         from etlab.models import make_cnn
-        from etlab.runtime import Runtime
+        from etlab.runtime import DebugLevel, Runtime
         from etlab.visualizer import show
 
         step(1)
@@ -63,7 +63,9 @@ def main(argv: list[str] | None = None) -> Path:
         record.save(out / "model.etrecord")
 
         step(3)
-        program = Runtime.get().load_program(out / "model.pte", enable_etdump=True, debug_buffer_size=32 << 20)
+        # every intermediate output logged, the debug buffer sized from the plan (as the README's tour does)
+        program = Runtime.get().load_program(out / "model.pte", enable_etdump=True,
+                                             etdump_debug_level=DebugLevel.INTERMEDIATE_OUTPUTS)
         method = program.load_method("forward")
         for _ in range(args.iterations):
             outputs = method.execute(list(inputs))
@@ -89,11 +91,23 @@ def main(argv: list[str] | None = None) -> Path:
     console.print(f"compile (to_edge + lowering + to_executorch): {compile_ms:.0f} ms; "
                   f"{len(et.delegate_map.get('forward', {}))} delegate call(s) to DemoBackend")
     worst = max((g for gaps in gap["gap"] for g in gaps), default=float("nan"))
-    console.print(f"{args.iterations} runs; max |etlab - eager| = {max_err:.2e}; largest per-op MSE gap "
-                  f"against the recorded graph = {worst:.2e} over {len(gap)} matched ops")
-    console.print(f"files: {out.resolve()}")
-    console.print(f"report: {Path(report).resolve()}")
+    console.print(f"{args.iterations} runs: Method::execute p50 {execute_p50_ms(inspector):.3g} ms (traced, "
+                  f"intermediates logged); output max |etlab - eager| = {max_err:.2e}")
+    console.print(f"numeric gap per op (MSE, runtime vs the recorded graph): largest {worst:.2e} over {len(gap)} "
+                  "matched ops")
+    files = ", ".join(f.name for f in (out / "model.pte", out / "model.etrecord", out / "run.etdp", out / "run.bin"))
+    console.print(f"files: {files} in {out.resolve()}", markup=False, highlight=False)
+    console.print(f"report (the dashboard, offline; open it in a browser): {Path(report).resolve()}", markup=False,
+                  highlight=False)
+    console.print("the same files in JupyterLab: make lab", markup=False, highlight=False)
     return Path(report)
+
+
+def execute_p50_ms(inspector) -> float:
+    """The median Method::execute of the run, in ms (the figure the events table lists for it)."""
+    df = inspector.to_dataframe()
+    row = df[df["event_name"].astype(str) == "Method::execute"]
+    return float(row["p50 (ms)"].iloc[0]) if len(row) and "p50 (ms)" in row else float("nan")
 
 
 def events_table(inspector, width: int | None = None) -> str:
