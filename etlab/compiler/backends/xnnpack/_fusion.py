@@ -6,7 +6,8 @@
 - relu, relu6/hardtanh and clamp after a convolution, a fully connected node, an add or a batch norm
   no convolution absorbed (whose result only the activation reads) become that node's output_min/max;
 - hardswish as Edge decomposes it, x * clamp(x + 3, 0, 6) / 6, is one XNNHardswish of x (as
-  upstream, which keeps hardswish whole): its add, clamps and mul stand for the div.
+  upstream, which keeps hardswish whole): its add, clamps and mul stand for the div;
+- a contiguous copy of a value the partition computes stands for that value (no XNNCopy).
 
 A node standing for another is an *alias*; its debug handle joins the other's in the delegate's
 debug-handle map, so profiling events of the fused XNNPACK node cover both Edge nodes.
@@ -28,6 +29,7 @@ CONVOLUTION = "aten.convolution.default"
 FUSES_ACTIVATION = {CONVOLUTION, "aten.addmm.default", "aten.mm.default", "aten.linear.default",
                     "aten.add.Tensor", "aten.sub.Tensor", "aten.mul.Tensor", BATCH_NORM}
 ACTIVATIONS = {"aten.relu.default", "aten.hardtanh.default", "aten.clamp.default"}
+COPIES = {"dim_order_ops._clone_dim_order.default", "aten.clone.default", "aten.alias_copy.default"}
 
 
 @dataclass
@@ -94,6 +96,8 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
         elif op_key(node) == "aten.div.Tensor":
             _plan_hardswish(p, node, constants, outputs)
     for node in calls:
+        _plan_copy(p, node, constants, outputs)
+    for node in calls:
         bounds = activation_bounds(node)
         if bounds is None or node in p.alias:
             continue
@@ -105,6 +109,22 @@ def plan(calls: list[Node], constants: dict[Node, torch.Tensor], outputs: set[No
             p.clamp[producer] = bounds
             p.alias[node] = producer
     return p
+
+
+def _plan_copy(p: FusionPlan, node: Node, constants: dict, outputs: set[Node]) -> None:
+    """A contiguous copy (clone, `.contiguous()` after a transpose) of a float value the partition computes is that
+    value: XNNPACK values are written once, so nothing can change either after the copy. It stays an XNNCopy when it
+    reads a partition input or a constant or is a partition output (an output must be written by a node of its
+    own), as upstream, which writes no node for the copies it delegates. ShuffleNet's channel shuffles and CaiT's
+    heads paid one pass over the tensor each."""
+    src = node.args[0] if node.args else None
+    if (op_key(node) not in COPIES or node in outputs or not isinstance(src, Node) or src.op != "call_function"
+            or src in constants or any(op_key(n).startswith("quantized_decomposed.") for n in [src, *node.users]
+                                       if n.op == "call_function")):
+        return
+    t = tensor_of(node)
+    if t is not None and t.dtype.is_floating_point:
+        p.alias[node] = src
 
 
 def _plan_linear_nd(p: FusionPlan, mm: Node, constants: dict, outputs: set[Node]) -> None:
