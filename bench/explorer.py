@@ -2,17 +2,20 @@
 
 Chains of Linear+ReLU blocks compiled by etlab (portable, so every op stays a node) into .etrecord files:
 a large one (~5,000 Edge nodes, the issue's target) and a small one (~30 nodes: what Model Explorer's
-page costs whatever the graph). Both opened as a user opens them: Model Explorer's server started once
-(`model-explorer FILE --extensions=etlab.model_explorer`), its address opened in a fresh headless Chromium
-page per round. Per round and graph, from `goto`: when the page asked the server for the graph (its
-start-up), when the server's answer arrived (the adapter's convert and the server's encoding), and when
-the graph was drawn (the graph selector names its node count and the canvas has drawn nodes).
+page costs whatever the graph). Opened as a user opens them: Model Explorer's server started once per
+file (`model-explorer FILE --extensions=etlab.model_explorer`; the adapter converts the file while the
+server starts and keeps conversions by file content), its address opened in a fresh headless Chromium
+page per round; the large one also from a server with `ETLAB_ME_CACHE=0` (every open converts: the
+adapter before it kept conversions), in the same rounds, for the before/after ratio. Per round and
+graph, from `goto`: when the page asked the server for the graph (its start-up), when the server's
+answer arrived (the adapter's convert and the server's encoding), and when the graph was drawn (the
+graph selector names its node count and the canvas has drawn nodes).
 In process, also timed (wall and CPU time; the machine is shared: wall time waits for CPU): the
-adapter's `convert` (what the server calls per open) and the server's encoding of its answer, in the
-server's order (`convert_adapter_response`: dataclasses.asdict of every graph with the answer held, the
-answer dropped, then json.dumps).
+adapter's `convert` of a file it has not seen and of the same file again, and the server's encoding
+of its answer, in the server's order (`convert_adapter_response`: dataclasses.asdict of every graph with
+the answer held, the answer dropped, then json.dumps).
 Medians of N rounds. The note says how loaded the machine was (the target is judged on a quiet one).
-Writes the `model explorer` section of bench/RESULTS.md.
+Writes the `model explorer` section of bench/RESULTS.md:  .venv/bin/python bench/explorer.py
 """
 
 from __future__ import annotations
@@ -143,27 +146,34 @@ def traced_open(browser, url: str, shown: int) -> dict[str, dict[str, float]]:
 
 
 def in_process(record: Path, rounds: int) -> dict[str, list[float]]:
-    """The adapter's convert and the server's encoding of its answer, wall and CPU seconds per round."""
+    """Per round, wall and CPU seconds: the adapter's convert of a file it has not seen (its kept answers
+    forgotten first: what the first open costs), its convert of the same file again (answered from the
+    answers it keeps by content: what each later open costs), and the server's encoding of the answer."""
     from model_explorer.utils import convert_adapter_response
 
-    from etlab.model_explorer.main import EtlabAdapter
+    from etlab.model_explorer.main import CONVERSIONS, EtlabAdapter
 
-    out: dict[str, list[float]] = {k: [] for k in ("convert", "convert_cpu", "encode", "encode_cpu")}
-    adapter = EtlabAdapter()
+    out: dict[str, list[float]] = {k: [] for k in ("convert", "convert_cpu", "kept", "kept_cpu", "encode",
+                                                   "encode_cpu")}
     for _ in range(rounds):
+        CONVERSIONS.clear()
         gc.collect()
-        t0, c0 = time.perf_counter(), time.process_time()
-        answer = adapter.convert(str(record), {})  # what Model Explorer's server calls per open
+        for what in ("convert", "kept"):
+            t0, c0 = time.perf_counter(), time.process_time()
+            answer = EtlabAdapter().convert(str(record), {})  # what Model Explorer's server calls per open
+            out[what].append(time.perf_counter() - t0)
+            out[what + "_cpu"].append(time.process_time() - c0)
+            if what == "convert":
+                del answer
+                gc.collect()  # the collector's catch-up after the paused conversion: not the next open's cost
         t1, c1 = time.perf_counter(), time.process_time()
         encoded = convert_adapter_response(answer)  # the server's order: asdict, answer dropped, JSON
         del answer
         json.dumps(encoded)
-        t2, c2 = time.perf_counter(), time.process_time()
+        out["encode"].append(time.perf_counter() - t1)
+        out["encode_cpu"].append(time.process_time() - c1)
         del encoded
-        out["convert"].append(t1 - t0)
-        out["convert_cpu"].append(c1 - c0)
-        out["encode"].append(t2 - t1)
-        out["encode_cpu"].append(c2 - c1)
+    CONVERSIONS.clear()
     return out
 
 
@@ -171,17 +181,14 @@ def _row(step: str, xs: list[float]) -> str:
     return f"| {step} | {statistics.median(xs):.2f} | {min(xs):.2f} | {max(xs):.2f} |\n"
 
 
-def _stage_row(step: str, large: list[float], small: list[float]) -> str:
-    return f"| {step} | {statistics.median(large):.2f} | {statistics.median(small):.2f} |\n"
+def _stage_row(step: str, *columns: list[float]) -> str:
+    return f"| {step} | " + " | ".join(f"{statistics.median(c):.2f}" for c in columns) + " |\n"
 
 
 QUIET = 0.5  # load average per core under which the machine counts as quiet (wall times comparable)
-PREVIOUS = ("Before this round of changes, interleaved with it in one process (7 rounds, load average 14.9, "
-            "CPU medians; CPU time also stretches under load, so compare within a run): convert 0.62 -> 0.53 s, "
-            "encoding 0.86 -> 0.60 s, the collector no longer running over the server's heap while Model Explorer "
-            "copies the answer. That version on a lighter machine (d133cd5, load average 1.4 / 3.1): convert "
-            "0.58 s, encoding 0.60 s, answer at 2.63 s, drawn at 4.56 s; at 6df67aa, on a quiet machine (load 0.8): "
-            "convert 2.19 s, encoding 0.57 s, drawn 4.88 s.")
+PREVIOUS = ("Earlier runs, before the adapter kept its conversions (every open converted): d133cd5 (load average "
+            "1.4 / 3.1): convert 0.58 s, encoding 0.60 s, drawn at 4.56 s; 7f707fa (load 1.5 / 3.6): convert 0.61 s, "
+            "encoding 0.73 s, drawn at 4.11 s, the 32-node graph at 2.19 s.")
 
 
 def load_note(load0: float, load1: float, cores: int, drawn_s: float) -> str:
@@ -193,8 +200,8 @@ def load_note(load0: float, load1: float, cores: int, drawn_s: float) -> str:
                 f"{load0:.1f} / {load1:.1f} on {cores} cores).")
     return (f"Target (issue 32): drawn within 3 s: **{verdict} at this load** (load average {load0:.1f} / "
             f"{load1:.1f} on {cores} cores, other jobs sharing the machine): wall times here wait for CPU and are "
-            "inflated; the CPU-time rows are the comparable ones, and the target is judged on a quiet machine "
-            f"(load average at most {QUIET * cores:.0f}).")
+            "inflated; the CPU-time rows and the ratios between columns (interleaved rounds) are the comparable "
+            f"ones, and the target is judged on a quiet machine (load average at most {QUIET * cores:.0f}).")
 
 
 def top_level(nodes: list[dict]) -> int:
@@ -202,48 +209,65 @@ def top_level(nodes: list[dict]) -> int:
     return len({n["namespace"].split("/")[0] for n in nodes if n["namespace"]}) + sum(not n["namespace"] for n in nodes)
 
 
-def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, proc: dict, large: Opens,
-           small: Opens, cpu: list[dict], load0: float, load1: float) -> str:
+def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, proc: dict, opens: list[Opens],
+           cpu: list[dict], load0: float, load1: float) -> str:
+    large, cold, small = opens
     cores = os.cpu_count() or 1
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     med = {k: statistics.median(v) for k, v in proc.items()}
     fixed = small.median("drawn")
     variable = large.median("drawn") - fixed
+    ratio = statistics.median(c / w for c, w in zip(cold.drawn, large.drawn))
     return (
         f"## model explorer\n\n`bench/explorer.py` ({datetime.date.today()}, etlab {commit}, load average "
         f"{load0:.1f} before, {load1:.1f} after on {cores} cores): a chain of {args.blocks} Linear+ReLU blocks "
         f"compiled by etlab ({nodes} Edge graph nodes; the adapter's Edge graph has {shown:,} nodes, its ATen graph "
-        f"comes in the same answer) opened from its `.etrecord` through `model-explorer "
+        f"comes in the same answer) opened from its `.etrecord` through `model-explorer FILE "
         f"--extensions=etlab.model_explorer` in headless Chromium (software WebGL), and a chain of {SMALL_BLOCKS} "
         f"blocks ({small_shown} nodes) opened the same way: what Model Explorer's page costs whatever the graph. "
-        f"Median of {args.rounds} rounds.\n\n"
+        "The large record is opened from two servers: one started as users start it (the adapter converts the "
+        "files the command names while the server starts, and keeps each conversion by the file's content), and "
+        "one with `ETLAB_ME_CACHE=0` (nothing kept or converted early: every open converts, as the adapter did "
+        f"before). Median of {args.rounds} rounds; each round opens the three in turn (load drifts hit them alike)."
+        "\n\n"
         "| in process (what the server does per open) | median s | min s | max s |\n|---|---:|---:|---:|\n"
-        + _row("adapter convert (read the record's JSON, both graphs, Model Explorer's answer)", proc["convert"])
-        + _row("adapter convert, CPU time", proc["convert_cpu"])
+        + _row("adapter convert of a file not seen before (read the record's JSON, both graphs)", proc["convert"])
+        + _row("adapter convert of a file not seen before, CPU time", proc["convert_cpu"])
+        + _row("adapter convert of the same file again (kept by content: hash the file, wrap the answer)",
+               proc["kept"])
+        + _row("adapter convert of the same file again, CPU time", proc["kept_cpu"])
         + _row(f"server's encoding of the answer (asdict, then JSON: {size / 1e6:.1f} MB)", proc["encode"])
         + _row("server's encoding, CPU time", proc["encode_cpu"])
         + "\n| in the browser, seconds from `goto` (median) | "
-        f"{shown:,} nodes | {small_shown} nodes |\n|---|---:|---:|\n"
-        + _stage_row("the page asks for the graph (Model Explorer's page starting)", large.asked, small.asked)
-        + _stage_row("server: request to answer arrived (convert, encoding, transfer)", large.server(), small.server())
+        f"{shown:,} nodes (as users start it) | {shown:,} nodes (every open converts) | {small_shown} nodes |\n"
+        "|---|---:|---:|---:|\n"
+        + _stage_row("the page asks for the graph (Model Explorer's page starting)", large.asked, cold.asked,
+                     small.asked)
+        + _stage_row("server: request to answer arrived (convert, encoding, transfer)", large.server(), cold.server(),
+                     small.server())
         + _stage_row("page: answer to drawn (parse, Model Explorer's processing and layout, drawing)",
-                     large.page_after(), small.page_after())
-        + _stage_row("**drawn**", large.drawn, small.drawn)
+                     large.page_after(), cold.page_after(), small.page_after())
+        + _stage_row("**drawn**", large.drawn, cold.drawn, small.drawn)
         + "".join(f"| CPU s of the page's {what}, {phase} (median of {TRACED} traced opens) | "
-                  f"{cpu[0][key][what]:.2f} | {cpu[1][key][what]:.2f} |\n"
+                  f"{cpu[0][key][what]:.2f} | | {cpu[1][key][what]:.2f} |\n"
                   for key, what, phase in (("before", "main thread", "until it asks"),
                                            ("after", "main thread", "answer to drawn"),
                                            ("after", "worker", "answer to drawn (Model Explorer's graph processing)")))
         + "\n" + load_note(load0, load1, cores, large.median("drawn"))
+        + f" Every open converting takes {ratio:.2f}x as long to draw as the adapter keeping its conversions "
+        "(median of the rounds' ratios)."
         + " The CPU rows of the page count its main thread and its worker only (not the compositor or the GPU "
         "process drawing with software WebGL)."
         + f" Of the {large.median('drawn'):.1f} s, {fixed:.1f} s are what the {small_shown}-node graph takes too "
         "(Model Explorer's page starting, its worker and renderer starting, drawing, and the measurement's "
-        f"screenshots); the graph's size adds {variable:.1f} s: the server's convert ({med['convert']:.2f} s, "
-        f"{med['convert_cpu']:.2f} s CPU) and encoding ({med['encode']:.2f} s, {med['encode_cpu']:.2f} s CPU), "
+        f"screenshots); the graph's size adds {variable:.1f} s: the server's encoding ({med['encode']:.2f} s, "
+        f"{med['encode_cpu']:.2f} s CPU; Model Explorer's code, run on every open), "
         "then the page parsing the answer, copying the graph to its worker and back and processing every node "
         f"and layer (node ids, namespaces, edges, layout connections, identical-layer hashes) before it lays out "
         f"the first view ({top} top-level items: the sections of the chain, collapsed; a cheap layout). "
+        f"A conversion ({med['convert']:.2f} s, {med['convert_cpu']:.2f} s CPU) is now paid once per file content, "
+        "while the server starts when the command names the file; a file the server was not started with (opened "
+        "from the page) pays it on its first open. "
         "The adapter keeps the garbage collector paused from its convert until Model Explorer's server has copied "
         "the answer (`collector_paused_until_freed`), splits layers past 100 children into sections (without "
         "them Model Explorer's layout overflows its stack on this chain) and reads the graphs from the record's "
@@ -273,16 +297,18 @@ def main() -> None:
         small_shown = len(EtlabAdapter().convert(str(small_record), {})["graphs"][0].nodes)
         del answer
         proc = in_process(record, args.rounds)
-        sessions = [start([str(r)], timeout=300) for r in (record, small_record)]
+        sessions = [start([str(record)], timeout=300), start([str(record)], timeout=300, env={"ETLAB_ME_CACHE": "0"}),
+                    start([str(small_record)], timeout=300)]
+        shows = (shown, shown, small_shown)
         try:
             with sync_playwright() as p:
                 browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-                large, small = Opens(), Opens()
-                for _ in range(args.rounds):  # alternating: load drifts hit both alike
-                    open_once(browser, sessions[0].url, shown, large)
-                    open_once(browser, sessions[1].url, small_shown, small)
-                traced = [[traced_open(browser, s.url, n) for s, n in zip(sessions, (shown, small_shown))]
-                          for _ in range(TRACED)]
+                opens = [Opens(), Opens(), Opens()]
+                for _ in range(args.rounds):  # in turn: load drifts hit all alike
+                    for s, n, out in zip(sessions, shows, opens):
+                        open_once(browser, s.url, n, out)
+                pairs = ((sessions[0], shown), (sessions[2], small_shown))
+                traced = [[traced_open(browser, s.url, n) for s, n in pairs] for _ in range(TRACED)]
                 cpu = [{k: {w: statistics.median(t[i][k][w] for t in traced) for w in PAGE_THREADS.values()}
                         for k in ("before", "after")} for i in range(2)]
                 browser.close()
@@ -290,7 +316,7 @@ def main() -> None:
             for s in sessions:
                 s.stop()
     load1 = os.getloadavg()[0]
-    body = report(args, nodes, shown, top, small_shown, size, proc, large, small, cpu, load0, load1)
+    body = report(args, nodes, shown, top, small_shown, size, proc, opens, cpu, load0, load1)
     if not args.dry_run:
         write_section("model explorer", body)
     print(body)

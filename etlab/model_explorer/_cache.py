@@ -28,7 +28,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 
-MAX_ENTRIES = 4  # files whose answers are kept (most recently used first out): a session opens one or two
+MAX_ENTRIES = 4  # files whose answers are kept (least recently used out first): a session opens one or two
+MAX_WEIGHT = 200_000  # graph nodes kept in all (~3 KB of Python objects each); the newest answer is kept anyway
 SUFFIXES = (".pte", ".etrecord")
 _CHUNK = 1 << 20
 
@@ -55,10 +56,12 @@ def content_key(path: str) -> tuple[str, str]:
 class ConversionCache:
     """`convert(path)`'s answers kept by file content (see the module doc); thread-safe."""
 
-    def __init__(self, convert: Callable[[str], object], max_entries: int = MAX_ENTRIES):
+    def __init__(self, convert: Callable[[str], object], max_entries: int = MAX_ENTRIES,
+                 weigh: Callable[[object], int] = lambda _answer: 0, max_weight: int = MAX_WEIGHT):
         self._convert = convert
-        self._max = max_entries
+        self._max, self._weigh, self._max_weight = max_entries, weigh, max_weight
         self._done: OrderedDict[tuple[str, str], object] = OrderedDict()
+        self._weights: dict[tuple[str, str], int] = {}
         self._running: dict[tuple[str, str], Future] = {}
         self._lock = threading.Lock()
 
@@ -69,6 +72,7 @@ class ConversionCache:
         """Forgets every kept answer (conversions under way finish for their callers)."""
         with self._lock:
             self._done.clear()
+            self._weights.clear()
 
     def get(self, path: str):
         """The answer for the file at `path` as it is now: kept, being converted (waited for), or converted
@@ -99,8 +103,11 @@ class ConversionCache:
             del self._running[key]
             if unchanged:
                 self._done[key] = answer
-                while len(self._done) > self._max:
-                    self._done.popitem(last=False)
+                self._weights[key] = self._weigh(answer)
+                while len(self._done) > 1 and (len(self._done) > self._max or
+                                               sum(self._weights.values()) > self._max_weight):
+                    old, _ = self._done.popitem(last=False)
+                    del self._weights[old]
         future.set_result(answer)
         return answer
 

@@ -100,7 +100,7 @@ class EtlabAdapter(Adapter):
         return {"graphs": collector_paused_until_freed(lambda: adapter_graphs(CONVERSIONS.get(model_path)))}
 
 
-CONVERSIONS = ConversionCache(me_graphs)
+CONVERSIONS = ConversionCache(me_graphs, weigh=lambda response: sum(len(g["nodes"]) for g in response["graphs"]))
 """The adapter's conversions by file content, in this process (`_cache`)."""
 
 

@@ -106,6 +106,11 @@ def test_kept_by_content_bounded_and_errors_not_kept(tmp_path):
     assert len(calls) == 7  # an error is not kept: the next open tries again
     cache.clear()
     assert len(cache) == 0
+    heavy = ConversionCache(convert, weigh=lambda answer: len(answer["content"]), max_weight=10)
+    for name, content in (("a.pte", b"123456"), ("b.pte", b"7890"), ("c.pte", b"abcdefghijklmnop")):
+        (tmp_path / name).write_bytes(content)
+        heavy.get(str(tmp_path / name))
+        assert len(heavy) == {"a.pte": 1, "b.pte": 2, "c.pte": 1}[name]  # the newest is kept even alone too heavy
 
 
 def test_a_file_changed_during_its_conversion_is_not_kept(tmp_path):
