@@ -11,7 +11,9 @@ This package gives it what etlab knows, for etlab's files and upstream's alike:
   `etlab export-me RUN.etdp --etrecord R -o DIR` from the shell;
 - the adapter extension (`main.py`): `model-explorer model.etrecord --extensions=etlab.model_explorer`
   opens the files directly; a `.etrecord` is drawn from its programs' torch.export JSON
-  (`etlab.etrecord.record_graphs`), without rebuilding them with torch, into the same graphs;
+  (`etlab.etrecord.record_graphs`), without rebuilding them with torch, into the same graphs; the
+  files the command names are converted while its server starts, and conversions are kept by file
+  content, so later opens of an unchanged file skip them (`_cache`; `ETLAB_ME_CACHE=0` turns it off);
 - `show(inspector)`: Model Explorer in a notebook cell, with the latency overlay.
 """
 
