@@ -121,6 +121,28 @@ def test_local_reference_from_the_converted_graph_is_the_rerun_exactly(cnn):
     assert not checked
 
 
+def test_converted_graph_runs_as_torch_on_one_input_and_on_onednn_on_a_batch(cnn):
+    """One input: the converted graph's outputs are torch's own run of it, bit for bit (the single-input
+    report's values). A batch: its convolutions on oneDNN, each input's outputs torch's to float rounding, which
+    moves an output element across a quantization step here and there (at most one step of its quantizer)."""
+    float_gm, quantized, data = cnn
+    engine = Engine(float_gm, quantized, make_plan(float_gm, quantized))
+    with torch.no_grad():
+        want = [torch.utils._pytree.tree_leaves(quantized(*x)) for x in data]
+    one = engine.run(data[:1])[3]
+    assert not engine.qs.onednn
+    assert len(one) == len(want[0]) and all(torch.equal(a, b) for a, b in zip(one, want[0]))
+    batch = engine.run(data)[3]
+    assert engine.qs.onednn
+    outputs = [a for a in quantized.graph.find_nodes(op="output")[0].args[0]]
+    assert all("dequantize_per_tensor" in str(a.target) for a in outputs)
+    steps = [float(a.args[1]) for a in outputs]
+    for i, x in enumerate(want):
+        for a, b, step in zip(batch, x, steps):
+            d = (a[i:i + 1] - b).abs()
+            assert float(d.max()) <= step * 1.001 and int((d > 1e-6 * step).sum()) <= max(1, b.numel() // 10)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's allocator")
 def test_heap_kept_serves_blocks_again_without_page_faults():
     """A 48 MB block is above anything glibc serves from its heap by default: it is mapped afresh and faulted in
