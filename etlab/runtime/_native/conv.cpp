@@ -14,7 +14,24 @@
 
 namespace etlab_native {
 
-using namespace conv_detail;  // the depthwise kernels (conv_depthwise.cpp)
+using namespace conv_detail;  // the depthwise kernels (conv_depthwise.cpp), the vector forms (conv_internal.h)
+
+#ifdef ETLAB_CONV_X86
+// The vector loops (conv_simd_kernels.h) compiled once per instruction set, for the bias + clamp pass.
+namespace conv_detail __attribute__((visibility("hidden"))) {
+ETLAB_TARGET_BEGIN("avx512f")
+namespace avx512 {
+#include "conv_simd_kernels.h"
+}  // namespace avx512
+ETLAB_TARGET_END
+
+ETLAB_TARGET_BEGIN("avx2,fma")
+namespace avx2 {
+#include "conv_simd_kernels.h"
+}  // namespace avx2
+ETLAB_TARGET_END
+}  // namespace conv_detail
+#endif
 
 namespace {
 
@@ -79,62 +96,17 @@ int64_t block_rows(int64_t n, int64_t rows) {
 }
 
 // ---- bias + clamp over rows of an output -----------------------------------------------------------------
-// max(lo, v) then min(hi, .): a NaN result stays NaN (the second operand is returned when either is NaN), as
-// torch.clamp keeps it.
-
-#ifdef ETLAB_CONV_X86
-__attribute__((target("avx512f"))) void epilogue_avx512(float* y, int64_t rows, int64_t n, const float* bias,
-                                                         float lo, float hi) {
-  const __m512 vlo = _mm512_set1_ps(lo), vhi = _mm512_set1_ps(hi);
-  const __mmask16 tail = static_cast<__mmask16>((1u << (n % 16)) - 1);
-  const int64_t full = n - n % 16;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * n;
-    for (int64_t j = 0; j < full; j += 16) {
-      __m512 v = _mm512_loadu_ps(row + j);
-      if (bias) v = _mm512_add_ps(v, _mm512_loadu_ps(bias + j));
-      _mm512_storeu_ps(row + j, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
-    }
-    if (tail) {
-      __m512 v = _mm512_maskz_loadu_ps(tail, row + full);
-      if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(tail, bias + full));
-      _mm512_mask_storeu_ps(row + full, tail, _mm512_min_ps(vhi, _mm512_max_ps(vlo, v)));
-    }
-  }
-}
-
-__attribute__((target("avx2,fma"))) void epilogue_avx2(float* y, int64_t rows, int64_t n, const float* bias, float lo,
-                                                       float hi) {
-  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi);
-  const int64_t full = n - n % 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * n;
-    for (int64_t j = 0; j < full; j += 8) {
-      __m256 v = _mm256_loadu_ps(row + j);
-      if (bias) v = _mm256_add_ps(v, _mm256_loadu_ps(bias + j));
-      _mm256_storeu_ps(row + j, _mm256_min_ps(vhi, _mm256_max_ps(vlo, v)));
-    }
-    for (int64_t j = full; j < n; ++j) {
-      float v = row[j] + (bias ? bias[j] : 0.0f);
-      row[j] = std::isnan(v) ? v : std::min(hi, std::max(lo, v));
-    }
-  }
-}
-#endif
 
 void epilogue(float* y, int64_t rows, int64_t n, const float* bias, float lo, float hi) {
   const bool clamps = lo != -std::numeric_limits<float>::infinity() || hi != std::numeric_limits<float>::infinity();
   if (bias == nullptr && !clamps) return;
 #ifdef ETLAB_CONV_X86
-  if (isa() == Isa::Avx512) return epilogue_avx512(y, rows, n, bias, lo, hi);
-  if (isa() == Isa::Avx2) return epilogue_avx2(y, rows, n, bias, lo, hi);
+  if (isa() == Isa::Avx512) return avx512::epilogue_rows<Avx512>(y, rows, n, bias, lo, hi);
+  if (isa() == Isa::Avx2) return avx2::epilogue_rows<Avx2>(y, rows, n, bias, lo, hi);
 #endif
   for (int64_t r = 0; r < rows; ++r) {
     float* row = y + r * n;
-    for (int64_t j = 0; j < n; ++j) {
-      float v = row[j] + (bias ? bias[j] : 0.0f);
-      row[j] = std::isnan(v) ? v : std::min(hi, std::max(lo, v));
-    }
+    for (int64_t j = 0; j < n; ++j) row[j] = fused_clamp(row[j] + (bias ? bias[j] : 0.0f), lo, hi);
   }
 }
 

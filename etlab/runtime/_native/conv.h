@@ -81,8 +81,6 @@ class PackedConv2d {
   const std::string& kind() const { return kind_; }
 
  private:
-  void depthwise(const float* x, int64_t n, int64_t h, int64_t w, int64_t oh, int64_t ow, float* y, float lo,
-                 float hi) const;
   std::string kind_;  // "pointwise", "depthwise", "im2col"
   ConvGeometry g_;
   int64_t in_channels_ = 0, out_channels_ = 0;
