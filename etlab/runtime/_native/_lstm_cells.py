@@ -11,11 +11,13 @@ An LSTM lowered by Edge runs every time step as twelve instructions:
 Through the core that is twelve steps on a few hundred floats each; eager PyTorch runs oneDNN's fused LSTM. A
 cell is fused only when it is exactly this (the operators in this order, float32, static shapes, one batch of B
 rows of hidden size H in every value, the elementwise operands in either order) and when nothing outside the cell
-reads any of its ten intermediate values: the fused step writes only c' and h'. "Reads" is decided on memory,
-as the plan lays it out (aliases of a value, such as the reshape of G1 the add reads, share its bytes): every
-intermediate's bytes must be overwritten whole, or never read, before any step outside the cell (in run order, the
-program's outputs after the last step and the next run's steps after that) reads bytes of them. Operators whose
-writes the runtime cannot tell from a schema count as reading every tensor they touch.
+reads any of its 13 intermediate values (G1, G, the gates before and after their activations, f * c, i * g,
+tanh(c')): the fused step writes only c' and h'. "Reads" is decided on memory, as the plan lays it out (aliases
+of a value, such as the reshape of G1 the add reads, share its bytes; values that died share bytes with later
+ones): walking the steps outside the cell in run order from its end (the program's outputs after the last step,
+then the next run's inputs and steps up to the cell), no step may read a byte of an intermediate before that byte
+is written again (by the cell's own c' and h', or by a later step). Operators whose writes the runtime cannot tell
+from a schema count as reading every tensor they touch; in a chain with jumps any read counts.
 
 The instructions keep their own steps: a timed or traced run (ETDump profiling, logged values, memory events)
 runs them one by one, so each instruction's events are its own kernel's, as the XNNPACK delegate's native loop

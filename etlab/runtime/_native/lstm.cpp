@@ -6,7 +6,7 @@
 // Through the core each is a step of its own (a few hundred ns of dispatch and checks on 128 floats); eager
 // PyTorch runs the whole cell in oneDNN's fused LSTM. Here the product goes into a scratch row per batch row
 // (small.cpp's matrix-vector loops: the sums of the core's one-row addmm), and one loop over the hidden units
-// computes the gates and both states in registers: nothing of the ten intermediate tensors is written (the plan,
+// computes the gates and both states in registers: none of the 13 intermediate tensors is written (the plan,
 // `_lstm_cells.py`, fuses a cell only when nothing else reads them).
 //
 // Numerics: the product and every add and multiply are the decomposed steps' own IEEE operations, in the same
