@@ -255,7 +255,10 @@ def report(args, nodes: int, shown: int, top: int, small_shown: int, size: int, 
                                            ("after", "worker", "answer to drawn (Model Explorer's graph processing)")))
         + "\n" + load_note(load0, load1, cores, large.median("drawn"))
         + f" Every open converting takes {ratio:.2f}x as long to draw as the adapter keeping its conversions "
-        "(median of the rounds' ratios)."
+        "(median of the rounds' ratios); the server's CPU per open (in process): "
+        f"{med['convert_cpu'] + med['encode_cpu']:.2f} s converting every open, "
+        f"{med['kept_cpu'] + med['encode_cpu']:.2f} s with the conversion kept "
+        f"({(med['convert_cpu'] + med['encode_cpu']) / (med['kept_cpu'] + med['encode_cpu']):.2f}x)."
         + " The CPU rows of the page count its main thread and its worker only (not the compositor or the GPU "
         "process drawing with software WebGL)."
         + f" Of the {large.median('drawn'):.1f} s, {fixed:.1f} s are what the {small_shown}-node graph takes too "
