@@ -44,6 +44,13 @@ def _signature(path: str) -> tuple[int, int, int]:
     return st.st_size, st.st_mtime_ns, st.st_ino
 
 
+def _unchanged(path: str, before: tuple[int, int, int]) -> bool:
+    try:
+        return _signature(path) == before
+    except OSError:  # removed or replaced meanwhile: the answer is the caller's, not kept
+        return False
+
+
 def content_key(path: str) -> tuple[str, str]:
     """(the file's suffix, lower case; the SHA-256 of its bytes): what its conversion depends on."""
     digest = hashlib.sha256()
@@ -93,7 +100,7 @@ class ConversionCache:
             return future.result()
         try:
             answer = self._convert(path)
-            unchanged = _signature(path) == before
+            unchanged = _unchanged(path, before)
         except BaseException as e:
             with self._lock:
                 del self._running[key]
