@@ -30,7 +30,8 @@ from setuptools.command.sdist import sdist
 
 HERE = Path(__file__).resolve().parent
 NATIVE = "etlab.runtime._native._core"
-NATIVE_SOURCES = ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/trace.cpp",
+NATIVE_SOURCES = ["etlab/runtime/_native/core.cpp", "etlab/runtime/_native/core_small.cpp",
+                  "etlab/runtime/_native/trace.cpp",
                   "etlab/runtime/_native/dynamic.cpp", "etlab/runtime/_native/module.cpp",
                   "etlab/runtime/_native/quant.cpp",
                   "etlab/runtime/_native/quant_choose.cpp", "etlab/runtime/_native/small.cpp",

@@ -188,6 +188,11 @@ struct Instr {
   bool direct = false;
 };
 
+// The core's own small-tensor kernels (core_small.cpp): the kind of out-variant `name.overload` with calling
+// convention `fast` it may compute itself, and the call (false: nothing done, ATen's kernel runs).
+Small small_kind(const std::string& name, const std::string& overload, Fast fast);
+bool run_small(const Instr& in);
+
 struct Chain {
   std::vector<Instr> instrs;
   int64_t events = 0;  // its steps' events: a straight-line chain's, counted once per run
