@@ -8,6 +8,11 @@ choose_qparams), which are Python steps on the Python core, become calls of thei
 (`quant.cpp`, operators `etlab_native::*`), which compute the same bits. `NativeCore` has the
 interface of `_interpreter.PythonCore` (`run`, `run_timed`, `run_traced`) and raises the same
 `StepFailed`.
+
+Edge's decomposed LSTM cells (twelve instructions per time step) are then marked in the plan
+(`_lstm_cells.add_cells`): an untraced run computes each as one step (`lstm.cpp`), while timed and traced
+runs, and any run the fused step declines, run the instructions' own steps, one per instruction, so the
+ETDump's events stay per instruction. A method loaded to log intermediate outputs is not fused.
 """
 
 from __future__ import annotations
