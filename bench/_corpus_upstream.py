@@ -377,7 +377,8 @@ def run_jobs(ref_python: str, jobs: Sequence[PendingJob], parallel: int = 1, log
 
 class UpstreamCompiler:
     """The long-lived reference-python worker (bench/_ref_corpus_timer.py) that compiles a model with
-    upstream's to_edge().to_executorch() on request and says how long it took: the harness asks it
+    upstream's to_edge().to_executorch() on request and says how long it took (bench/corpus.py's
+    side-by-side times and bench/corpus_speed.py's, ETRecord saves included): the harness asks it
     between etlab's own samples, so both sides are timed under the same load. Started warm (a tiny
     compile first, so imports are not in the first model's sample); a worker that dies (its address
     space is bounded to `memory` bytes, memory_limit()) or outlives `timeout` is killed and the next
@@ -411,10 +412,14 @@ class UpstreamCompiler:
         while True:  # a library may print to stdout too: the answer is the next JSON object
             try:
                 line = self.lines.get(timeout=max(deadline - time.monotonic(), 0.1))
+                ended = line is None
             except queue.Empty:
-                line = None
+                line, ended = None, False
             if line is None:
-                rc = self.proc.poll()
+                rc = None
+                if ended:  # its output closed: it exited (or is about to)
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        rc = self.proc.wait(timeout=10)
                 self.close(kill=True)
                 how = f"exit code {rc}" if rc is not None else "killed"
                 raise WorkerDied(f"upstream's compile worker died or took over {self.timeout:.0f} s ({how}; "
@@ -424,13 +429,22 @@ class UpstreamCompiler:
                 if isinstance(answer, dict):
                     return answer
 
-    def compile(self, directory: Path, methods: list[str], pte: Path, share_mutable_buffers: bool) -> dict:
-        """Upstream's compile of directory/<method>.pt2, its program written to `pte`: {"seconds",
+    def compile(self, directory: Path, methods: list[str], pte: Path | None = None,
+                share_mutable_buffers: bool = False) -> dict:
+        """Upstream's compile of directory/<method>.pt2 (its program written to `pte` if given): {"seconds",
         "cpu_seconds", "pte_bytes"} or {"error": "..."} (upstream cannot compile it)."""
+        request = {"dir": str(directory), "methods": methods, "share_mutable_buffers": share_mutable_buffers}
+        return self._request({**request, "pte": str(pte)} if pte is not None else request)
+
+    def save_etrecord(self, directory: Path, methods: list[str], path: Path) -> dict:
+        """Upstream's ETRecord of the same compile, its save alone timed: {"seconds", "cpu_seconds", "bytes"}
+        or {"error": "..."} (bench/corpus_speed.py's ETRecord columns)."""
+        return self._request({"dir": str(directory), "methods": methods, "etrecord": str(path)})
+
+    def _request(self, request: dict) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self._start()
-        return self._ask({"dir": str(directory), "methods": methods, "pte": str(pte),
-                          "share_mutable_buffers": share_mutable_buffers})
+        return self._ask(request)
 
     def close(self, kill: bool = False) -> None:
         """Ends the worker: at the end of its input (it exits by itself), or killed."""

@@ -27,11 +27,9 @@ the section from the store. A run from an exported tree (`git archive HEAD`) set
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,9 +43,9 @@ if str(HERE) not in sys.path:
 
 import _speed_rows as store  # noqa: E402
 import torch  # noqa: E402
-from _common import RESULTS, ref_env, reference_python, worker_answer, write_section  # noqa: E402
+from _common import RESULTS, reference_python, write_section  # noqa: E402
 from _corpus_rows import Row, is_current, make_row, source_key  # noqa: E402
-from _corpus_upstream import upstream_version  # noqa: E402
+from _corpus_upstream import UpstreamCompiler, upstream_version  # noqa: E402
 
 from etlab.compiler import to_edge  # noqa: E402
 from etlab.models.corpus import CORPUS  # noqa: E402
@@ -115,30 +113,25 @@ class Timing:
         return None
 
 
-class UpstreamTimer:
-    """The reference-python worker: one request (a directory of .pt2 files) in, one timing out."""
+def _answer(answer: dict) -> dict:
+    """An answer of upstream's worker (_corpus_upstream.UpstreamCompiler); its "error" raised (a worker that
+    died or outlived its bounds raises WorkerDied, a RuntimeError, itself)."""
+    if "error" in answer:
+        raise RuntimeError(answer["error"])
+    return answer
 
-    def __init__(self, ref_python: str):
-        self.proc = subprocess.Popen([ref_python, str(HERE / "_ref_corpus_timer.py")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=ref_env())
 
-    def time(self, directory: Path, methods: list[str]) -> tuple[float, float]:
-        answer = self._ask({"dir": str(directory), "methods": methods})
-        return float(answer["seconds"]), float(answer["cpu_seconds"])
+def upstream_compile_time(upstream: UpstreamCompiler, directory: Path, methods: list[str]) -> tuple[float, float]:
+    """Upstream's compile of the model in `directory`: (wall s, CPU s)."""
+    answer = _answer(upstream.compile(directory, methods))
+    return float(answer["seconds"]), float(answer["cpu_seconds"])
 
-    def save_etrecord(self, directory: Path, methods: list[str], path: Path) -> tuple[float, float, int]:
-        """Upstream's ETRecord save of the model in `directory` to `path`: (wall s, CPU s, bytes)."""
-        answer = self._ask({"dir": str(directory), "methods": methods, "etrecord": str(path)})
-        return float(answer["seconds"]), float(answer["cpu_seconds"]), int(answer["bytes"])
 
-    def _ask(self, request: dict) -> dict:
-        self.proc.stdin.write(json.dumps(request) + "\n")
-        self.proc.stdin.flush()
-        return worker_answer(self.proc, self.proc.stdout.readline(), "upstream timer")
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
+def upstream_save_time(upstream: UpstreamCompiler, directory: Path, methods: list[str],
+                       path: Path) -> tuple[float, float, int]:
+    """Upstream's ETRecord save of the model in `directory` to `path`: (wall s, CPU s, bytes)."""
+    answer = _answer(upstream.save_etrecord(directory, methods, path))
+    return float(answer["seconds"]), float(answer["cpu_seconds"]), int(answer["bytes"])
 
 
 def _etlab_once(programs, timing: Timing | None = None) -> None:
@@ -158,14 +151,14 @@ def _etlab_save(programs, path: Path) -> tuple[float, float, int]:
     return sample
 
 
-def time_etrecord_save(timing: Timing, programs, upstream: UpstreamTimer | None, d: Path) -> None:
+def time_etrecord_save(timing: Timing, programs, upstream: UpstreamCompiler | None, d: Path) -> None:
     """ETRecord save on both sides, interleaved: etlab, upstream, etlab (files removed after each)."""
     try:
         timing.etrecord.append(_etlab_save(programs, d / "etlab.etrecord"))
         if upstream is not None:
             up_path = d / "upstream.etrecord"
             try:
-                timing.upstream_etrecord.append(upstream.save_etrecord(d, list(programs), up_path))
+                timing.upstream_etrecord.append(upstream_save_time(upstream, d, list(programs), up_path))
             except RuntimeError as e:
                 timing.etrecord_error = f"upstream: {e}"[:160].replace("|", "/")
             up_path.unlink(missing_ok=True)
@@ -174,7 +167,7 @@ def time_etrecord_save(timing: Timing, programs, upstream: UpstreamTimer | None,
         timing.etrecord_error = f"{type(e).__name__}: {e}".splitlines()[0][:160].replace("|", "/")
 
 
-def time_model(name: str, upstream: UpstreamTimer | None, rounds: int, scratch: Path,
+def time_model(name: str, upstream: UpstreamCompiler | None, rounds: int, scratch: Path,
                etrecord: bool = False, compile_samples: bool = True) -> Timing:
     """Interleaved samples for one model: etlab warm-up, then (etlab, upstream) x rounds, then etlab twice;
     with `etrecord`, then the ETRecord save samples (alone without `compile_samples`)."""
@@ -194,7 +187,7 @@ def time_model(name: str, upstream: UpstreamTimer | None, rounds: int, scratch: 
             _etlab_once(programs, timing)
             if upstream is not None:
                 try:
-                    wall, cpu = upstream.time(d, list(programs))
+                    wall, cpu = upstream_compile_time(upstream, d, list(programs))
                     timing.upstream.append(wall)
                     timing.upstream_cpu.append(cpu)
                 except RuntimeError as e:
@@ -393,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         print("corpus_speed: the upstream reference python is unavailable (../shared/reference/setup.sh)",
               file=sys.stderr)
         return 2
-    upstream = UpstreamTimer(ref) if ref else None
+    upstream = UpstreamCompiler(ref) if ref else None
     load_start = os.getloadavg()[0]
     timings = []
     signal.signal(signal.SIGTERM, _interrupt)  # `timeout` stops a run: keep the models it timed
@@ -423,11 +416,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"corpus_speed: interrupted after {len(timings)} of {len(names)} models", file=sys.stderr)
     finally:
-        if upstream is not None and len(timings) < len(names):  # stopped mid-request: nothing to wait for
-            upstream.proc.kill()
-            upstream.proc.wait()
-        elif upstream is not None:
-            upstream.close()
+        if upstream is not None:  # stopped mid-request: nothing to wait for
+            upstream.close(kill=len(timings) < len(names))
     if a.etrecord_only:
         print("\n".join(render_etrecord(timings)))
         return 0
