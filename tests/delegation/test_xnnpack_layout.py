@@ -33,6 +33,23 @@ class CatThenConv(nn.Module):
         return self.after(torch.cat([bypass, self.branch(branch)], 1))
 
 
+class CatNormConv(nn.Module):
+    """DenseNet's layer: cat([bypass, conv(branch)]) -> batch norm -> relu -> conv: the norm follows the
+    concatenation's layout and the convolution after it reads NHWC, so NHWC it is."""
+
+    def __init__(self):
+        super().__init__()
+        self.branch = nn.Conv2d(4, 4, 1)
+        self.bn = nn.BatchNorm2d(8)
+        self.after = nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            self.bn.running_mean.normal_()
+            self.bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, bypass, branch):
+        return self.after(torch.relu(self.bn(torch.cat([bypass, self.branch(branch)], 1))))
+
+
 class CatThenReshape(nn.Module):
     """ShuffleNet's channel shuffle: cat([bypass, conv(branch)]) -> view: NCHW stays the cheaper layout."""
 
@@ -68,14 +85,15 @@ def _lower(model: nn.Module, inputs: tuple, tmp_path) -> tuple[collections.Count
     return collections.Counter(node_kind(n) for n in graph.xnodes), got
 
 
-@pytest.mark.parametrize("model, transposes", [(CatThenConv, 3), (CatThenReshape, 3), (ResidualOut, 2)])
+@pytest.mark.parametrize("model, transposes", [(CatThenConv, 3), (CatNormConv, 3), (CatThenReshape, 3),
+                                                    (ResidualOut, 2)])
 def test_agnostic_nodes_take_the_layout_with_the_fewest_transposed_elements(model, transposes, tmp_path):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         m = model()
         inputs = (torch.randn(1, 4, 6, 6), torch.randn(1, 4, 6, 6))
     kinds, got = _lower(m, inputs, tmp_path)
-    # before: CatThenConv 4 (branch out to NCHW, the concatenation back to NHWC), ResidualOut 3 (x in, sum out)
+    # before: CatThenConv and CatNormConv 4 (branch out to NCHW, the concatenation back to NHWC), ResidualOut 3
     assert kinds["XNNStaticTranspose"] == transposes, kinds
     with torch.no_grad():
         torch.testing.assert_close(got[0], m(*inputs), rtol=1e-5, atol=1e-5)

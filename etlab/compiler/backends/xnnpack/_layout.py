@@ -42,8 +42,10 @@ def _elements(lw: Lowering, node: Node) -> int:
     return math.prod(lw.out_shape(node, NCHW))
 
 
-def consumer_layouts(lw: Lowering, node: Node) -> set[str]:
-    """The layouts `node`'s value is read in by its consumers (those that follow any layout count for none)."""
+def consumer_layouts(lw: Lowering, node: Node, depth: int = 8) -> set[str]:
+    """The layouts `node`'s value is read in downstream: by its consumers, and through those that follow their
+    input's layout (a batch norm, an activation) by theirs, `depth` deep (DenseNet's concatenation feeds a batch
+    norm that feeds a convolution: NHWC)."""
     need = {NCHW} if lw.plan.output_of(node, lw.out_ext) is not None else set()
     for user in lw.plan_consumers(node):
         key = op_key(user) if user.op == "call_function" else user.op
@@ -51,6 +53,8 @@ def consumer_layouts(lw: Lowering, node: Node) -> set[str]:
             need.add(NHWC)
         elif key not in FOLLOWS_LAYOUT:
             need.add(NCHW)
+        elif depth > 0:
+            need |= consumer_layouts(lw, user, depth - 1)
     return need
 
 
