@@ -254,8 +254,8 @@ class Workers:
     threads synchronise after every op, which a shared machine turns into waiting (a reduction 10x slower on
     2 threads than on 1 under load), while whole sub-batches on their own threads never wait on each other.
     The first sub-batch runs on the calling thread, the others and the shipped program on the pool's: glibc
-    serves another thread's large blocks from its own arena, whose heaps it unmaps once free whatever
-    heap_kept says (~3,500 page faults per MobileNetV2 input when every sub-batch ran on the pool)."""
+    serves another thread's large blocks from its own arena, whose heaps it unmaps once free unless heap_kept's
+    top pad keeps them (see heap_kept)."""
 
     def __init__(self, engines: list[Engine]):
         self.engines = engines
