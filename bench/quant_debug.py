@@ -176,7 +176,10 @@ def dataset_section(r: dict) -> str:
         f"{r['backend']} program compiled and run on etlab's runtime for every input, per-layer total / local / "
         f"inherited error of {r['layers']} layers: both graphs stepped side by side through batches of "
         f"{r['batch']} inputs split across {r['threads']} single-threaded workers (torch threads "
-        f"{r['threads']}), each value freed once the last measurement that reads it is done.",
+        f"{r['threads']}), each value freed once the last measurement that reads it is done; both graphs' "
+        f"convolutions on oneDNN on a batch (the converted graph's: against torch's own choice, the layers' mean "
+        f"SQNR moves by at most 0.007 dB, p95 0.07 dB, max-abs 1.6% over 72 inputs, less than batching itself "
+        f"moves them); the workers' heaps kept between batches (no page faults in steady state).",
         "",
         "| inputs | backend | report wall (s) | report CPU (s) | wall per input (ms) | CPU per input (ms) | "
         "quantize (s) |",
