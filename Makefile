@@ -75,10 +75,12 @@ $(VENV)/.lab-enabled: $(VENV)/.etlab-installed $(LABEXT) labextension/install.js
 
 # Model Explorer for etlab.model_explorer's tests: its pure-Python package and what it imports. Its C++
 # adapter package (128 MB, TFLite/MLIR readers etlab does not use) is left out: Model Explorer runs without it.
+# Its requirements go first: pip's dependency check, run when they are installed after it, would print an
+# ERROR line about the adapter it leaves out (a --no-deps install is not checked).
 ME_REQS := flask dacite portpicker termcolor watchdog requests
 $(VENV)/.model-explorer-installed: $(VENV)/.torch-installed
-	$(PIP) --no-deps 'ai-edge-model-explorer==0.1.34'
 	$(PIP) $(ME_REQS) $(TORCH)
+	$(PIP) --no-deps 'ai-edge-model-explorer==0.1.34'
 	@touch $@
 
 # The model corpus's libraries (etlab.models.corpus, make corpus): torchvision, torchaudio and timm with
