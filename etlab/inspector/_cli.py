@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,20 @@ def stdout_closed() -> int:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     return 128 + 13
+
+
+def _exit_status(prog: str, command: Callable[[], object]) -> int:
+    """Runs `command()` (a command's work: parsing its arguments, reading, printing) and returns the
+    command's exit status: 0, 2 after one error line for a usage error or bad input, or a closed reader's
+    (stdout_closed)."""
+    try:
+        command()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        return stdout_closed()
+    except (_UsageError, *_BAD_INPUT) as e:
+        return _fail(prog, e)
+    return 0
 
 
 class Progress:
@@ -201,7 +216,8 @@ def module_main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["compare"]:
         return compare_main(argv[1:], prog="python -m etlab.inspector compare")
     prog = "etlab.inspector"
-    try:
+
+    def run() -> None:
         a = _module_parser().parse_args(argv)
         input_file("--etrecord_path", a.etrecord_path)
         input_file("--debug_buffer_path", a.debug_buffer_path)
@@ -218,12 +234,8 @@ def module_main(argv: list[str] | None = None) -> int:
                 if block.name == "Execute" and block.reference_output is not None:
                     for metric, values in compare_results(block.reference_output, block.run_output).items():
                         print(f"{metric}: " + ", ".join("-" if v is None else f"{v:.6g}" for v in values))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return stdout_closed()
-    except (_UsageError, *_BAD_INPUT) as e:
-        return _fail(prog, e)
-    return 0
+
+    return _exit_status(prog, run)
 
 
 def _inspect_parser() -> _Parser:
@@ -259,7 +271,8 @@ def inspect_main(argv: list[str] | None = None) -> int:
     from etlab.inspector._inspector import Inspector
 
     prog = "etlab inspect"
-    try:
+
+    def run() -> None:
         a = _inspect_parser().parse_args(argv)
         for flag in ("etrecord", "debug_buffer", "pte"):
             input_file("--" + flag.replace("_", "-"), getattr(a, flag))
@@ -285,12 +298,8 @@ def inspect_main(argv: list[str] | None = None) -> int:
                 sys.stdout.write(text)
         if a.chrome_trace:
             ins.to_chrome_trace(a.chrome_trace)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return stdout_closed()
-    except (_UsageError, *_BAD_INPUT) as e:
-        return _fail(prog, e)
-    return 0
+
+    return _exit_status(prog, run)
 
 
 def _table(df: pd.DataFrame, a) -> str:
@@ -508,7 +517,7 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
     [--csv OUT] [--json OUT] [--html OUT] [--progress]`; returns the exit status."""
     from etlab.inspector._inspector import Inspector
 
-    try:
+    def run() -> None:
         a = _compare_parser(prog).parse_args(argv)
         if a.top < 0:
             raise ValueError(f"--top must be >= 0, got {a.top}")
@@ -539,9 +548,5 @@ def compare_main(argv: list[str] | None = None, prog: str = "etlab compare") -> 
                     step(f"writing {path}")
                     write(path)
         sys.stdout.write(compare_table(comparison, a.top))
-        sys.stdout.flush()
-    except BrokenPipeError:
-        return stdout_closed()
-    except (_UsageError, *_BAD_INPUT) as e:
-        return _fail(prog, e)
-    return 0
+
+    return _exit_status(prog, run)
