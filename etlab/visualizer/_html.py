@@ -238,6 +238,14 @@ def plotly_js() -> str:
 
 
 @cache
+def plot_theme_script() -> str:
+    """A page's script that puts its plotly charts in the page's theme (static/plot_theme.js), then and on each
+    theme change: the figures carry a light template, the page may be dark."""
+    code = _EXPORT.sub("", static_text("plot_theme.js"))
+    return f"<script>\n{script_safe(code, 'static/plot_theme.js')}\nthemePagePlots();\n</script>"
+
+
+@cache
 def theme_css() -> str:
     """The color variables every view uses (static/theme.css): Lab, VS Code, light and dark."""
     return static_text("theme.css")
@@ -279,6 +287,8 @@ def page(title: str, fragments: list[Fragment], *, extra_head: str = "") -> str:
         head_scripts += libraries_script(libraries)
     body = "\n".join(f.body for f in fragments)
     scripts = "\n".join(s for f in fragments for s in f.scripts)
+    if any(f.needs_plotly for f in fragments):  # after the charts' own scripts: they are drawn by then
+        scripts += "\n" + plot_theme_script()
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{html.escape(title)}</title><style>{theme_css()}{PAGE_CSS}</style>{extra_head}{head_scripts}"

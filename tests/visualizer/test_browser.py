@@ -277,6 +277,62 @@ def test_tables_are_readable_in_light_and_dark_themes(browser, report, theme):
     assert page.errors == []
 
 
+# The luminance (0 black .. 1 white) of what a chart and the graph's controls are drawn on.
+SURFACES = """() => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lin = (x) => { x /= 255; return x <= .03928 ? x / 12.92 : ((x + .055) / 1.055) ** 2.4; };
+  const lum = (c) => { const [r, g, b] = rgb(c); return .2126 * lin(r) + .7152 * lin(g) + .0722 * lin(b); };
+  const out = [];
+  for (const gd of document.querySelectorAll('.js-plotly-plot')) {
+    const tab = gd.closest('.etlab-tab')?.dataset.tab || '';
+    const paper = gd.querySelector('svg.main-svg');
+    out.push({what: `${tab} chart paper`, lum: lum(getComputedStyle(paper).backgroundColor)});
+    const area = gd.querySelector('.cartesianlayer .bg');
+    if (area) out.push({what: `${tab} chart plot area`, lum: lum(getComputedStyle(area).fill)});
+    const tick = gd.querySelector('.xtick text, .ytick text');
+    if (tick) out.push({what: `${tab} chart tick text`, lum: lum(getComputedStyle(tick).fill), text: true});
+  }
+  for (const sel of ['select[data-role=overlay]', 'input[data-role=search]', 'button[data-role=fit]']) {
+    const el = document.querySelector(sel);
+    out.push({what: sel, lum: lum(getComputedStyle(el).backgroundColor)});
+    out.push({what: `${sel} text`, lum: lum(getComputedStyle(el).color), text: true});
+  }
+  return out;
+}"""
+
+
+@pytest.mark.parametrize("theme", ["light", "dark"])
+def test_charts_and_controls_follow_the_theme(browser, report, theme):
+    """In the dark theme the plotly charts (Memory, Profile) and the graph tab's select, search field and buttons
+    are dark with light text, in the light theme light with dark text (they used to stay white in the dark theme);
+    a live switch of the system's scheme redraws the charts in the new theme."""
+    _, path = report
+    page = Page(browser, path)
+    p = page.page
+    p.emulate_media(color_scheme=theme)
+    page.wait_ready()
+    tabs = p.eval_on_selector_all("nav.etlab-tabs button", "bs => bs.map((b) => b.dataset.tab)")
+    assert {"memory", "profile"} <= set(tabs), tabs
+    for tab in tabs:
+        p.click(f"nav.etlab-tabs button[data-tab={tab}]")
+        p.wait_for_timeout(150)
+        page.shot(f"surfaces_{theme}_{tab}")
+
+    def check(dark: bool):
+        found = p.evaluate(SURFACES)
+        assert sum("chart paper" in s["what"] for s in found) >= 2, found  # the Memory and Profile charts at least
+        wrong = [s for s in found if (s["lum"] > .2 if dark != bool(s.get("text")) else s["lum"] < .5)]
+        assert not wrong, wrong
+
+    check(theme == "dark")
+    other = "light" if theme == "dark" else "dark"
+    p.emulate_media(color_scheme=other)  # the theme changes while the page is open
+    p.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].every((gd) => "
+                        "gd.layout.paper_bgcolor === getComputedStyle(gd).getPropertyValue('--etlab-bg').trim())")
+    check(other == "dark")
+    assert page.errors == []
+
+
 def test_focus_before_the_first_layout_selects_the_node_once_drawn(browser, mlp_run, tmp_path):
     """focus() called while the graph is still being laid out used to throw 'this.nodeEls is not iterable'."""
     path = GraphView(mlp_run.manager, "edge").save_html(tmp_path / "g.html")

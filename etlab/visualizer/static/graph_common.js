@@ -13,6 +13,10 @@ const CSS = `
   flex-wrap: wrap; }
 .etlab-gv .bar input[type=search] { width: 220px; padding: 3px 6px; }
 .etlab-gv .bar button, .etlab-gv .bar select { padding: 2px 8px; }
+.etlab-gv .bar button, .etlab-gv .bar select, .etlab-gv .bar input[type=search] { background: var(--etlab-bg);
+  color: var(--etlab-fg); border: 1px solid var(--etlab-border); border-radius: 3px; font: inherit; }
+.etlab-gv .bar button:hover, .etlab-gv .bar select:hover { background: var(--etlab-hover); }
+.etlab-gv .bar input[type=search]::placeholder { color: var(--etlab-fg-muted); }
 .etlab-gv .status { color: var(--etlab-fg-muted); margin-left: auto; }
 .etlab-gv .main { display: flex; min-height: 0; }
 .etlab-gv .panes { display: flex; flex: 1; min-width: 0; }

@@ -2,6 +2,7 @@
 // plotly.js is loaded once per page (shared_lib.js) instead of travelling with every chart's state.
 
 import { sharedLibrary } from "./shared_lib.js";
+import { applyPlotTheme, onThemeChange } from "./plot_theme.js";
 
 let plotlyModule = null;
 
@@ -44,9 +45,11 @@ async function render({ model, el }) {
     // the figure takes the output's width: no fixed width, resized with its container
     const layout = Object.assign({}, fig.layout || {}, { autosize: true, width: undefined });
     Plotly.react(div, fig.data || [], layout, { responsive: true, displaylogo: false });
+    applyPlotTheme(Plotly, div); // the figure's light template gives way to the page's theme
     div.setAttribute("data-state", "ready");
   };
   draw();
+  const stopTheme = onThemeChange(() => applyPlotTheme(Plotly, div));
   div.on("plotly_click", (e) => {
     const p = e && e.points && e.points[0];
     if (!p) return;
@@ -57,7 +60,7 @@ async function render({ model, el }) {
   model.on("change:figure", draw);
   const resize = new ResizeObserver(() => { if (div.offsetWidth) Plotly.Plots.resize(div); });
   resize.observe(div);
-  return () => { model.off("change:figure", draw); resize.disconnect(); Plotly.purge(div); };
+  return () => { model.off("change:figure", draw); stopTheme(); resize.disconnect(); Plotly.purge(div); };
 }
 
 export default { render };
