@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 import pytest
 
 from etlab.visualizer import PlotView
-from etlab.visualizer._html import library_source, plot_module_source
+from etlab.visualizer._html import library_source, plot_module_source, theme_css
 from tests.visualizer.test_browser import browser  # noqa: F401  (the module's chromium)
 
 pytestmark = pytest.mark.xdist_group("browser")
@@ -57,5 +57,32 @@ def test_chart_waits_for_a_slow_kernel_and_draws(browser, tmp_path):  # noqa: F8
     assert page.locator(".main-svg").count() >= 2
     sent = page.evaluate("window.sent")  # asked by one chart for the page, again while it waited
     assert sent[:2] == [{"type": "etlab:need-library", "name": "plotly"}] * 2
+    assert errors == []
+    page.close()
+
+
+PAPER = "() => [...document.querySelectorAll('.js-plotly-plot')].map((gd) => gd.layout.paper_bgcolor)"
+
+
+def test_chart_follows_the_theme_live(browser, tmp_path):  # noqa: F811
+    """A notebook chart draws in the theme (dark on a dark system, not its figure's white template) and redraws
+    when the theme changes under it: here JupyterLab switching to its light theme on <body>."""
+    view = PlotView(go.Figure(go.Bar(x=["a", "b"], y=[1, 2])))
+    path = tmp_path / "plot.html"
+    path.write_text(f"<style>{theme_css()}</style>" + PAGE % {
+        "plotly": json.dumps(library_source("plotly")), "delay": 0, "module": json.dumps(plot_module_source()),
+        "figure": json.dumps(view.figure)})
+    page = browser.new_page()
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.emulate_media(color_scheme="dark")
+    page.goto(path.as_uri())
+    page.wait_for_function("document.querySelectorAll('[data-etlab-view=plot][data-state=ready]').length === 2",
+                           timeout=60_000)
+    assert page.evaluate(PAPER) == ["#16181c"] * 2
+    assert page.evaluate("getComputedStyle(document.querySelector('.main-svg')).backgroundColor") == "rgb(22, 24, 28)"
+    page.evaluate("""() => { document.body.style.setProperty('--jp-layout-color0', '#ffffff');
+                             document.body.dataset.jpThemeLight = 'true'; }""")
+    page.wait_for_function(f"({PAPER})().every((c) => c === '#ffffff')")
     assert errors == []
     page.close()
