@@ -292,6 +292,12 @@ SURFACES = """() => {
     const tick = gd.querySelector('.xtick text, .ytick text');
     if (tick) out.push({what: `${tab} chart tick text`, lum: lum(getComputedStyle(tick).fill), text: true});
   }
+  for (const slice of document.querySelectorAll('.js-plotly-plot g.slice')) {  // treemap labels on their tiles
+    const label = slice.querySelector('.slicetext text'), tile = slice.querySelector('path.surface');
+    if (!label || !tile || !label.textContent.trim()) continue;
+    const [hi, lo] = [lum(getComputedStyle(label).fill), lum(getComputedStyle(tile).fill)].sort((a, b) => b - a);
+    out.push({what: `treemap label ${label.textContent}`, contrast: (hi + .05) / (lo + .05)});
+  }
   for (const sel of ['select[data-role=overlay]', 'input[data-role=search]', 'button[data-role=fit]']) {
     const el = document.querySelector(sel);
     out.push({what: sel, lum: lum(getComputedStyle(el).backgroundColor)});
@@ -321,7 +327,9 @@ def test_charts_and_controls_follow_the_theme(browser, report, theme):
     def check(dark: bool):
         found = p.evaluate(SURFACES)
         assert sum("chart paper" in s["what"] for s in found) >= 2, found  # the Memory and Profile charts at least
-        wrong = [s for s in found if (s["lum"] > .2 if dark != bool(s.get("text")) else s["lum"] < .5)]
+        labels = [s for s in found if "contrast" in s]
+        assert labels and all(s["contrast"] >= 3 for s in labels), labels  # the root's used to be light on light
+        wrong = [s for s in found if "lum" in s and (s["lum"] > .2 if dark != bool(s.get("text")) else s["lum"] < .5)]
         assert not wrong, wrong
 
     check(theme == "dark")

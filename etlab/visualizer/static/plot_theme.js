@@ -21,13 +21,41 @@ export function plotThemeUpdate(gd) {
   return update;
 }
 
+// Dark or light text for a "#rgb", "#rrggbb" or "rgb(...)" fill (null for a color it cannot read).
+export function textOn(fill) {
+  let c = String(fill || "").trim();
+  if (/^#[0-9a-f]{3}$/i.test(c)) c = "#" + [...c.slice(1)].map((x) => x + x).join("");
+  const rgb = /^#[0-9a-f]{6}$/i.test(c) ? [1, 3, 5].map((i) => parseInt(c.slice(i, i + 2), 16))
+    : (c.match(/^rgba?\(([^)]*)\)$/) || [null, ""])[1].split(",").slice(0, 3).map(Number);
+  if (rgb.length !== 3 || rgb.some((x) => !Number.isFinite(x))) return null;
+  const lin = (x) => { x /= 255; return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4; };
+  const lum = 0.2126 * lin(rgb[0]) + 0.7152 * lin(rgb[1]) + 0.0722 * lin(rgb[2]);
+  return lum > 0.18 ? "#1f2328" : "#f2f2f2";
+}
+
+// The trace changes a theme needs: a treemap's (sunburst's, icicle's) root label is drawn in the layout's text
+// color (its "outside" text) on the root's own fill, so on a dark page a light root would carry light text.
+export function traceThemeUpdates(gd) {
+  const out = [];
+  (gd.data || []).forEach((trace, i) => {
+    if (!["treemap", "sunburst", "icicle"].includes(trace.type) || !Array.isArray(trace.parents)) return;
+    const colors = (trace.marker && trace.marker.colors) || [];
+    const color = textOn(colors[trace.parents.findIndex((p) => p === "" || p == null)]);
+    if (color) out.push([i, { "outsidetextfont.color": color }]);
+  });
+  return out;
+}
+
+const valueAt = (obj, path) => path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
+
 // Relayouts `gd` into the theme unless it is there already (a relayout redraws the chart).
 export function applyPlotTheme(Plotly, gd) {
   if (!gd || !gd.layout) return;
+  for (const [i, update] of traceThemeUpdates(gd)) {
+    if (Object.entries(update).some(([path, value]) => valueAt(gd.data[i], path) !== value)) Plotly.restyle(gd, update, [i]);
+  }
   const update = plotThemeUpdate(gd);
-  const stale = Object.entries(update).some(([path, value]) =>
-    path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), gd.layout) !== value);
-  if (stale) Plotly.relayout(gd, update);
+  if (Object.entries(update).some(([path, value]) => valueAt(gd.layout, path) !== value)) Plotly.relayout(gd, update);
 }
 
 // Calls `fn` whenever the theme may have changed; returns the function that stops listening.
