@@ -96,10 +96,14 @@ def sectioned(spaces: list[str], names: list[str], size: int = SECTION_SIZE) -> 
     for kids in items.values():
         if len(kids) <= size:
             continue
+        used: set[str] = set()
         for start in range(0, len(kids), size):
             chunk = kids[start:start + size]
             first, last = (k.rsplit("/", 1)[-1] if isinstance(k, str) else names[k] for k in (chunk[0], chunk[-1]))
             seg = _segment(f"{first} .. {last}")  # ASCII: Model Explorer's canvas font lacks "\u2026"
+            if seg in used:  # op names repeat (a .pte's "addmm .. addmm"): one namespace would merge the sections
+                seg = _segment(f"{first} .. {last} [{start // size + 1}]")
+            used.add(seg)
             for k in chunk:
                 section[k] = seg
     paths: dict[str, str] = {"": ""}

@@ -378,6 +378,11 @@ def test_long_chains_are_split_into_sections_model_explorer_can_lay_out(tmp_path
     assert max(len(k) for k in kids.values()) <= SECTION_SIZE
     assert len(kids[""]) == 3  # the top level: three sections of consecutive children
     assert sum(s.startswith(("input_1 .. ", "x .. ")) for s in kids[""]) == 1  # named by first and last child
+    # the same chain's .pte: 260 instructions all named "relu", still sections of at most SECTION_SIZE
+    (tmp_path / "chain.pte").write_bytes(et.buffer)
+    p = me_graphs(tmp_path / "chain.pte")["graphs"][0]
+    check_graph(p)
+    assert max(len(k) for k in layer_children(p).values()) <= SECTION_SIZE
     # a module keeps its own path below its section, and its attributes follow it
     relu_7 = next(n for n in g["nodes"] if n["namespace"].endswith("/7 (ReLU)"))
     assert relu_7["namespace"].count("/") == 1
@@ -386,5 +391,11 @@ def test_long_chains_are_split_into_sections_model_explorer_can_lay_out(tmp_path
     spaces, _ = sectioned([""] * 250, [f"op{i}" for i in range(250)], size=100)
     assert spaces[0] == spaces[99] == "op0 .. op99" and spaces[100] == "op100 .. op199"
     assert spaces[249] == "op200 .. op249"
+    # sections whose first and last names repeat (a .pte's instructions are named by their op) stay apart:
+    # Model Explorer groups by namespace, so equal names would merge them into one layer of every such node
+    ops = ["addmm", "relu"] * 150
+    spaces, _ = sectioned([""] * 300, ops, size=100)
+    assert len(set(spaces)) == 3 and [spaces.count(s) for s in dict.fromkeys(spaces)] == [100, 100, 100]
+    assert spaces[0] == "addmm .. relu" and spaces[100] == "addmm .. relu [2]"
     small = sectioned(["a", "a/b", "c"], ["p", "q", "r"], size=100)
     assert small == (["a", "a/b", "c"], {"": "", "a": "a", "a/b": "a/b", "c": "c"})
