@@ -10,8 +10,7 @@ export function plotThemeUpdate(gd) {
   const bg = v("--etlab-bg", "#ffffff");
   const fg = v("--etlab-fg", "#1f2328");
   const grid = v("--etlab-border", "#dfe3e8");
-  const update = { paper_bgcolor: bg, plot_bgcolor: bg, "font.color": fg, "legend.font.color": fg,
-    "hoverlabel.bordercolor": grid };
+  const update = { paper_bgcolor: bg, plot_bgcolor: bg, "font.color": fg, "legend.font.color": fg };
   const full = gd._fullLayout || gd.layout || {};
   for (const key of Object.keys(full)) {
     if (!/^[xy]axis\d*$/.test(key)) continue;
