@@ -19,17 +19,7 @@ using namespace conv_detail;  // the depthwise kernels (conv_depthwise.cpp), the
 #ifdef ETLAB_CONV_X86
 // The vector loops (conv_simd_kernels.h) compiled once per instruction set, for the bias + clamp pass.
 namespace conv_detail __attribute__((visibility("hidden"))) {
-ETLAB_TARGET_BEGIN("avx512f")
-namespace avx512 {
-#include "conv_simd_kernels.h"
-}  // namespace avx512
-ETLAB_TARGET_END
-
-ETLAB_TARGET_BEGIN("avx2,fma")
-namespace avx2 {
-#include "conv_simd_kernels.h"
-}  // namespace avx2
-ETLAB_TARGET_END
+#include "conv_simd_forms.h"
 }  // namespace conv_detail
 #endif
 

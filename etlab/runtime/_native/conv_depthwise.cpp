@@ -9,17 +9,7 @@ namespace etlab_native {
 namespace conv_detail __attribute__((visibility("hidden"))) {
 
 #ifdef ETLAB_CONV_X86
-ETLAB_TARGET_BEGIN("avx512f")
-namespace avx512 {
-#include "conv_simd_kernels.h"
-}  // namespace avx512
-ETLAB_TARGET_END
-
-ETLAB_TARGET_BEGIN("avx2,fma")
-namespace avx2 {
-#include "conv_simd_kernels.h"
-}  // namespace avx2
-ETLAB_TARGET_END
+#include "conv_simd_forms.h"
 
 __attribute__((target("avx512f"))) void dw_row_avx512(const DwArgs& a, int64_t n, int64_t oy) {
   avx512::dw_row<Avx512>(a, n, oy);

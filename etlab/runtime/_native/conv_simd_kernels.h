@@ -1,7 +1,7 @@
 // The vector loops of the packed float kernels, written once as templates over a traits struct S (Avx512, Avx2:
 // conv_internal.h). Included once per instruction set, each time inside that set's target region and its own
-// namespace (conv.cpp, conv_depthwise.cpp), so that each copy is compiled for its set only; hence no include
-// guard and no includes here (conv_internal.h comes first).
+// namespace (conv_simd_forms.h), so that each copy is compiled for its set only; hence no include guard and
+// no includes here (conv_internal.h comes first).
 //
 // Sums run in the same order in every form (the bias, then the taps row by row), each step one fused
 // multiply-add, so a form's result does not depend on how its channels are split into registers.
