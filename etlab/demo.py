@@ -15,6 +15,8 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from etlab.schema.etdump import METHOD_EXECUTE
+
 ITERATIONS = 20
 TOP = 30  # events in the printed table (`etlab inspect`'s default)
 
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> Path:
 def execute_p50_ms(inspector) -> float:
     """The median Method::execute of the run, in ms (the figure the events table lists for it)."""
     df = inspector.to_dataframe()
-    row = df[df["event_name"].astype(str) == "Method::execute"]
+    row = df[df["event_name"].astype(str) == METHOD_EXECUTE]
     return float(row["p50 (ms)"].iloc[0]) if len(row) and "p50 (ms)" in row else float("nan")
 
 
